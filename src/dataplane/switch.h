@@ -1,0 +1,160 @@
+// The software switch data plane: a pure state machine, many jobs, one slot pool per job.
+//
+// Process() takes one datagram and its source address and returns what the switch does with it:
+// drop it (and why), multicast a completed slot's result to every worker of the job, or unicast
+// a stored result to one worker that retransmitted into a completed slot. No sockets, threads,
+// clocks or per-packet allocation. The stages (see stages.h) follow the reference P4 program:
+// lookup -> worker bitmap -> worker counter -> exponent max -> aggregate -> next step.
+//
+// Jobs: each job (identified by the control plane's session id) has its own worker table and its
+// own slot pool; a packet from an address not registered for a job never touches another job's
+// state.
+//
+// Thread-safety: none. One owner calls Process(); the control plane's job changes must be
+// serialized with it by the owner (the daemon holds one mutex; see LockedSwitch).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/endpoint.h"
+#include "proto/wire.h"
+#include "switchml/status.h"
+
+namespace switchml::dataplane {
+
+struct SwitchConfig {
+  // Workers per job; the worker bitmap is 64 bits wide, so at most 64.
+  uint32_t max_workers_per_job = 32;
+  // Slots in each job's pool (two sets each). At most proto::kMaxSlots.
+  uint32_t slots_per_job = 8192;
+  // Concurrent jobs.
+  uint32_t max_jobs = 64;
+  Status Validate() const;
+};
+
+// A job as rank 0 opens it. Every worker of the job must agree on all of these.
+struct JobSpec {
+  uint64_t session_id = 0;
+  uint32_t num_workers = 0;
+  proto::SizeCode size = proto::SizeCode::k1024B;
+  // UDP ports (worker threads) per worker; the workers' base ports are per worker.
+  uint32_t num_ports = 1;
+  // The workers' total window; the slots they use are [0, max_outstanding_packets).
+  uint32_t max_outstanding_packets = 256;
+};
+
+// One worker's address. port == 0 means any UDP port from that address (the reference's
+// behaviour: then replies go to the source port of the packet that completed the slot).
+// Otherwise the worker owns ports [port, port + num_ports) and a reply for a packet that came
+// from the completer's port base_c + k goes to port base_w + k of every worker w.
+struct WorkerSpec {
+  uint32_t ipv4 = 0;
+  uint16_t port = 0;
+};
+
+enum class DropReason : uint8_t {
+  kNone = 0,
+  kMalformed,       // failed proto::DecodeHeader (see decode counters for which check)
+  kUnknownSource,   // source address not registered for any job
+  kJobNotReady,     // not all of the job's workers have registered yet
+  kWrongSize,       // size code differs from the job's
+  kSlotOutOfRange,  // slot index >= the job's pool
+  kDuplicate,       // retransmission into a slot whose set is not complete yet
+};
+inline constexpr int kNumDropReasons = 7;
+const char* DropReasonName(DropReason r);
+
+struct Action {
+  enum class Kind : uint8_t { kDrop, kMulticast, kUnicast };
+  Kind kind = Kind::kDrop;
+  DropReason reason = DropReason::kNone;
+  proto::DecodeError decode_error = proto::DecodeError::kOk;
+  // The encoded reply; valid until the next call into the Switch.
+  std::span<const uint8_t> reply;
+  // One destination for kUnicast, num_workers for kMulticast; valid until the next call.
+  std::span<const Endpoint> destinations;
+};
+
+struct JobCounters {
+  uint64_t received = 0;        // datagrams attributed to this job
+  uint64_t aggregated = 0;      // new contributions written or added into a slot
+  uint64_t completed = 0;       // slot rounds completed (each multicast once)
+  uint64_t multicast_packets = 0;  // completed * num_workers
+  uint64_t retransmitted = 0;   // unicast re-sends of a stored result
+  uint64_t dropped[kNumDropReasons] = {};
+};
+
+struct SlotCounters {
+  uint64_t received = 0;
+  uint64_t completed = 0;
+  uint64_t retransmitted = 0;
+  uint64_t duplicates = 0;
+};
+
+struct SwitchCounters {
+  uint64_t received = 0;
+  uint64_t dropped_malformed[proto::kNumDecodeErrors] = {};
+  uint64_t dropped_unknown_source = 0;
+};
+
+class Switch {
+ public:
+  explicit Switch(SwitchConfig config);  // config must be valid (CHECKed)
+  ~Switch();
+  Switch(const Switch&) = delete;
+  Switch& operator=(const Switch&) = delete;
+
+  // Control-plane side. Each returns a Status whose message says what to fix.
+  // (Re)creates the job of spec.session_id: a job with that id is dropped with all its state and
+  // workers; other jobs are untouched. Fails when the spec is invalid (num_workers 0 or over the
+  // limit, unsupported size, window over the pool) or max_jobs jobs exist.
+  Status CreateJob(const JobSpec& spec);
+  // Registers a worker of an existing job. Fails on unknown session, rank out of range,
+  // rank already registered, or an address (ip and any port of its range) that another worker
+  // of any job already owns.
+  Status AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker);
+  Status RemoveJob(uint64_t session_id);
+  bool HasJob(uint64_t session_id) const;
+  // The spec of an existing job, or nullptr.
+  const JobSpec* FindJob(uint64_t session_id) const;
+
+  // Data-plane side.
+  const Action& Process(const Endpoint& source, std::span<const uint8_t> datagram);
+
+  const SwitchConfig& config() const { return config_; }
+  const SwitchCounters& counters() const { return counters_; }
+  // nullptr when the job does not exist.
+  const JobCounters* job_counters(uint64_t session_id) const;
+  // Per-slot counters of a job (size = slots_per_job), empty when the job does not exist.
+  std::span<const SlotCounters> slot_counters(uint64_t session_id) const;
+  std::vector<uint64_t> job_ids() const;
+  // Human-readable counter table: switch totals and one block per job; with per_slot, one line
+  // per slot that saw traffic.
+  std::string FormatCounters(bool per_slot) const;
+
+ private:
+  struct Job;
+  SwitchConfig config_;
+  SwitchCounters counters_;
+  std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;
+  // Lookup tables (the "receive/lookup" stage): exact (ip, port) and any-port (ip) entries.
+  std::unordered_map<Endpoint, std::pair<Job*, uint32_t>> by_endpoint_;
+  std::unordered_map<uint32_t, std::pair<Job*, uint32_t>> by_address_;
+  Action action_;
+};
+
+// The daemon's pairing of a Switch with the mutex that serializes the data-plane thread and the
+// control-plane threads.
+struct LockedSwitch {
+  explicit LockedSwitch(SwitchConfig config) : sw(config) {}
+  std::mutex mu;
+  Switch sw;
+};
+
+}  // namespace switchml::dataplane
