@@ -65,15 +65,19 @@ enum class DropReason : uint8_t {
   kJobNotReady,     // not all of the job's workers have registered yet
   kWrongSize,       // size code differs from the job's
   kSlotOutOfRange,  // slot index >= the job's pool
-  kDuplicate,       // retransmission into a slot whose set is not complete yet
+  kDuplicate,       // retransmission into a slot whose set is not complete yet, or a stale
+                    // copy of a contribution to a set its sender has already left (stages.h)
 };
 inline constexpr int kNumDropReasons = 7;
 const char* DropReasonName(DropReason r);
 
+// What the switch does with one datagram. kDrop with reason kNone means the packet was consumed:
+// aggregated into a slot that is not complete yet, nothing to send.
 struct Action {
   enum class Kind : uint8_t { kDrop, kMulticast, kUnicast };
   Kind kind = Kind::kDrop;
   DropReason reason = DropReason::kNone;
+  // Why decoding failed, for reason kMalformed.
   proto::DecodeError decode_error = proto::DecodeError::kOk;
   // The encoded reply; valid until the next call into the Switch.
   std::span<const uint8_t> reply;
@@ -82,11 +86,11 @@ struct Action {
 };
 
 struct JobCounters {
-  uint64_t received = 0;        // datagrams attributed to this job
-  uint64_t aggregated = 0;      // new contributions written or added into a slot
-  uint64_t completed = 0;       // slot rounds completed (each multicast once)
+  uint64_t received = 0;           // datagrams attributed to this job
+  uint64_t aggregated = 0;         // new contributions written or added into a slot
+  uint64_t completed = 0;          // slot rounds completed (each multicast once)
   uint64_t multicast_packets = 0;  // completed * num_workers
-  uint64_t retransmitted = 0;   // unicast re-sends of a stored result
+  uint64_t retransmitted = 0;      // unicast re-sends of a stored result
   uint64_t dropped[kNumDropReasons] = {};
 };
 
@@ -125,6 +129,8 @@ class Switch {
   const JobSpec* FindJob(uint64_t session_id) const;
 
   // Data-plane side.
+  // Runs one datagram from source through the pipeline. The returned Action (and the spans in
+  // it) stays valid until the next call into the Switch.
   const Action& Process(const Endpoint& source, std::span<const uint8_t> datagram);
 
   const SwitchConfig& config() const { return config_; }
@@ -140,6 +146,9 @@ class Switch {
 
  private:
   struct Job;
+  const Action& DropForJob(Job& job, DropReason reason);
+  void RemoveFromLookup(const Job& job);
+
   SwitchConfig config_;
   SwitchCounters counters_;
   std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;

@@ -1,0 +1,73 @@
+// ControlClient: a worker's side of the switch's gRPC control plane (see control_server.h and
+// docs/protocol.md): open a UDP session, and meet the other workers in barriers and broadcasts.
+//
+// Every call waits for the switch to become reachable (gRPC wait_for_ready), so a switch that
+// starts a little after the workers is fine, and gives up after the timeout given at
+// construction with a Status that says what to check. Errors the switch returns keep its message.
+//
+// Thread-safety: all methods are thread-safe and may be called concurrently (gRPC channels and
+// stubs are). Blocking: every call blocks for at most the timeout (Barrier and Broadcast until
+// all workers arrived). The channel does not use HTTP proxies from the environment.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "proto/wire.h"
+#include "switchml/status.h"
+
+namespace switchml::control {
+
+struct UdpSessionArgs {
+  uint64_t session_id = 0;
+  uint32_t rank = 0;
+  uint32_t num_workers = 0;
+  // The worker's data-plane IPv4 in host byte order (127.0.0.1 = 0x7f000001); 0 = the address
+  // the switch sees the control connection come from.
+  uint32_t ipv4 = 0;
+  // The worker's base UDP source port; 0 = any port from ipv4.
+  uint16_t udp_port = 0;
+  // Ports [udp_port, udp_port + num_udp_ports), one per worker thread; 0 means 1.
+  uint32_t num_udp_ports = 1;
+  // The worker's total window; every worker of the session must agree; 0 means 256.
+  uint32_t max_outstanding_packets = 256;
+  proto::SizeCode size = proto::SizeCode::k1024B;
+};
+
+struct UdpSessionReply {
+  uint64_t session_id = 0;
+  // The switch's data-plane IPv4 (host byte order); 0 = use the control plane's address.
+  uint32_t switch_ipv4 = 0;
+  // The switch's data-plane UDP port (48864 when the switch does not say, as the reference).
+  uint16_t data_port = 0;
+  // Workers per job and slots per job pool; 0 when the switch does not say (reference switch).
+  uint32_t max_workers = 0;
+  uint32_t num_slots = 0;
+};
+
+class ControlClient {
+ public:
+  // target: "host:port" of the switch's control plane. Does not connect yet.
+  ControlClient(std::string target, std::chrono::milliseconds timeout);
+  ~ControlClient();
+  ControlClient(ControlClient&&) noexcept;
+  ControlClient& operator=(ControlClient&&) noexcept;
+
+  // Registers this worker; rank 0 (re)creates the session's job, so it must come first.
+  Result<UdpSessionReply> UdpSession(const UdpSessionArgs& args);
+  // Returns once num_workers workers called Barrier with the same session_id (0 = unscoped).
+  Status Barrier(uint64_t session_id, uint32_t num_workers);
+  // Returns the value of the caller whose rank == root once num_workers workers called.
+  Result<uint64_t> Broadcast(uint64_t session_id, uint64_t value, uint32_t rank,
+                             uint32_t num_workers, uint32_t root);
+
+  const std::string& target() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace switchml::control

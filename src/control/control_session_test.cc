@@ -1,0 +1,353 @@
+// Session setup through the gRPC control plane against a real dataplane::LockedSwitch.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "base/endpoint.h"
+#include "control/control_client.h"
+#include "control/control_server.h"
+#include "control/switchml.grpc.pb.h"
+#include "dataplane/switch.h"
+#include "proto/wire.h"
+
+namespace switchml::control {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint32_t kIpBase = 0x0a000001;  // 10.0.0.1
+
+class ControlSessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sw_ = std::make_unique<dataplane::LockedSwitch>(dataplane::SwitchConfig{});
+    ControlServerOptions options;
+    options.bind_address = "127.0.0.1";
+    options.port = 0;
+    options.switch_ipv4 = kLoopbackIpv4;
+    auto server = ControlServer::Start(options, sw_.get());
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+    target_ = "127.0.0.1:" + std::to_string(server_->port());
+  }
+
+  ControlClient Client(std::chrono::milliseconds timeout = 10s) {
+    return ControlClient(target_, timeout);
+  }
+
+  static UdpSessionArgs Args(uint64_t session, uint32_t rank, uint32_t n) {
+    UdpSessionArgs a;
+    a.session_id = session;
+    a.rank = rank;
+    a.num_workers = n;
+    a.ipv4 = kIpBase + static_cast<uint32_t>(session % 1000) * 256 + rank;
+    a.size = proto::SizeCode::k256B;
+    return a;
+  }
+
+  // Opens a whole session, rank 0 first.
+  void OpenSession(uint64_t session, uint32_t n) {
+    ControlClient client = Client();
+    for (uint32_t r = 0; r < n; ++r) {
+      auto reply = client.UdpSession(Args(session, r, n));
+      ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    }
+  }
+
+  // Feeds one packet per worker for slot 0 into the switch; returns the multicast destinations
+  // of the completing packet (empty when the slot did not complete).
+  std::vector<Endpoint> CompleteSlot0(uint64_t session, uint32_t n) {
+    std::lock_guard lock(sw_->mu);
+    std::vector<Endpoint> dests;
+    for (uint32_t r = 0; r < n; ++r) {
+      proto::Header h;
+      h.size = proto::SizeCode::k256B;
+      h.job_number = static_cast<uint8_t>(session);
+      std::vector<int32_t> values(proto::NumelOf(h.size), 1);
+      std::vector<uint8_t> datagram(proto::DatagramBytes(h.size));
+      proto::Encode(h, values, datagram);
+      const Endpoint source{Args(session, r, n).ipv4, 40000};
+      const dataplane::Action& action = sw_->sw.Process(source, datagram);
+      if (action.kind == dataplane::Action::Kind::kMulticast) {
+        dests.assign(action.destinations.begin(), action.destinations.end());
+      }
+    }
+    return dests;
+  }
+
+  std::unique_ptr<dataplane::LockedSwitch> sw_;
+  std::unique_ptr<ControlServer> server_;
+  std::string target_;
+};
+
+// Given four workers ranks 0..3, expect the switch to hold the job with all four registered.
+TEST_F(ControlSessionTest, FourWorkersOpenASession) {
+  ControlClient client = Client();
+  for (uint32_t r = 0; r < 4; ++r) {
+    UdpSessionArgs args = Args(77, r, 4);
+    args.max_outstanding_packets = 128;
+    auto reply = client.UdpSession(args);
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    EXPECT_EQ(reply->session_id, 77u);
+    EXPECT_EQ(reply->switch_ipv4, kLoopbackIpv4);
+    EXPECT_EQ(reply->data_port, 48864);
+    EXPECT_EQ(reply->max_workers, 32u);
+    EXPECT_EQ(reply->num_slots, 8192u);
+  }
+  {
+    std::lock_guard lock(sw_->mu);
+    const dataplane::JobSpec* job = sw_->sw.FindJob(77);
+    ASSERT_NE(job, nullptr);
+    EXPECT_EQ(job->num_workers, 4u);
+    EXPECT_EQ(job->size, proto::SizeCode::k256B);
+    EXPECT_EQ(job->num_ports, 1u);
+    EXPECT_EQ(job->max_outstanding_packets, 128u);
+  }
+  std::vector<Endpoint> dests = CompleteSlot0(77, 4);
+  ASSERT_EQ(dests.size(), 4u);
+  std::set<uint32_t> ips;
+  for (const Endpoint& e : dests) ips.insert(e.ipv4);
+  EXPECT_EQ(ips, (std::set<uint32_t>{Args(77, 0, 4).ipv4, Args(77, 1, 4).ipv4, Args(77, 2, 4).ipv4,
+                                     Args(77, 3, 4).ipv4}));
+}
+
+// Given two sessions opened concurrently, expect both jobs; when rank 0 of one re-creates its
+// session, expect the other intact.
+TEST_F(ControlSessionTest, ConcurrentSessionsAndRecreation) {
+  auto a = std::async(std::launch::async, [&] { OpenSession(77, 3); });
+  auto b = std::async(std::launch::async, [&] { OpenSession(88, 3); });
+  a.get();
+  b.get();
+  EXPECT_EQ(CompleteSlot0(77, 3).size(), 3u);
+  EXPECT_EQ(CompleteSlot0(88, 3).size(), 3u);
+
+  ControlClient client = Client();
+  ASSERT_TRUE(client.UdpSession(Args(77, 0, 3)).ok());
+  // Session 77 is fresh: rank 1 can register again. Session 88 still holds its rank 1.
+  EXPECT_TRUE(client.UdpSession(Args(77, 1, 3)).ok());
+  auto again = client.UdpSession(Args(88, 1, 3));
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists) << again.status().ToString();
+  std::lock_guard lock(sw_->mu);
+  EXPECT_TRUE(sw_->sw.HasJob(88));
+  EXPECT_TRUE(sw_->sw.HasJob(77));
+}
+
+TEST_F(ControlSessionTest, RefusesDuplicateRank) {
+  ControlClient client = Client();
+  ASSERT_TRUE(client.UdpSession(Args(77, 0, 4)).ok());
+  ASSERT_TRUE(client.UdpSession(Args(77, 1, 4)).ok());
+  UdpSessionArgs dup = Args(77, 1, 4);
+  dup.ipv4 = 0x0b000001;
+  auto reply = client.UdpSession(dup);
+  EXPECT_EQ(reply.status().code(), StatusCode::kAlreadyExists) << reply.status().ToString();
+  EXPECT_NE(reply.status().message().find("rank 1 is already registered"), std::string::npos)
+      << reply.status().message();
+}
+
+TEST_F(ControlSessionTest, RefusesRankOutOfRange) {
+  ControlClient client = Client();
+  ASSERT_TRUE(client.UdpSession(Args(77, 0, 4)).ok());
+  auto reply = client.UdpSession(Args(77, 4, 4));
+  EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(reply.status().message().find("rank 4 is out of range for 4 workers"),
+            std::string::npos)
+      << reply.status().message();
+}
+
+TEST_F(ControlSessionTest, RefusesNumWorkersMismatch) {
+  ControlClient client = Client();
+  ASSERT_TRUE(client.UdpSession(Args(77, 0, 4)).ok());
+  auto reply = client.UdpSession(Args(77, 1, 3));
+  EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(reply.status().message().find(
+                "num_workers 3 does not match session 77's 4 (set by rank 0): start every "
+                "worker with the same --workers"),
+            std::string::npos)
+      << reply.status().message();
+}
+
+TEST_F(ControlSessionTest, RefusesOtherSpecMismatches) {
+  ControlClient client = Client();
+  ASSERT_TRUE(client.UdpSession(Args(77, 0, 4)).ok());
+  UdpSessionArgs size = Args(77, 1, 4);
+  size.size = proto::SizeCode::k1024B;
+  auto reply = client.UdpSession(size);
+  EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(reply.status().message().find("packet size MTU_1024 does not match"), std::string::npos)
+      << reply.status().message();
+
+  ASSERT_TRUE(client.UdpSession(Args(77, 0, 4)).ok());
+  UdpSessionArgs ports = Args(77, 1, 4);
+  ports.num_udp_ports = 2;
+  ports.udp_port = 5000;
+  reply = client.UdpSession(ports);
+  EXPECT_NE(reply.status().message().find("num_udp_ports 2 does not match"), std::string::npos)
+      << reply.status().message();
+
+  ASSERT_TRUE(client.UdpSession(Args(77, 0, 4)).ok());
+  UdpSessionArgs window = Args(77, 1, 4);
+  window.max_outstanding_packets = 64;
+  reply = client.UdpSession(window);
+  EXPECT_NE(reply.status().message().find("max_outstanding_packets 64 does not match"),
+            std::string::npos)
+      << reply.status().message();
+}
+
+TEST_F(ControlSessionTest, RefusesNumWorkersOverTheLimit) {
+  ControlClient client = Client();
+  auto reply = client.UdpSession(Args(77, 0, 33));
+  EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(reply.status().message().find("limit of 32"), std::string::npos)
+      << reply.status().message();
+  std::lock_guard lock(sw_->mu);
+  EXPECT_FALSE(sw_->sw.HasJob(77));
+}
+
+TEST_F(ControlSessionTest, RefusesUnsupportedPacketSize) {
+  ControlClient client = Client();
+  UdpSessionArgs args = Args(77, 0, 2);
+  args.size = proto::SizeCode::k512B;
+  auto reply = client.UdpSession(args);
+  EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reply.status().message(),
+            "packet size MTU_512 is not supported; use 64 or 256 elements per packet");
+}
+
+TEST_F(ControlSessionTest, RefusesUnknownSession) {
+  ControlClient client = Client();
+  auto reply = client.UdpSession(Args(77, 1, 2));
+  EXPECT_EQ(reply.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(reply.status().message().find("session 77 does not exist"), std::string::npos)
+      << reply.status().message();
+  // Rank 0 then opens the session and clears the failure: rank 1 is welcome.
+  ASSERT_TRUE(client.UdpSession(Args(77, 0, 2)).ok());
+  EXPECT_TRUE(client.UdpSession(Args(77, 1, 2)).ok());
+}
+
+TEST_F(ControlSessionTest, RefusesAddressConflict) {
+  ControlClient client = Client();
+  ASSERT_TRUE(client.UdpSession(Args(77, 0, 2)).ok());
+  UdpSessionArgs other = Args(88, 0, 2);
+  other.ipv4 = Args(77, 0, 2).ipv4;
+  auto reply = client.UdpSession(other);
+  EXPECT_EQ(reply.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(reply.status().message().find("already used by rank 0 of session 77"),
+            std::string::npos)
+      << reply.status().message();
+  std::lock_guard lock(sw_->mu);
+  EXPECT_FALSE(sw_->sw.HasJob(88)) << "a job whose rank 0 was refused is not kept";
+  EXPECT_TRUE(sw_->sw.HasJob(77));
+}
+
+TEST_F(ControlSessionTest, RdmaSessionIsUnimplemented) {
+  auto channel = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+  auto stub = switchml_proto::Session::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  switchml_proto::RdmaSessionRequest req;
+  switchml_proto::RdmaSessionResponse resp;
+  grpc::Status st = stub->RdmaSession(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(st.error_message(), "RDMA sessions are not supported by the software switch; use UDP");
+}
+
+// Given a session of 3 with a barrier already waiting, when rank 2 is refused, expect the waiting
+// barrier released at once with the reason, later barriers and broadcasts of the session failing
+// at once, other sessions unaffected, and rank 0 re-creating the session clearing the failure.
+TEST_F(ControlSessionTest, RefusalFailsTheSessionsSyncCallsFast) {
+  ControlClient client = Client(20s);
+  ASSERT_TRUE(client.UdpSession(Args(77, 0, 3)).ok());
+  ASSERT_TRUE(client.UdpSession(Args(77, 1, 3)).ok());
+  const auto start = std::chrono::steady_clock::now();
+  auto waiting = std::async(std::launch::async, [&] { return client.Barrier(77, 3); });
+  while (server_->waiting_sync_calls() < 1) std::this_thread::sleep_for(5ms);
+
+  UdpSessionArgs bad = Args(77, 2, 3);
+  bad.num_workers = 4;
+  ASSERT_FALSE(client.UdpSession(bad).ok());
+
+  const Status released = waiting.get();
+  EXPECT_EQ(released.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(released.message().find("session 77 failed at setup: rank 2 was refused: "
+                                    "num_workers 4 does not match session 77's 3"),
+            std::string::npos)
+      << released.message();
+  Status later = client.Barrier(77, 3);
+  EXPECT_EQ(later.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(later.message(), released.message());
+  auto bcast = client.Broadcast(77, 5, 0, 3, 0);
+  EXPECT_EQ(bcast.status().code(), StatusCode::kFailedPrecondition);
+  // A correct rank arriving after the failure is refused with the session's reason.
+  auto late = client.UdpSession(Args(77, 2, 3));
+  EXPECT_EQ(late.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(late.status().message().find("rank 2 was refused"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+
+  // Another session's barrier is not affected.
+  EXPECT_TRUE(client.Barrier(88, 1).ok());
+
+  // Rank 0 re-creates the session: its barriers work again.
+  ASSERT_TRUE(client.UdpSession(Args(77, 0, 3)).ok());
+  ASSERT_TRUE(client.UdpSession(Args(77, 1, 3)).ok());
+  ASSERT_TRUE(client.UdpSession(Args(77, 2, 3)).ok());
+  std::vector<std::future<Status>> barriers;
+  for (int i = 0; i < 3; ++i) {
+    barriers.push_back(std::async(std::launch::async, [&] { return client.Barrier(77, 3); }));
+  }
+  for (auto& f : barriers) EXPECT_TRUE(f.get().ok());
+}
+
+// Given ipv4 = 0, expect the worker registered at the address its gRPC call came from.
+TEST_F(ControlSessionTest, ZeroIpv4MeansThePeerAddress) {
+  ControlClient client = Client();
+  UdpSessionArgs args = Args(77, 0, 1);
+  args.ipv4 = 0;
+  ASSERT_TRUE(client.UdpSession(args).ok());
+  // The 127.0.0.1 address is now taken by session 77 (any port).
+  UdpSessionArgs other = Args(88, 0, 1);
+  other.ipv4 = kLoopbackIpv4;
+  auto reply = client.UdpSession(other);
+  EXPECT_EQ(reply.status().code(), StatusCode::kAlreadyExists) << reply.status().ToString();
+  EXPECT_NE(reply.status().message().find("127.0.0.1"), std::string::npos)
+      << reply.status().message();
+}
+
+TEST(ParsePeerIpv4Test, Forms) {
+  uint32_t ip = 0;
+  EXPECT_TRUE(ParsePeerIpv4("ipv4:127.0.0.1:5555", &ip));
+  EXPECT_EQ(ip, 0x7f000001u);
+  EXPECT_TRUE(ParsePeerIpv4("ipv6:[::ffff:10.1.2.3]:5555", &ip));
+  EXPECT_EQ(ip, 0x0a010203u);
+  EXPECT_TRUE(ParsePeerIpv4("ipv6:%5B::ffff:10.1.2.4%5D:5555", &ip));
+  EXPECT_EQ(ip, 0x0a010204u);
+  EXPECT_TRUE(ParsePeerIpv4("ipv6:[::1]:80", &ip));
+  EXPECT_EQ(ip, 0x7f000001u);
+  EXPECT_FALSE(ParsePeerIpv4("ipv6:[2001:db8::1]:80", &ip));
+  EXPECT_FALSE(ParsePeerIpv4("unix:/tmp/sock", &ip));
+  EXPECT_FALSE(ParsePeerIpv4("ipv4:garbage:1", &ip));
+}
+
+TEST(ControlServerStartTest, PortInUseIsAClearError) {
+  dataplane::LockedSwitch sw{dataplane::SwitchConfig{}};
+  ControlServerOptions options;
+  options.bind_address = "127.0.0.1";
+  options.port = 0;
+  auto first = ControlServer::Start(options, &sw);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  options.port = (*first)->port();
+  auto second = ControlServer::Start(options, &sw);
+  ASSERT_FALSE(second.ok());
+  const std::string address = "127.0.0.1:" + std::to_string(options.port);
+  EXPECT_NE(second.status().message().find(address), std::string::npos)
+      << second.status().message();
+  EXPECT_NE(second.status().message().find("pick another --control-port"), std::string::npos)
+      << second.status().message();
+}
+
+}  // namespace
+}  // namespace switchml::control

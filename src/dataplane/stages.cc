@@ -1,0 +1,135 @@
+#include "dataplane/stages.h"
+
+#include <algorithm>
+#include <array>
+
+#include "base/check.h"
+
+namespace switchml::dataplane {
+
+WorkerBitmapStage::WorkerBitmapStage(uint32_t num_slots) : bitmaps_(size_t{num_slots} * 2, 0) {}
+
+void WorkerBitmapStage::Apply(PacketMetadata& md) {
+  const size_t mine = RegisterIndex(md.header.slot);
+  const size_t other = mine ^ 1;  // the same slot's other set
+  md.bitmap_before = bitmaps_[mine];
+  md.other_bitmap_before = bitmaps_[other];
+  bitmaps_[mine] |= md.worker_bit;
+  bitmaps_[other] &= ~md.worker_bit;
+  md.first = md.bitmap_before == 0;
+  md.seen = (md.bitmap_before & md.worker_bit) != 0;
+}
+
+void WorkerBitmapStage::Restore(const PacketMetadata& md) {
+  const size_t mine = RegisterIndex(md.header.slot);
+  bitmaps_[mine] = md.bitmap_before;
+  bitmaps_[mine ^ 1] = md.other_bitmap_before;
+}
+
+WorkerCounterStage::WorkerCounterStage(uint32_t num_slots)
+    : counts_(size_t{num_slots} * 2, 0), rounds_(size_t{num_slots} * 2) {}
+
+void WorkerCounterStage::Apply(PacketMetadata& md) {
+  const size_t r = RegisterIndex(md.header.slot);
+  uint32_t& count = counts_[r];
+  Round& round = rounds_[r];
+  const bool same_round =
+      round.valid && round.job_number == md.header.job_number && round.tsi == md.header.tsi;
+  md.contribute = false;
+  md.stale = false;
+  if (md.seen) {
+    // A retransmission: only report whether the set is complete.
+  } else if (md.first) {
+    if (same_round && count == 0) {
+      md.stale = true;  // a late copy of the round this set completed last
+    } else {
+      count = md.num_workers - 1;
+      round = Round{true, md.header.job_number, md.header.tsi};
+      md.contribute = true;
+    }
+  } else if (count == 0 || !same_round) {
+    md.stale = true;  // a late copy of an earlier round, not part of this one
+  } else {
+    --count;
+    md.contribute = true;
+  }
+  md.complete = count == 0;
+}
+
+ExponentMaxStage::ExponentMaxStage(uint32_t num_slots)
+    : e0_(size_t{num_slots} * 2, 0), e1_(size_t{num_slots} * 2, 0) {}
+
+void ExponentMaxStage::Apply(PacketMetadata& md) {
+  const size_t r = RegisterIndex(md.header.slot);
+  if (md.contribute) {
+    if (md.first) {
+      e0_[r] = md.header.e0;
+      e1_[r] = md.header.e1;
+    } else {
+      e0_[r] = std::max(e0_[r], md.header.e0);
+      e1_[r] = std::max(e1_[r], md.header.e1);
+    }
+  }
+  md.max_e0 = e0_[r];
+  md.max_e1 = e1_[r];
+}
+
+AggregateStage::AggregateStage(uint32_t num_slots, size_t numel)
+    : numel_(numel),
+      values_(std::make_unique_for_overwrite<int32_t[]>(size_t{num_slots} * 2 * numel)) {
+  CHECK(numel > 0 && numel <= proto::kMaxNumel) << "numel " << numel;
+}
+
+void AggregateStage::Apply(PacketMetadata& md) {
+  int32_t* sums = values_.get() + RegisterIndex(md.header.slot) * numel_;
+  if (md.contribute) {
+    if (md.first) {
+      proto::LoadPayload(md.payload, {sums, numel_});
+    } else {
+      std::array<int32_t, proto::kMaxNumel> in;
+      proto::LoadPayload(md.payload, {in.data(), numel_});
+      for (size_t k = 0; k < numel_; ++k) {
+        // Plain 32-bit wrap-around, as the switch's ALUs do (unsigned: no signed overflow UB).
+        sums[k] =
+            static_cast<int32_t>(static_cast<uint32_t>(sums[k]) + static_cast<uint32_t>(in[k]));
+      }
+    }
+  }
+  md.result = {sums, numel_};
+}
+
+NextStepStage::NextStepStage(uint32_t num_slots) : stored_(size_t{num_slots} * 2) {}
+
+void NextStepStage::Apply(PacketMetadata& md) {
+  Stored& stored = stored_[RegisterIndex(md.header.slot)];
+  if (md.contribute) {
+    if (!md.complete) {
+      md.next = NextStep::kConsume;
+      return;
+    }
+    stored.job_number = md.header.job_number;
+    stored.tsi = md.header.tsi;
+    md.next = NextStep::kMulticast;
+  } else if (md.seen && md.complete) {
+    md.next = NextStep::kUnicast;
+  } else {
+    md.next = NextStep::kDropDuplicate;
+    return;
+  }
+  md.reply_job_number = stored.job_number;
+  md.reply_tsi = stored.tsi;
+}
+
+size_t EncodeReply(const PacketMetadata& md, std::span<uint8_t> out) {
+  proto::Header h;
+  h.msg_type = proto::kMsgTypeData;
+  h.size = md.header.size;
+  h.job_number = md.reply_job_number;
+  h.tsi = md.reply_tsi;
+  h.slot = md.header.slot;
+  h.e0 = md.max_e0;
+  h.e1 = md.max_e1;
+  return proto::Encode(h, md.result, out);
+}
+
+}  // namespace switchml::dataplane

@@ -1,0 +1,180 @@
+// The stages of the software switch's pipeline, in the order of the reference P4 program:
+//
+//   (lookup, in switch.cc) -> WorkerBitmapStage -> WorkerCounterStage -> ExponentMaxStage
+//     -> AggregateStage -> NextStepStage -> EncodeReply (the deparser)
+//
+// One explicit metadata struct (PacketMetadata) flows through them; each stage reads what the
+// earlier stages wrote and writes only its own outputs. Each stage owns its "register array":
+// one entry per (slot, set), 2 * num_slots entries, indexed by RegisterIndex(). One instance of
+// each stage exists per job, so jobs never share state.
+//
+// The stages trust their inputs: the caller (Switch::Process) has already checked that the slot
+// index is inside the pool, the payload has the job's length, and rank < num_workers <= 64.
+//
+// Thread-safety: none; each instance belongs to one job of one Switch. No stage allocates after
+// construction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "proto/wire.h"
+
+namespace switchml::dataplane {
+
+// One bit per rank of a job (bit r = rank r): the widest bitmap the stages support.
+using WorkerBitmap = uint64_t;
+inline constexpr uint32_t kMaxWorkerBitmapWidth = 64;
+
+// The register entry of a (slot, set): slot * 2 + set.
+constexpr size_t RegisterIndex(proto::SlotId s) { return size_t{s.index} * 2 + s.set; }
+
+// What the switch does with a packet once the pipeline has run.
+enum class NextStep : uint8_t {
+  kConsume,        // aggregated into a slot that is not complete yet: nothing to send
+  kDropDuplicate,  // retransmission into an incomplete set, or a stale copy (see
+                   // WorkerCounterStage)
+  kMulticast,      // this packet completed the set: send the result to every worker of the job
+  kUnicast,        // retransmission into a complete set: send the stored result to the sender
+};
+
+// The pipeline's metadata (the P4 program's user metadata), one per packet, on the stack.
+struct PacketMetadata {
+  // Set by the parser and the job lookup before the first stage.
+  proto::Header header;
+  std::span<const uint8_t> payload;  // the header's numel int32 values, wire order
+  uint32_t num_workers = 0;
+  WorkerBitmap worker_bit = 0;  // 1 << rank of the sender
+
+  // WorkerBitmapStage.
+  WorkerBitmap bitmap_before = 0;        // this set's bitmap before the packet
+  WorkerBitmap other_bitmap_before = 0;  // the other set's, so a stale packet can be undone
+  bool first = false;  // bitmap_before == 0: the first contribution of a fresh round
+  bool seen = false;   // the sender's bit was already set: a retransmission
+
+  // WorkerCounterStage.
+  bool contribute = false;  // the payload and exponents go into the slot
+  bool stale = false;       // a late copy of an earlier round (see WorkerCounterStage)
+  bool complete = false;    // no contribution is missing in this set after this packet
+
+  // ExponentMaxStage: the set's exponents after this packet.
+  int8_t max_e0 = 0;
+  int8_t max_e1 = 0;
+
+  // AggregateStage: the set's values after this packet; points into the stage's registers and
+  // is valid until the stage's next Apply.
+  std::span<const int32_t> result;
+
+  // NextStepStage.
+  NextStep next = NextStep::kConsume;
+  uint8_t reply_job_number = 0;  // echoed in the reply: the completing packet's fields
+  uint32_t reply_tsi = 0;
+};
+
+// Stage 1: the per-(slot, set) worker bitmap. Records who contributed to each set and, on every
+// packet, clears the sender's bit in the other set: that is how a slot resets itself with no
+// control-plane help.
+class WorkerBitmapStage {
+ public:
+  explicit WorkerBitmapStage(uint32_t num_slots);
+  // Reads md.header.slot and md.worker_bit; writes bitmap_before, other_bitmap_before, first, seen.
+  void Apply(PacketMetadata& md);
+  // Puts both sets back as they were before Apply(md): used for stale packets (md.stale).
+  void Restore(const PacketMetadata& md);
+  WorkerBitmap bitmap(proto::SlotId s) const { return bitmaps_[RegisterIndex(s)]; }
+
+ private:
+  std::vector<WorkerBitmap> bitmaps_;
+};
+
+// Stage 2: the per-(slot, set) count of contributions still missing. A fresh round (md.first)
+// starts at num_workers - 1; each further new contribution decrements it; 0 means complete.
+//
+// Late network duplicates (beyond the reference P4 program, which would corrupt the slot): every
+// worker of a job sends the same (job_number, tsi) for the same round of a slot, and the stage
+// keeps the (job_number, tsi) of each set's current or last round. A new contribution (sender's
+// bit clear) is stale and dropped, with the bitmap stage restoring its registers, when
+//   - the set is in progress or complete and the packet belongs to another round (a copy of an
+//     earlier round that arrived after its sender moved on to the other set), or the set is
+//     complete (its sender's bit can only have been cleared by moving on: a late copy); or
+//   - the set is empty (everyone moved on) and the packet is of the round the set completed last:
+//     without this check that copy would open a fresh round holding stale data.
+// A legitimate packet never meets these conditions: a worker sends round r + 2 on a set only after
+// round r + 1 completed, and our workers' tsi is a running packet id, unique per slot for 2^32
+// packets (docs/protocol.md).
+class WorkerCounterStage {
+ public:
+  explicit WorkerCounterStage(uint32_t num_slots);
+  // Reads header.slot, num_workers, first, seen; writes contribute, stale, complete.
+  void Apply(PacketMetadata& md);
+  uint32_t count(proto::SlotId s) const { return counts_[RegisterIndex(s)]; }
+
+ private:
+  struct Round {
+    bool valid = false;
+    uint8_t job_number = 0;
+    uint32_t tsi = 0;
+  };
+  std::vector<uint32_t> counts_;
+  std::vector<Round> rounds_;  // the (job_number, tsi) of each set's current or last round
+};
+
+// Stage 3: the per-(slot, set) maxima of the two exponents, each kept independently: written by
+// the first contribution of a round, max'ed by the others.
+class ExponentMaxStage {
+ public:
+  explicit ExponentMaxStage(uint32_t num_slots);
+  // Reads header (slot, e0, e1), contribute, first; writes max_e0, max_e1.
+  void Apply(PacketMetadata& md);
+  int8_t e0(proto::SlotId s) const { return e0_[RegisterIndex(s)]; }
+  int8_t e1(proto::SlotId s) const { return e1_[RegisterIndex(s)]; }
+
+ private:
+  std::vector<int8_t> e0_;
+  std::vector<int8_t> e1_;
+};
+
+// Stage 4: the per-(slot, set) sums of numel int32 values: written by the first contribution of
+// a round, added with 32-bit wrap-around by the others.
+class AggregateStage {
+ public:
+  AggregateStage(uint32_t num_slots, size_t numel);
+  // Reads header.slot, payload, contribute, first; writes result.
+  void Apply(PacketMetadata& md);
+  std::span<const int32_t> values(proto::SlotId s) const {
+    return {values_.get() + RegisterIndex(s) * numel_, numel_};
+  }
+  size_t numel() const { return numel_; }
+
+ private:
+  size_t numel_;
+  // Left uninitialized on purpose: a round's first contribution writes before anything reads,
+  // and untouched slots of a large pool then cost no memory.
+  std::unique_ptr<int32_t[]> values_;
+};
+
+// Stage 5: decides drop, multicast or unicast, and keeps each complete set's echoed header fields
+// (job_number, tsi of the packet that completed it) so a retransmitted result carries them too.
+class NextStepStage {
+ public:
+  explicit NextStepStage(uint32_t num_slots);
+  // Reads header, seen, contribute, stale, complete; writes next, reply_job_number, reply_tsi.
+  void Apply(PacketMetadata& md);
+
+ private:
+  struct Stored {
+    uint8_t job_number = 0;
+    uint32_t tsi = 0;
+  };
+  std::vector<Stored> stored_;
+};
+
+// The deparser: encodes the reply of a kMulticast or kUnicast packet (msg_type 1, the packet's
+// size and pool index, md.reply_* header fields, the max exponents and the sums) into out, which
+// must hold proto::DatagramBytes(md.header.size). Returns the bytes written.
+size_t EncodeReply(const PacketMetadata& md, std::span<uint8_t> out);
+
+}  // namespace switchml::dataplane

@@ -1,0 +1,391 @@
+#include "dataplane/stages.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace switchml::dataplane {
+namespace {
+
+using proto::SlotId;
+
+PacketMetadata Md(SlotId slot, uint32_t rank, uint32_t num_workers) {
+  PacketMetadata md;
+  md.header.slot = slot;
+  md.worker_bit = WorkerBitmap{1} << rank;
+  md.num_workers = num_workers;
+  return md;
+}
+
+TEST(RegisterIndexTest, InterleavesSets) {
+  EXPECT_EQ(RegisterIndex(SlotId{0, 0}), 0u);
+  EXPECT_EQ(RegisterIndex(SlotId{0, 1}), 1u);
+  EXPECT_EQ(RegisterIndex(SlotId{5, 1}), 11u);
+}
+
+// ---- WorkerBitmapStage ----
+
+TEST(WorkerBitmapStageTest, FirstThenOthersThenRetransmission) {
+  WorkerBitmapStage stage(4);
+  PacketMetadata a = Md({2, 0}, 0, 3);
+  stage.Apply(a);
+  EXPECT_TRUE(a.first);
+  EXPECT_FALSE(a.seen);
+  EXPECT_EQ(a.bitmap_before, 0u);
+  EXPECT_EQ(stage.bitmap({2, 0}), 0b1u);
+
+  PacketMetadata b = Md({2, 0}, 2, 3);
+  stage.Apply(b);
+  EXPECT_FALSE(b.first);
+  EXPECT_FALSE(b.seen);
+  EXPECT_EQ(b.bitmap_before, 0b1u);
+  EXPECT_EQ(stage.bitmap({2, 0}), 0b101u);
+
+  PacketMetadata again = Md({2, 0}, 0, 3);
+  stage.Apply(again);
+  EXPECT_FALSE(again.first);
+  EXPECT_TRUE(again.seen);
+  EXPECT_EQ(stage.bitmap({2, 0}), 0b101u);
+  // Other slots untouched.
+  EXPECT_EQ(stage.bitmap({2, 1}), 0u);
+  EXPECT_EQ(stage.bitmap({1, 0}), 0u);
+  EXPECT_EQ(stage.bitmap({3, 0}), 0u);
+}
+
+TEST(WorkerBitmapStageTest, PacketClearsSenderInOtherSet) {
+  WorkerBitmapStage stage(1);
+  for (uint32_t r = 0; r < 3; ++r) {
+    PacketMetadata md = Md({0, 0}, r, 3);
+    stage.Apply(md);
+  }
+  EXPECT_EQ(stage.bitmap({0, 0}), 0b111u);
+  PacketMetadata md = Md({0, 1}, 1, 3);
+  stage.Apply(md);
+  EXPECT_TRUE(md.first);
+  EXPECT_EQ(md.other_bitmap_before, 0b111u);
+  EXPECT_EQ(stage.bitmap({0, 0}), 0b101u);
+  EXPECT_EQ(stage.bitmap({0, 1}), 0b010u);
+}
+
+TEST(WorkerBitmapStageTest, HighestRankOf64) {
+  WorkerBitmapStage stage(1);
+  PacketMetadata md = Md({0, 1}, 63, 64);
+  stage.Apply(md);
+  EXPECT_EQ(stage.bitmap({0, 1}), WorkerBitmap{1} << 63);
+}
+
+TEST(WorkerBitmapStageTest, RestoreUndoesBothSets) {
+  WorkerBitmapStage stage(1);
+  PacketMetadata a = Md({0, 0}, 0, 2);
+  stage.Apply(a);
+  PacketMetadata b = Md({0, 1}, 1, 2);
+  stage.Apply(b);
+  PacketMetadata c = Md({0, 1}, 0, 2);  // clears rank 0 in set 0, sets it in set 1
+  stage.Apply(c);
+  EXPECT_EQ(stage.bitmap({0, 0}), 0u);
+  EXPECT_EQ(stage.bitmap({0, 1}), 0b11u);
+  stage.Restore(c);
+  EXPECT_EQ(stage.bitmap({0, 0}), 0b01u);
+  EXPECT_EQ(stage.bitmap({0, 1}), 0b10u);
+}
+
+// ---- WorkerCounterStage ----
+
+PacketMetadata CounterMd(SlotId slot, uint32_t n, bool first, bool seen) {
+  PacketMetadata md = Md(slot, 0, n);
+  md.first = first;
+  md.seen = seen;
+  return md;
+}
+
+TEST(WorkerCounterStageTest, CountsDownToComplete) {
+  WorkerCounterStage stage(2);
+  PacketMetadata md = CounterMd({1, 1}, 3, /*first=*/true, /*seen=*/false);
+  stage.Apply(md);
+  EXPECT_TRUE(md.contribute);
+  EXPECT_FALSE(md.complete);
+  EXPECT_EQ(stage.count({1, 1}), 2u);
+
+  md = CounterMd({1, 1}, 3, false, false);
+  stage.Apply(md);
+  EXPECT_TRUE(md.contribute);
+  EXPECT_FALSE(md.complete);
+  EXPECT_EQ(stage.count({1, 1}), 1u);
+
+  md = CounterMd({1, 1}, 3, false, false);
+  stage.Apply(md);
+  EXPECT_TRUE(md.contribute);
+  EXPECT_TRUE(md.complete);
+  EXPECT_FALSE(md.stale);
+  EXPECT_EQ(stage.count({1, 1}), 0u);
+  EXPECT_EQ(stage.count({1, 0}), 0u);
+  EXPECT_EQ(stage.count({0, 1}), 0u);
+}
+
+TEST(WorkerCounterStageTest, SingleWorkerCompletesImmediately) {
+  WorkerCounterStage stage(1);
+  PacketMetadata md = CounterMd({0, 0}, 1, true, false);
+  stage.Apply(md);
+  EXPECT_TRUE(md.contribute);
+  EXPECT_TRUE(md.complete);
+}
+
+TEST(WorkerCounterStageTest, RetransmissionOnlyReportsCompletion) {
+  WorkerCounterStage stage(1);
+  PacketMetadata md = CounterMd({0, 0}, 2, true, false);
+  stage.Apply(md);
+  md = CounterMd({0, 0}, 2, false, true);
+  stage.Apply(md);
+  EXPECT_FALSE(md.contribute);
+  EXPECT_FALSE(md.complete);
+  EXPECT_EQ(stage.count({0, 0}), 1u);
+  md = CounterMd({0, 0}, 2, false, false);
+  stage.Apply(md);
+  EXPECT_TRUE(md.complete);
+  md = CounterMd({0, 0}, 2, false, true);
+  stage.Apply(md);
+  EXPECT_FALSE(md.contribute);
+  EXPECT_TRUE(md.complete);
+  EXPECT_EQ(stage.count({0, 0}), 0u);
+}
+
+TEST(WorkerCounterStageTest, NewContributionToCompleteSetIsStale) {
+  WorkerCounterStage stage(1);
+  PacketMetadata md = CounterMd({0, 0}, 1, true, false);
+  stage.Apply(md);
+  ASSERT_TRUE(md.complete);
+  md = CounterMd({0, 0}, 1, /*first=*/false, /*seen=*/false);
+  stage.Apply(md);
+  EXPECT_TRUE(md.stale);
+  EXPECT_FALSE(md.contribute);
+  EXPECT_TRUE(md.complete);
+  EXPECT_EQ(stage.count({0, 0}), 0u);  // no wrap-around
+}
+
+TEST(WorkerCounterStageTest, FreshRoundRestartsCount) {
+  WorkerCounterStage stage(1);
+  PacketMetadata md = CounterMd({0, 0}, 2, true, false);
+  stage.Apply(md);
+  md = CounterMd({0, 0}, 2, false, false);
+  stage.Apply(md);
+  ASSERT_TRUE(md.complete);
+  md = CounterMd({0, 0}, 2, true, false);
+  stage.Apply(md);
+  EXPECT_FALSE(md.complete);
+  EXPECT_EQ(stage.count({0, 0}), 1u);
+}
+
+// ---- ExponentMaxStage ----
+
+PacketMetadata ExpMd(SlotId slot, int8_t e0, int8_t e1, bool first, bool contribute = true) {
+  PacketMetadata md;
+  md.header.slot = slot;
+  md.header.e0 = e0;
+  md.header.e1 = e1;
+  md.first = first;
+  md.contribute = contribute;
+  return md;
+}
+
+TEST(ExponentMaxStageTest, WritesThenTakesMaxOfEachExponent) {
+  ExponentMaxStage stage(2);
+  PacketMetadata md = ExpMd({1, 0}, -5, 7, true);
+  stage.Apply(md);
+  EXPECT_EQ(md.max_e0, -5);
+  EXPECT_EQ(md.max_e1, 7);
+  md = ExpMd({1, 0}, -3, -100, false);
+  stage.Apply(md);
+  EXPECT_EQ(md.max_e0, -3);
+  EXPECT_EQ(md.max_e1, 7);
+  md = ExpMd({1, 0}, -128, 127, false);
+  stage.Apply(md);
+  EXPECT_EQ(md.max_e0, -3);
+  EXPECT_EQ(md.max_e1, 127);
+  EXPECT_EQ(stage.e0({1, 1}), 0);
+  EXPECT_EQ(stage.e0({0, 0}), 0);
+}
+
+TEST(ExponentMaxStageTest, FirstContributionOverwritesOldRound) {
+  ExponentMaxStage stage(1);
+  PacketMetadata md = ExpMd({0, 1}, 50, 60, true);
+  stage.Apply(md);
+  md = ExpMd({0, 1}, -20, -30, true);  // all negative: must not keep the old maxima
+  stage.Apply(md);
+  EXPECT_EQ(md.max_e0, -20);
+  EXPECT_EQ(md.max_e1, -30);
+}
+
+TEST(ExponentMaxStageTest, NonContributionReadsStoredMaxima) {
+  ExponentMaxStage stage(1);
+  PacketMetadata md = ExpMd({0, 0}, 4, -4, true);
+  stage.Apply(md);
+  md = ExpMd({0, 0}, 100, 100, false, /*contribute=*/false);
+  stage.Apply(md);
+  EXPECT_EQ(md.max_e0, 4);
+  EXPECT_EQ(md.max_e1, -4);
+}
+
+// ---- AggregateStage ----
+
+class AggregateStageTest : public ::testing::Test {
+ protected:
+  static constexpr size_t kNumel = 64;
+  PacketMetadata Contribution(SlotId slot, const std::vector<int32_t>& values, bool first,
+                              bool contribute = true) {
+    wires_.emplace_back(values.size() * 4);
+    proto::StorePayload(values, wires_.back());
+    PacketMetadata md;
+    md.header.slot = slot;
+    md.payload = wires_.back();
+    md.first = first;
+    md.contribute = contribute;
+    return md;
+  }
+  std::vector<std::vector<uint8_t>> wires_;
+};
+
+TEST_F(AggregateStageTest, WritesThenAdds) {
+  AggregateStage stage(2, kNumel);
+  std::vector<int32_t> a(kNumel), b(kNumel);
+  for (size_t k = 0; k < kNumel; ++k) {
+    a[k] = static_cast<int32_t>(k);
+    b[k] = -2 * static_cast<int32_t>(k);
+  }
+  PacketMetadata md = Contribution({1, 1}, a, true);
+  stage.Apply(md);
+  ASSERT_EQ(md.result.size(), kNumel);
+  EXPECT_EQ(md.result[5], 5);
+  md = Contribution({1, 1}, b, false);
+  stage.Apply(md);
+  for (size_t k = 0; k < kNumel; ++k) EXPECT_EQ(md.result[k], -static_cast<int32_t>(k));
+  EXPECT_EQ(stage.values({1, 1})[kNumel - 1], -63);
+}
+
+TEST_F(AggregateStageTest, AddsWithWrapAround) {
+  AggregateStage stage(1, kNumel);
+  std::vector<int32_t> max(kNumel, std::numeric_limits<int32_t>::max());
+  std::vector<int32_t> one(kNumel, 1);
+  std::vector<int32_t> min(kNumel, std::numeric_limits<int32_t>::min());
+  PacketMetadata md = Contribution({0, 0}, max, true);
+  stage.Apply(md);
+  md = Contribution({0, 0}, one, false);
+  stage.Apply(md);
+  EXPECT_EQ(md.result[0], std::numeric_limits<int32_t>::min());
+  md = Contribution({0, 0}, min, false);
+  stage.Apply(md);
+  EXPECT_EQ(md.result[0], 0);
+}
+
+TEST_F(AggregateStageTest, FirstContributionOverwritesAndNonContributionReads) {
+  AggregateStage stage(1, kNumel);
+  PacketMetadata md = Contribution({0, 0}, std::vector<int32_t>(kNumel, 9), true);
+  stage.Apply(md);
+  md = Contribution({0, 0}, std::vector<int32_t>(kNumel, 1), true);
+  stage.Apply(md);
+  EXPECT_EQ(md.result[0], 1);
+  md = Contribution({0, 0}, std::vector<int32_t>(kNumel, 1000), false, /*contribute=*/false);
+  stage.Apply(md);
+  EXPECT_EQ(md.result[0], 1);
+  EXPECT_EQ(md.result[kNumel - 1], 1);
+}
+
+TEST_F(AggregateStageTest, SetsAndSlotsAreSeparate) {
+  AggregateStage stage(2, 256);
+  PacketMetadata md = Contribution({0, 0}, std::vector<int32_t>(256, 1), true);
+  stage.Apply(md);
+  md = Contribution({0, 1}, std::vector<int32_t>(256, 2), true);
+  stage.Apply(md);
+  md = Contribution({1, 0}, std::vector<int32_t>(256, 3), true);
+  stage.Apply(md);
+  EXPECT_EQ(stage.values({0, 0})[255], 1);
+  EXPECT_EQ(stage.values({0, 1})[255], 2);
+  EXPECT_EQ(stage.values({1, 0})[0], 3);
+}
+
+// ---- NextStepStage ----
+
+PacketMetadata StepMd(SlotId slot, uint8_t job, uint32_t tsi, bool contribute, bool seen,
+                      bool complete, bool stale = false) {
+  PacketMetadata md;
+  md.header.slot = slot;
+  md.header.job_number = job;
+  md.header.tsi = tsi;
+  md.contribute = contribute;
+  md.seen = seen;
+  md.complete = complete;
+  md.stale = stale;
+  return md;
+}
+
+TEST(NextStepStageTest, Decisions) {
+  NextStepStage stage(1);
+  PacketMetadata md = StepMd({0, 0}, 1, 10, /*contribute=*/true, false, /*complete=*/false);
+  stage.Apply(md);
+  EXPECT_EQ(md.next, NextStep::kConsume);
+
+  md = StepMd({0, 0}, 1, 11, false, /*seen=*/true, /*complete=*/false);
+  stage.Apply(md);
+  EXPECT_EQ(md.next, NextStep::kDropDuplicate);
+
+  md = StepMd({0, 0}, 2, 12, /*contribute=*/true, false, /*complete=*/true);
+  stage.Apply(md);
+  EXPECT_EQ(md.next, NextStep::kMulticast);
+  EXPECT_EQ(md.reply_job_number, 2);
+  EXPECT_EQ(md.reply_tsi, 12u);
+
+  // A retransmission into the complete set echoes the completing packet's fields.
+  md = StepMd({0, 0}, 9, 99, false, /*seen=*/true, /*complete=*/true);
+  stage.Apply(md);
+  EXPECT_EQ(md.next, NextStep::kUnicast);
+  EXPECT_EQ(md.reply_job_number, 2);
+  EXPECT_EQ(md.reply_tsi, 12u);
+
+  md = StepMd({0, 0}, 9, 99, false, false, /*complete=*/true, /*stale=*/true);
+  stage.Apply(md);
+  EXPECT_EQ(md.next, NextStep::kDropDuplicate);
+}
+
+TEST(NextStepStageTest, StoresPerSet) {
+  NextStepStage stage(1);
+  PacketMetadata md = StepMd({0, 0}, 1, 100, true, false, true);
+  stage.Apply(md);
+  md = StepMd({0, 1}, 1, 200, true, false, true);
+  stage.Apply(md);
+  md = StepMd({0, 0}, 0, 0, false, true, true);
+  stage.Apply(md);
+  EXPECT_EQ(md.reply_tsi, 100u);
+  md = StepMd({0, 1}, 0, 0, false, true, true);
+  stage.Apply(md);
+  EXPECT_EQ(md.reply_tsi, 200u);
+}
+
+// ---- EncodeReply ----
+
+TEST(EncodeReplyTest, EncodesResultFields) {
+  std::vector<int32_t> sums(64);
+  for (int k = 0; k < 64; ++k) sums[k] = k * 1000 - 5;
+  PacketMetadata md;
+  md.header = proto::Header{1, proto::SizeCode::k256B, 7, 0xdeadbeef, SlotId{0x1abc, 1}, 3, 4};
+  md.reply_job_number = 42;
+  md.reply_tsi = 0x01020304;
+  md.max_e0 = -7;
+  md.max_e1 = 12;
+  md.result = sums;
+  std::vector<uint8_t> out(proto::DatagramBytes(proto::SizeCode::k256B));
+  ASSERT_EQ(EncodeReply(md, out), out.size());
+  proto::Packet p;
+  ASSERT_EQ(proto::Decode(out, &p), proto::DecodeError::kOk);
+  EXPECT_EQ(p.header.msg_type, proto::kMsgTypeData);
+  EXPECT_EQ(p.header.size, proto::SizeCode::k256B);
+  EXPECT_EQ(p.header.job_number, 42);
+  EXPECT_EQ(p.header.tsi, 0x01020304u);
+  EXPECT_EQ(p.header.slot, (SlotId{0x1abc, 1}));
+  EXPECT_EQ(p.header.e0, -7);
+  EXPECT_EQ(p.header.e1, 12);
+  for (int k = 0; k < 64; ++k) EXPECT_EQ(p.values[k], k * 1000 - 5);
+}
+
+}  // namespace
+}  // namespace switchml::dataplane

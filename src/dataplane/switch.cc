@@ -1,0 +1,400 @@
+#include "dataplane/switch.h"
+
+#include <algorithm>
+#include <array>
+#include <cinttypes>
+#include <cstdio>
+
+#include "base/check.h"
+#include "dataplane/stages.h"
+
+namespace switchml::dataplane {
+namespace {
+
+// "10.0.0.1:40000", "10.0.0.1:40000-40003" or "10.0.0.1 (any port)".
+std::string FormatAddress(const WorkerSpec& w, uint32_t num_ports) {
+  std::string s = Ipv4ToString(w.ipv4);
+  if (w.port == 0) return s + " (any port)";
+  s += ":" + std::to_string(w.port);
+  if (num_ports > 1) s += "-" + std::to_string(uint32_t{w.port} + num_ports - 1);
+  return s;
+}
+
+std::string SessionName(uint64_t session_id) { return "session " + std::to_string(session_id); }
+
+const char* SizeName(proto::SizeCode size) {
+  switch (size) {
+    case proto::SizeCode::k128B:
+      return "128B";
+    case proto::SizeCode::k256B:
+      return "256B";
+    case proto::SizeCode::k512B:
+      return "512B";
+    case proto::SizeCode::k1024B:
+      return "1024B";
+  }
+  return "?";
+}
+
+}  // namespace
+
+const char* DropReasonName(DropReason r) {
+  switch (r) {
+    case DropReason::kNone:
+      return "none";
+    case DropReason::kMalformed:
+      return "malformed";
+    case DropReason::kUnknownSource:
+      return "unknown_source";
+    case DropReason::kJobNotReady:
+      return "job_not_ready";
+    case DropReason::kWrongSize:
+      return "wrong_size";
+    case DropReason::kSlotOutOfRange:
+      return "slot_out_of_range";
+    case DropReason::kDuplicate:
+      return "duplicate";
+  }
+  return "unknown";
+}
+
+Status SwitchConfig::Validate() const {
+  if (max_workers_per_job < 1 || max_workers_per_job > kMaxWorkerBitmapWidth) {
+    return InvalidArgumentError(
+        "max_workers_per_job must be in 1.." + std::to_string(kMaxWorkerBitmapWidth) +
+        " (the worker bitmap's width), got " + std::to_string(max_workers_per_job));
+  }
+  if (slots_per_job < 1 || slots_per_job > proto::kMaxSlots) {
+    return InvalidArgumentError("slots_per_job must be in 1.." + std::to_string(proto::kMaxSlots) +
+                                " (the pool index has 14 bits), got " +
+                                std::to_string(slots_per_job));
+  }
+  if (max_jobs < 1) return InvalidArgumentError("max_jobs must be at least 1, got 0");
+  return Status::Ok();
+}
+
+// One job: its spec, worker table, pipeline registers, counters and preallocated reply state.
+// Owned by Switch::jobs_; the lookup tables point at it.
+struct Switch::Job {
+  Job(const JobSpec& s, uint32_t num_slots)
+      : spec(s),
+        workers(s.num_workers),
+        registered(s.num_workers, false),
+        bitmap(num_slots),
+        counter(num_slots),
+        exponents(num_slots),
+        aggregate(num_slots, proto::NumelOf(s.size)),
+        next_step(num_slots),
+        slot_counters(num_slots),
+        destinations(s.num_workers) {}
+
+  JobSpec spec;
+  std::vector<WorkerSpec> workers;  // by rank
+  std::vector<bool> registered;     // by rank
+  uint32_t num_registered = 0;
+
+  WorkerBitmapStage bitmap;
+  WorkerCounterStage counter;
+  ExponentMaxStage exponents;
+  AggregateStage aggregate;
+  NextStepStage next_step;
+
+  JobCounters counters;
+  std::vector<SlotCounters> slot_counters;
+
+  // Reply state, rewritten by each packet that produces a reply.
+  std::array<uint8_t, proto::kMaxDatagramBytes> reply{};
+  std::vector<Endpoint> destinations;  // num_workers entries, for kMulticast
+  Endpoint unicast_destination;
+};
+
+Switch::Switch(SwitchConfig config) : config_(config) {
+  const Status st = config_.Validate();
+  CHECK(st.ok()) << st.ToString();
+}
+
+Switch::~Switch() = default;
+
+Status Switch::CreateJob(const JobSpec& spec) {
+  const std::string name = SessionName(spec.session_id);
+  if (spec.num_workers == 0) {
+    return InvalidArgumentError(name + ": num_workers must be at least 1");
+  }
+  if (spec.num_workers > config_.max_workers_per_job) {
+    return InvalidArgumentError(name + ": num_workers " + std::to_string(spec.num_workers) +
+                                " exceeds this switch's limit of " +
+                                std::to_string(config_.max_workers_per_job) + " workers per job");
+  }
+  if (!proto::IsSupportedSize(spec.size)) {
+    return InvalidArgumentError(
+        name + ": packet size code " + std::to_string(static_cast<int>(spec.size)) +
+        " is not supported; use 256 B (64 elements) or 1024 B (256 elements)");
+  }
+  if (spec.num_ports == 0) {
+    return InvalidArgumentError(name + ": num_ports must be at least 1");
+  }
+  if (spec.max_outstanding_packets == 0 || spec.max_outstanding_packets > config_.slots_per_job) {
+    return InvalidArgumentError(name + ": max_outstanding_packets " +
+                                std::to_string(spec.max_outstanding_packets) + " must be in 1.." +
+                                std::to_string(config_.slots_per_job) +
+                                " (this switch's slots per job)");
+  }
+  auto it = jobs_.find(spec.session_id);
+  if (it == jobs_.end() && jobs_.size() >= config_.max_jobs) {
+    return ResourceExhaustedError(
+        "cannot open " + name + ": the switch already holds its limit of " +
+        std::to_string(config_.max_jobs) + " jobs; remove a finished job first");
+  }
+  if (it != jobs_.end()) {
+    RemoveFromLookup(*it->second);
+    jobs_.erase(it);
+  }
+  jobs_.emplace(spec.session_id, std::make_unique<Job>(spec, config_.slots_per_job));
+  return Status::Ok();
+}
+
+Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker) {
+  const std::string name = SessionName(session_id);
+  auto it = jobs_.find(session_id);
+  if (it == jobs_.end()) {
+    return NotFoundError(name + " does not exist: rank 0 must open it first");
+  }
+  Job& job = *it->second;
+  const uint32_t n = job.spec.num_workers;
+  if (rank >= n) {
+    return InvalidArgumentError("rank " + std::to_string(rank) + " out of range: " + name +
+                                " has " + std::to_string(n) + " workers (ranks 0-" +
+                                std::to_string(n - 1) + ")");
+  }
+  if (job.registered[rank]) {
+    return AlreadyExistsError("rank " + std::to_string(rank) + " is already registered in " + name);
+  }
+  const uint32_t num_ports = job.spec.num_ports;
+  if (worker.port != 0 && uint32_t{worker.port} + num_ports - 1 > 0xffff) {
+    return InvalidArgumentError("rank " + std::to_string(rank) + " of " + name + ": ports " +
+                                std::to_string(worker.port) + "-" +
+                                std::to_string(uint32_t{worker.port} + num_ports - 1) +
+                                " go past 65535; choose a lower base port");
+  }
+  // Overlap with any registered worker of any job (a port-0 entry owns every port of its ip).
+  for (const auto& [other_id, other] : jobs_) {
+    const uint32_t other_ports = other->spec.num_ports;
+    for (uint32_t r = 0; r < other->spec.num_workers; ++r) {
+      if (!other->registered[r]) continue;
+      const WorkerSpec& w = other->workers[r];
+      if (w.ipv4 != worker.ipv4) continue;
+      const bool overlap = w.port == 0 || worker.port == 0 ||
+                           (uint32_t{worker.port} < uint32_t{w.port} + other_ports &&
+                            uint32_t{w.port} < uint32_t{worker.port} + num_ports);
+      if (overlap) {
+        return AlreadyExistsError("address " + FormatAddress(worker, num_ports) +
+                                  " is already used by rank " + std::to_string(r) + " of " +
+                                  SessionName(other_id) + " (" + FormatAddress(w, other_ports) +
+                                  ")");
+      }
+    }
+  }
+  job.workers[rank] = worker;
+  job.registered[rank] = true;
+  ++job.num_registered;
+  if (worker.port == 0) {
+    by_address_[worker.ipv4] = {&job, rank};
+  } else {
+    for (uint32_t k = 0; k < num_ports; ++k) {
+      by_endpoint_[Endpoint{worker.ipv4, static_cast<uint16_t>(worker.port + k)}] = {&job, rank};
+    }
+  }
+  return Status::Ok();
+}
+
+void Switch::RemoveFromLookup(const Job& job) {
+  for (uint32_t r = 0; r < job.spec.num_workers; ++r) {
+    if (!job.registered[r]) continue;
+    const WorkerSpec& w = job.workers[r];
+    if (w.port == 0) {
+      by_address_.erase(w.ipv4);
+    } else {
+      for (uint32_t k = 0; k < job.spec.num_ports; ++k) {
+        by_endpoint_.erase(Endpoint{w.ipv4, static_cast<uint16_t>(w.port + k)});
+      }
+    }
+  }
+}
+
+Status Switch::RemoveJob(uint64_t session_id) {
+  auto it = jobs_.find(session_id);
+  if (it == jobs_.end()) return NotFoundError(SessionName(session_id) + " does not exist");
+  RemoveFromLookup(*it->second);
+  jobs_.erase(it);
+  return Status::Ok();
+}
+
+bool Switch::HasJob(uint64_t session_id) const { return jobs_.contains(session_id); }
+
+const JobSpec* Switch::FindJob(uint64_t session_id) const {
+  auto it = jobs_.find(session_id);
+  return it == jobs_.end() ? nullptr : &it->second->spec;
+}
+
+const JobCounters* Switch::job_counters(uint64_t session_id) const {
+  auto it = jobs_.find(session_id);
+  return it == jobs_.end() ? nullptr : &it->second->counters;
+}
+
+std::span<const SlotCounters> Switch::slot_counters(uint64_t session_id) const {
+  auto it = jobs_.find(session_id);
+  if (it == jobs_.end()) return {};
+  return it->second->slot_counters;
+}
+
+std::vector<uint64_t> Switch::job_ids() const {
+  std::vector<uint64_t> ids;
+  ids.reserve(jobs_.size());
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+const Action& Switch::DropForJob(Job& job, DropReason reason) {
+  ++job.counters.dropped[static_cast<int>(reason)];
+  action_.reason = reason;
+  return action_;
+}
+
+const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> datagram) {
+  action_ = Action{};
+  ++counters_.received;
+
+  // Parser.
+  PacketMetadata md;
+  const proto::DecodeError error = proto::DecodeHeader(datagram, &md.header);
+  if (error != proto::DecodeError::kOk) {
+    ++counters_.dropped_malformed[static_cast<int>(error)];
+    action_.reason = DropReason::kMalformed;
+    action_.decode_error = error;
+    return action_;
+  }
+
+  // Receive/lookup: the exact (ip, port) entry, then the any-port entry of the ip.
+  const std::pair<Job*, uint32_t>* entry = nullptr;
+  if (auto it = by_endpoint_.find(source); it != by_endpoint_.end()) {
+    entry = &it->second;
+  } else if (auto it2 = by_address_.find(source.ipv4); it2 != by_address_.end()) {
+    entry = &it2->second;
+  }
+  if (entry == nullptr) {
+    ++counters_.dropped_unknown_source;
+    action_.reason = DropReason::kUnknownSource;
+    return action_;
+  }
+  Job& job = *entry->first;
+  const uint32_t rank = entry->second;
+  ++job.counters.received;
+  if (job.num_registered < job.spec.num_workers) return DropForJob(job, DropReason::kJobNotReady);
+  if (md.header.size != job.spec.size) return DropForJob(job, DropReason::kWrongSize);
+  if (md.header.slot.index >= config_.slots_per_job) {
+    return DropForJob(job, DropReason::kSlotOutOfRange);
+  }
+  SlotCounters& slot = job.slot_counters[md.header.slot.index];
+  ++slot.received;
+
+  md.payload = datagram.subspan(proto::kPrefixBytes);
+  md.num_workers = job.spec.num_workers;
+  md.worker_bit = WorkerBitmap{1} << rank;
+
+  // The pipeline.
+  job.bitmap.Apply(md);
+  job.counter.Apply(md);
+  if (md.stale) job.bitmap.Restore(md);
+  job.exponents.Apply(md);
+  job.aggregate.Apply(md);
+  job.next_step.Apply(md);
+  if (md.contribute) ++job.counters.aggregated;
+
+  switch (md.next) {
+    case NextStep::kConsume:
+      return action_;
+    case NextStep::kDropDuplicate:
+      ++slot.duplicates;
+      return DropForJob(job, DropReason::kDuplicate);
+    case NextStep::kMulticast: {
+      const WorkerSpec& completer = job.workers[rank];
+      const uint16_t p = source.port;
+      const uint16_t offset = completer.port != 0 ? static_cast<uint16_t>(p - completer.port) : 0;
+      for (uint32_t w = 0; w < job.spec.num_workers; ++w) {
+        const WorkerSpec& dst = job.workers[w];
+        job.destinations[w] =
+            Endpoint{dst.ipv4, dst.port != 0 ? static_cast<uint16_t>(dst.port + offset) : p};
+      }
+      ++slot.completed;
+      ++job.counters.completed;
+      job.counters.multicast_packets += job.spec.num_workers;
+      action_.kind = Action::Kind::kMulticast;
+      action_.destinations = job.destinations;
+      break;
+    }
+    case NextStep::kUnicast:
+      job.unicast_destination = source;
+      ++slot.retransmitted;
+      ++job.counters.retransmitted;
+      action_.kind = Action::Kind::kUnicast;
+      action_.destinations = {&job.unicast_destination, 1};
+      break;
+  }
+  const size_t bytes = EncodeReply(md, job.reply);
+  action_.reply = {job.reply.data(), bytes};
+  return action_;
+}
+
+std::string Switch::FormatCounters(bool per_slot) const {
+  std::string out;
+  char line[256];
+  auto add = [&](const char* fmt, auto... args) {
+    std::snprintf(line, sizeof line, fmt, args...);
+    out += line;
+  };
+  uint64_t malformed = 0;
+  for (uint64_t c : counters_.dropped_malformed) malformed += c;
+  add("switch: %zu jobs, received %" PRIu64 ", malformed %" PRIu64 ", unknown_source %" PRIu64 "\n",
+      jobs_.size(), counters_.received, malformed, counters_.dropped_unknown_source);
+  for (int e = 1; e < proto::kNumDecodeErrors; ++e) {
+    if (counters_.dropped_malformed[e] == 0) continue;
+    const std::string label =
+        std::string("malformed ") + proto::DecodeErrorName(static_cast<proto::DecodeError>(e));
+    add("  %-26s %12" PRIu64 "\n", label.c_str(), counters_.dropped_malformed[e]);
+  }
+  for (uint64_t id : job_ids()) {
+    const Job& job = *jobs_.at(id);
+    const JobCounters& c = job.counters;
+    add("session %" PRIu64 ": %u/%u workers registered, size %s, %u ports/worker, window %u\n", id,
+        job.num_registered, job.spec.num_workers, SizeName(job.spec.size), job.spec.num_ports,
+        job.spec.max_outstanding_packets);
+    add("  %-26s %12" PRIu64 "\n", "received", c.received);
+    add("  %-26s %12" PRIu64 "\n", "aggregated", c.aggregated);
+    add("  %-26s %12" PRIu64 "\n", "completed", c.completed);
+    add("  %-26s %12" PRIu64 "\n", "multicast_packets", c.multicast_packets);
+    add("  %-26s %12" PRIu64 "\n", "retransmitted", c.retransmitted);
+    for (int r = 1; r < kNumDropReasons; ++r) {
+      if (c.dropped[r] == 0) continue;
+      const std::string label =
+          std::string("dropped ") + DropReasonName(static_cast<DropReason>(r));
+      add("  %-26s %12" PRIu64 "\n", label.c_str(), c.dropped[r]);
+    }
+    if (!per_slot) continue;
+    bool header = false;
+    for (size_t s = 0; s < job.slot_counters.size(); ++s) {
+      const SlotCounters& sc = job.slot_counters[s];
+      if (sc.received == 0) continue;
+      if (!header) {
+        add("  %6s %12s %12s %14s %12s\n", "slot", "received", "completed", "retransmitted",
+            "duplicates");
+        header = true;
+      }
+      add("  %6zu %12" PRIu64 " %12" PRIu64 " %14" PRIu64 " %12" PRIu64 "\n", s, sc.received,
+          sc.completed, sc.retransmitted, sc.duplicates);
+    }
+  }
+  return out;
+}
+
+}  // namespace switchml::dataplane

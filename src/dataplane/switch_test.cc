@@ -1,0 +1,609 @@
+// Switch: config validation, the job table (creation, registration, refusals), isolation between
+// jobs, drop accounting, arithmetic edge cases and counter formatting.
+#include "dataplane/switch.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <new>
+#include <vector>
+
+// Counts heap allocations so a test can check that Process() makes none.
+namespace {
+std::atomic<uint64_t> g_allocations{0};
+}  // namespace
+void* operator new(size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+
+namespace switchml::dataplane {
+namespace {
+
+using proto::SlotId;
+
+constexpr uint32_t kIpA = 0x0a000001;  // 10.0.0.1
+constexpr uint32_t kIpB = 0x0a000002;
+constexpr uint32_t kIpC = 0x0a000003;
+constexpr uint32_t kIpD = 0x0a000004;
+
+SwitchConfig SmallConfig() {
+  SwitchConfig c;
+  c.max_workers_per_job = 32;
+  c.slots_per_job = 16;
+  c.max_jobs = 4;
+  return c;
+}
+
+JobSpec Spec(uint64_t session, uint32_t n, proto::SizeCode size = proto::SizeCode::k256B,
+             uint32_t num_ports = 1) {
+  JobSpec s;
+  s.session_id = session;
+  s.num_workers = n;
+  s.size = size;
+  s.num_ports = num_ports;
+  s.max_outstanding_packets = 8;
+  return s;
+}
+
+std::vector<uint8_t> Datagram(SlotId slot, std::vector<int32_t> values, int8_t e0 = 0,
+                              int8_t e1 = 0, uint32_t tsi = 0, uint8_t job_number = 0) {
+  proto::SizeCode size;
+  EXPECT_TRUE(proto::SizeCodeForNumel(values.size(), &size));
+  proto::Header h{proto::kMsgTypeData, size, job_number, tsi, slot, e0, e1};
+  std::vector<uint8_t> out(proto::DatagramBytes(size));
+  proto::Encode(h, values, out);
+  return out;
+}
+
+std::vector<int32_t> Fill(int32_t v, size_t numel = 64) { return std::vector<int32_t>(numel, v); }
+
+proto::Packet Reply(const Action& a) {
+  proto::Packet p;
+  EXPECT_EQ(proto::Decode(a.reply, &p), proto::DecodeError::kOk);
+  return p;
+}
+
+uint64_t Dropped(const JobCounters& c, DropReason r) { return c.dropped[static_cast<int>(r)]; }
+
+// ---- Config and names ----
+
+TEST(SwitchConfigTest, Validate) {
+  EXPECT_TRUE(SwitchConfig{}.Validate().ok());
+  SwitchConfig c;
+  c.max_workers_per_job = 64;
+  EXPECT_TRUE(c.Validate().ok());
+  c.max_workers_per_job = 65;
+  EXPECT_EQ(c.Validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.Validate().message().find("max_workers_per_job must be in 1..64"), std::string::npos)
+      << c.Validate().message();
+  c.max_workers_per_job = 0;
+  EXPECT_FALSE(c.Validate().ok());
+  c = SwitchConfig{};
+  c.slots_per_job = proto::kMaxSlots;
+  EXPECT_TRUE(c.Validate().ok());
+  c.slots_per_job = proto::kMaxSlots + 1;
+  EXPECT_NE(c.Validate().message().find("slots_per_job must be in 1..16384"), std::string::npos);
+  c.slots_per_job = 0;
+  EXPECT_FALSE(c.Validate().ok());
+  c = SwitchConfig{};
+  c.max_jobs = 0;
+  EXPECT_NE(c.Validate().message().find("max_jobs"), std::string::npos);
+}
+
+TEST(SwitchConfigDeathTest, SwitchRequiresValidConfig) {
+  SwitchConfig c;
+  c.max_workers_per_job = 65;
+  EXPECT_DEATH({ Switch sw(c); }, "max_workers_per_job must be in 1..64");
+}
+
+TEST(SwitchTest, DropReasonNames) {
+  EXPECT_STREQ(DropReasonName(DropReason::kNone), "none");
+  EXPECT_STREQ(DropReasonName(DropReason::kMalformed), "malformed");
+  EXPECT_STREQ(DropReasonName(DropReason::kUnknownSource), "unknown_source");
+  EXPECT_STREQ(DropReasonName(DropReason::kJobNotReady), "job_not_ready");
+  EXPECT_STREQ(DropReasonName(DropReason::kWrongSize), "wrong_size");
+  EXPECT_STREQ(DropReasonName(DropReason::kSlotOutOfRange), "slot_out_of_range");
+  EXPECT_STREQ(DropReasonName(DropReason::kDuplicate), "duplicate");
+}
+
+// ---- CreateJob ----
+
+TEST(SwitchJobTableTest, CreateJobRefusals) {
+  Switch sw(SmallConfig());
+  auto refused = [&](JobSpec spec, StatusCode code, const std::string& message) {
+    const Status st = sw.CreateJob(spec);
+    EXPECT_EQ(st.code(), code) << st.ToString();
+    EXPECT_EQ(st.message(), message);
+    EXPECT_FALSE(sw.HasJob(spec.session_id));
+  };
+  refused(Spec(77, 0), StatusCode::kInvalidArgument, "session 77: num_workers must be at least 1");
+  refused(Spec(77, 33), StatusCode::kInvalidArgument,
+          "session 77: num_workers 33 exceeds this switch's limit of 32 workers per job");
+  refused(Spec(77, 2, proto::SizeCode::k512B), StatusCode::kInvalidArgument,
+          "session 77: packet size code 2 is not supported; use 256 B (64 elements) or 1024 B "
+          "(256 elements)");
+  refused(Spec(77, 2, proto::SizeCode::k256B, 0), StatusCode::kInvalidArgument,
+          "session 77: num_ports must be at least 1");
+  JobSpec spec = Spec(77, 2);
+  spec.max_outstanding_packets = 0;
+  refused(spec, StatusCode::kInvalidArgument,
+          "session 77: max_outstanding_packets 0 must be in 1..16 (this switch's slots per job)");
+  spec.max_outstanding_packets = 17;
+  refused(spec, StatusCode::kInvalidArgument,
+          "session 77: max_outstanding_packets 17 must be in 1..16 (this switch's slots per job)");
+  spec.max_outstanding_packets = 16;
+  EXPECT_TRUE(sw.CreateJob(spec).ok());
+
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE(sw.CreateJob(Spec(id, 2)).ok());
+  refused(Spec(5, 2), StatusCode::kResourceExhausted,
+          "cannot open session 5: the switch already holds its limit of 4 jobs; remove a finished "
+          "job first");
+  // Re-creating an existing session at the limit replaces it.
+  EXPECT_TRUE(sw.CreateJob(Spec(3, 4)).ok());
+  EXPECT_EQ(sw.FindJob(3)->num_workers, 4u);
+  EXPECT_EQ(sw.job_ids(), (std::vector<uint64_t>{1, 2, 3, 77}));
+  ASSERT_TRUE(sw.RemoveJob(1).ok());
+  EXPECT_TRUE(sw.CreateJob(Spec(5, 2)).ok());
+}
+
+TEST(SwitchJobTableTest, FindJobAndRemoveJob) {
+  Switch sw(SmallConfig());
+  EXPECT_EQ(sw.FindJob(9), nullptr);
+  EXPECT_EQ(sw.job_counters(9), nullptr);
+  EXPECT_TRUE(sw.slot_counters(9).empty());
+  ASSERT_TRUE(sw.CreateJob(Spec(9, 2, proto::SizeCode::k1024B, 3)).ok());
+  ASSERT_NE(sw.FindJob(9), nullptr);
+  EXPECT_EQ(sw.FindJob(9)->size, proto::SizeCode::k1024B);
+  EXPECT_EQ(sw.FindJob(9)->num_ports, 3u);
+  EXPECT_EQ(sw.slot_counters(9).size(), 16u);
+  ASSERT_TRUE(sw.AddWorker(9, 0, {kIpA, 1000}).ok());
+  ASSERT_TRUE(sw.RemoveJob(9).ok());
+  EXPECT_FALSE(sw.HasJob(9));
+  const Status st = sw.RemoveJob(9);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), "session 9 does not exist");
+  // The removed job's addresses are free and no longer routed.
+  EXPECT_EQ(sw.Process({kIpA, 1001}, Datagram({0, 0}, Fill(1, 256))).reason,
+            DropReason::kUnknownSource);
+  ASSERT_TRUE(sw.CreateJob(Spec(10, 1)).ok());
+  EXPECT_TRUE(sw.AddWorker(10, 0, {kIpA, 1002}).ok());
+}
+
+// ---- AddWorker ----
+
+TEST(SwitchJobTableTest, AddWorkerRefusals) {
+  Switch sw(SmallConfig());
+  Status st = sw.AddWorker(77, 0, {kIpA, 40000});
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), "session 77 does not exist: rank 0 must open it first");
+
+  ASSERT_TRUE(sw.CreateJob(Spec(77, 4, proto::SizeCode::k256B, 2)).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(12, 2, proto::SizeCode::k256B, 2)).ok());
+  ASSERT_TRUE(sw.AddWorker(12, 1, {kIpA, 40001}).ok());  // owns 40001-40002
+
+  st = sw.AddWorker(77, 5, {kIpB, 40000});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "rank 5 out of range: session 77 has 4 workers (ranks 0-3)");
+
+  ASSERT_TRUE(sw.AddWorker(77, 3, {kIpB, 40000}).ok());
+  st = sw.AddWorker(77, 3, {kIpC, 40000});
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(st.message(), "rank 3 is already registered in session 77");
+
+  // Port ranges overlapping another job's worker.
+  st = sw.AddWorker(77, 0, {kIpA, 40000});
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(st.message(),
+            "address 10.0.0.1:40000-40001 is already used by rank 1 of session 12 "
+            "(10.0.0.1:40001-40002)");
+  st = sw.AddWorker(77, 0, {kIpA, 40002});
+  EXPECT_EQ(st.message(),
+            "address 10.0.0.1:40002-40003 is already used by rank 1 of session 12 "
+            "(10.0.0.1:40001-40002)");
+  // Overlapping a worker of the same job.
+  st = sw.AddWorker(77, 0, {kIpB, 39999});
+  EXPECT_EQ(st.message(),
+            "address 10.0.0.2:39999-40000 is already used by rank 3 of session 77 "
+            "(10.0.0.2:40000-40001)");
+  // Port 0 conflicts with any registration on the same IP, both ways.
+  st = sw.AddWorker(77, 0, {kIpA, 0});
+  EXPECT_EQ(st.message(),
+            "address 10.0.0.1 (any port) is already used by rank 1 of session 12 "
+            "(10.0.0.1:40001-40002)");
+  ASSERT_TRUE(sw.AddWorker(77, 1, {kIpC, 0}).ok());
+  st = sw.AddWorker(77, 2, {kIpC, 50000});
+  EXPECT_EQ(st.message(),
+            "address 10.0.0.3:50000-50001 is already used by rank 1 of session 77 "
+            "(10.0.0.3 (any port))");
+  st = sw.AddWorker(12, 0, {kIpC, 0});
+  EXPECT_EQ(st.message(),
+            "address 10.0.0.3 (any port) is already used by rank 1 of session 77 "
+            "(10.0.0.3 (any port))");
+  // A range running past port 65535.
+  st = sw.AddWorker(77, 2, {kIpD, 65535});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "rank 2 of session 77: ports 65535-65536 go past 65535; choose a lower "
+            "base port");
+  // Adjacent ranges and the same port on another IP are fine.
+  EXPECT_TRUE(sw.AddWorker(77, 0, {kIpA, 40003}).ok());
+  EXPECT_TRUE(sw.AddWorker(77, 2, {kIpD, 40001}).ok());
+  EXPECT_TRUE(sw.AddWorker(12, 0, {kIpA, 39999}).ok());
+}
+
+TEST(SwitchJobTableTest, JobNotReadyUntilAllWorkersRegistered) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 2)).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 0, {kIpA, 1000}).ok());
+  const Action& a = sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(1)));
+  EXPECT_EQ(a.kind, Action::Kind::kDrop);
+  EXPECT_EQ(a.reason, DropReason::kJobNotReady);
+  EXPECT_EQ(Dropped(*sw.job_counters(1), DropReason::kJobNotReady), 1u);
+  ASSERT_TRUE(sw.AddWorker(1, 1, {kIpB, 1000}).ok());
+  // The early packet left no trace: a full reduction yields exactly 1 + 2.
+  EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(1))).reason, DropReason::kNone);
+  const Action& done = sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(2)));
+  ASSERT_EQ(done.kind, Action::Kind::kMulticast);
+  EXPECT_EQ(Reply(done).values[0], 3);
+  EXPECT_EQ(sw.job_counters(1)->received, 3u);
+  EXPECT_EQ(sw.slot_counters(1)[0].received, 2u);
+}
+
+// ---- Isolation between jobs ----
+
+TEST(SwitchJobTableTest, TwoConcurrentJobsKeepSeparatePools) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 2)).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(2, 3)).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 0, {kIpA, 1000}).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 1, {kIpB, 1000}).ok());
+  ASSERT_TRUE(sw.AddWorker(2, 0, {kIpA, 2000}).ok());
+  ASSERT_TRUE(sw.AddWorker(2, 1, {kIpB, 2000}).ok());
+  ASSERT_TRUE(sw.AddWorker(2, 2, {kIpC, 0}).ok());
+
+  // Both jobs use slot 0 set 0 at the same time, interleaved.
+  EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(1), 1, 0, 100, 1)).reason,
+            DropReason::kNone);
+  EXPECT_EQ(sw.Process({kIpA, 2000}, Datagram({0, 0}, Fill(10), 2, 0, 200, 2)).reason,
+            DropReason::kNone);
+  EXPECT_EQ(sw.Process({kIpB, 2000}, Datagram({0, 0}, Fill(20), 3, 0, 201, 2)).reason,
+            DropReason::kNone);
+  const Action& one = sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(2), 4, 0, 101, 1));
+  ASSERT_EQ(one.kind, Action::Kind::kMulticast);
+  proto::Packet p = Reply(one);
+  EXPECT_EQ(p.values[0], 3);
+  EXPECT_EQ(p.header.e0, 4);
+  EXPECT_EQ(p.header.tsi, 101u);
+  EXPECT_EQ(std::vector<Endpoint>(one.destinations.begin(), one.destinations.end()),
+            (std::vector<Endpoint>{{kIpA, 1000}, {kIpB, 1000}}));
+  const Action& two = sw.Process({kIpC, 7777}, Datagram({0, 0}, Fill(30), 1, 0, 202, 2));
+  ASSERT_EQ(two.kind, Action::Kind::kMulticast);
+  p = Reply(two);
+  EXPECT_EQ(p.values[63], 60);
+  EXPECT_EQ(p.header.e0, 3);
+  EXPECT_EQ(p.header.job_number, 2);
+  EXPECT_EQ(std::vector<Endpoint>(two.destinations.begin(), two.destinations.end()),
+            (std::vector<Endpoint>{{kIpA, 2000}, {kIpB, 2000}, {kIpC, 7777}}));
+
+  EXPECT_EQ(sw.job_counters(1)->received, 2u);
+  EXPECT_EQ(sw.job_counters(1)->multicast_packets, 2u);
+  EXPECT_EQ(sw.job_counters(2)->received, 3u);
+  EXPECT_EQ(sw.job_counters(2)->multicast_packets, 3u);
+}
+
+// Given: job 2 has one of two contributions in slot 0; job 1's worker, an unknown host and a
+// job-1 packet carrying job 2's job_number all send to slot 0.
+// Expect: job 2's slot is untouched: its second worker completes it with job 2's sum only.
+TEST(SwitchJobTableTest, ForeignPacketNeverTouchesAnotherJob) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 2)).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(2, 2)).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 0, {kIpA, 1000}).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 1, {kIpA, 1001}).ok());
+  ASSERT_TRUE(sw.AddWorker(2, 0, {kIpB, 1000}).ok());
+  ASSERT_TRUE(sw.AddWorker(2, 1, {kIpB, 1001}).ok());
+
+  EXPECT_EQ(sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(5), 0, 0, 0, 2)).reason,
+            DropReason::kNone);
+  EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(1000), 90, 90, 0, 2)).reason,
+            DropReason::kNone);
+  EXPECT_EQ(sw.Process({kIpD, 1000}, Datagram({0, 0}, Fill(1000), 90, 90)).reason,
+            DropReason::kUnknownSource);
+  EXPECT_EQ(sw.Process({kIpB, 1002}, Datagram({0, 0}, Fill(1000), 90, 90)).reason,
+            DropReason::kUnknownSource);
+  const Action& a = sw.Process({kIpB, 1001}, Datagram({0, 0}, Fill(6), 1, 1, 0, 2));
+  ASSERT_EQ(a.kind, Action::Kind::kMulticast);
+  const proto::Packet p = Reply(a);
+  EXPECT_EQ(p.values[0], 11);
+  EXPECT_EQ(p.header.e0, 1);
+  EXPECT_EQ(sw.job_counters(2)->received, 2u);
+  EXPECT_EQ(sw.job_counters(1)->received, 1u);
+  EXPECT_EQ(sw.job_counters(1)->aggregated, 1u);
+  EXPECT_EQ(sw.counters().dropped_unknown_source, 2u);
+}
+
+// Given: jobs 1 and 2 each have a partial slot 0; job 2 is re-created (its workers re-register,
+// one on a new address).
+// Expect: job 1 completes with its exact sum; job 2 starts empty; job 2's old address is no
+// longer routed.
+TEST(SwitchJobTableTest, RecreatingOneSessionLeavesOthersIntact) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 2)).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(2, 2)).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 0, {kIpA, 1000}).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 1, {kIpA, 1001}).ok());
+  ASSERT_TRUE(sw.AddWorker(2, 0, {kIpB, 0}).ok());
+  ASSERT_TRUE(sw.AddWorker(2, 1, {kIpC, 1000}).ok());
+  sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(1)));
+  sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(100)));
+
+  ASSERT_TRUE(sw.CreateJob(Spec(2, 2)).ok());
+  EXPECT_EQ(sw.job_counters(2)->received, 0u);
+  EXPECT_EQ(sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(100))).reason,
+            DropReason::kUnknownSource);
+  ASSERT_TRUE(sw.AddWorker(2, 0, {kIpB, 0}).ok());
+  ASSERT_TRUE(sw.AddWorker(2, 1, {kIpD, 1000}).ok());
+  EXPECT_EQ(sw.Process({kIpC, 1000}, Datagram({0, 0}, Fill(100))).reason,
+            DropReason::kUnknownSource);
+
+  const Action& one = sw.Process({kIpA, 1001}, Datagram({0, 0}, Fill(2)));
+  ASSERT_EQ(one.kind, Action::Kind::kMulticast);
+  EXPECT_EQ(Reply(one).values[0], 3);
+
+  EXPECT_EQ(sw.Process({kIpB, 9}, Datagram({0, 0}, Fill(7))).reason, DropReason::kNone);
+  const Action& two = sw.Process({kIpD, 1000}, Datagram({0, 0}, Fill(8)));
+  ASSERT_EQ(two.kind, Action::Kind::kMulticast);
+  EXPECT_EQ(Reply(two).values[0], 15);
+}
+
+// ---- Drops and counters ----
+
+TEST(SwitchDropTest, MalformedCountedByDecodeError) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 1)).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 0, {kIpA, 0}).ok());
+  const std::vector<uint8_t> good = Datagram({0, 0}, Fill(1));
+  auto expect = [&](std::vector<uint8_t> d, proto::DecodeError e) {
+    const Action& a = sw.Process({kIpA, 1}, d);
+    EXPECT_EQ(a.kind, Action::Kind::kDrop);
+    EXPECT_EQ(a.reason, DropReason::kMalformed);
+    EXPECT_EQ(a.decode_error, e);
+  };
+  expect({}, proto::DecodeError::kTooShort);
+  expect({0x11, 0, 0, 0}, proto::DecodeError::kTooShort);
+  std::vector<uint8_t> d = good;
+  d[0] = 0x01;  // msg_type 0
+  expect(d, proto::DecodeError::kBadMsgType);
+  d = good;
+  d[0] = 0x12;  // size code 2
+  expect(d, proto::DecodeError::kUnsupportedSize);
+  d = good;
+  d.push_back(0);
+  expect(d, proto::DecodeError::kLengthMismatch);
+  d = good;
+  d[6] |= 0x40;  // pool_index bit 14
+  expect(d, proto::DecodeError::kReservedBit);
+  d = good;
+  d[0] |= 0x08;  // the unused bit of byte 0
+  expect(d, proto::DecodeError::kReservedBit);
+
+  const SwitchCounters& c = sw.counters();
+  EXPECT_EQ(c.received, 7u);
+  EXPECT_EQ(c.dropped_malformed[static_cast<int>(proto::DecodeError::kTooShort)], 2u);
+  EXPECT_EQ(c.dropped_malformed[static_cast<int>(proto::DecodeError::kBadMsgType)], 1u);
+  EXPECT_EQ(c.dropped_malformed[static_cast<int>(proto::DecodeError::kUnsupportedSize)], 1u);
+  EXPECT_EQ(c.dropped_malformed[static_cast<int>(proto::DecodeError::kLengthMismatch)], 1u);
+  EXPECT_EQ(c.dropped_malformed[static_cast<int>(proto::DecodeError::kReservedBit)], 2u);
+  EXPECT_EQ(sw.job_counters(1)->received, 0u);
+  // The job's state is untouched: a single-worker job's first packet completes at once.
+  const Action& a = sw.Process({kIpA, 1}, good);
+  EXPECT_EQ(a.kind, Action::Kind::kMulticast);
+}
+
+TEST(SwitchDropTest, WrongSizeAndSlotOutOfRange) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 1, proto::SizeCode::k1024B)).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 0, {kIpA, 1000}).ok());
+  EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(1, 64))).reason, DropReason::kWrongSize);
+  EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({16, 0}, Fill(1, 256))).reason,
+            DropReason::kSlotOutOfRange);
+  EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({proto::kMaxSlots - 1, 1}, Fill(1, 256))).reason,
+            DropReason::kSlotOutOfRange);
+  const Action& a = sw.Process({kIpA, 1000}, Datagram({15, 1}, Fill(1, 256)));
+  EXPECT_EQ(a.kind, Action::Kind::kMulticast);
+  EXPECT_EQ(a.reply.size(), proto::DatagramBytes(proto::SizeCode::k1024B));
+  const JobCounters& c = *sw.job_counters(1);
+  EXPECT_EQ(c.received, 4u);
+  EXPECT_EQ(Dropped(c, DropReason::kWrongSize), 1u);
+  EXPECT_EQ(Dropped(c, DropReason::kSlotOutOfRange), 2u);
+  EXPECT_EQ(Dropped(c, DropReason::kNone), 0u);
+  EXPECT_EQ(c.completed, 1u);
+  EXPECT_EQ(sw.slot_counters(1)[15].completed, 1u);
+}
+
+// ---- Arithmetic ----
+
+TEST(SwitchArithmeticTest, ExponentMaxPerExponentIncludingNegatives) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 3)).ok());
+  for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(sw.AddWorker(1, r, {kIpA + r, 1000}).ok());
+  sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(0), -5, -1));
+  sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(0), -3, -7));
+  const Action& a = sw.Process({kIpC, 1000}, Datagram({0, 0}, Fill(0), -9, -2));
+  ASSERT_EQ(a.kind, Action::Kind::kMulticast);
+  proto::Packet p = Reply(a);
+  EXPECT_EQ(p.header.e0, -3);
+  EXPECT_EQ(p.header.e1, -1);
+  // The next round on set 1 starts from its own first exponents, not from set 0's.
+  sw.Process({kIpA, 1000}, Datagram({0, 1}, Fill(0), -128, 127));
+  sw.Process({kIpB, 1000}, Datagram({0, 1}, Fill(0), -100, -128));
+  const Action& b = sw.Process({kIpC, 1000}, Datagram({0, 1}, Fill(0), -120, 0));
+  p = Reply(b);
+  EXPECT_EQ(p.header.e0, -100);
+  EXPECT_EQ(p.header.e1, 127);
+}
+
+TEST(SwitchArithmeticTest, Int32WrapAround) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 3)).ok());
+  for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(sw.AddWorker(1, r, {kIpA + r, 1000}).ok());
+  constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
+  constexpr int32_t kMin = std::numeric_limits<int32_t>::min();
+  std::vector<int32_t> a(64, kMax), b(64, 1), c(64, kMin);
+  b[1] = kMax;
+  c[2] = -1;
+  sw.Process({kIpA, 1000}, Datagram({0, 0}, a));
+  sw.Process({kIpB, 1000}, Datagram({0, 0}, b));
+  const Action& done = sw.Process({kIpC, 1000}, Datagram({0, 0}, c));
+  const proto::Packet p = Reply(done);
+  EXPECT_EQ(p.values[0], 0);         // kMax + 1 = kMin; kMin + kMin = 0
+  EXPECT_EQ(p.values[1], kMax - 1);  // kMax + kMax = -2; -2 + kMin = kMax - 1
+  EXPECT_EQ(p.values[2], kMax);      // kMax + 1 = kMin; kMin - 1 = kMax
+  EXPECT_EQ(p.values[63], 0);
+}
+
+// ---- Special cases ----
+
+TEST(SwitchSpecialCaseTest, SingleWorkerJobCompletesEveryPacket) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 1)).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 0, {kIpA, 1000}).ok());
+  for (uint8_t round = 0; round < 4; ++round) {
+    const Action& a = sw.Process({kIpA, 1000}, Datagram({3, uint8_t(round % 2)}, Fill(round)));
+    ASSERT_EQ(a.kind, Action::Kind::kMulticast);
+    ASSERT_EQ(a.destinations.size(), 1u);
+    EXPECT_EQ(a.destinations[0], (Endpoint{kIpA, 1000}));
+    EXPECT_EQ(Reply(a).values[0], round);
+  }
+  // A retransmission of the last round is answered with it.
+  const Action& a = sw.Process({kIpA, 1000}, Datagram({3, 1}, Fill(99)));
+  ASSERT_EQ(a.kind, Action::Kind::kUnicast);
+  EXPECT_EQ(Reply(a).values[0], 3);
+}
+
+TEST(SwitchSpecialCaseTest, SixtyFourWorkers) {
+  SwitchConfig config = SmallConfig();
+  config.max_workers_per_job = 64;
+  Switch sw(config);
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 64)).ok());
+  for (uint32_t r = 0; r < 64; ++r)
+    ASSERT_TRUE(sw.AddWorker(1, r, {kIpA, uint16_t(1000 + r)}).ok());
+  for (uint32_t r = 0; r < 63; ++r) {
+    EXPECT_EQ(sw.Process({kIpA, uint16_t(1000 + r)}, Datagram({0, 0}, Fill(r))).reason,
+              DropReason::kNone);
+  }
+  // Rank 63 (the bitmap's top bit) retransmits nothing yet; rank 0 is a duplicate.
+  EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(0))).reason, DropReason::kDuplicate);
+  const Action& a = sw.Process({kIpA, 1063}, Datagram({0, 0}, Fill(63)));
+  ASSERT_EQ(a.kind, Action::Kind::kMulticast);
+  EXPECT_EQ(a.destinations.size(), 64u);
+  EXPECT_EQ(Reply(a).values[0], 63 * 64 / 2);
+  EXPECT_EQ(sw.Process({kIpA, 1063}, Datagram({0, 0}, Fill(63))).kind, Action::Kind::kUnicast);
+}
+
+// Given: 2 workers complete round 0 on slot 0 set 0; worker 0 receives the result and sends
+// round 1 on set 1; then a late network copy of worker 0's round-0 packet arrives.
+// Expect: the stale copy is dropped as a duplicate and changes nothing: worker 1's retransmission
+// of round 0 still gets round 0's result, and worker 1's round-1 packet completes set 1 with
+// round 1's exact sum.
+TEST(SwitchSpecialCaseTest, StaleCopyAfterSenderMovedOn) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 2)).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 0, {kIpA, 1000}).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 1, {kIpB, 1000}).ok());
+  const auto w0_round0 = Datagram({0, 0}, Fill(1), 0, 0, 10);
+  sw.Process({kIpA, 1000}, w0_round0);
+  ASSERT_EQ(sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(2), 0, 0, 11)).kind,
+            Action::Kind::kMulticast);
+  EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({0, 1}, Fill(10), 0, 0, 20)).reason,
+            DropReason::kNone);
+
+  const Action& stale = sw.Process({kIpA, 1000}, w0_round0);
+  EXPECT_EQ(stale.kind, Action::Kind::kDrop);
+  EXPECT_EQ(stale.reason, DropReason::kDuplicate);
+
+  const Action& again = sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(2), 0, 0, 11));
+  ASSERT_EQ(again.kind, Action::Kind::kUnicast);
+  EXPECT_EQ(Reply(again).values[0], 3);
+  EXPECT_EQ(Reply(again).header.tsi, 11u);
+  const Action& next = sw.Process({kIpB, 1000}, Datagram({0, 1}, Fill(20), 0, 0, 21));
+  ASSERT_EQ(next.kind, Action::Kind::kMulticast);
+  EXPECT_EQ(Reply(next).values[0], 30);
+  EXPECT_EQ(sw.job_counters(1)->aggregated, 4u);
+  EXPECT_EQ(Dropped(*sw.job_counters(1), DropReason::kDuplicate), 1u);
+}
+
+TEST(SwitchSpecialCaseTest, ProcessDoesNotAllocate) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 3, proto::SizeCode::k1024B)).ok());
+  for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(sw.AddWorker(1, r, {kIpA + r, 1000}).ok());
+  std::vector<std::vector<uint8_t>> packets;
+  for (uint32_t round = 0; round < 4; ++round) {
+    packets.push_back(Datagram({1, uint8_t(round % 2)}, Fill(1, 256)));
+  }
+  const std::vector<uint8_t> garbage = {1, 2, 3};
+  const uint64_t before = g_allocations.load();
+  uint64_t multicasts = 0;
+  for (const auto& d : packets) {
+    for (uint32_t r = 0; r < 3; ++r) {
+      multicasts += sw.Process({kIpA + r, 1000}, d).kind == Action::Kind::kMulticast;
+      sw.Process({kIpA + r, 1000}, d);  // retransmission
+    }
+    sw.Process({kIpA, 1000}, garbage);
+    sw.Process({kIpD, 1000}, d);
+  }
+  EXPECT_EQ(g_allocations.load(), before);
+  EXPECT_EQ(multicasts, 4u);
+}
+
+TEST(SwitchCountersTest, FormatCounters) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(77, 2)).ok());
+  ASSERT_TRUE(sw.AddWorker(77, 0, {kIpA, 1000}).ok());
+  ASSERT_TRUE(sw.AddWorker(77, 1, {kIpB, 1000}).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(5, 2)).ok());
+  sw.Process({kIpA, 1000}, Datagram({3, 0}, Fill(1)));
+  sw.Process({kIpA, 1000}, Datagram({3, 0}, Fill(1)));
+  sw.Process({kIpB, 1000}, Datagram({3, 0}, Fill(1)));
+  sw.Process({kIpB, 1000}, Datagram({3, 0}, Fill(1)));
+  sw.Process({kIpA, 1000}, std::vector<uint8_t>{1});
+  sw.Process({kIpC, 1000}, Datagram({3, 0}, Fill(1)));
+
+  const std::string brief = sw.FormatCounters(false);
+  EXPECT_NE(brief.find("switch: 2 jobs, received 6, malformed 1, unknown_source 1"),
+            std::string::npos)
+      << brief;
+  EXPECT_NE(brief.find("malformed too_short"), std::string::npos) << brief;
+  EXPECT_NE(brief.find("session 5: 0/2 workers registered"), std::string::npos) << brief;
+  EXPECT_NE(brief.find("session 77: 2/2 workers registered, size 256B"), std::string::npos);
+  EXPECT_NE(brief.find("dropped duplicate"), std::string::npos) << brief;
+  EXPECT_LT(brief.find("session 5:"), brief.find("session 77:"));
+  EXPECT_EQ(brief.find("slot"), std::string::npos) << brief;
+
+  const std::string full = sw.FormatCounters(true);
+  EXPECT_NE(full.find("slot"), std::string::npos) << full;
+  // One line for slot 3: received 4, completed 1, retransmitted 1, duplicates 1.
+  EXPECT_NE(full.find("       3            4            1              1            1"),
+            std::string::npos)
+      << full;
+}
+
+TEST(SwitchCountersTest, LockedSwitchWrapsASwitch) {
+  LockedSwitch locked(SmallConfig());
+  std::lock_guard<std::mutex> lock(locked.mu);
+  EXPECT_TRUE(locked.sw.CreateJob(Spec(1, 1)).ok());
+  EXPECT_EQ(locked.sw.config().slots_per_job, 16u);
+}
+
+}  // namespace
+}  // namespace switchml::dataplane

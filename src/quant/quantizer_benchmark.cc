@@ -1,0 +1,64 @@
+// Micro-benchmarks of the scalar quantizer on one packet's block (256 elements, 1024 B payload).
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "quant/quantizer.h"
+
+namespace switchml::quant {
+namespace {
+
+constexpr size_t kBlock = 256;
+constexpr uint32_t kWorkers = 8;
+
+std::vector<float> RandomBlock() {
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.01f);
+  std::vector<float> b(kBlock);
+  for (float& x : b) x = dist(rng);
+  return b;
+}
+
+void BM_AnalyzeBlock(benchmark::State& state) {
+  std::vector<float> in = RandomBlock();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(AnalyzeBlock(in));
+  }
+  state.SetBytesProcessed(state.iterations() * kBlock * sizeof(float));
+}
+BENCHMARK(BM_AnalyzeBlock);
+
+void BM_Quantize(benchmark::State& state) {
+  std::vector<float> in = RandomBlock();
+  std::vector<int32_t> out(kBlock);
+  const int8_t e = AnalyzeBlock(in).exponent;
+  for (auto _ : state) {
+    Quantize(in, e, kWorkers, out);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * kBlock * sizeof(float));
+}
+BENCHMARK(BM_Quantize);
+
+void BM_Dequantize(benchmark::State& state) {
+  std::vector<float> in = RandomBlock();
+  std::vector<int32_t> q(kBlock);
+  const int8_t e = AnalyzeBlock(in).exponent;
+  Quantize(in, e, kWorkers, q);
+  std::vector<float> out(kBlock);
+  for (auto _ : state) {
+    Dequantize(q, e, kWorkers, out);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * kBlock * sizeof(float));
+}
+BENCHMARK(BM_Dequantize);
+
+}  // namespace
+}  // namespace switchml::quant
+
+BENCHMARK_MAIN();

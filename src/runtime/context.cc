@@ -1,0 +1,266 @@
+#include "switchml/context.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
+#include "base/logging.h"
+#include "control/control_client.h"
+#include "proto/wire.h"
+#include "runtime/worker_thread.h"
+#include "transport/address.h"
+#include "transport/udp.h"
+
+namespace switchml {
+
+Status Config::Validate() const {
+  if (num_workers == 0) return InvalidArgumentError("num_workers must be at least 1");
+  if (rank >= num_workers) {
+    return InvalidArgumentError("rank " + std::to_string(rank) + " is out of range: with " +
+                                std::to_string(num_workers) + " workers use ranks 0 to " +
+                                std::to_string(num_workers - 1));
+  }
+  if (switch_host.empty()) return InvalidArgumentError("switch_host is empty: name the switch's host");
+  if (control_port == 0) return InvalidArgumentError("control_port must not be 0");
+  if (packet_numel != 64 && packet_numel != 256) {
+    return InvalidArgumentError("packet_numel " + std::to_string(packet_numel) +
+                                " is not supported: use 64 or 256");
+  }
+  if (num_worker_threads == 0) return InvalidArgumentError("num_worker_threads must be at least 1");
+  if (max_outstanding_packets < num_worker_threads) {
+    return InvalidArgumentError("max_outstanding_packets (" +
+                                std::to_string(max_outstanding_packets) +
+                                ") must be at least num_worker_threads (" +
+                                std::to_string(num_worker_threads) + "): each thread needs a slot");
+  }
+  if (max_outstanding_packets > proto::kMaxSlots) {
+    return InvalidArgumentError("max_outstanding_packets must be at most " +
+                                std::to_string(proto::kMaxSlots));
+  }
+  if (udp_port != 0 && uint32_t{udp_port} + num_worker_threads > 65536) {
+    return InvalidArgumentError("udp_port + num_worker_threads exceeds 65535");
+  }
+  if (timeout.count() <= 0) return InvalidArgumentError("timeout must be positive");
+  if (peer_timeout < timeout) {
+    return InvalidArgumentError("peer_timeout must be at least the retransmission timeout");
+  }
+  if (setup_timeout.count() <= 0) return InvalidArgumentError("setup_timeout must be positive");
+  return Status();
+}
+
+struct AllReduceHandle::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  int remaining = 0;
+  Status status;
+};
+
+Status AllReduceHandle::Wait() const {
+  if (!state_) return FailedPreconditionError("empty AllReduceHandle");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->remaining == 0; });
+  return state_->status;
+}
+
+bool AllReduceHandle::Test() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->remaining == 0;
+}
+
+class Context::Impl {
+ public:
+  Config config;
+  uint64_t session_id = 0;
+  std::unique_ptr<control::ControlClient> control;
+  std::vector<std::unique_ptr<runtime::WorkerThread>> threads;
+  std::mutex mu;
+  uint64_t next_job = 1;
+  std::vector<AllReduceHandle> pending;
+  // Set after a protocol failure (timeout): the workers' slot states no longer agree, so every
+  // later operation fails at once with this status.
+  Status broken;
+
+  Status Setup();
+  Result<AllReduceHandle> Submit(const void* in, void* out, size_t count, DataType dtype);
+};
+
+Status Context::Impl::Setup() {
+  const std::string target = config.switch_host + ":" + std::to_string(config.control_port);
+  control = std::make_unique<control::ControlClient>(target, config.setup_timeout);
+  ASSIGN_OR_RETURN(uint32_t switch_ip, transport::ResolveIpv4(config.switch_host));
+  uint32_t bind_ip = 0;
+  if (!ParseIpv4(config.bind_address, &bind_ip)) {
+    return InvalidArgumentError("bind_address '" + config.bind_address +
+                                "' is not an IPv4 address (use 0.0.0.0 for any)");
+  }
+  transport::UdpOptions udp;
+  udp.bind_ipv4 = bind_ip;
+  udp.port = config.udp_port;
+  ASSIGN_OR_RETURN(auto transports,
+                   transport::OpenUdpConsecutive(udp, config.num_worker_threads));
+  const uint16_t base_port = transports[0]->local_endpoint().port;
+
+  // Agree on the session id: given, or rank 0's pick broadcast to everyone (reference).
+  session_id = config.session_id;
+  if (session_id == 0) {
+    const uint64_t pick = static_cast<uint64_t>(
+        std::chrono::system_clock::now().time_since_epoch().count());
+    ASSIGN_OR_RETURN(session_id,
+                     control->Broadcast(0, pick, config.rank, config.num_workers, 0));
+    if (session_id == 0) session_id = 1;
+  }
+  proto::SizeCode size;
+  proto::SizeCodeForNumel(config.packet_numel, &size);
+  control::UdpSessionArgs args;
+  args.session_id = session_id;
+  args.rank = config.rank;
+  args.num_workers = config.num_workers;
+  args.ipv4 = bind_ip;  // 0: the switch uses the address our control connection comes from
+  args.udp_port = base_port;
+  args.num_udp_ports = config.num_worker_threads;
+  args.max_outstanding_packets = config.max_outstanding_packets;
+  args.size = size;
+  // Rank 0 (re)creates the job first; the others join after a barrier; all meet again.
+  control::UdpSessionReply reply;
+  if (config.rank == 0) {
+    ASSIGN_OR_RETURN(reply, control->UdpSession(args));
+    RETURN_IF_ERROR(control->Barrier(session_id, config.num_workers));
+  } else {
+    RETURN_IF_ERROR(control->Barrier(session_id, config.num_workers));
+    ASSIGN_OR_RETURN(reply, control->UdpSession(args));
+  }
+  RETURN_IF_ERROR(control->Barrier(session_id, config.num_workers));
+  const Endpoint switch_data{switch_ip, reply.data_port};
+  LOG(kInfo, kRuntime) << "rank " << config.rank << " joined session " << session_id
+                       << "; switch data plane at " << switch_data.ToString()
+                       << "; local ports " << base_port << ".."
+                       << base_port + config.num_worker_threads - 1;
+
+  const uint32_t window = config.max_outstanding_packets / config.num_worker_threads;
+  for (uint32_t t = 0; t < config.num_worker_threads; ++t) {
+    worker::SessionConfig sc;
+    sc.num_workers = config.num_workers;
+    sc.slot_start = t * window;
+    sc.window = window;
+    sc.size = size;
+    sc.timeout = config.timeout;
+    sc.timeout_threshold = config.timeout_threshold;
+    sc.timeout_threshold_increment = config.timeout_threshold_increment;
+    sc.progress_timeout = config.peer_timeout;
+    RETURN_IF_ERROR(sc.Validate());
+    threads.push_back(
+        std::make_unique<runtime::WorkerThread>(sc, std::move(transports[t]), switch_data));
+  }
+  return Status();
+}
+
+Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t count,
+                                              DataType dtype) {
+  if (count > 0 && (in == nullptr || out == nullptr)) {
+    return InvalidArgumentError("AllReduce: null buffer with count " + std::to_string(count));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (!broken.ok()) {
+    return Status(broken.code(), "this context failed earlier and cannot be used: " +
+                                     broken.message());
+  }
+  auto state = std::make_shared<AllReduceHandle::State>();
+  AllReduceHandle handle(state);
+  const size_t numel = config.packet_numel;
+  const size_t packets = (count + numel - 1) / numel;
+  const size_t nthreads = threads.size();
+  state->remaining = static_cast<int>(nthreads);
+  const uint64_t job_id = next_job++;
+  const size_t esize = DataTypeSize(dtype);
+  for (size_t t = 0; t < nthreads; ++t) {
+    // Slices of whole packets, the same on every worker of the job.
+    const size_t p0 = packets * t / nthreads, p1 = packets * (t + 1) / nthreads;
+    const size_t e0 = std::min(count, p0 * numel), e1 = std::min(count, p1 * numel);
+    worker::SliceJob job;
+    job.job_id = job_id;
+    job.dtype = dtype;
+    job.in = static_cast<const uint8_t*>(in) + e0 * esize;
+    job.out = static_cast<uint8_t*>(out) + e0 * esize;
+    job.count = e1 - e0;
+    job.element_offset = e0;
+    threads[t]->Submit(job, [this, state](const Status& st) {
+      if (st.code() == StatusCode::kDeadlineExceeded || st.code() == StatusCode::kUnavailable ||
+          st.code() == StatusCode::kInternal) {
+        std::lock_guard<std::mutex> l(mu);
+        if (broken.ok()) broken = st;
+      }
+      std::lock_guard<std::mutex> l(state->mu);
+      if (state->status.ok() && !st.ok()) state->status = st;
+      if (--state->remaining == 0) state->cv.notify_all();
+    });
+  }
+  pending.push_back(handle);
+  if (pending.size() > 1024) {
+    std::erase_if(pending, [](const AllReduceHandle& h) { return h.Test(); });
+  }
+  return handle;
+}
+
+Context::Context(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Context::~Context() {
+  for (auto& t : impl_->threads) t->Stop();
+}
+
+Result<std::unique_ptr<Context>> Context::Create(const Config& config) {
+  RETURN_IF_ERROR(config.Validate());
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  RETURN_IF_ERROR(impl->Setup());
+  return std::unique_ptr<Context>(new Context(std::move(impl)));
+}
+
+Status Context::AllReduce(const void* in, void* out, size_t count, DataType dtype) {
+  ASSIGN_OR_RETURN(AllReduceHandle h, impl_->Submit(in, out, count, dtype));
+  return h.Wait();
+}
+
+Result<AllReduceHandle> Context::AllReduceAsync(const void* in, void* out, size_t count,
+                                                DataType dtype) {
+  return impl_->Submit(in, out, count, dtype);
+}
+
+Status Context::WaitForAll() {
+  std::vector<AllReduceHandle> pending;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    pending.swap(impl_->pending);
+  }
+  Status first;
+  for (auto& h : pending) {
+    Status st = h.Wait();
+    if (first.ok() && !st.ok()) first = st;
+  }
+  return first;
+}
+
+Status Context::Barrier() { return impl_->control->Barrier(impl_->session_id, impl_->config.num_workers); }
+
+uint64_t Context::session_id() const { return impl_->session_id; }
+const Config& Context::config() const { return impl_->config; }
+
+ContextStats Context::stats() const {
+  ContextStats s;
+  for (auto& t : impl_->threads) {
+    const worker::SessionCounters c = t->counters();
+    s.packets_sent += c.sent;
+    s.packets_retransmitted += c.retransmitted;
+    s.timeouts += c.timeouts;
+    s.results += c.results;
+    s.duplicates_dropped += c.duplicates;
+    s.stale_dropped += c.stale;
+    s.malformed_dropped += c.malformed + c.foreign_slot;
+  }
+  return s;
+}
+
+}  // namespace switchml

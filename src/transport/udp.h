@@ -1,0 +1,52 @@
+// The kernel UDP backend: one nonblocking IPv4 UDP socket per Transport, batched with
+// sendmmsg/recvmmsg, waiting with poll() on the socket plus an eventfd for Wake().
+//
+// Ownership: the returned Transport owns its socket and eventfd and closes them on destruction.
+// Thread-safety: as Transport (one thread uses it; Wake() and counters() from any thread).
+// Blocking: Send never blocks (a full send buffer returns fewer taken); Receive blocks up to
+// its timeout.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "switchml/status.h"
+#include "transport/transport.h"
+
+namespace switchml::transport {
+
+struct UdpOptions {
+  uint32_t bind_ipv4 = 0;             // host order; 0 = INADDR_ANY
+  uint16_t port = 0;                  // 0 = ephemeral
+  int socket_buffer_bytes = 4 << 20;  // SO_RCVBUF and SO_SNDBUF; <= 0 keeps the system default
+  size_t max_batch = 64;              // datagrams per sendmmsg/recvmmsg call; >= 1
+};
+
+// Counters of a UDP transport since it was opened (relaxed snapshots; readable from any thread).
+struct UdpCounters {
+  uint64_t datagrams_sent = 0;
+  uint64_t datagrams_received = 0;
+  uint64_t send_errors = 0;       // datagrams skipped after a per-destination error (e.g. refused)
+  uint64_t truncated = 0;         // received datagrams longer than the caller's buffer
+  uint64_t send_buffer_full = 0;  // Send calls that stopped early on EAGAIN/ENOBUFS
+};
+
+// Opens a UDP transport bound to options.bind_ipv4:options.port. local_endpoint() reports the
+// bound address and the actual port (ipv4 0 when bound to INADDR_ANY). Errors name the address
+// and say what to do (port in use: kUnavailable; address not local or bad options:
+// kInvalidArgument; privileged port: kFailedPrecondition).
+Result<std::unique_ptr<Transport>> OpenUdp(const UdpOptions& options);
+
+// Opens `count` transports on consecutive ports base.port .. base.port + count - 1 (all with the
+// other options of base), e.g. one per worker thread. With base.port == 0 it draws a random base
+// in [20000, 32000) and retries (up to 200 times) while some port of the range is in use.
+Result<std::vector<std::unique_ptr<Transport>>> OpenUdpConsecutive(const UdpOptions& base,
+                                                                   size_t count);
+
+// Copies the counters of a transport returned by OpenUdp or OpenUdpConsecutive into *out and
+// returns true; returns false (and leaves *out alone) for any other transport.
+bool GetUdpCounters(const Transport& transport, UdpCounters* out);
+
+}  // namespace switchml::transport

@@ -1,0 +1,293 @@
+#include "worker/session.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "base/check.h"
+#include "quant/quantizer.h"
+
+namespace switchml::worker {
+
+Status SessionConfig::Validate() const {
+  if (num_workers == 0) return InvalidArgumentError("num_workers must be at least 1");
+  if (window == 0) return InvalidArgumentError("window (outstanding packets per thread) must be at least 1");
+  if (uint64_t{slot_start} + window > proto::kMaxSlots) {
+    return InvalidArgumentError("slots [" + std::to_string(slot_start) + ", " +
+                                std::to_string(slot_start + window) + ") exceed the " +
+                                std::to_string(proto::kMaxSlots) + " slot indices of the format");
+  }
+  if (!proto::IsSupportedSize(size)) {
+    return InvalidArgumentError("packet size must be 64 or 256 elements");
+  }
+  if (timeout.count() <= 0) return InvalidArgumentError("timeout must be positive");
+  if (timeout_threshold == 0) return InvalidArgumentError("timeout_threshold must be at least 1");
+  if (progress_timeout < timeout) {
+    return InvalidArgumentError("progress timeout must be at least the retransmission timeout");
+  }
+  return Status();
+}
+
+WorkerSession::WorkerSession(const SessionConfig& config)
+    : config_(config), numel_(proto::NumelOf(config.size)) {
+  Status st = config.Validate();
+  CHECK(st.ok()) << st.ToString();
+  slots_.resize(config.window);
+  send_queue_.resize(config.window);
+  timers_.resize(std::max<size_t>(16, 2 * config.window));
+  scratch_.resize(numel_);
+}
+
+bool WorkerSession::PacketExists(uint64_t q) const {
+  if (job_.dtype == DataType::kInt32) return q < blocks_;
+  return q < blocks_ || (q >= config_.window && q < config_.window + blocks_);
+}
+
+uint32_t WorkerSession::LocalSlot(uint64_t q) const {
+  return static_cast<uint32_t>((q + base_) % config_.window);
+}
+
+uint32_t WorkerSession::Tsi(uint64_t q) const { return static_cast<uint32_t>(base_ + q); }
+
+proto::SlotId WorkerSession::SlotOf(uint64_t q) const {
+  const uint64_t i = (q + base_) % (2 * uint64_t{config_.window});
+  return proto::SlotId{static_cast<uint16_t>(config_.slot_start + i % config_.window),
+                       static_cast<uint8_t>(i >= config_.window ? 1 : 0)};
+}
+
+void WorkerSession::Enqueue(uint32_t local) {
+  Slot& s = slots_[local];
+  if (s.queued) return;
+  CHECK(send_size_ < send_queue_.size());
+  send_queue_[(send_head_ + send_size_) % send_queue_.size()] = local;
+  ++send_size_;
+  s.queued = true;
+}
+
+void WorkerSession::Start(const SliceJob& job, Nanos now) {
+  CHECK(state_ != State::kRunning) << "Start() while a slice is running";
+  CHECK(job.count == 0 || (job.in != nullptr && job.out != nullptr));
+  job_ = job;
+  state_ = State::kRunning;
+  status_ = Status();
+  blocks_ = (job.count + numel_ - 1) / numel_;
+  const uint64_t w = config_.window;
+  if (job.dtype == DataType::kInt32) {
+    total_packets_ = blocks_;
+    span_ = blocks_;
+  } else {
+    total_packets_ = blocks_ + std::min<uint64_t>(blocks_, w);  // |[0,B) u [W,W+B)|
+    // Ids [0, B) u [W, W + B). With B < W the span is 2W, so the slots of the unused ids
+    // [B, W) and [W + B, 2W) skip two uses (an even number) and keep their set parity.
+    span_ = blocks_ == 0 ? 0 : w + std::max<uint64_t>(blocks_, w);
+  }
+  CHECK(span_ < (uint64_t{1} << 32)) << "slice too large for 32-bit packet ids";
+  completed_packets_ = 0;
+  current_timeout_ = config_.timeout;
+  timeouts_this_slice_ = 0;
+  next_threshold_ = config_.timeout_threshold;
+  last_progress_ = now;
+  first_non_finite_block_ = UINT64_MAX;
+  send_head_ = send_size_ = 0;
+  timer_head_ = timer_size_ = 0;
+  for (Slot& s : slots_) s = Slot{};
+  for (uint64_t q = 0; q < w; ++q) {
+    if (!PacketExists(q)) continue;
+    const uint32_t local = LocalSlot(q);
+    slots_[local].packet = static_cast<uint32_t>(q);
+    slots_[local].outstanding = true;
+    Enqueue(local);
+  }
+  if (total_packets_ == 0) Finish(Status());
+}
+
+size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> buf) {
+  proto::Header h;
+  h.size = config_.size;
+  h.job_number = static_cast<uint8_t>(job_.job_id);
+  h.tsi = Tsi(q);
+  h.slot = SlotOf(q);
+  std::fill(scratch_.begin(), scratch_.end(), 0);
+  if (job_.dtype == DataType::kInt32) {
+    const size_t first = size_t{q} * numel_;
+    const size_t n = std::min(numel_, job_.count - first);
+    std::memcpy(scratch_.data(), static_cast<const int32_t*>(job_.in) + first, n * sizeof(int32_t));
+  } else {
+    const float* in = static_cast<const float*>(job_.in);
+    h.e0 = quant::kZeroBlockExponent;  // carries no exponent: does not raise the max
+    if (q < blocks_) {
+      const size_t first = size_t{q} * numel_;
+      const size_t n = std::min(numel_, job_.count - first);
+      const quant::BlockInfo info = quant::AnalyzeBlock({in + first, n});
+      h.e0 = info.exponent;
+      h.e1 = info.non_finite ? 1 : 0;
+    }
+    if (q >= config_.window && !slot.data_non_finite) {
+      const size_t first = size_t{q - config_.window} * numel_;
+      const size_t n = std::min(numel_, job_.count - first);
+      quant::Quantize({in + first, n}, slot.data_exponent, config_.num_workers, scratch_);
+    }
+  }
+  return proto::Encode(h, scratch_, buf);
+}
+
+size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
+  while (state_ == State::kRunning && send_size_ > 0) {
+    const uint32_t local = send_queue_[send_head_];
+    send_head_ = (send_head_ + 1) % send_queue_.size();
+    --send_size_;
+    Slot& s = slots_[local];
+    s.queued = false;
+    if (!s.outstanding) continue;  // answered while queued
+    const uint32_t q = s.packet;   // the slot's current packet (a queued re-send may be outdated)
+    if (s.transmissions++ == 0) {
+      ++counters_.sent;
+    } else {
+      ++counters_.retransmitted;
+    }
+    if (timer_size_ == timers_.size()) {  // grow the ring, keeping deadline order
+      std::vector<Timer> bigger(timers_.size() * 2);
+      for (size_t i = 0; i < timer_size_; ++i) {
+        bigger[i] = timers_[(timer_head_ + i) % timers_.size()];
+      }
+      timers_.swap(bigger);
+      timer_head_ = 0;
+    }
+    timers_[(timer_head_ + timer_size_) % timers_.size()] = Timer{now + current_timeout_, q};
+    ++timer_size_;
+    return Encode(q, s, buf);
+  }
+  return 0;
+}
+
+void WorkerSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now) {
+  proto::Header h;
+  if (proto::DecodeHeader(datagram, &h) != proto::DecodeError::kOk || h.size != config_.size) {
+    ++counters_.malformed;
+    return;
+  }
+  if (state_ != State::kRunning || h.job_number != static_cast<uint8_t>(job_.job_id)) {
+    ++counters_.stale;
+    return;
+  }
+  if (h.slot.index < config_.slot_start || h.slot.index >= config_.slot_start + config_.window) {
+    ++counters_.foreign_slot;
+    return;
+  }
+  const uint32_t local = h.slot.index - config_.slot_start;
+  Slot& s = slots_[local];
+  if (!s.outstanding || Tsi(s.packet) != h.tsi || !(SlotOf(s.packet) == h.slot)) {
+    ++counters_.duplicates;
+    return;
+  }
+  last_progress_ = now;
+  Complete(local, h, datagram.subspan(proto::kPrefixBytes));
+}
+
+void WorkerSession::Complete(uint32_t local, const proto::Header& h,
+                             std::span<const uint8_t> payload) {
+  Slot& s = slots_[local];
+  const uint32_t q = s.packet;
+  const uint64_t w = config_.window;
+  ++counters_.results;
+  proto::LoadPayload(payload, scratch_);
+  if (job_.dtype == DataType::kInt32) {
+    const size_t first = size_t{q} * numel_;
+    const size_t n = std::min(numel_, job_.count - first);
+    std::memcpy(static_cast<int32_t*>(job_.out) + first, scratch_.data(), n * sizeof(int32_t));
+  } else {
+    float* out = static_cast<float*>(job_.out);
+    if (q >= w) {
+      const uint64_t block = q - w;
+      const size_t first = block * numel_;
+      const size_t n = std::min(numel_, job_.count - first);
+      if (s.data_non_finite) {
+        std::fill(out + first, out + first + n, std::numeric_limits<float>::quiet_NaN());
+        first_non_finite_block_ = std::min(first_non_finite_block_, block);
+      } else {
+        quant::Dequantize(scratch_, s.data_exponent, config_.num_workers, {out + first, n});
+      }
+    }
+    if (q < blocks_) {  // the reply carries the max exponent for block q's data, sent next
+      s.data_exponent = h.e0;
+      s.data_non_finite = h.e1 != 0;
+    }
+  }
+  s.outstanding = false;
+  s.transmissions = 0;
+  ++completed_packets_;
+  timeouts_this_slice_ = 0;
+  const uint64_t next = uint64_t{q} + w;
+  if (PacketExists(next)) {
+    s.packet = static_cast<uint32_t>(next);
+    s.outstanding = true;
+    Enqueue(local);
+  }
+  if (completed_packets_ == total_packets_) {
+    if (first_non_finite_block_ != UINT64_MAX) {
+      const size_t a = job_.element_offset + first_non_finite_block_ * numel_;
+      Finish(InvalidArgumentError(
+          "input contains inf or NaN: elements [" + std::to_string(a) + ", " +
+          std::to_string(a + numel_) +
+          ") (and possibly later ones) are not finite on at least one worker; the affected "
+          "outputs are set to NaN"));
+    } else {
+      Finish(Status());
+    }
+  }
+}
+
+void WorkerSession::HandleTimeout(Nanos now) {
+  if (state_ != State::kRunning) return;
+  if (now - last_progress_ >= config_.progress_timeout) {
+    // Name one packet still missing, to help whoever debugs the hang.
+    std::string which;
+    for (uint32_t l = 0; l < slots_.size(); ++l) {
+      if (slots_[l].outstanding) {
+        which = " (e.g. slot " + std::to_string(config_.slot_start + l) + ", packet " +
+                std::to_string(slots_[l].packet) + ", sent " +
+                std::to_string(slots_[l].transmissions) + " times)";
+        break;
+      }
+    }
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_);
+    Finish(DeadlineExceededError(
+        "no result from the switch for " + std::to_string(ms.count()) + " ms with " +
+        std::to_string(remaining()) + " packets outstanding" + which +
+        ": a peer worker stopped, or the switch is down or unreachable"));
+    return;
+  }
+  while (timer_size_ > 0 && timers_[timer_head_].deadline <= now) {
+    const Timer t = timers_[timer_head_];
+    timer_head_ = (timer_head_ + 1) % timers_.size();
+    --timer_size_;
+    const Slot& s = slots_[LocalSlot(t.packet)];
+    if (!s.outstanding || s.packet != t.packet) continue;  // answered in time
+    ++counters_.timeouts;
+    Enqueue(LocalSlot(t.packet));
+    // Back off while nothing comes back (timeouts since the last result): after
+    // `timeout_threshold` of them the timeout doubles and the threshold grows.
+    if (++timeouts_this_slice_ >= next_threshold_) {
+      current_timeout_ = std::min<Nanos>(current_timeout_ * 2, config_.progress_timeout);
+      next_threshold_ += config_.timeout_threshold_increment;
+    }
+  }
+}
+
+std::optional<Nanos> WorkerSession::PollTimeout() const {
+  if (state_ != State::kRunning) return std::nullopt;
+  Nanos t = last_progress_ + config_.progress_timeout;
+  if (timer_size_ > 0) t = std::min(t, timers_[timer_head_].deadline);
+  return t;
+}
+
+void WorkerSession::Finish(Status status) {
+  state_ = State::kDone;
+  status_ = std::move(status);
+  base_ += span_;
+  send_head_ = send_size_ = 0;
+  timer_head_ = timer_size_ = 0;
+}
+
+}  // namespace switchml::worker

@@ -1,0 +1,274 @@
+// `switchml run`: the main job on one machine: a software switch plus N worker processes on
+// loopback, every result verified, throughput printed.
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "base/logging.h"
+#include "commands.h"
+#include "flags.h"
+#include "runtime/switch_daemon.h"
+
+namespace switchml::tools {
+namespace {
+
+struct Child {
+  uint32_t rank = 0;
+  pid_t pid = -1;
+  int out_fd = -1;
+  std::string buffer;
+  std::string result_line;
+  bool exited = false;
+  int exit_code = -1;
+};
+
+pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, int* out_fd) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(exe.c_str(), argv.data());
+    std::fprintf(stderr, "switchml run: cannot execute %s: %s\n", exe.c_str(), std::strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  *out_fd = fds[0];
+  return pid;
+}
+
+std::map<std::string, std::string> ParseResult(const std::string& line) {
+  std::map<std::string, std::string> kv;
+  std::istringstream s(line);
+  std::string tok;
+  while (s >> tok) {
+    auto eq = tok.find('=');
+    if (eq != std::string::npos) kv[tok.substr(0, eq)] = tok.substr(eq + 1);
+  }
+  return kv;
+}
+
+std::vector<double> ParseTimes(const std::string& csv) {
+  std::vector<double> v;
+  std::istringstream s(csv);
+  std::string x;
+  while (std::getline(s, x, ',')) v.push_back(std::strtod(x.c_str(), nullptr));
+  return v;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+volatile sig_atomic_t g_interrupted = 0;
+void OnSignal(int) { g_interrupted = 1; }
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& args, const std::string& self_exe) {
+  Flags flags("run",
+              "Runs the main job on this machine: starts a software switch and --workers worker\n"
+              "processes on loopback, all-reduces a --size tensor --iterations times, verifies\n"
+              "every result against an exact float64/int64 sum and prints the median tensor\n"
+              "aggregation time, aggregated elements/s and algorithm bandwidth.");
+  AddJobFlags(&flags);
+  flags.AddDouble("loss", 0, "the switch drops this fraction of packets in each direction");
+  flags.AddString("json", "", "also write the summary as JSON to this file");
+  flags.AddBool("per-slot", "print per-slot switch counters at the end");
+  flags.AddString("log-level", "warning", "debug, info, warning, error or off");
+  bool help = false;
+  Status st = flags.Parse(args, &help);
+  if (help) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  JobOptions job;
+  if (st.ok()) st = ReadJobFlags(flags, &job);
+  LogLevel level;
+  if (st.ok() && !ParseLogLevel(flags.GetString("log-level"), &level)) {
+    st = InvalidArgumentError("--log-level must be debug, info, warning, error or off");
+  }
+  if (!st.ok()) {
+    std::cerr << "switchml run: " << st.message() << "\n";
+    return 2;
+  }
+  SetLogLevel(level);
+  runtime::SwitchDaemonOptions o;
+  o.bind_address = "127.0.0.1";
+  o.data_port = 0;
+  o.control_port = 0;
+  o.switch_config.max_workers_per_job = std::max<uint32_t>(32, job.workers);
+  o.switch_config.slots_per_job = std::max<uint32_t>(8192, job.window);
+  o.loss = flags.GetDouble("loss");
+  o.seed = job.seed;
+  auto daemon = runtime::SwitchDaemon::Start(o);
+  if (!daemon.ok()) {
+    std::cerr << "switchml run: cannot start the switch: " << daemon.status().message() << "\n";
+    return 2;
+  }
+  std::printf("switchml run: software switch on 127.0.0.1 (data port %u, control port %u)%s\n",
+              (*daemon)->data_port(), (*daemon)->control_port(),
+              o.loss > 0 ? (", dropping " + std::to_string(o.loss * 100) + "% of packets each way").c_str() : "");
+  std::printf("switchml run: %u workers x %u threads, %llu %s elements, %u iterations after %u "
+              "warm-up, window %u, %u elements per packet\n",
+              job.workers, job.threads, static_cast<unsigned long long>(job.size),
+              DataTypeName(job.dtype), job.iterations, job.warmup, job.window, job.packet_numel);
+  std::fflush(stdout);
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  const uint64_t session =
+      (static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+       (static_cast<uint64_t>(getpid()) << 32)) | 1;
+  std::vector<Child> children(job.workers);
+  for (uint32_t r = 0; r < job.workers; ++r) {
+    std::vector<std::string> a = {"switchml", "worker", "--switch",
+                                  "127.0.0.1:" + std::to_string((*daemon)->control_port()),
+                                  "--rank", std::to_string(r), "--session", std::to_string(session),
+                                  "--report", "--log-level", flags.GetString("log-level")};
+    auto j = JobFlagArgs(job);
+    a.insert(a.end(), j.begin(), j.end());
+    if (r != 0) a.push_back("--quiet");
+    children[r].rank = r;
+    children[r].pid = Spawn(self_exe, a, &children[r].out_fd);
+    if (children[r].pid < 0) {
+      std::cerr << "switchml run: cannot start worker " << r << ": " << std::strerror(errno) << "\n";
+      for (auto& c : children) if (c.pid > 0) kill(c.pid, SIGKILL);
+      return 2;
+    }
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  std::string failure;
+  size_t running = children.size();
+  while (running > 0) {
+    std::vector<pollfd> pfds;
+    for (auto& c : children) {
+      if (c.out_fd >= 0) pfds.push_back(pollfd{c.out_fd, POLLIN, 0});
+    }
+    if (!pfds.empty()) poll(pfds.data(), pfds.size(), 100);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (auto& c : children) {
+      if (c.out_fd < 0) continue;
+      char buf[4096];
+      ssize_t n = read(c.out_fd, buf, sizeof buf);
+      if (n > 0) {
+        c.buffer.append(buf, static_cast<size_t>(n));
+        size_t nl;
+        while ((nl = c.buffer.find('\n')) != std::string::npos) {
+          std::string line = c.buffer.substr(0, nl);
+          c.buffer.erase(0, nl + 1);
+          if (line.rfind("SWITCHML_RESULT", 0) == 0) c.result_line = line;
+          else std::printf("%s\n", line.c_str());
+        }
+      } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        close(c.out_fd);
+        c.out_fd = -1;
+      }
+    }
+    for (auto& c : children) {
+      if (c.exited) continue;
+      int status = 0;
+      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        c.exited = true;
+        --running;
+        c.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (c.exit_code != 0 && failure.empty()) {
+          failure = "worker " + std::to_string(c.rank) + " failed (exit code " +
+                    std::to_string(c.exit_code) + ")";
+          for (auto& other : children) {
+            if (!other.exited) kill(other.pid, SIGTERM);
+          }
+        }
+      }
+    }
+    if (g_interrupted && failure.empty()) {
+      failure = "interrupted";
+      for (auto& c : children) if (!c.exited) kill(c.pid, SIGTERM);
+    }
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  (*daemon)->Stop();
+  const runtime::DaemonCounters dc = (*daemon)->counters();
+  if (!failure.empty()) {
+    std::fprintf(stderr, "switchml run: FAILED: %s\n%s", failure.c_str(),
+                 (*daemon)->FormatCounters(false).c_str());
+    return 1;
+  }
+
+  // Per iteration, the slowest worker's time; then the median over iterations.
+  std::vector<double> per_iteration(job.iterations, 0);
+  uint64_t retransmitted = 0;
+  for (auto& c : children) {
+    auto kv = ParseResult(c.result_line);
+    if (kv["status"] != "ok") {
+      std::fprintf(stderr, "switchml run: FAILED: worker %u reported no result\n", c.rank);
+      return 1;
+    }
+    auto t = ParseTimes(kv["times"]);
+    for (size_t i = 0; i < t.size() && i < per_iteration.size(); ++i) {
+      per_iteration[i] = std::max(per_iteration[i], t[i]);
+    }
+    retransmitted += std::strtoull(kv["retransmitted"].c_str(), nullptr, 10);
+  }
+  const double med = Median(per_iteration);
+  const double elems = static_cast<double>(job.size);
+  const double per_allreduce = static_cast<double>(dc.received) / (job.warmup + job.iterations);
+  const double eps = med > 0 ? elems / med : 0;
+  const double algbw = med > 0 ? elems * 4 * 8 / med / 1e9 : 0;
+  const double pps = med > 0 ? per_allreduce / med : 0;
+  std::printf("\n%s", (*daemon)->FormatCounters(flags.GetBool("per-slot")).c_str());
+  std::printf("\nswitchml run: OK: %u workers, %llu %s elements, every result %s\n", job.workers,
+              static_cast<unsigned long long>(job.size), DataTypeName(job.dtype),
+              job.verify ? "verified against the exact sum" : "NOT verified (--no-verify)");
+  std::printf("  tensor aggregation time (median of %u): %.6f s\n", job.iterations, med);
+  std::printf("  aggregated elements/s:                  %.4g\n", eps);
+  std::printf("  algorithm bandwidth:                    %.3f Gbit/s (bus bandwidth %.3f)\n", algbw,
+              algbw * 2 * (job.workers - 1) / job.workers);
+  std::printf("  switch packets received/s:              %.4g (%.0f per all-reduce)\n", pps,
+              per_allreduce);
+  std::printf("  retransmissions:                        %llu (all workers, all iterations)\n",
+              static_cast<unsigned long long>(retransmitted));
+  std::printf("  wall time:                              %.2f s\n", wall);
+  const std::string json = flags.GetString("json");
+  if (!json.empty()) {
+    std::ofstream f(json);
+    f << "{\"workers\": " << job.workers << ", \"size\": " << job.size << ", \"dtype\": \""
+      << DataTypeName(job.dtype) << "\", \"loss\": " << o.loss << ", \"iterations\": "
+      << job.iterations << ", \"threads\": " << job.threads << ", \"window\": " << job.window
+      << ", \"packet_numel\": " << job.packet_numel << ", \"median_s\": " << med
+      << ", \"elements_per_s\": " << eps << ", \"algbw_gbps\": " << algbw
+      << ", \"switch_rx_pps\": " << pps << ", \"retransmitted\": " << retransmitted
+      << ", \"verified\": " << (job.verify ? "true" : "false") << "}\n";
+    if (!f) {
+      std::cerr << "switchml run: cannot write " << json << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace switchml::tools

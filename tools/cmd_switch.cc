@@ -1,0 +1,96 @@
+// `switchml switch`: the software switch daemon.
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+
+#include "base/logging.h"
+#include "commands.h"
+#include "flags.h"
+#include "runtime/switch_daemon.h"
+
+namespace switchml::tools {
+
+int SwitchCommand(const std::vector<std::string>& args) {
+  Flags flags("switch",
+              "Runs the SwitchML software switch: aggregates workers' packets on the data port\n"
+              "(UDP) and serves session setup, barriers and broadcasts on the control port\n"
+              "(gRPC). Prints its counters at exit (SIGINT/SIGTERM) and on SIGUSR1.");
+  flags.AddString("bind", "0.0.0.0", "IPv4 address to listen on");
+  flags.AddInt("data-port", 48864, "UDP data port (0 = pick a free one)");
+  flags.AddInt("control-port", 50099, "gRPC control port (0 = pick a free one)");
+  flags.AddInt("max-workers", 32, "workers per job (at most 64)");
+  flags.AddInt("slots", 8192, "aggregation slots per job (at most 16384)");
+  flags.AddInt("max-jobs", 64, "concurrent jobs");
+  flags.AddDouble("loss", 0, "drop this fraction of packets in each direction (loss simulator)");
+  flags.AddInt("seed", 1, "seed of the loss simulator");
+  flags.AddInt("stats-interval", 0, "print counters every N seconds (0 = only at exit)");
+  flags.AddBool("per-slot", "include per-slot counters in the printed tables");
+  flags.AddString("log-level", "info", "debug, info, warning, error or off");
+  bool help = false;
+  Status st = flags.Parse(args, &help);
+  if (help) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  if (!st.ok()) {
+    std::cerr << "switchml switch: " << st.message() << "\n";
+    return 2;
+  }
+  LogLevel level;
+  if (!ParseLogLevel(flags.GetString("log-level"), &level)) {
+    std::cerr << "switchml switch: --log-level must be debug, info, warning, error or off\n";
+    return 2;
+  }
+  SetLogLevel(level);
+  runtime::SwitchDaemonOptions o;
+  o.bind_address = flags.GetString("bind");
+  const int64_t dport = flags.GetInt("data-port"), cport = flags.GetInt("control-port");
+  if (dport < 0 || dport > 65535 || cport < 0 || cport > 65535) {
+    std::cerr << "switchml switch: ports must be in 0..65535\n";
+    return 2;
+  }
+  o.data_port = static_cast<uint16_t>(dport);
+  o.control_port = static_cast<uint16_t>(cport);
+  o.switch_config.max_workers_per_job = static_cast<uint32_t>(flags.GetInt("max-workers"));
+  o.switch_config.slots_per_job = static_cast<uint32_t>(flags.GetInt("slots"));
+  o.switch_config.max_jobs = static_cast<uint32_t>(flags.GetInt("max-jobs"));
+  o.loss = flags.GetDouble("loss");
+  o.seed = static_cast<uint64_t>(flags.GetInt("seed"));
+
+  // Signals are taken synchronously by this thread; block them before any thread starts.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  auto daemon = runtime::SwitchDaemon::Start(o);
+  if (!daemon.ok()) {
+    std::cerr << "switchml switch: cannot start: " << daemon.status().message() << "\n";
+    return 2;
+  }
+  std::printf("switchml switch: data port %u (UDP), control port %u (gRPC) on %s; max %u workers "
+              "and %u slots per job%s\n",
+              (*daemon)->data_port(), (*daemon)->control_port(), o.bind_address.c_str(),
+              o.switch_config.max_workers_per_job, o.switch_config.slots_per_job,
+              o.loss > 0 ? ", loss simulator on" : "");
+  std::fflush(stdout);
+  const bool per_slot = flags.GetBool("per-slot");
+  const int64_t interval = flags.GetInt("stats-interval");
+  timespec wait{interval > 0 ? interval : 3600, 0};
+  while (true) {
+    int sig = sigtimedwait(&set, nullptr, &wait);
+    if (sig == SIGINT || sig == SIGTERM) break;
+    if (sig == SIGUSR1 || (sig < 0 && interval > 0)) {
+      std::printf("%s", (*daemon)->FormatCounters(per_slot).c_str());
+      std::fflush(stdout);
+    }
+  }
+  (*daemon)->Stop();
+  std::printf("switchml switch: shutting down\n%s", (*daemon)->FormatCounters(per_slot).c_str());
+  return 0;
+}
+
+}  // namespace switchml::tools

@@ -1,0 +1,167 @@
+// `switchml worker`: one worker of a job, against a switch that runs elsewhere (or locally).
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "base/logging.h"
+#include "commands.h"
+#include "flags.h"
+#include "proto/wire.h"
+#include "switchml/context.h"
+#include "testing/pattern.h"
+#include "transport/address.h"
+
+namespace switchml::tools {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+int WorkerCommand(const std::vector<std::string>& args) {
+  Flags flags("worker",
+              "Runs one worker of a SwitchML job: joins the job through the switch's control\n"
+              "plane, all-reduces a verifiable tensor --iterations times and checks every\n"
+              "result against the exact sum. Start one per host with the same flags and\n"
+              "ranks 0..N-1.");
+  flags.AddString("switch", "127.0.0.1", "the switch's control plane, HOST[:PORT] (port 50099)");
+  flags.AddInt("rank", 0, "this worker's rank, 0..workers-1");
+  AddJobFlags(&flags);
+  flags.AddInt("session", 0, "job id on the switch; concurrent jobs need different ids "
+                             "(0 = rank 0 picks one)");
+  flags.AddString("bind", "0.0.0.0", "local IPv4 address for the data-plane sockets");
+  flags.AddInt("udp-port", 0, "first local UDP port (0 = pick free ones)");
+  flags.AddBool("report", "print a machine-readable SWITCHML_RESULT line on stdout");
+  flags.AddBool("quiet", "no progress output");
+  flags.AddString("log-level", "warning", "debug, info, warning, error or off");
+  bool help = false;
+  Status st = flags.Parse(args, &help);
+  if (help) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  JobOptions job;
+  if (st.ok()) st = ReadJobFlags(flags, &job);
+  auto sw = transport::ParseHostPort(flags.GetString("switch"), proto::kDefaultControlPort);
+  if (st.ok() && !sw.ok()) st = sw.status();
+  LogLevel level;
+  if (st.ok() && !ParseLogLevel(flags.GetString("log-level"), &level)) {
+    st = InvalidArgumentError("--log-level must be debug, info, warning, error or off");
+  }
+  const int64_t rank = flags.GetInt("rank");
+  if (st.ok() && (rank < 0 || rank >= job.workers)) {
+    st = InvalidArgumentError("--rank " + std::to_string(rank) + " is out of range: with --workers " +
+                              std::to_string(job.workers) + " use 0.." +
+                              std::to_string(job.workers - 1));
+  }
+  if (!st.ok()) {
+    std::cerr << "switchml worker: " << st.message() << "\n";
+    return 2;
+  }
+  SetLogLevel(level);
+  const bool quiet = flags.GetBool("quiet"), report = flags.GetBool("report");
+  const std::string who = "switchml worker (rank " + std::to_string(rank) + ")";
+  auto fail = [&](const std::string& what, const Status& s) {
+    std::cerr << who << ": " << what << ": " << s.ToString() << "\n";
+    if (report) std::printf("SWITCHML_RESULT rank=%lld status=error\n", static_cast<long long>(rank));
+    std::fflush(stdout);
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  };
+
+  Config config;
+  config.rank = static_cast<uint32_t>(rank);
+  config.num_workers = job.workers;
+  config.switch_host = Ipv4ToString(sw->ipv4);
+  config.control_port = sw->port;
+  config.session_id = static_cast<uint64_t>(flags.GetInt("session"));
+  config.num_worker_threads = job.threads;
+  config.max_outstanding_packets = job.window;
+  config.packet_numel = job.packet_numel;
+  config.bind_address = flags.GetString("bind");
+  config.udp_port = static_cast<uint16_t>(flags.GetInt("udp-port"));
+  config.timeout = std::chrono::milliseconds(job.timeout_ms);
+  config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);
+  config.setup_timeout = std::chrono::milliseconds(job.setup_timeout_ms);
+
+  auto ctx = Context::Create(config);
+  if (!ctx.ok()) return fail("setup failed", ctx.status());
+  if (!quiet) {
+    std::fprintf(stderr, "%s: joined session %llu with %u workers; %llu %s elements per all-reduce\n",
+                 who.c_str(), static_cast<unsigned long long>((*ctx)->session_id()), job.workers,
+                 static_cast<unsigned long long>(job.size), DataTypeName(job.dtype));
+  }
+
+  // Buffers allocated and touched once, before anything is timed.
+  const size_t bytes = std::max<size_t>(4, job.size * 4);
+  std::vector<uint8_t> in(bytes, 1), out(bytes, 1);
+
+  testing::Pattern pattern;
+  pattern.seed = job.seed;
+  pattern.num_workers = job.workers;
+  pattern.packet_numel = job.packet_numel;
+  pattern.dtype = job.dtype;
+  std::vector<double> times;
+  const uint32_t total = job.warmup + job.iterations;
+  for (uint32_t it = 0; it < total; ++it) {
+    pattern.iteration = it;
+    testing::FillInput(pattern, config.rank, in.data(), job.size);
+    Status b = (*ctx)->Barrier();
+    if (!b.ok()) return fail("barrier before iteration " + std::to_string(it) + " failed", b);
+    const auto t0 = std::chrono::steady_clock::now();
+    Status r = (*ctx)->AllReduce(in.data(), out.data(), job.size, job.dtype);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!r.ok()) return fail("all-reduce " + std::to_string(it) + " failed", r);
+    std::string verdict = "not verified";
+    if (job.verify) {
+      testing::VerifyResult v = testing::Verify(pattern, out.data(), job.size);
+      if (!v.ok()) {
+        return fail("all-reduce " + std::to_string(it) + " gave a wrong result",
+                    InternalError(v.ToString()));
+      }
+      verdict = "verified";
+    }
+    const bool warm = it < job.warmup;
+    if (!warm) times.push_back(secs);
+    if (!quiet) {
+      std::fprintf(stderr, "%s: %s %u/%u: %.4f s, %.3g elements/s, %s\n", who.c_str(),
+                   warm ? "warm-up" : "iteration", warm ? it + 1 : it - job.warmup + 1,
+                   warm ? job.warmup : job.iterations, secs,
+                   secs > 0 ? static_cast<double>(job.size) / secs : 0.0, verdict.c_str());
+    }
+  }
+  const ContextStats s = (*ctx)->stats();
+  const double med = Median(times);
+  if (!quiet) {
+    std::fprintf(stderr,
+                 "%s: median %.4f s over %u iterations: %.4g elements/s, algorithm bandwidth "
+                 "%.3f Gbit/s; %llu packets sent, %llu retransmitted\n",
+                 who.c_str(), med, job.iterations, med > 0 ? job.size / med : 0.0,
+                 med > 0 ? job.size * 32.0 / med / 1e9 : 0.0,
+                 static_cast<unsigned long long>(s.packets_sent),
+                 static_cast<unsigned long long>(s.packets_retransmitted));
+  }
+  if (report) {
+    std::ostringstream line;
+    line << "SWITCHML_RESULT rank=" << rank << " status=ok verified=" << (job.verify ? 1 : 0)
+         << " sent=" << s.packets_sent << " retransmitted=" << s.packets_retransmitted
+         << " times=";
+    for (size_t i = 0; i < times.size(); ++i) line << (i ? "," : "") << times[i];
+    std::printf("%s\n", line.str().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace switchml::tools

@@ -1,0 +1,48 @@
+// The `switchml` subcommands. Each takes its arguments after the command name and returns the
+// process exit code (0 success, 1 the job failed, 2 bad usage or setup).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace switchml::tools {
+
+int SwitchCommand(const std::vector<std::string>& args);
+int WorkerCommand(const std::vector<std::string>& args);
+int RunCommand(const std::vector<std::string>& args, const std::string& self_exe);
+
+}  // namespace switchml::tools
+
+#include <chrono>
+#include <cstdint>
+
+#include "flags.h"
+#include "switchml/config.h"
+#include "switchml/types.h"
+
+namespace switchml::tools {
+
+// What a benchmark job is: shared by `worker` and `run` (which passes them on to its workers).
+struct JobOptions {
+  uint32_t workers = 2;
+  uint64_t size = 0;
+  DataType dtype = DataType::kFloat32;
+  uint32_t iterations = 5;
+  uint32_t warmup = 1;
+  uint32_t threads = 1;
+  uint32_t window = 256;
+  uint32_t packet_numel = 256;
+  int64_t timeout_ms = 10;
+  int64_t peer_timeout_ms = 10000;
+  int64_t setup_timeout_ms = 30000;
+  uint64_t seed = 1;
+  bool verify = true;
+};
+
+void AddJobFlags(Flags* flags);
+// Reads and checks the flags AddJobFlags added; errors say which flag is wrong.
+Status ReadJobFlags(const Flags& flags, JobOptions* out);
+// The flags that reproduce `o` for a `switchml worker` command line.
+std::vector<std::string> JobFlagArgs(const JobOptions& o);
+
+}  // namespace switchml::tools

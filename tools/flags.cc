@@ -1,0 +1,164 @@
+#include "flags.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "base/check.h"
+
+namespace switchml::tools {
+
+bool ParseSize(const std::string& text, uint64_t* out) {
+  if (text.empty()) return false;
+  size_t pos = 0;
+  uint64_t v = 0;
+  while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+    if (v > (UINT64_MAX - 9) / 10) return false;
+    v = v * 10 + static_cast<uint64_t>(text[pos] - '0');
+    ++pos;
+  }
+  if (pos == 0) return false;
+  int shift = 0;
+  if (pos < text.size()) {
+    if (pos + 1 != text.size()) return false;
+    switch (text[pos]) {
+      case 'k': case 'K': shift = 10; break;
+      case 'm': case 'M': shift = 20; break;
+      case 'g': case 'G': shift = 30; break;
+      default: return false;
+    }
+  }
+  if (shift > 0 && v > (UINT64_MAX >> shift)) return false;
+  *out = v << shift;
+  return true;
+}
+
+void Flags::Add(const std::string& name, Kind kind, std::string def, std::string help) {
+  CHECK(flags_.count(name) == 0) << name;
+  order_.push_back(name);
+  flags_[name] = Flag{kind, def, std::move(help), def};
+}
+
+void Flags::AddString(const std::string& name, std::string def, std::string help) {
+  Add(name, Kind::kString, std::move(def), std::move(help));
+}
+void Flags::AddInt(const std::string& name, int64_t def, std::string help) {
+  Add(name, Kind::kInt, std::to_string(def), std::move(help));
+}
+void Flags::AddDouble(const std::string& name, double def, std::string help) {
+  std::ostringstream s;
+  s << def;
+  Add(name, Kind::kDouble, s.str(), std::move(help));
+}
+void Flags::AddBool(const std::string& name, std::string help) {
+  Add(name, Kind::kBool, "false", std::move(help));
+}
+void Flags::AddSize(const std::string& name, uint64_t def, std::string help) {
+  Add(name, Kind::kSize, std::to_string(def), std::move(help));
+}
+
+Status Flags::Parse(const std::vector<std::string>& args, bool* help_requested) {
+  *help_requested = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      *help_requested = true;
+      return Status();
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return InvalidArgumentError("unexpected argument '" + arg + "' (flags start with --; see --help)");
+    }
+    std::string name = arg.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    auto it = flags_.find(name);
+    if (it == flags_.end()) {
+      return InvalidArgumentError("unknown flag --" + name + " (see " + command_ + " --help)");
+    }
+    Flag& f = it->second;
+    if (f.kind == Kind::kBool) {
+      if (has_value && value != "true" && value != "false") {
+        return InvalidArgumentError("--" + name + " takes no value (or =true/=false)");
+      }
+      f.value = has_value ? value : "true";
+      f.set = true;
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) return InvalidArgumentError("--" + name + " needs a value");
+      value = args[++i];
+    }
+    char* end = nullptr;
+    switch (f.kind) {
+      case Kind::kInt:
+        std::strtoll(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0') {
+          return InvalidArgumentError("--" + name + " wants a whole number, not '" + value + "'");
+        }
+        break;
+      case Kind::kDouble:
+        std::strtod(value.c_str(), &end);
+        if (value.empty() || *end != '\0') {
+          return InvalidArgumentError("--" + name + " wants a number, not '" + value + "'");
+        }
+        break;
+      case Kind::kSize: {
+        uint64_t v;
+        if (!ParseSize(value, &v)) {
+          return InvalidArgumentError("--" + name + " wants a count like 1000, 64K, 64M or 1G, not '" +
+                                      value + "'");
+        }
+        value = std::to_string(v);
+        break;
+      }
+      default:
+        break;
+    }
+    f.value = value;
+    f.set = true;
+  }
+  return Status();
+}
+
+std::string Flags::Usage() const {
+  std::ostringstream s;
+  s << "usage: switchml " << command_ << " [flags]\n\n" << summary_ << "\n\nflags:\n";
+  for (const auto& name : order_) {
+    const Flag& f = flags_.at(name);
+    std::string left = "  --" + name;
+    if (f.kind != Kind::kBool) left += " " + std::string(f.kind == Kind::kString ? "S" : "N");
+    s << left;
+    if (left.size() < 26) s << std::string(26 - left.size(), ' ');
+    else s << "\n" << std::string(26, ' ');
+    s << f.help;
+    if (f.kind != Kind::kBool && !f.def.empty()) s << " (default " << f.def << ")";
+    s << "\n";
+  }
+  s << "  --help                  this text\n";
+  return s.str();
+}
+
+const Flags::Flag& Flags::Get(const std::string& name, Kind kind) const {
+  auto it = flags_.find(name);
+  CHECK(it != flags_.end()) << "no flag " << name;
+  CHECK(it->second.kind == kind) << "flag " << name << " read as the wrong kind";
+  return it->second;
+}
+
+std::string Flags::GetString(const std::string& name) const { return Get(name, Kind::kString).value; }
+int64_t Flags::GetInt(const std::string& name) const {
+  return std::strtoll(Get(name, Kind::kInt).value.c_str(), nullptr, 10);
+}
+double Flags::GetDouble(const std::string& name) const {
+  return std::strtod(Get(name, Kind::kDouble).value.c_str(), nullptr);
+}
+bool Flags::GetBool(const std::string& name) const { return Get(name, Kind::kBool).value == "true"; }
+uint64_t Flags::GetSize(const std::string& name) const {
+  return std::strtoull(Get(name, Kind::kSize).value.c_str(), nullptr, 10);
+}
+bool Flags::WasSet(const std::string& name) const { return flags_.at(name).set; }
+
+}  // namespace switchml::tools

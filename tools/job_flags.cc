@@ -1,0 +1,69 @@
+#include "commands.h"
+
+namespace switchml::tools {
+
+void AddJobFlags(Flags* f) {
+  f->AddInt("workers", 2, "number of workers in the job");
+  f->AddSize("size", 1 << 20, "elements per all-reduce (suffix K, M, G = 2^10, 2^20, 2^30)");
+  f->AddString("dtype", "float32", "element type: float32 or int32");
+  f->AddInt("iterations", 5, "timed all-reduces");
+  f->AddInt("warmup", 1, "untimed all-reduces before them");
+  f->AddInt("threads", 1, "worker threads (UDP ports) per worker");
+  f->AddInt("window", 256, "packets in flight per worker (slots used on the switch)");
+  f->AddInt("packet-numel", 256, "elements per packet: 64 or 256");
+  f->AddInt("timeout-ms", 10, "retransmission timeout");
+  f->AddInt("peer-timeout-ms", 10000, "fail when no result arrives for this long");
+  f->AddInt("setup-timeout-ms", 30000, "fail when session setup or a barrier takes longer");
+  f->AddInt("seed", 1, "seed of the verifiable input pattern");
+  f->AddBool("no-verify", "skip checking each result against the exact sum");
+}
+
+Status ReadJobFlags(const Flags& f, JobOptions* o) {
+  auto positive = [&](const char* name, int64_t max, int64_t* v) -> Status {
+    *v = f.GetInt(name);
+    if (*v < 1 || *v > max) {
+      return InvalidArgumentError(std::string("--") + name + " must be in 1.." + std::to_string(max));
+    }
+    return Status();
+  };
+  int64_t v;
+  RETURN_IF_ERROR(positive("workers", 64, &v));
+  o->workers = static_cast<uint32_t>(v);
+  o->size = f.GetSize("size");
+  if (!ParseDataType(f.GetString("dtype"), &o->dtype)) {
+    return InvalidArgumentError("--dtype must be float32 or int32, not '" + f.GetString("dtype") + "'");
+  }
+  RETURN_IF_ERROR(positive("iterations", 1000000, &v));
+  o->iterations = static_cast<uint32_t>(v);
+  o->warmup = static_cast<uint32_t>(f.GetInt("warmup"));
+  if (f.GetInt("warmup") < 0) return InvalidArgumentError("--warmup must be >= 0");
+  RETURN_IF_ERROR(positive("threads", 64, &v));
+  o->threads = static_cast<uint32_t>(v);
+  RETURN_IF_ERROR(positive("window", 16384, &v));
+  o->window = static_cast<uint32_t>(v);
+  o->packet_numel = static_cast<uint32_t>(f.GetInt("packet-numel"));
+  if (o->packet_numel != 64 && o->packet_numel != 256) {
+    return InvalidArgumentError("--packet-numel must be 64 or 256");
+  }
+  RETURN_IF_ERROR(positive("timeout-ms", 3600000, &o->timeout_ms));
+  RETURN_IF_ERROR(positive("peer-timeout-ms", 86400000, &o->peer_timeout_ms));
+  RETURN_IF_ERROR(positive("setup-timeout-ms", 86400000, &o->setup_timeout_ms));
+  o->seed = static_cast<uint64_t>(f.GetInt("seed"));
+  o->verify = !f.GetBool("no-verify");
+  return Status();
+}
+
+std::vector<std::string> JobFlagArgs(const JobOptions& o) {
+  std::vector<std::string> a = {
+      "--workers", std::to_string(o.workers), "--size", std::to_string(o.size),
+      "--dtype", DataTypeName(o.dtype), "--iterations", std::to_string(o.iterations),
+      "--warmup", std::to_string(o.warmup), "--threads", std::to_string(o.threads),
+      "--window", std::to_string(o.window), "--packet-numel", std::to_string(o.packet_numel),
+      "--timeout-ms", std::to_string(o.timeout_ms), "--peer-timeout-ms",
+      std::to_string(o.peer_timeout_ms), "--setup-timeout-ms", std::to_string(o.setup_timeout_ms),
+      "--seed", std::to_string(o.seed)};
+  if (!o.verify) a.push_back("--no-verify");
+  return a;
+}
+
+}  // namespace switchml::tools
