@@ -4,6 +4,8 @@
 #include <array>
 #include <cinttypes>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "base/check.h"
 #include "dataplane/stages.h"
@@ -101,6 +103,8 @@ struct Switch::Job {
 
   JobCounters counters;
   std::vector<SlotCounters> slot_counters;
+  // Switch::activity_clock_ at the job's creation or its last datagram: eviction picks the least.
+  uint64_t last_active = 0;
 
   // Reply state, rewritten by each packet that produces a reply.
   std::array<uint8_t, proto::kMaxDatagramBytes> reply{};
@@ -115,7 +119,7 @@ Switch::Switch(SwitchConfig config) : config_(config) {
 
 Switch::~Switch() = default;
 
-Status Switch::CreateJob(const JobSpec& spec) {
+Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
   const std::string name = SessionName(spec.session_id);
   if (spec.num_workers == 0) {
     return InvalidArgumentError(name + ": num_workers must be at least 1");
@@ -139,21 +143,25 @@ Status Switch::CreateJob(const JobSpec& spec) {
                                 std::to_string(config_.slots_per_job) +
                                 " (this switch's slots per job)");
   }
-  auto it = jobs_.find(spec.session_id);
-  if (it == jobs_.end() && jobs_.size() >= config_.max_jobs) {
-    return ResourceExhaustedError(
-        "cannot open " + name + ": the switch already holds its limit of " +
-        std::to_string(config_.max_jobs) + " jobs; remove a finished job first");
-  }
-  if (it != jobs_.end()) {
+  if (auto it = jobs_.find(spec.session_id); it != jobs_.end()) {
     RemoveFromLookup(*it->second);
     jobs_.erase(it);
+  } else if (jobs_.size() >= config_.max_jobs) {
+    // Sessions are never closed, so a full table holds dead jobs: make room by evicting the one
+    // that has been quiet the longest.
+    const auto lru = std::min_element(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) {
+      return a.second->last_active < b.second->last_active;
+    });
+    Evict(lru->first, evicted);
   }
-  jobs_.emplace(spec.session_id, std::make_unique<Job>(spec, config_.slots_per_job));
+  auto job = std::make_unique<Job>(spec, config_.slots_per_job);
+  job->last_active = ++activity_clock_;
+  jobs_.emplace(spec.session_id, std::move(job));
   return Status::Ok();
 }
 
-Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker) {
+Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker,
+                         std::vector<uint64_t>* evicted) {
   const std::string name = SessionName(session_id);
   auto it = jobs_.find(session_id);
   if (it == jobs_.end()) {
@@ -177,6 +185,11 @@ Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& w
                                 " go past 65535; choose a lower base port");
   }
   // Overlap with any registered worker of any job (a port-0 entry owns every port of its ip).
+  // An explicit range that overlaps only other sessions' explicit ranges takes them over: the
+  // new registrant has bound those ports, so the sessions that held them are dead. Anything else
+  // is refused: a conflict inside the session is a configuration error, and a port-0 entry says
+  // nothing about which process owns which port.
+  std::vector<uint64_t> dead;
   for (const auto& [other_id, other] : jobs_) {
     const uint32_t other_ports = other->spec.num_ports;
     for (uint32_t r = 0; r < other->spec.num_workers; ++r) {
@@ -186,14 +199,19 @@ Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& w
       const bool overlap = w.port == 0 || worker.port == 0 ||
                            (uint32_t{worker.port} < uint32_t{w.port} + other_ports &&
                             uint32_t{w.port} < uint32_t{worker.port} + num_ports);
-      if (overlap) {
-        return AlreadyExistsError("address " + FormatAddress(worker, num_ports) +
-                                  " is already used by rank " + std::to_string(r) + " of " +
-                                  SessionName(other_id) + " (" + FormatAddress(w, other_ports) +
-                                  ")");
+      if (!overlap) continue;
+      if (other_id != session_id && w.port != 0 && worker.port != 0) {
+        if (dead.empty() || dead.back() != other_id) dead.push_back(other_id);
+        continue;
       }
+      return AlreadyExistsError("address " + FormatAddress(worker, num_ports) +
+                                " is already used by rank " + std::to_string(r) + " of " +
+                                SessionName(other_id) + " (" + FormatAddress(w, other_ports) + ")");
     }
   }
+  // Only now that the registration cannot fail: a refused call evicts nothing.
+  std::sort(dead.begin(), dead.end());
+  for (uint64_t id : dead) Evict(id, evicted);
   job.workers[rank] = worker;
   job.registered[rank] = true;
   ++job.num_registered;
@@ -219,6 +237,15 @@ void Switch::RemoveFromLookup(const Job& job) {
       }
     }
   }
+}
+
+void Switch::Evict(uint64_t session_id, std::vector<uint64_t>* evicted) {
+  auto it = jobs_.find(session_id);
+  CHECK(it != jobs_.end()) << SessionName(session_id);
+  RemoveFromLookup(*it->second);
+  jobs_.erase(it);
+  ++counters_.jobs_evicted;
+  if (evicted != nullptr) evicted->push_back(session_id);
 }
 
 Status Switch::RemoveJob(uint64_t session_id) {
@@ -290,6 +317,7 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
   Job& job = *entry->first;
   const uint32_t rank = entry->second;
   ++job.counters.received;
+  job.last_active = ++activity_clock_;
   if (job.num_registered < job.spec.num_workers) return DropForJob(job, DropReason::kJobNotReady);
   if (md.header.size != job.spec.size) return DropForJob(job, DropReason::kWrongSize);
   if (md.header.slot.index >= config_.slots_per_job) {
@@ -355,8 +383,10 @@ std::string Switch::FormatCounters(bool per_slot) const {
   };
   uint64_t malformed = 0;
   for (uint64_t c : counters_.dropped_malformed) malformed += c;
-  add("switch: %zu jobs, received %" PRIu64 ", malformed %" PRIu64 ", unknown_source %" PRIu64 "\n",
-      jobs_.size(), counters_.received, malformed, counters_.dropped_unknown_source);
+  add("switch: %zu jobs, received %" PRIu64 ", malformed %" PRIu64 ", unknown_source %" PRIu64
+      ", jobs_evicted %" PRIu64 "\n",
+      jobs_.size(), counters_.received, malformed, counters_.dropped_unknown_source,
+      counters_.jobs_evicted);
   for (int e = 1; e < proto::kNumDecodeErrors; ++e) {
     if (counters_.dropped_malformed[e] == 0) continue;
     const std::string label =

@@ -33,7 +33,9 @@ struct SwitchConfig {
   uint32_t max_workers_per_job = 32;
   // Slots in each job's pool (two sets each). At most proto::kMaxSlots.
   uint32_t slots_per_job = 8192;
-  // Concurrent jobs.
+  // Concurrent jobs. Nothing in the protocol ends a session (every run opens a new one), so the
+  // table never refuses a new job for lack of room: creating one more than max_jobs evicts the
+  // least recently active job (see Switch::CreateJob).
   uint32_t max_jobs = 64;
   Status Validate() const;
 };
@@ -105,6 +107,7 @@ struct SwitchCounters {
   uint64_t received = 0;
   uint64_t dropped_malformed[proto::kNumDecodeErrors] = {};
   uint64_t dropped_unknown_source = 0;
+  uint64_t jobs_evicted = 0;  // jobs removed by CreateJob or AddWorker to make room (see there)
 };
 
 class Switch {
@@ -115,14 +118,28 @@ class Switch {
   Switch& operator=(const Switch&) = delete;
 
   // Control-plane side. Each returns a Status whose message says what to fix.
+  //
+  // Eviction: no message ends a session, so dead jobs are removed when they stand in the way of a
+  // new one, by CreateJob (table full) and AddWorker (address taken over). An evicted job goes
+  // exactly as with RemoveJob: its state, workers and counters are dropped and its workers'
+  // packets become kUnknownSource. Each eviction counts in counters().jobs_evicted, and when
+  // evicted is not null the evicted session ids are appended to *evicted, so the caller can
+  // forget those sessions too. A call that fails evicts nothing.
+  //
   // (Re)creates the job of spec.session_id: a job with that id is dropped with all its state and
-  // workers; other jobs are untouched. Fails when the spec is invalid (num_workers 0 or over the
-  // limit, unsupported size, window over the pool) or max_jobs jobs exist.
-  Status CreateJob(const JobSpec& spec);
-  // Registers a worker of an existing job. Fails on unknown session, rank out of range,
-  // rank already registered, or an address (ip and any port of its range) that another worker
-  // of any job already owns.
-  Status AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker);
+  // workers (not an eviction); other jobs are untouched, except that when max_jobs other jobs
+  // exist the least recently active one is evicted (activity: the last datagram Process()
+  // attributed to the job, or the job's creation if none). Fails when the spec is invalid
+  // (num_workers 0 or over the limit, unsupported size, window over the pool).
+  Status CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted = nullptr);
+  // Registers a worker of an existing job. Fails on unknown session, rank out of range, rank
+  // already registered, a port range past 65535, or an address conflict that cannot be resolved:
+  // the range overlaps another worker of the same session, or either side is a port-0 ("any
+  // port") registration. When the worker's explicit port range overlaps only explicit port
+  // ranges of other sessions, those sessions are dead (the new registrant now binds their ports):
+  // their jobs are evicted and the worker is registered.
+  Status AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker,
+                   std::vector<uint64_t>* evicted = nullptr);
   Status RemoveJob(uint64_t session_id);
   bool HasJob(uint64_t session_id) const;
   // The spec of an existing job, or nullptr.
@@ -148,6 +165,8 @@ class Switch {
   struct Job;
   const Action& DropForJob(Job& job, DropReason reason);
   void RemoveFromLookup(const Job& job);
+  // Removes the job of session_id (which must exist) as an eviction: counted and reported.
+  void Evict(uint64_t session_id, std::vector<uint64_t>* evicted);
 
   SwitchConfig config_;
   SwitchCounters counters_;
@@ -155,6 +174,9 @@ class Switch {
   // Lookup tables (the "receive/lookup" stage): exact (ip, port) and any-port (ip) entries.
   std::unordered_map<Endpoint, std::pair<Job*, uint32_t>> by_endpoint_;
   std::unordered_map<uint32_t, std::pair<Job*, uint32_t>> by_address_;
+  // The activity clock: incremented by each job creation and each datagram attributed to a job,
+  // and copied into that job, so the smallest copy marks the least recently active job.
+  uint64_t activity_clock_ = 0;
   Action action_;
 };
 

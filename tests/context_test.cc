@@ -1,0 +1,174 @@
+// The worker library's public API, in one process: several Contexts against an in-process
+// software switch over loopback UDP.
+#include "switchml/context.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "runtime/switch_daemon.h"
+#include "testing/pattern.h"
+
+namespace switchml {
+namespace {
+
+class ContextTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    runtime::SwitchDaemonOptions o;
+    o.bind_address = "127.0.0.1";
+    o.data_port = 0;
+    o.control_port = 0;
+    auto d = runtime::SwitchDaemon::Start(o);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    daemon_ = std::move(d).value();
+  }
+
+  Config MakeConfig(uint32_t rank, uint32_t n, uint64_t session) const {
+    Config c;
+    c.rank = rank;
+    c.num_workers = n;
+    c.control_port = daemon_->control_port();
+    c.session_id = session;
+    c.setup_timeout = std::chrono::seconds(10);
+    return c;
+  }
+
+  // Creates n contexts concurrently (setup blocks until all have joined).
+  std::vector<std::unique_ptr<Context>> CreateAll(std::vector<Config> configs) {
+    std::vector<std::unique_ptr<Context>> out(configs.size());
+    std::vector<Status> st(configs.size());
+    std::vector<std::thread> ts;
+    for (size_t r = 0; r < configs.size(); ++r) {
+      ts.emplace_back([&, r] {
+        auto c = Context::Create(configs[r]);
+        st[r] = c.status();
+        if (c.ok()) out[r] = std::move(c).value();
+      });
+    }
+    for (auto& t : ts) t.join();
+    for (size_t r = 0; r < configs.size(); ++r) EXPECT_TRUE(st[r].ok()) << st[r].ToString();
+    return out;
+  }
+
+  std::unique_ptr<runtime::SwitchDaemon> daemon_;
+};
+
+TEST(ConfigTest, ValidateSaysWhatToFix) {
+  Config c;
+  EXPECT_TRUE(c.Validate().ok());
+  c.rank = 3;
+  c.num_workers = 2;
+  EXPECT_NE(c.Validate().message().find("use ranks 0 to 1"), std::string::npos);
+  c = Config();
+  c.packet_numel = 100;
+  EXPECT_NE(c.Validate().message().find("use 64 or 256"), std::string::npos);
+  c = Config();
+  c.num_worker_threads = 4;
+  c.max_outstanding_packets = 2;
+  EXPECT_NE(c.Validate().message().find("each thread needs a slot"), std::string::npos);
+  c = Config();
+  c.peer_timeout = std::chrono::milliseconds(1);
+  EXPECT_FALSE(c.Validate().ok());
+}
+
+// Given two contexts (ranks 0 and 1) in one process, Expect synchronous, asynchronous and
+// in-place all-reduces of int32 and float32 to give verified results on both.
+TEST_F(ContextTest, TwoContextsInOneProcess) {
+  auto ctx = CreateAll({MakeConfig(0, 2, 7), MakeConfig(1, 2, 7)});
+  ASSERT_TRUE(ctx[0] && ctx[1]);
+  EXPECT_EQ(ctx[0]->session_id(), 7u);
+  for (DataType dt : {DataType::kInt32, DataType::kFloat32}) {
+    const size_t count = 100003;
+    testing::Pattern p{3, dt == DataType::kInt32 ? 0u : 1u, 2, 256, dt};
+    std::vector<std::vector<int32_t>> buf(2, std::vector<int32_t>(count));
+    for (uint32_t r = 0; r < 2; ++r) testing::FillInput(p, r, buf[r].data(), count);
+    // In place, asynchronously on both.
+    auto h0 = ctx[0]->AllReduceAsync(buf[0].data(), buf[0].data(), count, dt);
+    auto h1 = ctx[1]->AllReduceAsync(buf[1].data(), buf[1].data(), count, dt);
+    ASSERT_TRUE(h0.ok() && h1.ok());
+    ASSERT_TRUE(h0->Wait().ok());
+    ASSERT_TRUE(h1->Wait().ok());
+    EXPECT_TRUE(h0->Test());
+    for (uint32_t r = 0; r < 2; ++r) {
+      auto v = testing::Verify(p, buf[r].data(), count);
+      EXPECT_TRUE(v.ok()) << "rank " << r << " " << DataTypeName(dt) << ": " << v.ToString();
+    }
+  }
+}
+
+// Given several all-reduces queued back to back, Expect them carried out in order and
+// WaitForAll to report success.
+TEST_F(ContextTest, QueuedOperationsAndWaitForAll) {
+  Config c0 = MakeConfig(0, 2, 8), c1 = MakeConfig(1, 2, 8);
+  c0.num_worker_threads = c1.num_worker_threads = 2;
+  c0.packet_numel = c1.packet_numel = 64;
+  auto ctx = CreateAll({c0, c1});
+  ASSERT_TRUE(ctx[0] && ctx[1]);
+  constexpr int kOps = 6;
+  std::vector<std::vector<std::vector<float>>> in(2), out(2);
+  std::vector<size_t> sizes = {1, 64, 65, 5000, 0, 77777};
+  for (uint32_t r = 0; r < 2; ++r) {
+    for (int i = 0; i < kOps; ++i) {
+      testing::Pattern p{5, static_cast<uint32_t>(i), 2, 64, DataType::kFloat32};
+      in[r].emplace_back(sizes[i]);
+      out[r].emplace_back(sizes[i]);
+      testing::FillInput(p, r, in[r][i].data(), sizes[i]);
+      ASSERT_TRUE(ctx[r]->AllReduceAsync(in[r][i].data(), out[r][i].data(), sizes[i],
+                                          DataType::kFloat32)
+                      .ok());
+    }
+  }
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(ctx[r]->WaitForAll().ok());
+  for (uint32_t r = 0; r < 2; ++r) {
+    for (int i = 0; i < kOps; ++i) {
+      testing::Pattern p{5, static_cast<uint32_t>(i), 2, 64, DataType::kFloat32};
+      EXPECT_TRUE(testing::Verify(p, out[r][i].data(), sizes[i]).ok()) << r << " " << i;
+    }
+  }
+  EXPECT_GT(ctx[0]->stats().packets_sent, 0u);
+}
+
+// Given inputs with an infinity, Expect a clear error on every worker, NaN in the affected
+// block, and the context still usable afterwards.
+TEST_F(ContextTest, NonFiniteInputGivesClearErrorOnEveryWorker) {
+  auto ctx = CreateAll({MakeConfig(0, 2, 9), MakeConfig(1, 2, 9)});
+  ASSERT_TRUE(ctx[0] && ctx[1]);
+  std::vector<std::vector<float>> buf(2, std::vector<float>(1000, 1.0f));
+  buf[1][300] = INFINITY;
+  std::vector<Status> st(2);
+  std::thread t([&] { st[1] = ctx[1]->AllReduce(buf[1].data(), buf[1].data(), 1000, DataType::kFloat32); });
+  st[0] = ctx[0]->AllReduce(buf[0].data(), buf[0].data(), 1000, DataType::kFloat32);
+  t.join();
+  for (uint32_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), StatusCode::kInvalidArgument) << st[r].ToString();
+    EXPECT_NE(st[r].message().find("inf or NaN"), std::string::npos);
+    EXPECT_TRUE(std::isnan(buf[r][300]));
+    EXPECT_EQ(buf[r][0], 2.0f);
+  }
+  // Still usable.
+  std::vector<std::vector<int32_t>> ints(2, std::vector<int32_t>(10, 21));
+  std::thread t2([&] { st[1] = ctx[1]->AllReduce(ints[1].data(), ints[1].data(), 10, DataType::kInt32); });
+  st[0] = ctx[0]->AllReduce(ints[0].data(), ints[0].data(), 10, DataType::kInt32);
+  t2.join();
+  EXPECT_TRUE(st[0].ok() && st[1].ok());
+  EXPECT_EQ(ints[0], std::vector<int32_t>(10, 42));
+}
+
+// Given a peer that never shows up, Expect setup to fail with DEADLINE_EXCEEDED naming the
+// barrier, not to hang.
+TEST_F(ContextTest, MissingPeerTimesOutAtSetup) {
+  Config c = MakeConfig(0, 2, 10);
+  c.setup_timeout = std::chrono::milliseconds(800);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto ctx = Context::Create(c);
+  ASSERT_FALSE(ctx.ok());
+  EXPECT_EQ(ctx.status().code(), StatusCode::kDeadlineExceeded) << ctx.status().ToString();
+  EXPECT_NE(ctx.status().message().find("barrier"), std::string::npos) << ctx.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+}  // namespace
+}  // namespace switchml

@@ -1,0 +1,280 @@
+// Multi-process tests over loopback UDP: a software switch (in this process) and 2 to 8
+// `switchml worker` processes, with loss, concurrent jobs, a killed worker, a misconfigured
+// worker and garbage datagrams.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "process.h"
+#include "runtime/switch_daemon.h"
+
+namespace switchml {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::Process;
+
+std::unique_ptr<runtime::SwitchDaemon> StartSwitch(double loss = 0) {
+  runtime::SwitchDaemonOptions o;
+  o.bind_address = "127.0.0.1";
+  o.data_port = 0;
+  o.control_port = 0;
+  o.loss = loss;
+  auto d = runtime::SwitchDaemon::Start(o);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  return d.ok() ? std::move(d).value() : nullptr;
+}
+
+struct WorkerArgs {
+  uint32_t workers = 2;
+  std::string size = "1000";
+  std::string dtype = "float32";
+  uint64_t session = 1;
+  std::vector<std::string> extra;
+};
+
+std::unique_ptr<Process> StartWorker(const runtime::SwitchDaemon& d, const WorkerArgs& a,
+                                     uint32_t rank, std::vector<std::string> rank_extra = {}) {
+  std::vector<std::string> argv = {testing::SwitchmlBinary(), "worker", "--switch",
+                                   "127.0.0.1:" + std::to_string(d.control_port()), "--rank",
+                                   std::to_string(rank), "--workers", std::to_string(a.workers),
+                                   "--size", a.size, "--dtype", a.dtype, "--session",
+                                   std::to_string(a.session), "--iterations", "2", "--warmup",
+                                   "0", "--report", "--setup-timeout-ms", "20000"};
+  argv.insert(argv.end(), a.extra.begin(), a.extra.end());
+  argv.insert(argv.end(), rank_extra.begin(), rank_extra.end());
+  return std::make_unique<Process>(argv);
+}
+
+// Runs one job to completion; expects every worker to succeed with verified results.
+void RunJob(const runtime::SwitchDaemon& d, const WorkerArgs& a) {
+  std::vector<std::unique_ptr<Process>> ps;
+  for (uint32_t r = 0; r < a.workers; ++r) ps.push_back(StartWorker(d, a, r));
+  for (uint32_t r = 0; r < a.workers; ++r) {
+    ASSERT_TRUE(ps[r]->Wait(seconds(120))) << "rank " << r << " still running:\n" << ps[r]->output();
+    EXPECT_EQ(ps[r]->exit_code(), 0) << "rank " << r << ":\n" << ps[r]->output();
+    EXPECT_NE(ps[r]->output().find("status=ok verified=1"), std::string::npos) << ps[r]->output();
+  }
+}
+
+struct SizeCase {
+  uint32_t workers;
+  const char* size;
+  const char* dtype;
+  std::vector<std::string> extra;
+};
+
+class SizeMatrixTest : public ::testing::TestWithParam<SizeCase> {};
+
+// Given N worker processes and a tensor of an edge-case size, Expect every result verified.
+TEST_P(SizeMatrixTest, EveryResultVerified) {
+  auto d = StartSwitch();
+  ASSERT_NE(d, nullptr);
+  const SizeCase& c = GetParam();
+  WorkerArgs a;
+  a.workers = c.workers;
+  a.size = c.size;
+  a.dtype = c.dtype;
+  a.session = 1000 + c.workers;
+  a.extra = c.extra;
+  RunJob(*d, a);
+}
+
+std::vector<SizeCase> SizeCases() {
+  std::vector<SizeCase> cases;
+  for (const char* dtype : {"int32", "float32"}) {
+    for (const char* size : {"0", "1", "63", "64", "65"}) {
+      cases.push_back({2, size, dtype, {"--packet-numel", "64"}});
+    }
+    cases.push_back({2, "3145735", dtype, {}});                   // 3M + 7
+    cases.push_back({3, "2097155", dtype, {"--threads", "2"}});  // 2M + 3, 2 threads each
+    cases.push_back({8, "1048583", dtype, {"--window", "64"}});  // 1M + 7, 8 workers
+    cases.push_back({5, "100001", dtype, {"--packet-numel", "64", "--threads", "3", "--window", "96"}});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, SizeMatrixTest, ::testing::ValuesIn(SizeCases()));
+
+// Given a switch that drops 1% of packets in each direction, Expect every result verified
+// (retransmissions recover all losses) for int32 and float32.
+TEST(MultiProcessTest, OnePercentLossEachWay) {
+  auto d = StartSwitch(0.01);
+  ASSERT_NE(d, nullptr);
+  for (const char* dtype : {"int32", "float32"}) {
+    WorkerArgs a;
+    a.workers = 4;
+    a.size = "1048579";
+    a.dtype = dtype;
+    a.session = dtype[0] == 'i' ? 11 : 12;
+    a.extra = {"--timeout-ms", "5"};
+    RunJob(*d, a);
+  }
+  EXPECT_GT(d->counters().loss_dropped_in, 0u);
+  EXPECT_GT(d->counters().loss_dropped_out, 0u);
+}
+
+// Given two jobs with different session ids running at the same time on one switch, Expect
+// both to finish with verified results and the switch to have kept them apart.
+TEST(MultiProcessTest, TwoConcurrentJobsOnOneSwitch) {
+  auto d = StartSwitch();
+  ASSERT_NE(d, nullptr);
+  WorkerArgs a{3, "2000003", "float32", 21, {}};
+  WorkerArgs b{2, "1500001", "int32", 22, {"--packet-numel", "64"}};
+  std::vector<std::unique_ptr<Process>> ps;
+  for (uint32_t r = 0; r < a.workers; ++r) ps.push_back(StartWorker(*d, a, r));
+  for (uint32_t r = 0; r < b.workers; ++r) ps.push_back(StartWorker(*d, b, r));
+  for (auto& p : ps) {
+    ASSERT_TRUE(p->Wait(seconds(120))) << p->output();
+    EXPECT_EQ(p->exit_code(), 0) << p->output();
+    EXPECT_NE(p->output().find("status=ok verified=1"), std::string::npos) << p->output();
+  }
+  std::lock_guard<std::mutex> lock(d->locked_switch().mu);
+  const dataplane::Switch& sw = d->locked_switch().sw;
+  ASSERT_NE(sw.job_counters(21), nullptr);
+  ASSERT_NE(sw.job_counters(22), nullptr);
+  EXPECT_GT(sw.job_counters(21)->completed, 0u);
+  EXPECT_GT(sw.job_counters(22)->completed, 0u);
+  EXPECT_EQ(sw.counters().dropped_unknown_source, 0u);
+}
+
+// Given a worker killed in the middle of a job, Expect every other worker to fail with a clear
+// timeout error within the stated bound: peer timeout (2 s) + 3 s of slack.
+TEST(MultiProcessTest, KilledWorkerMakesOthersFailWithTimeout) {
+  auto d = StartSwitch();
+  ASSERT_NE(d, nullptr);
+  WorkerArgs a{3, "4194301", "float32", 31,
+               {"--iterations", "1000", "--peer-timeout-ms", "2000", "--setup-timeout-ms", "2000"}};
+  std::vector<std::unique_ptr<Process>> ps;
+  for (uint32_t r = 0; r < a.workers; ++r) ps.push_back(StartWorker(*d, a, r));
+  // Rank 0 prints progress; kill rank 2 once the job is under way.
+  ASSERT_TRUE(ps[0]->WaitForOutput("iteration 2/1000", seconds(60))) << ps[0]->output();
+  ps[2]->Kill(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  for (uint32_t r : {0u, 1u}) {
+    ASSERT_TRUE(ps[r]->Wait(seconds(5))) << "rank " << r << " did not give up in time";
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+    EXPECT_LE(took, 5.0);
+    EXPECT_NE(ps[r]->exit_code(), 0);
+    const std::string out = ps[r]->output();
+    EXPECT_NE(out.find("DEADLINE_EXCEEDED"), std::string::npos) << out;
+    EXPECT_TRUE(out.find("peer worker") != std::string::npos) << out;
+  }
+}
+
+// Given a worker started with another packet size, or another worker count, than rank 0,
+// Expect it to be refused at setup with a message saying what does not match, and rank 0 to
+// fail quickly too (not to hang).
+TEST(MultiProcessTest, MismatchedWorkerIsRefusedAtSetup) {
+  auto d = StartSwitch();
+  ASSERT_NE(d, nullptr);
+  struct Case {
+    std::vector<std::string> rank1_extra;
+    std::string expected;
+  };
+  uint64_t session = 41;
+  for (const Case& c : {Case{{"--packet-numel", "64"}, "packet"},
+                        Case{{"--window", "128"}, "max_outstanding_packets"},
+                        Case{{"--threads", "2"}, "num_udp_ports"}}) {
+    WorkerArgs a{2, "1000", "float32", session++, {"--setup-timeout-ms", "20000"}};
+    auto p0 = StartWorker(*d, a, 0);
+    auto p1 = StartWorker(*d, a, 1, c.rank1_extra);
+    ASSERT_TRUE(p1->Wait(seconds(10))) << p1->output();
+    EXPECT_NE(p1->exit_code(), 0);
+    EXPECT_NE(p1->output().find("setup failed"), std::string::npos) << p1->output();
+    EXPECT_NE(p1->output().find(c.expected), std::string::npos) << p1->output();
+    ASSERT_TRUE(p0->Wait(seconds(10))) << "rank 0 hangs:\n" << p0->output();
+    EXPECT_NE(p0->exit_code(), 0);
+    EXPECT_NE(p0->output().find("refused"), std::string::npos) << p0->output();
+  }
+  // A different --workers: the job's size does not match.
+  WorkerArgs a{2, "1000", "float32", session++, {}};
+  auto p0 = StartWorker(*d, a, 0);
+  WorkerArgs b = a;
+  b.workers = 3;
+  auto p1 = StartWorker(*d, b, 1);
+  ASSERT_TRUE(p1->Wait(seconds(10))) << p1->output();
+  EXPECT_NE(p1->output().find("num_workers 3 does not match"), std::string::npos) << p1->output();
+  ASSERT_TRUE(p0->Wait(seconds(10))) << p0->output();
+  EXPECT_NE(p0->exit_code(), 0);
+}
+
+// Given garbage datagrams (random bytes, truncated and oversized packets, packets from an
+// unregistered address) sent at the data port while a job runs, Expect the job's results to be
+// verified and the garbage counted and dropped.
+TEST(MultiProcessTest, GarbageDatagramsAreCountedAndDropped) {
+  auto d = StartSwitch();
+  ASSERT_NE(d, nullptr);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> sent{0};
+  std::thread garbage([&] {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(d->data_port());
+    to.sin_addr.s_addr = htonl(0x7f000001);
+    std::mt19937 rng(7);
+    std::vector<uint8_t> buf(1500);
+    while (!stop.load() && sent.load() < 200000) {
+      const size_t len = rng() % buf.size();
+      for (auto& b : buf) b = static_cast<uint8_t>(rng());
+      if (sent % 3 == 0 && len > 10) {
+        buf[0] = 0x13;  // a plausible header: valid type and size, wrong length or sender
+        buf[6] &= 0x3f;
+      }
+      sendto(fd, buf.data(), len, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+      ++sent;
+      if (sent % 64 == 0) std::this_thread::sleep_for(milliseconds(1));
+    }
+    close(fd);
+  });
+  WorkerArgs a{3, "2097157", "float32", 51, {"--iterations", "3"}};
+  RunJob(*d, a);
+  stop = true;
+  garbage.join();
+  ASSERT_GT(sent.load(), 100u);
+  std::lock_guard<std::mutex> lock(d->locked_switch().mu);
+  const dataplane::SwitchCounters& c = d->locked_switch().sw.counters();
+  uint64_t malformed = 0;
+  for (uint64_t m : c.dropped_malformed) malformed += m;
+  EXPECT_GT(malformed, 0u);
+  EXPECT_GT(c.dropped_unknown_source, 0u);
+  EXPECT_GT(malformed + c.dropped_unknown_source, sent.load() / 2);  // most of it reached the switch
+}
+
+// Given the main-job command, Expect it to verify every result and print the throughput lines.
+TEST(MultiProcessTest, RunCommandPrintsVerifiedThroughput) {
+  Process p({testing::SwitchmlBinary(), "run", "--workers", "3", "--size", "300001", "--dtype",
+             "int32", "--iterations", "3", "--loss", "0.01"});
+  ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
+  EXPECT_EQ(p.exit_code(), 0) << p.output();
+  const std::string out = p.output();
+  EXPECT_NE(out.find("switchml run: OK"), std::string::npos) << out;
+  EXPECT_NE(out.find("tensor aggregation time (median of 3)"), std::string::npos) << out;
+  EXPECT_NE(out.find("aggregated elements/s"), std::string::npos) << out;
+  EXPECT_NE(out.find("algorithm bandwidth"), std::string::npos) << out;
+}
+
+// Given a switch that is not there, Expect a worker to fail with a message naming it, within
+// its setup timeout.
+TEST(MultiProcessTest, MissingSwitchGivesClearError) {
+  Process p({testing::SwitchmlBinary(), "worker", "--switch", "127.0.0.1:1", "--rank", "0",
+             "--workers", "1", "--setup-timeout-ms", "1500"});
+  ASSERT_TRUE(p.Wait(seconds(10))) << p.output();
+  EXPECT_NE(p.exit_code(), 0);
+  EXPECT_NE(p.output().find("127.0.0.1:1"), std::string::npos) << p.output();
+}
+
+}  // namespace
+}  // namespace switchml

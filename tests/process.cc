@@ -1,0 +1,85 @@
+#include "process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace switchml::testing {
+
+std::string SwitchmlBinary() { return SWITCHML_BINARY; }
+
+Process::Process(const std::vector<std::string>& argv) {
+  char tmpl[] = "/tmp/switchml-test-XXXXXX";
+  int fd = mkstemp(tmpl);
+  path_ = tmpl;
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    std::perror("execv");
+    _exit(127);
+  }
+  close(fd);
+}
+
+Process::~Process() {
+  if (running()) {
+    Kill(SIGKILL);
+    Wait(std::chrono::seconds(5));
+  }
+  unlink(path_.c_str());
+}
+
+bool Process::running() {
+  if (exit_code_ >= 0) return false;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return false;
+  }
+  return true;
+}
+
+bool Process::Wait(std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (running()) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+void Process::Kill(int signal) {
+  if (exit_code_ < 0) kill(pid_, signal);
+}
+
+std::string Process::output() const {
+  std::ifstream f(path_);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+bool Process::WaitForOutput(const std::string& text, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (output().find(text) != std::string::npos) return true;
+    if (!running()) return output().find(text) != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+}  // namespace switchml::testing

@@ -1,0 +1,39 @@
+// Test support: run the `switchml` binary as child processes and collect exit codes and output.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace switchml::testing {
+
+// A child process whose stdout and stderr go to one temporary file.
+class Process {
+ public:
+  explicit Process(const std::vector<std::string>& argv);
+  ~Process();  // kills the child if it still runs
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  // Waits up to `timeout`; returns false when the child still runs then.
+  bool Wait(std::chrono::milliseconds timeout);
+  void Kill(int signal);
+  bool running();
+  // Exit code, or 128 + signal; -1 while running.
+  int exit_code() const { return exit_code_; }
+  std::string output() const;
+  // Waits until output() contains `text` or the child ends; false on timeout or end without it.
+  bool WaitForOutput(const std::string& text, std::chrono::milliseconds timeout);
+
+ private:
+  pid_t pid_ = -1;
+  int exit_code_ = -1;
+  std::string path_;
+};
+
+// The path of the switchml binary under test.
+std::string SwitchmlBinary();
+
+}  // namespace switchml::testing
