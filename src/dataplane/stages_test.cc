@@ -93,8 +93,14 @@ TEST(WorkerBitmapStageTest, RestoreUndoesBothSets) {
 
 // ---- WorkerCounterStage ----
 
-PacketMetadata CounterMd(SlotId slot, uint32_t n, bool first, bool seen) {
+// A packet as the counter stage sees it. Real workers send the same (job_number, tsi) for every
+// contribution to one round of a slot and a new tsi for each later round; the tests that do not
+// vary them model one round of one job.
+PacketMetadata CounterMd(SlotId slot, uint32_t n, bool first, bool seen, uint32_t tsi = 0,
+                         uint8_t job_number = 0) {
   PacketMetadata md = Md(slot, 0, n);
+  md.header.tsi = tsi;
+  md.header.job_number = job_number;
   md.first = first;
   md.seen = seen;
   return md;
@@ -164,17 +170,157 @@ TEST(WorkerCounterStageTest, NewContributionToCompleteSetIsStale) {
   EXPECT_EQ(stage.count({0, 0}), 0u);  // no wrap-around
 }
 
+// Given: round tsi 10 completes on set 0; then a first contribution of a later round (tsi 12)
+// arrives. Expect: a fresh round: the count restarts at n - 1.
 TEST(WorkerCounterStageTest, FreshRoundRestartsCount) {
   WorkerCounterStage stage(1);
-  PacketMetadata md = CounterMd({0, 0}, 2, true, false);
+  PacketMetadata md = CounterMd({0, 0}, 2, true, false, /*tsi=*/10);
   stage.Apply(md);
-  md = CounterMd({0, 0}, 2, false, false);
+  md = CounterMd({0, 0}, 2, false, false, 10);
   stage.Apply(md);
   ASSERT_TRUE(md.complete);
-  md = CounterMd({0, 0}, 2, true, false);
+  md = CounterMd({0, 0}, 2, true, false, 12);
   stage.Apply(md);
+  EXPECT_TRUE(md.contribute);
+  EXPECT_FALSE(md.stale);
   EXPECT_FALSE(md.complete);
   EXPECT_EQ(stage.count({0, 0}), 1u);
+}
+
+// ---- WorkerCounterStage: late duplicates, one test per branch of the round check ----
+
+// Given: round (job 3, tsi 10) completes on set 0 and everyone moves on (the set's bitmap is
+// empty again); a copy of that round's packet arrives as a would-be first contribution.
+// Expect: stale, nothing contributed, the set stays complete; the real next round (tsi 12) still
+// starts fresh afterwards.
+TEST(WorkerCounterStageTest, FirstContributionOfLastCompletedRoundIsStale) {
+  WorkerCounterStage stage(1);
+  PacketMetadata md = CounterMd({0, 0}, 2, true, false, 10, 3);
+  stage.Apply(md);
+  md = CounterMd({0, 0}, 2, false, false, 10, 3);
+  stage.Apply(md);
+  ASSERT_TRUE(md.complete);
+
+  md = CounterMd({0, 0}, 2, /*first=*/true, /*seen=*/false, 10, 3);
+  stage.Apply(md);
+  EXPECT_TRUE(md.stale);
+  EXPECT_FALSE(md.contribute);
+  EXPECT_TRUE(md.complete);
+  EXPECT_EQ(stage.count({0, 0}), 0u);
+
+  md = CounterMd({0, 0}, 2, true, false, 12, 3);
+  stage.Apply(md);
+  EXPECT_FALSE(md.stale);
+  EXPECT_TRUE(md.contribute);
+  EXPECT_EQ(stage.count({0, 0}), 1u);
+}
+
+// Given: round (job 3, tsi 10) completes on set 0; the next job of the session reuses tsi 10
+// with job_number 4 as the set's first contribution.
+// Expect: a different round: it starts fresh (the round identity is the pair, not tsi alone).
+TEST(WorkerCounterStageTest, FirstContributionWithOtherJobNumberStartsFresh) {
+  WorkerCounterStage stage(1);
+  PacketMetadata md = CounterMd({0, 0}, 2, true, false, 10, 3);
+  stage.Apply(md);
+  md = CounterMd({0, 0}, 2, false, false, 10, 3);
+  stage.Apply(md);
+  ASSERT_TRUE(md.complete);
+  md = CounterMd({0, 0}, 2, true, false, 10, 4);
+  stage.Apply(md);
+  EXPECT_FALSE(md.stale);
+  EXPECT_TRUE(md.contribute);
+  EXPECT_FALSE(md.complete);
+  EXPECT_EQ(stage.count({0, 0}), 1u);
+}
+
+// Given: round (job 3, tsi 12) is in progress on set 0 (1 of 3 contributions); new contributions
+// of another tsi (a late copy of an earlier round) and of the same tsi but another job_number
+// arrive. Expect: both stale, the count unchanged; the round's own contributions still count down
+// to complete.
+TEST(WorkerCounterStageTest, ContributionOfAnotherRoundToSetInProgressIsStale) {
+  WorkerCounterStage stage(1);
+  PacketMetadata md = CounterMd({0, 0}, 3, true, false, 12, 3);
+  stage.Apply(md);
+  ASSERT_EQ(stage.count({0, 0}), 2u);
+
+  md = CounterMd({0, 0}, 3, /*first=*/false, /*seen=*/false, /*tsi=*/10, 3);
+  stage.Apply(md);
+  EXPECT_TRUE(md.stale);
+  EXPECT_FALSE(md.contribute);
+  EXPECT_FALSE(md.complete);
+  EXPECT_EQ(stage.count({0, 0}), 2u);
+
+  md = CounterMd({0, 0}, 3, false, false, 12, /*job_number=*/2);
+  stage.Apply(md);
+  EXPECT_TRUE(md.stale);
+  EXPECT_FALSE(md.contribute);
+  EXPECT_EQ(stage.count({0, 0}), 2u);
+
+  for (int i = 0; i < 2; ++i) {
+    md = CounterMd({0, 0}, 3, false, false, 12, 3);
+    stage.Apply(md);
+    EXPECT_FALSE(md.stale);
+    EXPECT_TRUE(md.contribute);
+  }
+  EXPECT_TRUE(md.complete);
+}
+
+// Given: round tsi 10 is complete on set 0 and still held by some workers (bitmap not empty); a
+// new contribution arrives, once with the round's own identity and once with another.
+// Expect: both stale (a sender's bit can be clear in a complete set only because it moved on):
+// no wrap-around of the count, the set stays complete.
+TEST(WorkerCounterStageTest, NewContributionToCompleteSetIsStaleWhateverItsRound) {
+  WorkerCounterStage stage(1);
+  PacketMetadata md = CounterMd({0, 0}, 2, true, false, 10);
+  stage.Apply(md);
+  md = CounterMd({0, 0}, 2, false, false, 10);
+  stage.Apply(md);
+  ASSERT_TRUE(md.complete);
+  for (uint32_t tsi : {10u, 8u, 12u}) {
+    md = CounterMd({0, 0}, 2, /*first=*/false, /*seen=*/false, tsi);
+    stage.Apply(md);
+    EXPECT_TRUE(md.stale) << tsi;
+    EXPECT_FALSE(md.contribute) << tsi;
+    EXPECT_TRUE(md.complete) << tsi;
+    EXPECT_EQ(stage.count({0, 0}), 0u) << tsi;
+  }
+}
+
+// Given: a retransmission (sender's bit already set) carrying a different round's identity.
+// Expect: never stale (retransmissions are judged by the bitmap alone), nothing contributed.
+TEST(WorkerCounterStageTest, RetransmissionIsNeverStale) {
+  WorkerCounterStage stage(1);
+  PacketMetadata md = CounterMd({0, 0}, 2, true, false, 10);
+  stage.Apply(md);
+  md = CounterMd({0, 0}, 2, /*first=*/false, /*seen=*/true, 99, 9);
+  stage.Apply(md);
+  EXPECT_FALSE(md.stale);
+  EXPECT_FALSE(md.contribute);
+  EXPECT_FALSE(md.complete);
+  EXPECT_EQ(stage.count({0, 0}), 1u);
+}
+
+// Given: set 0 completes round tsi 10 and set 1 of the same slot and set 0 of another slot each
+// run their own round. Expect: each (slot, set) keeps its own round identity: tsi 10 is stale
+// only where round 10 completed.
+TEST(WorkerCounterStageTest, RoundIdentityIsPerSlotAndSet) {
+  WorkerCounterStage stage(2);
+  for (bool first : {true, false}) {
+    PacketMetadata md = CounterMd({0, 0}, 2, first, false, 10);
+    stage.Apply(md);
+  }
+  ASSERT_EQ(stage.count({0, 0}), 0u);
+  PacketMetadata md = CounterMd({0, 1}, 2, true, false, 10);
+  stage.Apply(md);
+  EXPECT_FALSE(md.stale);
+  EXPECT_TRUE(md.contribute);
+  md = CounterMd({1, 0}, 2, true, false, 10);
+  stage.Apply(md);
+  EXPECT_FALSE(md.stale);
+  EXPECT_TRUE(md.contribute);
+  md = CounterMd({0, 0}, 2, true, false, 10);
+  stage.Apply(md);
+  EXPECT_TRUE(md.stale);
 }
 
 // ---- ExponentMaxStage ----

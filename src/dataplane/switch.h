@@ -107,7 +107,7 @@ struct SwitchCounters {
   uint64_t received = 0;
   uint64_t dropped_malformed[proto::kNumDecodeErrors] = {};
   uint64_t dropped_unknown_source = 0;
-  uint64_t jobs_evicted = 0;  // jobs removed by CreateJob or AddWorker to make room (see there)
+  uint64_t jobs_evicted = 0;  // dead jobs removed by CreateJob or AddWorker (see Switch)
 };
 
 class Switch {

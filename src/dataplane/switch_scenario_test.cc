@@ -35,7 +35,10 @@ int8_t E0(uint32_t rank, uint32_t round) { return static_cast<int8_t>(3 * rank -
 int8_t E1(uint32_t rank, uint32_t round) {
   return static_cast<int8_t>(-static_cast<int>(rank + round));
 }
-uint32_t Tsi(uint32_t rank, uint32_t round) { return 0x10000 * (round + 1) + rank; }
+// Every worker sends the same (job_number, tsi) for a round, as real workers do (the tsi is their
+// running packet id), and each round of a slot has its own tsi: the switch relies on both to
+// recognise late duplicates.
+uint32_t Tsi(uint32_t round) { return 0x10000 * (round + 1); }
 uint8_t JobNumber(uint32_t round) { return static_cast<uint8_t>(5 + round); }
 
 class SwitchScenarioTest : public ::testing::TestWithParam<uint32_t> {
@@ -74,7 +77,7 @@ class SwitchScenarioTest : public ::testing::TestWithParam<uint32_t> {
   std::vector<uint8_t> Datagram(uint32_t rank, uint32_t round, SlotId slot) const {
     proto::Packet p;
     p.header =
-        proto::Header{proto::kMsgTypeData, kSize,          JobNumber(round), Tsi(rank, round), slot,
+        proto::Header{proto::kMsgTypeData, kSize,          JobNumber(round), Tsi(round), slot,
                       E0(rank, round),     E1(rank, round)};
     for (size_t k = 0; k < kNumel; ++k) p.values[k] = Value(rank, round, k);
     std::vector<uint8_t> out(proto::DatagramBytes(kSize));
@@ -110,12 +113,12 @@ class SwitchScenarioTest : public ::testing::TestWithParam<uint32_t> {
     return out;
   }
 
-  // Checks that o carries the result of round for slot, completed by completer's packet.
-  void ExpectResult(const Outcome& o, uint32_t round, SlotId slot, uint32_t completer) const {
+  // Checks that o carries the result of round for slot (header fields echo the round's).
+  void ExpectResult(const Outcome& o, uint32_t round, SlotId slot) const {
     EXPECT_EQ(o.reply.header.msg_type, proto::kMsgTypeData);
     EXPECT_EQ(o.reply.header.size, kSize);
     EXPECT_EQ(o.reply.header.job_number, JobNumber(round));
-    EXPECT_EQ(o.reply.header.tsi, Tsi(completer, round));
+    EXPECT_EQ(o.reply.header.tsi, Tsi(round));
     EXPECT_EQ(o.reply.header.slot, slot);
     int8_t e0 = E0(0, round), e1 = E1(0, round);
     for (uint32_t r = 1; r < n_; ++r) {
@@ -131,17 +134,16 @@ class SwitchScenarioTest : public ::testing::TestWithParam<uint32_t> {
     }
   }
 
-  void ExpectMulticast(const Outcome& o, uint32_t round, SlotId slot, uint32_t completer) const {
+  void ExpectMulticast(const Outcome& o, uint32_t round, SlotId slot) const {
     ASSERT_EQ(o.kind, Action::Kind::kMulticast);
-    ExpectResult(o, round, slot, completer);
+    ExpectResult(o, round, slot);
   }
 
-  void ExpectUnicast(const Outcome& o, uint32_t round, SlotId slot, uint32_t completer,
-                     const Endpoint& to) const {
+  void ExpectUnicast(const Outcome& o, uint32_t round, SlotId slot, const Endpoint& to) const {
     ASSERT_EQ(o.kind, Action::Kind::kUnicast);
     ASSERT_EQ(o.destinations.size(), 1u);
     EXPECT_EQ(o.destinations[0], to);
-    ExpectResult(o, round, slot, completer);
+    ExpectResult(o, round, slot);
   }
 
   static void ExpectConsumed(const Outcome& o) {
@@ -157,7 +159,7 @@ class SwitchScenarioTest : public ::testing::TestWithParam<uint32_t> {
   Outcome ReduceInOrder(uint32_t round, SlotId slot) {
     for (uint32_t r = 0; r + 1 < n_; ++r) ExpectConsumed(Send(r, round, slot));
     Outcome o = Send(n_ - 1, round, slot);
-    ExpectMulticast(o, round, slot, n_ - 1);
+    ExpectMulticast(o, round, slot);
     return o;
   }
 
@@ -171,7 +173,7 @@ class SwitchScenarioTest : public ::testing::TestWithParam<uint32_t> {
 
 // Given: every worker sends its packet for slot 0, set 0, once, in rank order.
 // Expect: the first n-1 are consumed; the last completes the slot and the sum, max exponents and
-// the completer's job_number/tsi are multicast to every worker.
+// the round's job_number/tsi (echoed from the completing packet) are multicast to every worker.
 TEST_P(SwitchScenarioTest, BasicReduction) {
   OpenDefault();
   const Outcome o = ReduceInOrder(0, {0, 0});
@@ -193,7 +195,7 @@ TEST_P(SwitchScenarioTest, RetransmitAfterReduction) {
   ReduceInOrder(0, {0, 0});
   for (int pass = 0; pass < 2; ++pass) {
     for (uint32_t r = 0; r < n_; ++r) {
-      ExpectUnicast(Send(r, 0, {0, 0}), 0, {0, 0}, n_ - 1, Source(r));
+      ExpectUnicast(Send(r, 0, {0, 0}), 0, {0, 0}, Source(r));
     }
   }
   EXPECT_EQ(counters().completed, 1u);
@@ -215,8 +217,8 @@ TEST_P(SwitchScenarioTest, OtherSetReduction) {
 
 // Given: every worker contributes round 0 to slot 2 set 0 in rank order, then round 1 to slot 2
 // set 1 in reverse rank order, while slot 5 reduces round 7 interleaved with both.
-// Expect: three multicasts with each round's own sums and completers; no mixing between sets or
-// slots.
+// Expect: three multicasts, each with its own round's sums, exponents and header fields; no
+// mixing between sets or slots.
 TEST_P(SwitchScenarioTest, BothSetsReduction) {
   OpenDefault();
   for (uint32_t r = 0; r < n_; ++r) {
@@ -226,8 +228,8 @@ TEST_P(SwitchScenarioTest, BothSetsReduction) {
       ExpectConsumed(a);
       ExpectConsumed(b);
     } else {
-      ExpectMulticast(a, 0, {2, 0}, r);
-      ExpectMulticast(b, 7, {5, 0}, r);
+      ExpectMulticast(a, 0, {2, 0});
+      ExpectMulticast(b, 7, {5, 0});
     }
   }
   for (uint32_t i = 0; i < n_; ++i) {
@@ -236,7 +238,7 @@ TEST_P(SwitchScenarioTest, BothSetsReduction) {
     if (i + 1 < n_) {
       ExpectConsumed(o);
     } else {
-      ExpectMulticast(o, 1, {2, 1}, r);
+      ExpectMulticast(o, 1, {2, 1});
     }
   }
   EXPECT_EQ(counters().completed, 3u);
@@ -266,7 +268,7 @@ TEST_P(SwitchScenarioTest, IgnoreRetransmissions) {
   for (uint32_t r = 0; r < n_; ++r) {
     const Outcome o = Send(r, 0, {0, 0});
     if (r + 1 == n_) {
-      ExpectMulticast(o, 0, {0, 0}, r);
+      ExpectMulticast(o, 0, {0, 0});
       break;
     }
     ExpectConsumed(o);
@@ -292,8 +294,8 @@ TEST_P(SwitchScenarioTest, RetransmitFromPreviousSet) {
   ReduceInOrder(0, {0, 0});
   for (uint32_t r = 0; r + 1 < n_; ++r) ExpectConsumed(Send(r, 1, {0, 1}));
   const uint32_t last = n_ - 1;
-  ExpectUnicast(Send(last, 0, {0, 0}), 0, {0, 0}, last, Source(last));
-  ExpectMulticast(Send(last, 1, {0, 1}), 1, {0, 1}, last);
+  ExpectUnicast(Send(last, 0, {0, 0}), 0, {0, 0}, Source(last));
+  ExpectMulticast(Send(last, 1, {0, 1}), 1, {0, 1});
   EXPECT_EQ(counters().retransmitted, 1u);
   EXPECT_EQ(counters().completed, 2u);
 }
@@ -313,16 +315,69 @@ TEST_P(SwitchScenarioTest, SlotReuseAndRetransmit) {
         ExpectConsumed(o);
         ExpectDuplicate(dup);
       } else {
-        ExpectMulticast(o, round, s, r);
-        ExpectUnicast(dup, round, s, r, Source(r));
+        ExpectMulticast(o, round, s);
+        ExpectUnicast(dup, round, s, Source(r));
       }
     }
-    for (uint32_t r = 0; r < n_; ++r) ExpectUnicast(Send(r, round, s), round, s, n_ - 1, Source(r));
+    for (uint32_t r = 0; r < n_; ++r) ExpectUnicast(Send(r, round, s), round, s, Source(r));
   }
   EXPECT_EQ(counters().completed, 5u);
   EXPECT_EQ(counters().aggregated, 5u * n_);
   EXPECT_EQ(counters().retransmitted, 5u * (n_ + 1));
   EXPECT_EQ(counters().dropped[static_cast<int>(DropReason::kDuplicate)], 5u * (n_ - 1));
+}
+
+// Given: round 0 completes on slot 0 set 0 and round 1 on set 1, so every worker has moved on and
+// set 0's bitmap is empty; then late network copies of round-0 packets arrive on set 0: worker
+// A's (rank 0) and the one that completed round 0 (the last rank's).
+// Expect: both are dropped as duplicates (they carry the round set 0 completed last; taken as new
+// they would open a fresh round holding stale data); they leave set 1 alone, so A's
+// retransmission of round 1 is still answered with round 1's result; the next real round on set 0
+// (round 2) completes with exactly round 2's sum: its first n-1 packets are consumed, not
+// answered, and nothing of round 0 is left in it.
+TEST_P(SwitchScenarioTest, LateDuplicateAfterEveryoneMovedOnIsDropped) {
+  OpenDefault();
+  const SlotId set0{0, 0};
+  const SlotId set1{0, 1};
+  ReduceInOrder(0, set0);
+  ReduceInOrder(1, set1);
+
+  ExpectDuplicate(Send(0, 0, set0));
+  ExpectDuplicate(Send(n_ - 1, 0, set0));
+  ExpectUnicast(Send(0, 1, set1), 1, set1, Source(0));
+
+  ReduceInOrder(2, set0);
+  EXPECT_EQ(counters().completed, 3u);
+  EXPECT_EQ(counters().aggregated, 3u * n_);
+  EXPECT_EQ(counters().retransmitted, 1u);
+  EXPECT_EQ(counters().dropped[static_cast<int>(DropReason::kDuplicate)], 2u);
+  EXPECT_EQ(slot(0).duplicates, 2u);
+}
+
+// Given: rounds 0 (set 0) and 1 (set 1) of slot 0 complete; round 2 is in progress on set 0 with
+// every contribution but worker A's (A = the last rank); then a late network copy of A's round-0
+// packet arrives on set 0, and one of rank 0's round-0 packet (rank 0 is already in round 2).
+// Expect: both copies are dropped as duplicates and add nothing; A's copy leaves both bitmaps as
+// they were, so A's retransmission of round 1 is still answered from set 1 and A's real round-2
+// packet is accepted and completes set 0 with exactly round 2's sum and exponents.
+TEST_P(SwitchScenarioTest, LateDuplicateIntoNewerRoundIsDropped) {
+  OpenDefault();
+  const SlotId set0{0, 0};
+  const SlotId set1{0, 1};
+  ReduceInOrder(0, set0);
+  ReduceInOrder(1, set1);
+  const uint32_t a = n_ - 1;
+  for (uint32_t r = 0; r < a; ++r) ExpectConsumed(Send(r, 2, set0));
+
+  ExpectDuplicate(Send(a, 0, set0));
+  ExpectDuplicate(Send(0, 0, set0));
+  ExpectUnicast(Send(a, 1, set1), 1, set1, Source(a));
+  ExpectMulticast(Send(a, 2, set0), 2, set0);
+
+  EXPECT_EQ(counters().completed, 3u);
+  EXPECT_EQ(counters().aggregated, 3u * n_);
+  EXPECT_EQ(counters().retransmitted, 1u);
+  EXPECT_EQ(counters().dropped[static_cast<int>(DropReason::kDuplicate)], 2u);
 }
 
 // Given: before and during a reduction of slot 0, the switch sees datagrams that are not SwitchML
@@ -354,7 +409,7 @@ TEST_P(SwitchScenarioTest, NonSwitchML) {
     ExpectConsumed(Send(r, 0, {0, 0}));
     inject();
   }
-  ExpectMulticast(Send(n_ - 1, 0, {0, 0}), 0, {0, 0}, n_ - 1);
+  ExpectMulticast(Send(n_ - 1, 0, {0, 0}), 0, {0, 0});
 
   const SwitchCounters& c = sw_.counters();
   EXPECT_EQ(c.dropped_malformed[static_cast<int>(proto::DecodeError::kTooShort)], 0u + n_);
@@ -396,17 +451,17 @@ TEST_P(SwitchScenarioTest, DifferentPortsReduction) {
   // Slot 0: everyone from its base port; the last rank completes.
   for (uint32_t r = 0; r < last; ++r) ExpectConsumed(Send(r, 0, {0, 0}));
   Outcome o = Send(last, 0, {0, 0});
-  ExpectMulticast(o, 0, {0, 0}, last);
+  ExpectMulticast(o, 0, {0, 0});
   EXPECT_EQ(o.destinations, AllWorkers(0, Source(last).port));
 
   // Slot 1: everyone from its second port; the last rank's packet (offset 1) completes.
   for (uint32_t r = 0; r < last; ++r) ExpectConsumed(Send(r, 1, {1, 0}, 1));
   o = Send(last, 1, {1, 0}, 1);
-  ExpectMulticast(o, 1, {1, 0}, last);
+  ExpectMulticast(o, 1, {1, 0});
   EXPECT_EQ(o.destinations, AllWorkers(1, Source(last, 1).port));
   EXPECT_EQ(o.destinations[0], (Endpoint{kSharedIp, 40001}));
   // A retransmission from rank 0's second port is answered there.
-  ExpectUnicast(Send(0, 1, {1, 0}, 1), 1, {1, 0}, last, (Endpoint{kSharedIp, 40001}));
+  ExpectUnicast(Send(0, 1, {1, 0}, 1), 1, {1, 0}, (Endpoint{kSharedIp, 40001}));
 
   if (n_ >= 3) {
     EXPECT_EQ(o.destinations[1], (Endpoint{kPortZeroIp, Source(last, 1).port}));
@@ -416,11 +471,11 @@ TEST_P(SwitchScenarioTest, DifferentPortsReduction) {
       if (r != 1) ExpectConsumed(Send(r, 2, {2, 0}, 1));
     }
     o = Send(1, 2, {2, 0});
-    ExpectMulticast(o, 2, {2, 0}, 1);
+    ExpectMulticast(o, 2, {2, 0});
     EXPECT_EQ(o.destinations, AllWorkers(0, 5001));
     EXPECT_EQ(o.destinations[1], (Endpoint{kPortZeroIp, 5001}));
     // The port-0 worker's packets from any port of its IP count as rank 1.
-    ExpectUnicast(Deliver(Endpoint{kPortZeroIp, 6000}, Datagram(1, 2, {2, 0})), 2, {2, 0}, 1,
+    ExpectUnicast(Deliver(Endpoint{kPortZeroIp, 6000}, Datagram(1, 2, {2, 0})), 2, {2, 0},
                   (Endpoint{kPortZeroIp, 6000}));
   }
   EXPECT_EQ(sw_.counters().dropped_unknown_source, 0u);

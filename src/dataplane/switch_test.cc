@@ -35,6 +35,7 @@ constexpr uint32_t kIpA = 0x0a000001;  // 10.0.0.1
 constexpr uint32_t kIpB = 0x0a000002;
 constexpr uint32_t kIpC = 0x0a000003;
 constexpr uint32_t kIpD = 0x0a000004;
+constexpr uint32_t kIpE = 0x0a000005;
 
 SwitchConfig SmallConfig() {
   SwitchConfig c;
@@ -55,6 +56,10 @@ JobSpec Spec(uint64_t session, uint32_t n, proto::SizeCode size = proto::SizeCod
   return s;
 }
 
+// A worker's packet. As real workers do, every contribution to one round of a slot must carry
+// the same (job_number, tsi), and each later round of the slot a new tsi: the switch drops a
+// packet that breaks this as a late duplicate (see WorkerCounterStage). Tests that reuse a slot
+// pass the round's tsi.
 std::vector<uint8_t> Datagram(SlotId slot, std::vector<int32_t> values, int8_t e0 = 0,
                               int8_t e1 = 0, uint32_t tsi = 0, uint8_t job_number = 0) {
   proto::SizeCode size;
@@ -121,10 +126,12 @@ TEST(SwitchTest, DropReasonNames) {
 TEST(SwitchJobTableTest, CreateJobRefusals) {
   Switch sw(SmallConfig());
   auto refused = [&](JobSpec spec, StatusCode code, const std::string& message) {
-    const Status st = sw.CreateJob(spec);
+    std::vector<uint64_t> evicted;
+    const Status st = sw.CreateJob(spec, &evicted);
     EXPECT_EQ(st.code(), code) << st.ToString();
     EXPECT_EQ(st.message(), message);
     EXPECT_FALSE(sw.HasJob(spec.session_id));
+    EXPECT_TRUE(evicted.empty());
   };
   refused(Spec(77, 0), StatusCode::kInvalidArgument, "session 77: num_workers must be at least 1");
   refused(Spec(77, 33), StatusCode::kInvalidArgument,
@@ -144,101 +151,219 @@ TEST(SwitchJobTableTest, CreateJobRefusals) {
   spec.max_outstanding_packets = 16;
   EXPECT_TRUE(sw.CreateJob(spec).ok());
 
+  // With the table full, an invalid spec is still refused and evicts nothing.
   for (uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE(sw.CreateJob(Spec(id, 2)).ok());
-  refused(Spec(5, 2), StatusCode::kResourceExhausted,
-          "cannot open session 5: the switch already holds its limit of 4 jobs; remove a finished "
-          "job first");
-  // Re-creating an existing session at the limit replaces it.
-  EXPECT_TRUE(sw.CreateJob(Spec(3, 4)).ok());
+  refused(Spec(5, 0), StatusCode::kInvalidArgument, "session 5: num_workers must be at least 1");
+  // Re-creating an existing session at the limit replaces it, evicting nothing.
+  std::vector<uint64_t> evicted;
+  EXPECT_TRUE(sw.CreateJob(Spec(3, 4), &evicted).ok());
+  EXPECT_TRUE(evicted.empty());
   EXPECT_EQ(sw.FindJob(3)->num_workers, 4u);
   EXPECT_EQ(sw.job_ids(), (std::vector<uint64_t>{1, 2, 3, 77}));
+  // Below the limit nothing is evicted either.
   ASSERT_TRUE(sw.RemoveJob(1).ok());
-  EXPECT_TRUE(sw.CreateJob(Spec(5, 2)).ok());
+  EXPECT_TRUE(sw.CreateJob(Spec(5, 2), &evicted).ok());
+  EXPECT_TRUE(evicted.empty());
+  EXPECT_EQ(sw.job_ids(), (std::vector<uint64_t>{2, 3, 5, 77}));
+  EXPECT_EQ(sw.counters().jobs_evicted, 0u);
 }
 
-TEST(SwitchJobTableTest, FindJobAndRemoveJob) {
+// Given: a full table (max_jobs 4) of jobs 1, 2, 3 (one worker each) and 4 (two workers, only
+// rank 0 registered), created in that order; then job 1 completes a round, job 4's worker sends
+// a packet (dropped as not ready, but attributed to job 4), job 3 completes a round, and an
+// unknown host sends a packet (attributed to no job).
+// Expect: creating job 5 evicts job 2 (never active since its creation) and creating job 6 evicts
+// job 1 (its datagram is older than job 4's); each eviction is appended to the out-parameter and
+// counted; the evicted jobs' workers become unknown sources and their addresses are free; job 3
+// keeps its counters and stored result, and its retransmission makes it the most recent, so job 7
+// (created without an out-parameter, still counted) evicts job 4 and job 8 evicts job 5 (a
+// worker's registration is not activity).
+TEST(SwitchEvictionTest, CreateJobEvictsLeastRecentlyActiveJob) {
   Switch sw(SmallConfig());
-  EXPECT_EQ(sw.FindJob(9), nullptr);
-  EXPECT_EQ(sw.job_counters(9), nullptr);
-  EXPECT_TRUE(sw.slot_counters(9).empty());
-  ASSERT_TRUE(sw.CreateJob(Spec(9, 2, proto::SizeCode::k1024B, 3)).ok());
-  ASSERT_NE(sw.FindJob(9), nullptr);
-  EXPECT_EQ(sw.FindJob(9)->size, proto::SizeCode::k1024B);
-  EXPECT_EQ(sw.FindJob(9)->num_ports, 3u);
-  EXPECT_EQ(sw.slot_counters(9).size(), 16u);
-  ASSERT_TRUE(sw.AddWorker(9, 0, {kIpA, 1000}).ok());
-  ASSERT_TRUE(sw.RemoveJob(9).ok());
-  EXPECT_FALSE(sw.HasJob(9));
-  const Status st = sw.RemoveJob(9);
-  EXPECT_EQ(st.code(), StatusCode::kNotFound);
-  EXPECT_EQ(st.message(), "session 9 does not exist");
-  // The removed job's addresses are free and no longer routed.
-  EXPECT_EQ(sw.Process({kIpA, 1001}, Datagram({0, 0}, Fill(1, 256))).reason,
-            DropReason::kUnknownSource);
-  ASSERT_TRUE(sw.CreateJob(Spec(10, 1)).ok());
-  EXPECT_TRUE(sw.AddWorker(10, 0, {kIpA, 1002}).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(1, 1)).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(2, 1)).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(3, 1)).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(4, 2)).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 0, {kIpA, 1000}).ok());
+  ASSERT_TRUE(sw.AddWorker(2, 0, {kIpB, 1000}).ok());
+  ASSERT_TRUE(sw.AddWorker(3, 0, {kIpC, 1000}).ok());
+  ASSERT_TRUE(sw.AddWorker(4, 0, {kIpD, 1000}).ok());
+
+  ASSERT_EQ(sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(1))).kind, Action::Kind::kMulticast);
+  ASSERT_EQ(sw.Process({kIpD, 1000}, Datagram({0, 0}, Fill(1))).reason, DropReason::kJobNotReady);
+  ASSERT_EQ(sw.Process({kIpC, 1000}, Datagram({0, 0}, Fill(3))).kind, Action::Kind::kMulticast);
+  ASSERT_EQ(sw.Process({kIpE, 1000}, Datagram({0, 0}, Fill(1))).reason, DropReason::kUnknownSource);
+
+  std::vector<uint64_t> evicted = {999};  // appended to, never cleared
+  ASSERT_TRUE(sw.CreateJob(Spec(5, 1), &evicted).ok());
+  EXPECT_EQ(evicted, (std::vector<uint64_t>{999, 2}));
+  EXPECT_EQ(sw.job_ids(), (std::vector<uint64_t>{1, 3, 4, 5}));
+  EXPECT_EQ(sw.counters().jobs_evicted, 1u);
+  EXPECT_EQ(sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(1))).reason, DropReason::kUnknownSource);
+  ASSERT_TRUE(sw.AddWorker(5, 0, {kIpB, 1000}).ok());
+
+  ASSERT_TRUE(sw.CreateJob(Spec(6, 1), &evicted).ok());
+  EXPECT_EQ(evicted, (std::vector<uint64_t>{999, 2, 1}));
+  EXPECT_EQ(sw.job_ids(), (std::vector<uint64_t>{3, 4, 5, 6}));
+  EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(1))).reason, DropReason::kUnknownSource);
+
+  // Job 3 is untouched by all of this: its counters and its stored result are intact.
+  const JobCounters& three = *sw.job_counters(3);
+  EXPECT_EQ(three.received, 1u);
+  EXPECT_EQ(three.completed, 1u);
+  const Action& again = sw.Process({kIpC, 1000}, Datagram({0, 0}, Fill(3)));
+  ASSERT_EQ(again.kind, Action::Kind::kUnicast);
+  EXPECT_EQ(Reply(again).values[0], 3);
+  EXPECT_EQ(sw.job_counters(4)->received, 1u);
+
+  ASSERT_TRUE(sw.CreateJob(Spec(7, 1)).ok());
+  EXPECT_EQ(sw.job_ids(), (std::vector<uint64_t>{3, 5, 6, 7}));
+  EXPECT_EQ(sw.counters().jobs_evicted, 3u);
+  EXPECT_EQ(sw.Process({kIpD, 1000}, Datagram({0, 0}, Fill(1))).reason, DropReason::kUnknownSource);
+
+  ASSERT_TRUE(sw.CreateJob(Spec(8, 1), &evicted).ok());
+  EXPECT_EQ(evicted, (std::vector<uint64_t>{999, 2, 1, 5}));
+  EXPECT_EQ(sw.job_ids(), (std::vector<uint64_t>{3, 6, 7, 8}));
+  EXPECT_EQ(sw.counters().jobs_evicted, 4u);
+  EXPECT_EQ(sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(1))).reason, DropReason::kUnknownSource);
+  EXPECT_NE(sw.FormatCounters(false).find("jobs_evicted 4"), std::string::npos)
+      << sw.FormatCounters(false);
 }
 
 // ---- AddWorker ----
 
+// Given: sessions 77 (4 workers, 2 ports each) and 12 (3 workers, 2 ports each) register workers
+// whose addresses clash in every way that cannot be a takeover (see AddWorkerEvictsSessionWhose
+// PortsItTakesOver for the one that is).
+// Expect: each clash is refused with a message naming both addresses, and nothing is evicted.
 TEST(SwitchJobTableTest, AddWorkerRefusals) {
   Switch sw(SmallConfig());
-  Status st = sw.AddWorker(77, 0, {kIpA, 40000});
+  std::vector<uint64_t> evicted;
+  Status st = sw.AddWorker(77, 0, {kIpA, 40000}, &evicted);
   EXPECT_EQ(st.code(), StatusCode::kNotFound);
   EXPECT_EQ(st.message(), "session 77 does not exist: rank 0 must open it first");
 
   ASSERT_TRUE(sw.CreateJob(Spec(77, 4, proto::SizeCode::k256B, 2)).ok());
-  ASSERT_TRUE(sw.CreateJob(Spec(12, 2, proto::SizeCode::k256B, 2)).ok());
-  ASSERT_TRUE(sw.AddWorker(12, 1, {kIpA, 40001}).ok());  // owns 40001-40002
+  ASSERT_TRUE(sw.CreateJob(Spec(12, 3, proto::SizeCode::k256B, 2)).ok());
+  ASSERT_TRUE(sw.AddWorker(12, 1, {kIpA, 0}).ok());      // any port of 10.0.0.1
+  ASSERT_TRUE(sw.AddWorker(12, 0, {kIpD, 40001}).ok());  // owns 40001-40002
 
-  st = sw.AddWorker(77, 5, {kIpB, 40000});
+  st = sw.AddWorker(77, 5, {kIpB, 40000}, &evicted);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message(), "rank 5 out of range: session 77 has 4 workers (ranks 0-3)");
 
   ASSERT_TRUE(sw.AddWorker(77, 3, {kIpB, 40000}).ok());
-  st = sw.AddWorker(77, 3, {kIpC, 40000});
+  st = sw.AddWorker(77, 3, {kIpC, 40000}, &evicted);
   EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(st.message(), "rank 3 is already registered in session 77");
 
-  // Port ranges overlapping another job's worker.
-  st = sw.AddWorker(77, 0, {kIpA, 40000});
+  // Port 0 of another session conflicts with any registration on the same IP, both ways.
+  st = sw.AddWorker(77, 0, {kIpA, 40000}, &evicted);
   EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(st.message(),
             "address 10.0.0.1:40000-40001 is already used by rank 1 of session 12 "
-            "(10.0.0.1:40001-40002)");
-  st = sw.AddWorker(77, 0, {kIpA, 40002});
+            "(10.0.0.1 (any port))");
+  st = sw.AddWorker(77, 0, {kIpD, 0}, &evicted);
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(st.message(),
-            "address 10.0.0.1:40002-40003 is already used by rank 1 of session 12 "
-            "(10.0.0.1:40001-40002)");
+            "address 10.0.0.4 (any port) is already used by rank 0 of session 12 "
+            "(10.0.0.4:40001-40002)");
   // Overlapping a worker of the same job.
-  st = sw.AddWorker(77, 0, {kIpB, 39999});
+  st = sw.AddWorker(77, 0, {kIpB, 39999}, &evicted);
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(st.message(),
             "address 10.0.0.2:39999-40000 is already used by rank 3 of session 77 "
             "(10.0.0.2:40000-40001)");
-  // Port 0 conflicts with any registration on the same IP, both ways.
-  st = sw.AddWorker(77, 0, {kIpA, 0});
+  // Overlapping both a worker of the same job and another session's explicit range: refused,
+  // and the other session, which a lone overlap would have evicted, is kept.
+  ASSERT_TRUE(sw.AddWorker(12, 2, {kIpB, 40002}).ok());
+  st = sw.AddWorker(77, 0, {kIpB, 40001}, &evicted);
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(st.message(),
-            "address 10.0.0.1 (any port) is already used by rank 1 of session 12 "
-            "(10.0.0.1:40001-40002)");
+            "address 10.0.0.2:40001-40002 is already used by rank 3 of session 77 "
+            "(10.0.0.2:40000-40001)");
+  // Port 0 against an explicit range of the same session, and port 0 against another session's
+  // port 0.
   ASSERT_TRUE(sw.AddWorker(77, 1, {kIpC, 0}).ok());
-  st = sw.AddWorker(77, 2, {kIpC, 50000});
+  st = sw.AddWorker(77, 2, {kIpC, 50000}, &evicted);
   EXPECT_EQ(st.message(),
             "address 10.0.0.3:50000-50001 is already used by rank 1 of session 77 "
             "(10.0.0.3 (any port))");
-  st = sw.AddWorker(12, 0, {kIpC, 0});
+  st = sw.AddWorker(77, 2, {kIpA, 0}, &evicted);
   EXPECT_EQ(st.message(),
-            "address 10.0.0.3 (any port) is already used by rank 1 of session 77 "
-            "(10.0.0.3 (any port))");
+            "address 10.0.0.1 (any port) is already used by rank 1 of session 12 "
+            "(10.0.0.1 (any port))");
   // A range running past port 65535.
-  st = sw.AddWorker(77, 2, {kIpD, 65535});
+  st = sw.AddWorker(77, 2, {kIpE, 65535}, &evicted);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message(),
             "rank 2 of session 77: ports 65535-65536 go past 65535; choose a lower "
             "base port");
-  // Adjacent ranges and the same port on another IP are fine.
-  EXPECT_TRUE(sw.AddWorker(77, 0, {kIpA, 40003}).ok());
-  EXPECT_TRUE(sw.AddWorker(77, 2, {kIpD, 40001}).ok());
-  EXPECT_TRUE(sw.AddWorker(12, 0, {kIpA, 39999}).ok());
+  EXPECT_TRUE(evicted.empty());
+  EXPECT_EQ(sw.counters().jobs_evicted, 0u);
+  EXPECT_EQ(sw.job_ids(), (std::vector<uint64_t>{12, 77}));
+
+  // Adjacent ranges and the same port on another IP are fine, and evict nothing.
+  EXPECT_TRUE(sw.AddWorker(77, 0, {kIpD, 40003}, &evicted).ok());
+  EXPECT_TRUE(sw.AddWorker(77, 2, {kIpD, 39999}, &evicted).ok());
+  EXPECT_TRUE(evicted.empty());
+  EXPECT_EQ(sw.job_ids(), (std::vector<uint64_t>{12, 77}));
+  EXPECT_EQ(sw.FindJob(12)->num_workers, 3u);
+}
+
+// Given: jobs 12 (two workers on 10.0.0.1, ports 40000-40001 and 40004-40005), 13 (one worker,
+// 10.0.0.1:40002-40003) and 14 (10.0.0.1:40010 and 10.0.0.3:40000, one port each; one
+// contribution in slot 0) are registered; job 12 is mid-round. A new session 77 (4 ports per
+// worker) registers rank 0 at 10.0.0.1:40001-40004, overlapping both ranks of job 12 and job 13.
+// Expect: the registration succeeds and evicts jobs 12 and 13 (each reported once, in id order,
+// and counted); their workers' other ports (10.0.0.1:40000, :40005) are now unknown sources while
+// 40001-40004 belong to session 77; job 14 completes its round with its exact sum; session 77
+// then runs normally.
+TEST(SwitchEvictionTest, AddWorkerEvictsSessionWhosePortsItTakesOver) {
+  Switch sw(SmallConfig());
+  ASSERT_TRUE(sw.CreateJob(Spec(12, 2, proto::SizeCode::k256B, 2)).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(13, 1, proto::SizeCode::k256B, 2)).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(14, 2)).ok());
+  ASSERT_TRUE(sw.AddWorker(12, 0, {kIpA, 40000}).ok());
+  ASSERT_TRUE(sw.AddWorker(12, 1, {kIpA, 40004}).ok());
+  ASSERT_TRUE(sw.AddWorker(13, 0, {kIpA, 40002}).ok());
+  ASSERT_TRUE(sw.AddWorker(14, 0, {kIpA, 40010}).ok());
+  ASSERT_TRUE(sw.AddWorker(14, 1, {kIpC, 40000}).ok());
+  ASSERT_EQ(sw.Process({kIpA, 40000}, Datagram({0, 0}, Fill(1))).reason, DropReason::kNone);
+  ASSERT_EQ(sw.Process({kIpA, 40010}, Datagram({0, 0}, Fill(5))).reason, DropReason::kNone);
+
+  ASSERT_TRUE(sw.CreateJob(Spec(77, 2, proto::SizeCode::k256B, 4)).ok());
+  std::vector<uint64_t> evicted;
+  const Status st = sw.AddWorker(77, 0, {kIpA, 40001}, &evicted);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(evicted, (std::vector<uint64_t>{12, 13}));
+  EXPECT_EQ(sw.counters().jobs_evicted, 2u);
+  EXPECT_EQ(sw.job_ids(), (std::vector<uint64_t>{14, 77}));
+
+  EXPECT_EQ(sw.Process({kIpA, 40000}, Datagram({0, 0}, Fill(1))).reason,
+            DropReason::kUnknownSource);
+  EXPECT_EQ(sw.Process({kIpA, 40005}, Datagram({0, 0}, Fill(1))).reason,
+            DropReason::kUnknownSource);
+  for (uint16_t port = 40001; port <= 40004; ++port) {
+    EXPECT_EQ(sw.Process({kIpA, port}, Datagram({0, 0}, Fill(1))).reason, DropReason::kJobNotReady)
+        << port;
+  }
+  EXPECT_EQ(sw.job_counters(77)->received, 4u);
+
+  const Action& fourteen = sw.Process({kIpC, 40000}, Datagram({0, 0}, Fill(6)));
+  ASSERT_EQ(fourteen.kind, Action::Kind::kMulticast);
+  EXPECT_EQ(Reply(fourteen).values[0], 11);
+  EXPECT_EQ(sw.job_counters(14)->received, 2u);
+
+  ASSERT_TRUE(sw.AddWorker(77, 1, {kIpB, 0}, &evicted).ok());
+  EXPECT_EQ(evicted, (std::vector<uint64_t>{12, 13}));
+  EXPECT_EQ(sw.Process({kIpA, 40003}, Datagram({0, 0}, Fill(7))).reason, DropReason::kNone);
+  const Action& done = sw.Process({kIpB, 9}, Datagram({0, 0}, Fill(8)));
+  ASSERT_EQ(done.kind, Action::Kind::kMulticast);
+  EXPECT_EQ(Reply(done).values[0], 15);
+  EXPECT_EQ(std::vector<Endpoint>(done.destinations.begin(), done.destinations.end()),
+            (std::vector<Endpoint>{{kIpA, 40001}, {kIpB, 9}}));
+  EXPECT_EQ(sw.counters().jobs_evicted, 2u);
 }
 
 TEST(SwitchJobTableTest, JobNotReadyUntilAllWorkersRegistered) {
@@ -271,26 +396,29 @@ TEST(SwitchJobTableTest, TwoConcurrentJobsKeepSeparatePools) {
   ASSERT_TRUE(sw.AddWorker(2, 1, {kIpB, 2000}).ok());
   ASSERT_TRUE(sw.AddWorker(2, 2, {kIpC, 0}).ok());
 
-  // Both jobs use slot 0 set 0 at the same time, interleaved.
+  // Both jobs use slot 0 set 0 at the same time, interleaved; each job's round has its own
+  // (job_number, tsi): job 1's is (1, 100), job 2's (2, 200).
   EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(1), 1, 0, 100, 1)).reason,
             DropReason::kNone);
   EXPECT_EQ(sw.Process({kIpA, 2000}, Datagram({0, 0}, Fill(10), 2, 0, 200, 2)).reason,
             DropReason::kNone);
-  EXPECT_EQ(sw.Process({kIpB, 2000}, Datagram({0, 0}, Fill(20), 3, 0, 201, 2)).reason,
+  EXPECT_EQ(sw.Process({kIpB, 2000}, Datagram({0, 0}, Fill(20), 3, 0, 200, 2)).reason,
             DropReason::kNone);
-  const Action& one = sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(2), 4, 0, 101, 1));
+  const Action& one = sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(2), 4, 0, 100, 1));
   ASSERT_EQ(one.kind, Action::Kind::kMulticast);
   proto::Packet p = Reply(one);
   EXPECT_EQ(p.values[0], 3);
   EXPECT_EQ(p.header.e0, 4);
-  EXPECT_EQ(p.header.tsi, 101u);
+  EXPECT_EQ(p.header.tsi, 100u);
+  EXPECT_EQ(p.header.job_number, 1);
   EXPECT_EQ(std::vector<Endpoint>(one.destinations.begin(), one.destinations.end()),
             (std::vector<Endpoint>{{kIpA, 1000}, {kIpB, 1000}}));
-  const Action& two = sw.Process({kIpC, 7777}, Datagram({0, 0}, Fill(30), 1, 0, 202, 2));
+  const Action& two = sw.Process({kIpC, 7777}, Datagram({0, 0}, Fill(30), 1, 0, 200, 2));
   ASSERT_EQ(two.kind, Action::Kind::kMulticast);
   p = Reply(two);
   EXPECT_EQ(p.values[63], 60);
   EXPECT_EQ(p.header.e0, 3);
+  EXPECT_EQ(p.header.tsi, 200u);
   EXPECT_EQ(p.header.job_number, 2);
   EXPECT_EQ(std::vector<Endpoint>(two.destinations.begin(), two.destinations.end()),
             (std::vector<Endpoint>{{kIpA, 2000}, {kIpB, 2000}, {kIpC, 7777}}));
@@ -444,10 +572,11 @@ TEST(SwitchArithmeticTest, ExponentMaxPerExponentIncludingNegatives) {
   proto::Packet p = Reply(a);
   EXPECT_EQ(p.header.e0, -3);
   EXPECT_EQ(p.header.e1, -1);
-  // The next round on set 1 starts from its own first exponents, not from set 0's.
-  sw.Process({kIpA, 1000}, Datagram({0, 1}, Fill(0), -128, 127));
-  sw.Process({kIpB, 1000}, Datagram({0, 1}, Fill(0), -100, -128));
-  const Action& b = sw.Process({kIpC, 1000}, Datagram({0, 1}, Fill(0), -120, 0));
+  // The next round (tsi 1) on set 1 starts from its own first exponents, not from set 0's.
+  sw.Process({kIpA, 1000}, Datagram({0, 1}, Fill(0), -128, 127, 1));
+  sw.Process({kIpB, 1000}, Datagram({0, 1}, Fill(0), -100, -128, 1));
+  const Action& b = sw.Process({kIpC, 1000}, Datagram({0, 1}, Fill(0), -120, 0, 1));
+  ASSERT_EQ(b.kind, Action::Kind::kMulticast);
   p = Reply(b);
   EXPECT_EQ(p.header.e0, -100);
   EXPECT_EQ(p.header.e1, 127);
@@ -474,21 +603,26 @@ TEST(SwitchArithmeticTest, Int32WrapAround) {
 
 // ---- Special cases ----
 
+// Given: a one-worker job uses slot 3 for four rounds (tsi = round), alternating sets, then
+// retransmits the last round's packet (with a different payload, which must be ignored).
+// Expect: every packet completes its round at once with its own values; the retransmission is
+// answered with the stored result of round 3.
 TEST(SwitchSpecialCaseTest, SingleWorkerJobCompletesEveryPacket) {
   Switch sw(SmallConfig());
   ASSERT_TRUE(sw.CreateJob(Spec(1, 1)).ok());
   ASSERT_TRUE(sw.AddWorker(1, 0, {kIpA, 1000}).ok());
   for (uint8_t round = 0; round < 4; ++round) {
-    const Action& a = sw.Process({kIpA, 1000}, Datagram({3, uint8_t(round % 2)}, Fill(round)));
+    const Action& a =
+        sw.Process({kIpA, 1000}, Datagram({3, uint8_t(round % 2)}, Fill(round), 0, 0, round));
     ASSERT_EQ(a.kind, Action::Kind::kMulticast);
     ASSERT_EQ(a.destinations.size(), 1u);
     EXPECT_EQ(a.destinations[0], (Endpoint{kIpA, 1000}));
     EXPECT_EQ(Reply(a).values[0], round);
   }
-  // A retransmission of the last round is answered with it.
-  const Action& a = sw.Process({kIpA, 1000}, Datagram({3, 1}, Fill(99)));
+  const Action& a = sw.Process({kIpA, 1000}, Datagram({3, 1}, Fill(99), 0, 0, 3));
   ASSERT_EQ(a.kind, Action::Kind::kUnicast);
   EXPECT_EQ(Reply(a).values[0], 3);
+  EXPECT_EQ(Reply(a).header.tsi, 3u);
 }
 
 TEST(SwitchSpecialCaseTest, SixtyFourWorkers) {
@@ -521,9 +655,10 @@ TEST(SwitchSpecialCaseTest, StaleCopyAfterSenderMovedOn) {
   ASSERT_TRUE(sw.CreateJob(Spec(1, 2)).ok());
   ASSERT_TRUE(sw.AddWorker(1, 0, {kIpA, 1000}).ok());
   ASSERT_TRUE(sw.AddWorker(1, 1, {kIpB, 1000}).ok());
+  // Round 0 carries tsi 10, round 1 tsi 20, from both workers.
   const auto w0_round0 = Datagram({0, 0}, Fill(1), 0, 0, 10);
   sw.Process({kIpA, 1000}, w0_round0);
-  ASSERT_EQ(sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(2), 0, 0, 11)).kind,
+  ASSERT_EQ(sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(2), 0, 0, 10)).kind,
             Action::Kind::kMulticast);
   EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({0, 1}, Fill(10), 0, 0, 20)).reason,
             DropReason::kNone);
@@ -532,11 +667,11 @@ TEST(SwitchSpecialCaseTest, StaleCopyAfterSenderMovedOn) {
   EXPECT_EQ(stale.kind, Action::Kind::kDrop);
   EXPECT_EQ(stale.reason, DropReason::kDuplicate);
 
-  const Action& again = sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(2), 0, 0, 11));
+  const Action& again = sw.Process({kIpB, 1000}, Datagram({0, 0}, Fill(2), 0, 0, 10));
   ASSERT_EQ(again.kind, Action::Kind::kUnicast);
   EXPECT_EQ(Reply(again).values[0], 3);
-  EXPECT_EQ(Reply(again).header.tsi, 11u);
-  const Action& next = sw.Process({kIpB, 1000}, Datagram({0, 1}, Fill(20), 0, 0, 21));
+  EXPECT_EQ(Reply(again).header.tsi, 10u);
+  const Action& next = sw.Process({kIpB, 1000}, Datagram({0, 1}, Fill(20), 0, 0, 20));
   ASSERT_EQ(next.kind, Action::Kind::kMulticast);
   EXPECT_EQ(Reply(next).values[0], 30);
   EXPECT_EQ(sw.job_counters(1)->aggregated, 4u);
@@ -549,7 +684,7 @@ TEST(SwitchSpecialCaseTest, ProcessDoesNotAllocate) {
   for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(sw.AddWorker(1, r, {kIpA + r, 1000}).ok());
   std::vector<std::vector<uint8_t>> packets;
   for (uint32_t round = 0; round < 4; ++round) {
-    packets.push_back(Datagram({1, uint8_t(round % 2)}, Fill(1, 256)));
+    packets.push_back(Datagram({1, uint8_t(round % 2)}, Fill(1, 256), 0, 0, round));
   }
   const std::vector<uint8_t> garbage = {1, 2, 3};
   const uint64_t before = g_allocations.load();
