@@ -116,9 +116,10 @@ TEST_F(ContextTest, QueuedOperationsAndWaitForAll) {
       in[r].emplace_back(sizes[i]);
       out[r].emplace_back(sizes[i]);
       testing::FillInput(p, r, in[r][i].data(), sizes[i]);
-      ASSERT_TRUE(ctx[r]->AllReduceAsync(in[r][i].data(), out[r][i].data(), sizes[i],
-                                          DataType::kFloat32)
-                      .ok());
+      ASSERT_TRUE(
+          ctx[r]
+              ->AllReduceAsync(in[r][i].data(), out[r][i].data(), sizes[i], DataType::kFloat32)
+              .ok());
     }
   }
   for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(ctx[r]->WaitForAll().ok());
@@ -139,7 +140,8 @@ TEST_F(ContextTest, NonFiniteInputGivesClearErrorOnEveryWorker) {
   std::vector<std::vector<float>> buf(2, std::vector<float>(1000, 1.0f));
   buf[1][300] = INFINITY;
   std::vector<Status> st(2);
-  std::thread t([&] { st[1] = ctx[1]->AllReduce(buf[1].data(), buf[1].data(), 1000, DataType::kFloat32); });
+  std::thread t(
+      [&] { st[1] = ctx[1]->AllReduce(buf[1].data(), buf[1].data(), 1000, DataType::kFloat32); });
   st[0] = ctx[0]->AllReduce(buf[0].data(), buf[0].data(), 1000, DataType::kFloat32);
   t.join();
   for (uint32_t r = 0; r < 2; ++r) {
@@ -150,7 +152,8 @@ TEST_F(ContextTest, NonFiniteInputGivesClearErrorOnEveryWorker) {
   }
   // Still usable.
   std::vector<std::vector<int32_t>> ints(2, std::vector<int32_t>(10, 21));
-  std::thread t2([&] { st[1] = ctx[1]->AllReduce(ints[1].data(), ints[1].data(), 10, DataType::kInt32); });
+  std::thread t2(
+      [&] { st[1] = ctx[1]->AllReduce(ints[1].data(), ints[1].data(), 10, DataType::kInt32); });
   st[0] = ctx[0]->AllReduce(ints[0].data(), ints[0].data(), 10, DataType::kInt32);
   t2.join();
   EXPECT_TRUE(st[0].ok() && st[1].ok());

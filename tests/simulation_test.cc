@@ -26,8 +26,8 @@ struct SimParams {
   double loss, duplicate, reorder;
 };
 
-// Runs three all-reduces (int32, float32, int32 of other sizes) back to back on the same
-// sessions, so set alternation across jobs is exercised too.
+// Runs five all-reduces (int32 and float32 of sizes around and below the window, and an empty
+// one) back to back on the same sessions, so set alternation across jobs is exercised too.
 void RunSimulation(const SimParams& sp, uint64_t seed) {
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with this seed to reproduce)");
   transport::MemoryNetwork net({sp.loss, sp.duplicate, sp.reorder, seed});
@@ -79,7 +79,8 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
       in[r].resize(jobs[j].count);
       out[r].assign(jobs[j].count, 0x7fc00000);  // NaN pattern: untouched outputs fail
       testing::FillInput(pat, r, in[r].data(), jobs[j].count);
-      sessions[r]->Start({j + 1, jobs[j].dtype, in[r].data(), out[r].data(), jobs[j].count, 0}, now);
+      sessions[r]->Start({j + 1, jobs[j].dtype, in[r].data(), out[r].data(), jobs[j].count, 0},
+                         now);
     }
     // Each step, every component (a worker's sending, the switch, a worker's receiving, a
     // worker's timers) runs with probability 3/4, and virtual time advances by 0.3 ms, a third
@@ -144,8 +145,8 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
       }
     }
     for (uint32_t r = 0; r < sp.workers; ++r) {
-      ASSERT_TRUE(sessions[r]->status().ok()) << "rank " << r << ": "
-                                              << sessions[r]->status().ToString();
+      ASSERT_TRUE(sessions[r]->status().ok())
+          << "rank " << r << ": " << sessions[r]->status().ToString();
       testing::VerifyResult v = testing::Verify(pat, out[r].data(), jobs[j].count);
       ASSERT_TRUE(v.ok()) << "job " << j << " (" << DataTypeName(jobs[j].dtype) << ") rank " << r
                           << ": " << v.ToString();

@@ -46,7 +46,8 @@ pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, int* o
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     execv(exe.c_str(), argv.data());
-    std::fprintf(stderr, "switchml run: cannot execute %s: %s\n", exe.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "switchml run: cannot execute %s: %s\n", exe.c_str(),
+                 std::strerror(errno));
     _exit(127);
   }
   close(fds[1]);
@@ -128,11 +129,14 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   }
   std::printf("switchml run: software switch on 127.0.0.1 (data port %u, control port %u)%s\n",
               (*daemon)->data_port(), (*daemon)->control_port(),
-              o.loss > 0 ? (", dropping " + std::to_string(o.loss * 100) + "% of packets each way").c_str() : "");
-  std::printf("switchml run: %u workers x %u threads, %llu %s elements, %u iterations after %u "
-              "warm-up, window %u, %u elements per packet\n",
-              job.workers, job.threads, static_cast<unsigned long long>(job.size),
-              DataTypeName(job.dtype), job.iterations, job.warmup, job.window, job.packet_numel);
+              o.loss > 0
+                  ? (", dropping " + std::to_string(o.loss * 100) + "% of packets each way").c_str()
+                  : "");
+  std::printf(
+      "switchml run: %u workers x %u threads, %llu %s elements, %u iterations after %u "
+      "warm-up, window %u, %u elements per packet\n",
+      job.workers, job.threads, static_cast<unsigned long long>(job.size), DataTypeName(job.dtype),
+      job.iterations, job.warmup, job.window, job.packet_numel);
   std::fflush(stdout);
 
   struct sigaction sa {};
@@ -142,21 +146,31 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
 
   const uint64_t session =
       (static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-       (static_cast<uint64_t>(getpid()) << 32)) | 1;
+       (static_cast<uint64_t>(getpid()) << 32)) |
+      1;
   std::vector<Child> children(job.workers);
   for (uint32_t r = 0; r < job.workers; ++r) {
-    std::vector<std::string> a = {"switchml", "worker", "--switch",
+    std::vector<std::string> a = {"switchml",
+                                  "worker",
+                                  "--switch",
                                   "127.0.0.1:" + std::to_string((*daemon)->control_port()),
-                                  "--rank", std::to_string(r), "--session", std::to_string(session),
-                                  "--report", "--log-level", flags.GetString("log-level")};
+                                  "--rank",
+                                  std::to_string(r),
+                                  "--session",
+                                  std::to_string(session),
+                                  "--report",
+                                  "--log-level",
+                                  flags.GetString("log-level")};
     auto j = JobFlagArgs(job);
     a.insert(a.end(), j.begin(), j.end());
     if (r != 0) a.push_back("--quiet");
     children[r].rank = r;
     children[r].pid = Spawn(self_exe, a, &children[r].out_fd);
     if (children[r].pid < 0) {
-      std::cerr << "switchml run: cannot start worker " << r << ": " << std::strerror(errno) << "\n";
-      for (auto& c : children) if (c.pid > 0) kill(c.pid, SIGKILL);
+      std::cerr << "switchml run: cannot start worker " << r << ": " << std::strerror(errno)
+                << "\n";
+      for (auto& c : children)
+        if (c.pid > 0) kill(c.pid, SIGKILL);
       return 2;
     }
   }
@@ -169,8 +183,10 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
     for (auto& c : children) {
       if (c.out_fd >= 0) pfds.push_back(pollfd{c.out_fd, POLLIN, 0});
     }
-    if (!pfds.empty()) poll(pfds.data(), pfds.size(), 100);
-    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!pfds.empty())
+      poll(pfds.data(), pfds.size(), 100);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     for (auto& c : children) {
       if (c.out_fd < 0) continue;
       char buf[4096];
@@ -181,8 +197,10 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
         while ((nl = c.buffer.find('\n')) != std::string::npos) {
           std::string line = c.buffer.substr(0, nl);
           c.buffer.erase(0, nl + 1);
-          if (line.rfind("SWITCHML_RESULT", 0) == 0) c.result_line = line;
-          else std::printf("%s\n", line.c_str());
+          if (line.rfind("SWITCHML_RESULT", 0) == 0)
+            c.result_line = line;
+          else
+            std::printf("%s\n", line.c_str());
         }
       } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
         close(c.out_fd);
@@ -207,10 +225,12 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
     }
     if (g_interrupted && failure.empty()) {
       failure = "interrupted";
-      for (auto& c : children) if (!c.exited) kill(c.pid, SIGTERM);
+      for (auto& c : children)
+        if (!c.exited) kill(c.pid, SIGTERM);
     }
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   (*daemon)->Stop();
   const runtime::DaemonCounters dc = (*daemon)->counters();
   if (!failure.empty()) {
@@ -257,11 +277,12 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   if (!json.empty()) {
     std::ofstream f(json);
     f << "{\"workers\": " << job.workers << ", \"size\": " << job.size << ", \"dtype\": \""
-      << DataTypeName(job.dtype) << "\", \"loss\": " << o.loss << ", \"iterations\": "
-      << job.iterations << ", \"threads\": " << job.threads << ", \"window\": " << job.window
-      << ", \"packet_numel\": " << job.packet_numel << ", \"median_s\": " << med
-      << ", \"elements_per_s\": " << eps << ", \"algbw_gbps\": " << algbw
-      << ", \"switch_rx_pps\": " << pps << ", \"retransmitted\": " << retransmitted
+      << DataTypeName(job.dtype) << "\", \"loss\": " << o.loss
+      << ", \"iterations\": " << job.iterations << ", \"threads\": " << job.threads
+      << ", \"window\": " << job.window << ", \"packet_numel\": " << job.packet_numel
+      << ", \"median_s\": " << med << ", \"elements_per_s\": " << eps
+      << ", \"algbw_gbps\": " << algbw << ", \"switch_rx_pps\": " << pps
+      << ", \"retransmitted\": " << retransmitted
       << ", \"verified\": " << (job.verify ? "true" : "false") << "}\n";
     if (!f) {
       std::cerr << "switchml run: cannot write " << json << "\n";

@@ -71,11 +71,12 @@ int SwitchCommand(const std::vector<std::string>& args) {
     std::cerr << "switchml switch: cannot start: " << daemon.status().message() << "\n";
     return 2;
   }
-  std::printf("switchml switch: data port %u (UDP), control port %u (gRPC) on %s; max %u workers "
-              "and %u slots per job%s\n",
-              (*daemon)->data_port(), (*daemon)->control_port(), o.bind_address.c_str(),
-              o.switch_config.max_workers_per_job, o.switch_config.slots_per_job,
-              o.loss > 0 ? ", loss simulator on" : "");
+  std::printf(
+      "switchml switch: data port %u (UDP), control port %u (gRPC) on %s; max %u workers "
+      "and %u slots per job%s\n",
+      (*daemon)->data_port(), (*daemon)->control_port(), o.bind_address.c_str(),
+      o.switch_config.max_workers_per_job, o.switch_config.slots_per_job,
+      o.loss > 0 ? ", loss simulator on" : "");
   std::fflush(stdout);
   const bool per_slot = flags.GetBool("per-slot");
   const int64_t interval = flags.GetInt("stats-interval");

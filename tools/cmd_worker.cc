@@ -39,8 +39,9 @@ int WorkerCommand(const std::vector<std::string>& args) {
   flags.AddString("switch", "127.0.0.1", "the switch's control plane, HOST[:PORT] (port 50099)");
   flags.AddInt("rank", 0, "this worker's rank, 0..workers-1");
   AddJobFlags(&flags);
-  flags.AddInt("session", 0, "job id on the switch; concurrent jobs need different ids "
-                             "(0 = rank 0 picks one)");
+  flags.AddInt("session", 0,
+               "job id on the switch; concurrent jobs need different ids "
+               "(0 = rank 0 picks one)");
   flags.AddString("bind", "0.0.0.0", "local IPv4 address for the data-plane sockets");
   flags.AddInt("udp-port", 0, "first local UDP port (0 = pick free ones)");
   flags.AddBool("report", "print a machine-readable SWITCHML_RESULT line on stdout");
@@ -62,9 +63,9 @@ int WorkerCommand(const std::vector<std::string>& args) {
   }
   const int64_t rank = flags.GetInt("rank");
   if (st.ok() && (rank < 0 || rank >= job.workers)) {
-    st = InvalidArgumentError("--rank " + std::to_string(rank) + " is out of range: with --workers " +
-                              std::to_string(job.workers) + " use 0.." +
-                              std::to_string(job.workers - 1));
+    st = InvalidArgumentError("--rank " + std::to_string(rank) +
+                              " is out of range: with --workers " + std::to_string(job.workers) +
+                              " use 0.." + std::to_string(job.workers - 1));
   }
   if (!st.ok()) {
     std::cerr << "switchml worker: " << st.message() << "\n";
@@ -75,7 +76,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
   const std::string who = "switchml worker (rank " + std::to_string(rank) + ")";
   auto fail = [&](const std::string& what, const Status& s) {
     std::cerr << who << ": " << what << ": " << s.ToString() << "\n";
-    if (report) std::printf("SWITCHML_RESULT rank=%lld status=error\n", static_cast<long long>(rank));
+    if (report)
+      std::printf("SWITCHML_RESULT rank=%lld status=error\n", static_cast<long long>(rank));
     std::fflush(stdout);
     return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
   };
@@ -98,7 +100,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
   auto ctx = Context::Create(config);
   if (!ctx.ok()) return fail("setup failed", ctx.status());
   if (!quiet) {
-    std::fprintf(stderr, "%s: joined session %llu with %u workers; %llu %s elements per all-reduce\n",
+    std::fprintf(stderr,
+                 "%s: joined session %llu with %u workers; %llu %s elements per all-reduce\n",
                  who.c_str(), static_cast<unsigned long long>((*ctx)->session_id()), job.workers,
                  static_cast<unsigned long long>(job.size), DataTypeName(job.dtype));
   }
@@ -121,7 +124,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
     if (!b.ok()) return fail("barrier before iteration " + std::to_string(it) + " failed", b);
     const auto t0 = std::chrono::steady_clock::now();
     Status r = (*ctx)->AllReduce(in.data(), out.data(), job.size, job.dtype);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!r.ok()) return fail("all-reduce " + std::to_string(it) + " failed", r);
     std::string verdict = "not verified";
     if (job.verify) {
@@ -155,8 +159,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   if (report) {
     std::ostringstream line;
     line << "SWITCHML_RESULT rank=" << rank << " status=ok verified=" << (job.verify ? 1 : 0)
-         << " sent=" << s.packets_sent << " retransmitted=" << s.packets_retransmitted
-         << " times=";
+         << " sent=" << s.packets_sent << " retransmitted=" << s.packets_retransmitted << " times=";
     for (size_t i = 0; i < times.size(); ++i) line << (i ? "," : "") << times[i];
     std::printf("%s\n", line.str().c_str());
     std::fflush(stdout);

@@ -21,10 +21,20 @@ bool ParseSize(const std::string& text, uint64_t* out) {
   if (pos < text.size()) {
     if (pos + 1 != text.size()) return false;
     switch (text[pos]) {
-      case 'k': case 'K': shift = 10; break;
-      case 'm': case 'M': shift = 20; break;
-      case 'g': case 'G': shift = 30; break;
-      default: return false;
+      case 'k':
+      case 'K':
+        shift = 10;
+        break;
+      case 'm':
+      case 'M':
+        shift = 20;
+        break;
+      case 'g':
+      case 'G':
+        shift = 30;
+        break;
+      default:
+        return false;
     }
   }
   if (shift > 0 && v > (UINT64_MAX >> shift)) return false;
@@ -65,7 +75,8 @@ Status Flags::Parse(const std::vector<std::string>& args, bool* help_requested) 
       return Status();
     }
     if (arg.rfind("--", 0) != 0) {
-      return InvalidArgumentError("unexpected argument '" + arg + "' (flags start with --; see --help)");
+      return InvalidArgumentError("unexpected argument '" + arg +
+                                  "' (flags start with --; see --help)");
     }
     std::string name = arg.substr(2), value;
     bool has_value = false;
@@ -108,8 +119,8 @@ Status Flags::Parse(const std::vector<std::string>& args, bool* help_requested) 
       case Kind::kSize: {
         uint64_t v;
         if (!ParseSize(value, &v)) {
-          return InvalidArgumentError("--" + name + " wants a count like 1000, 64K, 64M or 1G, not '" +
-                                      value + "'");
+          return InvalidArgumentError(
+              "--" + name + " wants a count like 1000, 64K, 64M or 1G, not '" + value + "'");
         }
         value = std::to_string(v);
         break;
@@ -131,8 +142,10 @@ std::string Flags::Usage() const {
     std::string left = "  --" + name;
     if (f.kind != Kind::kBool) left += " " + std::string(f.kind == Kind::kString ? "S" : "N");
     s << left;
-    if (left.size() < 26) s << std::string(26 - left.size(), ' ');
-    else s << "\n" << std::string(26, ' ');
+    if (left.size() < 26)
+      s << std::string(26 - left.size(), ' ');
+    else
+      s << "\n" << std::string(26, ' ');
     s << f.help;
     if (f.kind != Kind::kBool && !f.def.empty()) s << " (default " << f.def << ")";
     s << "\n";
@@ -148,14 +161,18 @@ const Flags::Flag& Flags::Get(const std::string& name, Kind kind) const {
   return it->second;
 }
 
-std::string Flags::GetString(const std::string& name) const { return Get(name, Kind::kString).value; }
+std::string Flags::GetString(const std::string& name) const {
+  return Get(name, Kind::kString).value;
+}
 int64_t Flags::GetInt(const std::string& name) const {
   return std::strtoll(Get(name, Kind::kInt).value.c_str(), nullptr, 10);
 }
 double Flags::GetDouble(const std::string& name) const {
   return std::strtod(Get(name, Kind::kDouble).value.c_str(), nullptr);
 }
-bool Flags::GetBool(const std::string& name) const { return Get(name, Kind::kBool).value == "true"; }
+bool Flags::GetBool(const std::string& name) const {
+  return Get(name, Kind::kBool).value == "true";
+}
 uint64_t Flags::GetSize(const std::string& name) const {
   return std::strtoull(Get(name, Kind::kSize).value.c_str(), nullptr, 10);
 }

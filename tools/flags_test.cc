@@ -13,7 +13,8 @@ TEST(FlagsTest, ParsesKindsAndSizes) {
   f.AddDouble("p", 0.5, "prob");
   f.AddBool("quiet", "quiet");
   bool help;
-  ASSERT_TRUE(f.Parse({"--n", "7", "--size=64M", "--name", "y", "--p=0.01", "--quiet"}, &help).ok());
+  ASSERT_TRUE(
+      f.Parse({"--n", "7", "--size=64M", "--name", "y", "--p=0.01", "--quiet"}, &help).ok());
   EXPECT_FALSE(help);
   EXPECT_EQ(f.GetInt("n"), 7);
   EXPECT_EQ(f.GetSize("size"), 64ull << 20);
@@ -29,7 +30,8 @@ TEST(FlagsTest, ErrorsNameTheFlag) {
   f.AddSize("size", 10, "size");
   bool help;
   EXPECT_NE(f.Parse({"--nope"}, &help).message().find("unknown flag --nope"), std::string::npos);
-  EXPECT_NE(f.Parse({"--n", "x"}, &help).message().find("--n wants a whole number"), std::string::npos);
+  EXPECT_NE(f.Parse({"--n", "x"}, &help).message().find("--n wants a whole number"),
+            std::string::npos);
   EXPECT_NE(f.Parse({"--size", "3T"}, &help).message().find("--size"), std::string::npos);
   EXPECT_NE(f.Parse({"--n"}, &help).message().find("needs a value"), std::string::npos);
   EXPECT_TRUE(f.Parse({"--help"}, &help).ok());

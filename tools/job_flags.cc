@@ -22,7 +22,8 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   auto positive = [&](const char* name, int64_t max, int64_t* v) -> Status {
     *v = f.GetInt(name);
     if (*v < 1 || *v > max) {
-      return InvalidArgumentError(std::string("--") + name + " must be in 1.." + std::to_string(max));
+      return InvalidArgumentError(std::string("--") + name + " must be in 1.." +
+                                  std::to_string(max));
     }
     return Status();
   };
@@ -31,7 +32,8 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   o->workers = static_cast<uint32_t>(v);
   o->size = f.GetSize("size");
   if (!ParseDataType(f.GetString("dtype"), &o->dtype)) {
-    return InvalidArgumentError("--dtype must be float32 or int32, not '" + f.GetString("dtype") + "'");
+    return InvalidArgumentError("--dtype must be float32 or int32, not '" + f.GetString("dtype") +
+                                "'");
   }
   RETURN_IF_ERROR(positive("iterations", 1000000, &v));
   o->iterations = static_cast<uint32_t>(v);
@@ -54,14 +56,30 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
 }
 
 std::vector<std::string> JobFlagArgs(const JobOptions& o) {
-  std::vector<std::string> a = {
-      "--workers", std::to_string(o.workers), "--size", std::to_string(o.size),
-      "--dtype", DataTypeName(o.dtype), "--iterations", std::to_string(o.iterations),
-      "--warmup", std::to_string(o.warmup), "--threads", std::to_string(o.threads),
-      "--window", std::to_string(o.window), "--packet-numel", std::to_string(o.packet_numel),
-      "--timeout-ms", std::to_string(o.timeout_ms), "--peer-timeout-ms",
-      std::to_string(o.peer_timeout_ms), "--setup-timeout-ms", std::to_string(o.setup_timeout_ms),
-      "--seed", std::to_string(o.seed)};
+  std::vector<std::string> a = {"--workers",
+                                std::to_string(o.workers),
+                                "--size",
+                                std::to_string(o.size),
+                                "--dtype",
+                                DataTypeName(o.dtype),
+                                "--iterations",
+                                std::to_string(o.iterations),
+                                "--warmup",
+                                std::to_string(o.warmup),
+                                "--threads",
+                                std::to_string(o.threads),
+                                "--window",
+                                std::to_string(o.window),
+                                "--packet-numel",
+                                std::to_string(o.packet_numel),
+                                "--timeout-ms",
+                                std::to_string(o.timeout_ms),
+                                "--peer-timeout-ms",
+                                std::to_string(o.peer_timeout_ms),
+                                "--setup-timeout-ms",
+                                std::to_string(o.setup_timeout_ms),
+                                "--seed",
+                                std::to_string(o.seed)};
   if (!o.verify) a.push_back("--no-verify");
   return a;
 }

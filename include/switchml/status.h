@@ -1,7 +1,7 @@
 // Status and Result<T>: errors as values at every boundary of the library.
 //
 // A Status is a code plus a message that says what went wrong and what to do about it. The data
-// path never returns Status per packet: it counts and drops (see docs/errors.md). Thread-safety:
+// path never returns Status per packet: it counts and drops (see docs/architecture.md, "Errors"). Thread-safety:
 // plain values, safe to copy between threads.
 #pragma once
 

@@ -348,11 +348,12 @@ Status ControlServer::Impl::RegisterUdpWorker(grpc::ServerContext* ctx,
   spec.size = size;
   spec.num_ports = num_ports;
   spec.max_outstanding_packets = window;
+  std::vector<uint64_t> evicted;  // dead jobs the switch removed to make room (logged below)
   {
     std::lock_guard lock(sw->mu);
     if (rank == 0) {
-      RETURN_IF_ERROR(sw->sw.CreateJob(spec));
-      Status added = sw->sw.AddWorker(session, 0, worker);
+      RETURN_IF_ERROR(sw->sw.CreateJob(spec, &evicted));
+      Status added = sw->sw.AddWorker(session, 0, worker, &evicted);
       if (!added.ok()) {
         // Without rank 0 the job can never run: do not leave it holding a job entry.
         sw->sw.RemoveJob(session).IgnoreError();
@@ -392,8 +393,15 @@ Status ControlServer::Impl::RegisterUdpWorker(grpc::ServerContext* ctx,
                         std::to_string(job->max_outstanding_packets),
                         "start every worker with the same window (max outstanding packets)");
       }
-      RETURN_IF_ERROR(sw->sw.AddWorker(session, rank, worker));
+      RETURN_IF_ERROR(sw->sw.AddWorker(session, rank, worker, &evicted));
     }
+  }
+  for (uint64_t gone : evicted) {
+    LOG(kInfo, kControl) << "session " << gone << " evicted from the switch to make room for "
+                         << session_name << " (its ports were taken over, or it was the least "
+                         << "recently active job)";
+    std::lock_guard lock(mu);
+    failed_sessions.erase(gone);
   }
 
   if (rank == 0) {
@@ -463,11 +471,18 @@ grpc::Status ControlServer::Impl::Rendezvous(grpc::ServerContext* ctx, const Syn
   }
   const std::shared_ptr<Round> round = slot;
   if (round->num_workers != call.num_workers) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        scope + ": num_workers " + std::to_string(call.num_workers) +
-                            " does not match the " + std::to_string(round->num_workers) +
-                            " of the workers already waiting: start every worker with the same "
-                            "--workers");
+    // The job cannot come together: fail the waiting workers too (and, for a session, every
+    // later call of it), instead of leaving them to time out.
+    const grpc::Status failure(grpc::StatusCode::INVALID_ARGUMENT,
+                               scope + ": num_workers " + std::to_string(call.num_workers) +
+                                   " of one worker does not " + "match the " +
+                                   std::to_string(round->num_workers) +
+                                   " of another: start every worker " + "with the same --workers");
+    if (call.key.session_id != 0) {
+      failed_sessions.emplace(call.key.session_id, failure.error_message());
+    }
+    FailRoundLocked(rounds.find(call.key), failure);
+    return failure;
   }
   if (broadcast) {
     if (round->root != call.root) {

@@ -102,16 +102,21 @@ TEST_F(ControlSyncTest, UnscopedBarrierWorksAndGroupsByNumWorkers) {
   for (auto& f : three) EXPECT_TRUE(f.get().ok());
 }
 
-TEST_F(ControlSyncTest, MismatchedNumWorkersInOneRoundIsRefused) {
+// Given a worker waiting in a session's barrier of 2 and another arriving with 3, Expect both to
+// fail at once with a message naming the mismatch, and later calls of that session too.
+TEST_F(ControlSyncTest, MismatchedNumWorkersFailsTheWholeRound) {
   ControlClient client(target_, 10s);
   auto first = std::async(std::launch::async, [&] { return client.Barrier(9, 2); });
   ExpectWaiting(1);
   Status st = client.Barrier(9, 3);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("num_workers 3 does not match the 2"), std::string::npos)
+  EXPECT_NE(st.message().find("num_workers 3 of one worker does not match the 2"),
+            std::string::npos)
       << st.message();
-  EXPECT_TRUE(client.Barrier(9, 2).ok());
-  EXPECT_TRUE(first.get().ok());
+  Status waiting = first.get();
+  EXPECT_EQ(waiting.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(waiting.message(), st.message());
+  EXPECT_FALSE(client.Barrier(9, 2).ok());
 }
 
 // Given a worker whose barrier times out, expect kDeadlineExceeded naming the barrier, and the

@@ -23,7 +23,8 @@ Status Config::Validate() const {
                                 std::to_string(num_workers) + " workers use ranks 0 to " +
                                 std::to_string(num_workers - 1));
   }
-  if (switch_host.empty()) return InvalidArgumentError("switch_host is empty: name the switch's host");
+  if (switch_host.empty())
+    return InvalidArgumentError("switch_host is empty: name the switch's host");
   if (control_port == 0) return InvalidArgumentError("control_port must not be 0");
   if (packet_numel != 64 && packet_numel != 256) {
     return InvalidArgumentError("packet_numel " + std::to_string(packet_numel) +
@@ -100,17 +101,15 @@ Status Context::Impl::Setup() {
   transport::UdpOptions udp;
   udp.bind_ipv4 = bind_ip;
   udp.port = config.udp_port;
-  ASSIGN_OR_RETURN(auto transports,
-                   transport::OpenUdpConsecutive(udp, config.num_worker_threads));
+  ASSIGN_OR_RETURN(auto transports, transport::OpenUdpConsecutive(udp, config.num_worker_threads));
   const uint16_t base_port = transports[0]->local_endpoint().port;
 
   // Agree on the session id: given, or rank 0's pick broadcast to everyone (reference).
   session_id = config.session_id;
   if (session_id == 0) {
-    const uint64_t pick = static_cast<uint64_t>(
-        std::chrono::system_clock::now().time_since_epoch().count());
-    ASSIGN_OR_RETURN(session_id,
-                     control->Broadcast(0, pick, config.rank, config.num_workers, 0));
+    const uint64_t pick =
+        static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+    ASSIGN_OR_RETURN(session_id, control->Broadcast(0, pick, config.rank, config.num_workers, 0));
     if (session_id == 0) session_id = 1;
   }
   proto::SizeCode size;
@@ -134,11 +133,12 @@ Status Context::Impl::Setup() {
     ASSIGN_OR_RETURN(reply, control->UdpSession(args));
   }
   RETURN_IF_ERROR(control->Barrier(session_id, config.num_workers));
-  const Endpoint switch_data{switch_ip, reply.data_port};
+  // The switch's data plane: at the address it names, or (0) where its control plane is.
+  const Endpoint switch_data{reply.switch_ipv4 != 0 ? reply.switch_ipv4 : switch_ip,
+                             reply.data_port};
   LOG(kInfo, kRuntime) << "rank " << config.rank << " joined session " << session_id
-                       << "; switch data plane at " << switch_data.ToString()
-                       << "; local ports " << base_port << ".."
-                       << base_port + config.num_worker_threads - 1;
+                       << "; switch data plane at " << switch_data.ToString() << "; local ports "
+                       << base_port << ".." << base_port + config.num_worker_threads - 1;
 
   const uint32_t window = config.max_outstanding_packets / config.num_worker_threads;
   for (uint32_t t = 0; t < config.num_worker_threads; ++t) {
@@ -165,8 +165,8 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
   }
   std::lock_guard<std::mutex> lock(mu);
   if (!broken.ok()) {
-    return Status(broken.code(), "this context failed earlier and cannot be used: " +
-                                     broken.message());
+    return Status(broken.code(),
+                  "this context failed earlier and cannot be used: " + broken.message());
   }
   auto state = std::make_shared<AllReduceHandle::State>();
   AllReduceHandle handle(state);
@@ -243,7 +243,9 @@ Status Context::WaitForAll() {
   return first;
 }
 
-Status Context::Barrier() { return impl_->control->Barrier(impl_->session_id, impl_->config.num_workers); }
+Status Context::Barrier() {
+  return impl_->control->Barrier(impl_->session_id, impl_->config.num_workers);
+}
 
 uint64_t Context::session_id() const { return impl_->session_id; }
 const Config& Context::config() const { return impl_->config; }

@@ -89,8 +89,9 @@ void SwitchDaemon::Run() {
     {
       std::lock_guard<std::mutex> lock(switch_->mu);
       for (size_t i = 0; i < *r; ++i) {
-        if (rx[i].truncated) {
+        if (rx[i].truncated) {  // longer than any SwitchML packet: not ours
           ++truncated_;
+          continue;
         }
         if (loss > 0 && coin(rng_) < loss) {
           ++loss_in_;

@@ -36,7 +36,7 @@ struct DaemonCounters {
   uint64_t sent = 0;
   uint64_t loss_dropped_in = 0;
   uint64_t loss_dropped_out = 0;
-  uint64_t truncated = 0;  // datagrams longer than any SwitchML packet
+  uint64_t truncated = 0;  // datagrams longer than any SwitchML packet (dropped)
 };
 
 class SwitchDaemon {

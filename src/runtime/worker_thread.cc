@@ -47,7 +47,8 @@ void WorkerThread::Stop() {
     std::lock_guard<std::mutex> lock(mu_);
     rest.swap(queue_);
   }
-  for (auto& p : rest) p.done(CancelledError("the context was destroyed before this all-reduce ran"));
+  for (auto& p : rest)
+    p.done(CancelledError("the context was destroyed before this all-reduce ran"));
 }
 
 worker::SessionCounters WorkerThread::counters() const {
@@ -131,7 +132,12 @@ bool WorkerThread::RunSlice(const Pending& p) {
       break;
     }
     now = Now();
-    for (size_t i = 0; i < *r; ++i) session_.HandleDatagram(rx[i].buffer.first(rx[i].length), now);
+    for (size_t i = 0; i < *r; ++i) {
+      // An oversized datagram is not a SwitchML reply: hand over an empty one, counted as
+      // malformed.
+      session_.HandleDatagram(
+          rx[i].truncated ? std::span<const uint8_t>() : rx[i].buffer.first(rx[i].length), now);
+    }
     auto deadline = session_.PollTimeout();
     if (deadline && *deadline <= now) session_.HandleTimeout(now);
   }

@@ -40,7 +40,8 @@ TEST(PatternTest, DirectSumVerifiesAndPerturbationFails) {
       EXPECT_FALSE(Verify(p, out.data(), count).ok());
     } else {
       std::vector<int32_t> out(count);
-      for (size_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(static_cast<uint32_t>(isum[i]));
+      for (size_t i = 0; i < count; ++i)
+        out[i] = static_cast<int32_t>(static_cast<uint32_t>(isum[i]));
       EXPECT_TRUE(Verify(p, out.data(), count).ok());
       out[999] += 1;
       EXPECT_EQ(Verify(p, out.data(), count).mismatches, 1u);

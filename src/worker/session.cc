@@ -12,7 +12,8 @@ namespace switchml::worker {
 
 Status SessionConfig::Validate() const {
   if (num_workers == 0) return InvalidArgumentError("num_workers must be at least 1");
-  if (window == 0) return InvalidArgumentError("window (outstanding packets per thread) must be at least 1");
+  if (window == 0)
+    return InvalidArgumentError("window (outstanding packets per thread) must be at least 1");
   if (uint64_t{slot_start} + window > proto::kMaxSlots) {
     return InvalidArgumentError("slots [" + std::to_string(slot_start) + ", " +
                                 std::to_string(slot_start + window) + ") exceed the " +
@@ -85,7 +86,7 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
   CHECK(span_ < (uint64_t{1} << 32)) << "slice too large for 32-bit packet ids";
   completed_packets_ = 0;
   current_timeout_ = config_.timeout;
-  timeouts_this_slice_ = 0;
+  timeouts_since_result_ = 0;
   next_threshold_ = config_.timeout_threshold;
   last_progress_ = now;
   first_non_finite_block_ = UINT64_MAX;
@@ -217,7 +218,7 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   s.outstanding = false;
   s.transmissions = 0;
   ++completed_packets_;
-  timeouts_this_slice_ = 0;
+  timeouts_since_result_ = 0;
   const uint64_t next = uint64_t{q} + w;
   if (PacketExists(next)) {
     s.packet = static_cast<uint32_t>(next);
@@ -226,10 +227,11 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   }
   if (completed_packets_ == total_packets_) {
     if (first_non_finite_block_ != UINT64_MAX) {
-      const size_t a = job_.element_offset + first_non_finite_block_ * numel_;
+      const size_t first = first_non_finite_block_ * numel_;
+      const size_t a = job_.element_offset + first;
+      const size_t b = a + std::min(numel_, job_.count - first);
       Finish(InvalidArgumentError(
-          "input contains inf or NaN: elements [" + std::to_string(a) + ", " +
-          std::to_string(a + numel_) +
+          "input contains inf or NaN: elements [" + std::to_string(a) + ", " + std::to_string(b) +
           ") (and possibly later ones) are not finite on at least one worker; the affected "
           "outputs are set to NaN"));
     } else {
@@ -252,10 +254,10 @@ void WorkerSession::HandleTimeout(Nanos now) {
       }
     }
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_);
-    Finish(DeadlineExceededError(
-        "no result from the switch for " + std::to_string(ms.count()) + " ms with " +
-        std::to_string(remaining()) + " packets outstanding" + which +
-        ": a peer worker stopped, or the switch is down or unreachable"));
+    Finish(DeadlineExceededError("no result from the switch for " + std::to_string(ms.count()) +
+                                 " ms with " + std::to_string(remaining()) +
+                                 " packets outstanding" + which +
+                                 ": a peer worker stopped, or the switch is down or unreachable"));
     return;
   }
   while (timer_size_ > 0 && timers_[timer_head_].deadline <= now) {
@@ -268,7 +270,7 @@ void WorkerSession::HandleTimeout(Nanos now) {
     Enqueue(LocalSlot(t.packet));
     // Back off while nothing comes back (timeouts since the last result): after
     // `timeout_threshold` of them the timeout doubles and the threshold grows.
-    if (++timeouts_this_slice_ >= next_threshold_) {
+    if (++timeouts_since_result_ >= next_threshold_) {
       current_timeout_ = std::min<Nanos>(current_timeout_ * 2, config_.progress_timeout);
       next_threshold_ += config_.timeout_threshold_increment;
     }

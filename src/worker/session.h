@@ -45,8 +45,10 @@ struct SessionConfig {
   uint32_t slot_start = 0;
   uint32_t window = 64;  // W: outstanding packets = slots owned
   proto::SizeCode size = proto::SizeCode::k1024B;
-  // First retransmission timeout; after `timeout_threshold` timeouts in a slice it doubles and
-  // the threshold grows by `timeout_threshold_increment` (the reference's policy).
+  // First retransmission timeout. The reference's back-off, counted differently: after
+  // `timeout_threshold` timeouts with no result in between, the timeout doubles (up to
+  // progress_timeout) and the threshold grows by `timeout_threshold_increment`; both reset at
+  // the next slice. (The reference counts all timeouts, so random loss alone inflates it.)
   Nanos timeout = std::chrono::milliseconds(10);
   uint32_t timeout_threshold = 100;
   uint32_t timeout_threshold_increment = 100;
@@ -148,7 +150,7 @@ class WorkerSession {
   // gives its slot and set and, mod 2^32, its tsi. Persists across slices.
   uint64_t base_ = 0;
   Nanos current_timeout_{};
-  uint64_t timeouts_this_slice_ = 0;
+  uint64_t timeouts_since_result_ = 0;
   uint64_t next_threshold_ = 0;
   Nanos last_progress_{};
   // First block whose result was non-finite (float), or UINT64_MAX.

@@ -214,16 +214,16 @@ TEST(WorkerSessionTest, FailsWithClearErrorWhenNothingComesBack) {
   EXPECT_LE(now - kT0, milliseconds(101));
 }
 
-// Given int32 and float32 slices shorter and longer than the window of 3, Expect every slot to alternate sets
-// across the slices: no slot ever sees the same set twice in a row.
+// Given int32 and float32 slices shorter and longer than the window of 3, Expect every slot to
+// alternate sets across the slices: no slot ever sees the same set twice in a row.
 TEST(WorkerSessionTest, SetAlternationContinuesAcrossJobs) {
   WorkerSession s(SmallConfig(3));
   std::vector<int32_t> in(640, 1), out(640);
   std::vector<std::vector<int>> sets(3);
   const std::vector<std::pair<size_t, DataType>> slices = {
-      {192, DataType::kInt32},   {64, DataType::kFloat32}, {0, DataType::kInt32},
+      {192, DataType::kInt32},   {64, DataType::kFloat32},  {0, DataType::kInt32},
       {130, DataType::kFloat32}, {640, DataType::kFloat32}, {64, DataType::kInt32},
-      {64, DataType::kFloat32},  {128, DataType::kInt32},  {500, DataType::kFloat32}};
+      {64, DataType::kFloat32},  {128, DataType::kInt32},   {500, DataType::kFloat32}};
   uint64_t id = 0;
   for (auto [count, dtype] : slices) {
     s.Start(SliceJob{++id, dtype, in.data(), out.data(), count, 0}, kT0);
@@ -262,7 +262,9 @@ TEST(WorkerSessionTest, Float32ExponentsTravelOneWindowAhead) {
   EXPECT_EQ(packets, 5);  // ids 0..4: 0,1 exponents only, 2 both, 3,4 data only
   ASSERT_TRUE(s.status().ok()) << s.status().ToString();
   for (size_t i = 0; i < in.size(); ++i) {
-    const int8_t e = quant::AnalyzeBlock({in.data() + i / 64 * 64, std::min<size_t>(64, 150 - i / 64 * 64)}).exponent;
+    const int8_t e =
+        quant::AnalyzeBlock({in.data() + i / 64 * 64, std::min<size_t>(64, 150 - i / 64 * 64)})
+            .exponent;
     const double bound = 1.0 / (2 * quant::Scale(e, 1)) + std::fabs(in[i]) * 1e-7;
     EXPECT_NEAR(out[i], in[i], bound) << i;
   }
