@@ -301,3 +301,71 @@ TEST(MultiProcessTest, MissingSwitchGivesClearError) {
 
 }  // namespace
 }  // namespace switchml
+
+namespace switchml {
+namespace {
+
+// Given `switchml switch` started as its own process on free ports, Expect workers to run a job
+// through it, SIGUSR1 to print the counters on demand, and SIGTERM to shut it down cleanly with
+// the counters printed at exit.
+TEST(SwitchDaemonProcessTest, ServesJobsPrintsCountersAndShutsDownCleanly) {
+  Process sw({testing::SwitchmlBinary(), "switch", "--bind", "127.0.0.1", "--data-port", "0",
+              "--control-port", "0", "--per-slot"});
+  ASSERT_TRUE(sw.WaitForOutput("control port", seconds(10))) << sw.output();
+  const std::string banner = sw.output();
+  const size_t at = banner.find("control port ");
+  ASSERT_NE(at, std::string::npos) << banner;
+  const int control_port = std::atoi(banner.c_str() + at + 13);
+  ASSERT_GT(control_port, 0) << banner;
+  std::vector<std::unique_ptr<Process>> ws;
+  for (int r = 0; r < 2; ++r) {
+    ws.push_back(std::make_unique<Process>(std::vector<std::string>{
+        testing::SwitchmlBinary(), "worker", "--switch",
+        "127.0.0.1:" + std::to_string(control_port), "--rank", std::to_string(r), "--workers", "2",
+        "--size", "100000", "--dtype", "int32", "--session", "61", "--report"}));
+  }
+  for (auto& w : ws) {
+    ASSERT_TRUE(w->Wait(seconds(60))) << w->output();
+    EXPECT_EQ(w->exit_code(), 0) << w->output();
+  }
+  sw.Kill(SIGUSR1);
+  ASSERT_TRUE(sw.WaitForOutput("session 61", seconds(10))) << sw.output();
+  EXPECT_TRUE(sw.running());
+  sw.Kill(SIGTERM);
+  ASSERT_TRUE(sw.Wait(seconds(10))) << sw.output();
+  EXPECT_EQ(sw.exit_code(), 0);
+  const std::string out = sw.output();
+  EXPECT_NE(out.find("shutting down"), std::string::npos) << out;
+  EXPECT_NE(out.find("aggregated"), std::string::npos) << out;
+  EXPECT_NE(out.find("slot"), std::string::npos) << out;  // --per-slot lines
+}
+
+// Given bad flags, Expect each command to refuse them with a message and usage exit code 2, and
+// --help to print the flags.
+TEST(CommandLineTest, BadFlagsAreRefusedAndHelpWorks) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"run", "--workers", "0"},
+                                             {"run", "--size", "12X"},
+                                             {"run", "--dtype", "float16"},
+                                             {"worker", "--rank", "5", "--workers", "2"},
+                                             {"switch", "--max-workers", "65"},
+                                             {"switch", "--loss", "1.5"},
+                                             {"nonsense"}}) {
+    std::vector<std::string> argv = {testing::SwitchmlBinary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Process p(argv);
+    ASSERT_TRUE(p.Wait(seconds(10)));
+    EXPECT_EQ(p.exit_code(), 2) << args[0] << " " << (args.size() > 1 ? args[1] : "") << ":\n"
+                                << p.output();
+    EXPECT_FALSE(p.output().empty());
+  }
+  for (const char* cmd : {"run", "switch", "worker"}) {
+    Process p({testing::SwitchmlBinary(), cmd, "--help"});
+    ASSERT_TRUE(p.Wait(seconds(10)));
+    EXPECT_EQ(p.exit_code(), 0);
+    EXPECT_NE(p.output().find("usage: switchml"), std::string::npos) << p.output();
+  }
+}
+
+}  // namespace
+}  // namespace switchml

@@ -74,13 +74,6 @@ std::vector<double> ParseTimes(const std::string& csv) {
   return v;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 volatile sig_atomic_t g_interrupted = 0;
 void OnSignal(int) { g_interrupted = 1; }
 
@@ -97,23 +90,8 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   flags.AddString("json", "", "also write the summary as JSON to this file");
   flags.AddBool("per-slot", "print per-slot switch counters at the end");
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
-  bool help = false;
-  Status st = flags.Parse(args, &help);
-  if (help) {
-    std::cout << flags.Usage();
-    return 0;
-  }
   JobOptions job;
-  if (st.ok()) st = ReadJobFlags(flags, &job);
-  LogLevel level;
-  if (st.ok() && !ParseLogLevel(flags.GetString("log-level"), &level)) {
-    st = InvalidArgumentError("--log-level must be debug, info, warning, error or off");
-  }
-  if (!st.ok()) {
-    std::cerr << "switchml run: " << st.message() << "\n";
-    return 2;
-  }
-  SetLogLevel(level);
+  if (int code = ParseCommandLine("run", args, &flags, &job); code >= 0) return code;
   runtime::SwitchDaemonOptions o;
   o.bind_address = "127.0.0.1";
   o.data_port = 0;

@@ -27,22 +27,7 @@ int SwitchCommand(const std::vector<std::string>& args) {
   flags.AddInt("stats-interval", 0, "print counters every N seconds (0 = only at exit)");
   flags.AddBool("per-slot", "include per-slot counters in the printed tables");
   flags.AddString("log-level", "info", "debug, info, warning, error or off");
-  bool help = false;
-  Status st = flags.Parse(args, &help);
-  if (help) {
-    std::cout << flags.Usage();
-    return 0;
-  }
-  if (!st.ok()) {
-    std::cerr << "switchml switch: " << st.message() << "\n";
-    return 2;
-  }
-  LogLevel level;
-  if (!ParseLogLevel(flags.GetString("log-level"), &level)) {
-    std::cerr << "switchml switch: --log-level must be debug, info, warning, error or off\n";
-    return 2;
-  }
-  SetLogLevel(level);
+  if (int code = ParseCommandLine("switch", args, &flags, nullptr); code >= 0) return code;
   runtime::SwitchDaemonOptions o;
   o.bind_address = flags.GetString("bind");
   const int64_t dport = flags.GetInt("data-port"), cport = flags.GetInt("control-port");

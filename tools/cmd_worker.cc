@@ -19,16 +19,6 @@
 #include "transport/address.h"
 
 namespace switchml::tools {
-namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-}  // namespace
 
 int WorkerCommand(const std::vector<std::string>& args) {
   Flags flags("worker",
@@ -47,20 +37,11 @@ int WorkerCommand(const std::vector<std::string>& args) {
   flags.AddBool("report", "print a machine-readable SWITCHML_RESULT line on stdout");
   flags.AddBool("quiet", "no progress output");
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
-  bool help = false;
-  Status st = flags.Parse(args, &help);
-  if (help) {
-    std::cout << flags.Usage();
-    return 0;
-  }
   JobOptions job;
-  if (st.ok()) st = ReadJobFlags(flags, &job);
+  if (int code = ParseCommandLine("worker", args, &flags, &job); code >= 0) return code;
+  Status st;
   auto sw = transport::ParseHostPort(flags.GetString("switch"), proto::kDefaultControlPort);
-  if (st.ok() && !sw.ok()) st = sw.status();
-  LogLevel level;
-  if (st.ok() && !ParseLogLevel(flags.GetString("log-level"), &level)) {
-    st = InvalidArgumentError("--log-level must be debug, info, warning, error or off");
-  }
+  if (!sw.ok()) st = sw.status();
   const int64_t rank = flags.GetInt("rank");
   if (st.ok() && (rank < 0 || rank >= job.workers)) {
     st = InvalidArgumentError("--rank " + std::to_string(rank) +
@@ -71,7 +52,6 @@ int WorkerCommand(const std::vector<std::string>& args) {
     std::cerr << "switchml worker: " << st.message() << "\n";
     return 2;
   }
-  SetLogLevel(level);
   const bool quiet = flags.GetBool("quiet"), report = flags.GetBool("report");
   const std::string who = "switchml worker (rank " + std::to_string(rank) + ")";
   auto fail = [&](const std::string& what, const Status& s) {

@@ -45,4 +45,13 @@ Status ReadJobFlags(const Flags& flags, JobOptions* out);
 // The flags that reproduce `o` for a `switchml worker` command line.
 std::vector<std::string> JobFlagArgs(const JobOptions& o);
 
+// Parses a command's flags (which must include "log-level"), reads the job flags into *job when
+// job is not null, and applies --log-level. Returns -1 to go on, or the exit code to return at
+// once: 0 after printing --help, 2 after printing what is wrong with the command line.
+int ParseCommandLine(const std::string& command, const std::vector<std::string>& args, Flags* flags,
+                     JobOptions* job);
+
+// The median of v (0 for an empty v).
+double Median(std::vector<double> v);
+
 }  // namespace switchml::tools

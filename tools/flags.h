@@ -14,7 +14,8 @@ namespace switchml::tools {
 
 class Flags {
  public:
-  Flags(std::string command, std::string summary) : command_(std::move(command)), summary_(std::move(summary)) {}
+  Flags(std::string command, std::string summary)
+      : command_(std::move(command)), summary_(std::move(summary)) {}
 
   void AddString(const std::string& name, std::string def, std::string help);
   void AddInt(const std::string& name, int64_t def, std::string help);

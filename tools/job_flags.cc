@@ -1,3 +1,7 @@
+#include <algorithm>
+#include <iostream>
+
+#include "base/logging.h"
 #include "commands.h"
 
 namespace switchml::tools {
@@ -82,6 +86,34 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
                                 std::to_string(o.seed)};
   if (!o.verify) a.push_back("--no-verify");
   return a;
+}
+
+int ParseCommandLine(const std::string& command, const std::vector<std::string>& args, Flags* flags,
+                     JobOptions* job) {
+  bool help = false;
+  Status st = flags->Parse(args, &help);
+  if (help) {
+    std::cout << flags->Usage();
+    return 0;
+  }
+  if (st.ok() && job != nullptr) st = ReadJobFlags(*flags, job);
+  LogLevel level = LogLevel::kWarning;
+  if (st.ok() && !ParseLogLevel(flags->GetString("log-level"), &level)) {
+    st = InvalidArgumentError("--log-level must be debug, info, warning, error or off");
+  }
+  if (!st.ok()) {
+    std::cerr << "switchml " << command << ": " << st.message() << "\n";
+    return 2;
+  }
+  SetLogLevel(level);
+  return -1;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace switchml::tools
