@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Across "machines": the switch and two workers each in a network namespace of their own, joined
+# by veth pairs on a bridge (in a fourth namespace), talking over real IPv4 between hosts
+# 10.77.<n>.1-3. Needs root (CI runs as root); exits 77 (skipped) without it.
+# Usage: netns_test.sh PATH_TO_SWITCHML
+set -euo pipefail
+bin="$1"
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
+  echo "SKIPPED: needs root and iproute2 to create network namespaces"
+  exit 77
+fi
+tag="sml$$"
+net="10.77.$(( $$ % 200 + 10 ))"
+hosts=(sw w0 w1)
+cleanup() {
+  for h in "${hosts[@]}" br; do ip netns del "$tag-$h" 2>/dev/null || true; done
+  [ -n "${switch_pid:-}" ] && kill "$switch_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+ip netns add "$tag-br"
+ip -n "$tag-br" link add br0 type bridge
+ip -n "$tag-br" link set br0 up
+i=1
+for h in "${hosts[@]}"; do
+  ip netns add "$tag-$h"
+  ip link add "$tag-$h-a" type veth peer name "$tag-$h-b"
+  ip link set "$tag-$h-a" netns "$tag-$h"
+  ip link set "$tag-$h-b" netns "$tag-br"
+  ip -n "$tag-br" link set "$tag-$h-b" master br0 up
+  ip -n "$tag-$h" link set "$tag-$h-a" name eth0
+  ip -n "$tag-$h" addr add "$net.$i/24" dev eth0
+  ip -n "$tag-$h" link set eth0 up
+  ip -n "$tag-$h" link set lo up
+  i=$((i + 1))
+done
+
+log=$(mktemp)
+ip netns exec "$tag-sw" "$bin" switch --bind "$net.1" --data-port 48864 --control-port 50099 \
+  >"$log" 2>&1 &
+switch_pid=$!
+
+pids=()
+outs=()
+for r in 0 1; do
+  out=$(mktemp)
+  outs+=("$out")
+  ip netns exec "$tag-w$r" "$bin" worker --switch "$net.1" --rank "$r" --workers 2 \
+    --size 1000003 --dtype float32 --iterations 3 --session 77 --threads 2 \
+    --setup-timeout-ms 20000 --report >"$out" 2>&1 &
+  pids+=($!)
+done
+status=0
+for r in 0 1; do
+  if ! wait "${pids[$r]}"; then
+    echo "FAIL: worker $r on host $net.$((r + 2)):"; cat "${outs[$r]}"; status=1
+  elif ! grep -q "status=ok verified=1" "${outs[$r]}"; then
+    echo "FAIL: worker $r reported no verified result:"; cat "${outs[$r]}"; status=1
+  fi
+done
+kill -TERM "$switch_pid"
+wait "$switch_pid" || { echo "FAIL: switch exited with an error"; status=1; }
+switch_pid=""
+cat "$log"
+# The switch saw both hosts' packets on its own address.
+grep -q "session 77: 2/2 workers registered" "$log" || { echo "FAIL: no job in switch counters"; status=1; }
+rm -f "$log" "${outs[@]}"
+if [ "$status" -eq 0 ]; then
+  echo "1 passed, 0 failed"
+else
+  echo "0 passed, 1 failed"
+fi
+exit "$status"
