@@ -175,3 +175,35 @@ TEST_F(ContextTest, MissingPeerTimesOutAtSetup) {
 
 }  // namespace
 }  // namespace switchml
+
+namespace switchml {
+namespace {
+
+// Given a peer that disappears after setup and six all-reduces queued on the remaining worker,
+// Expect the first to fail with DEADLINE_EXCEEDED after the peer timeout and all the queued
+// ones at once after it (not one peer timeout each), and later calls to fail immediately.
+TEST_F(ContextTest, QueuedOperationsFailTogetherAfterAPeerTimeout) {
+  Config c0 = MakeConfig(0, 2, 11), c1 = MakeConfig(1, 2, 11);
+  c0.peer_timeout = c1.peer_timeout = std::chrono::milliseconds(300);
+  c0.num_worker_threads = c1.num_worker_threads = 2;
+  auto ctx = CreateAll({c0, c1});
+  ASSERT_TRUE(ctx[0] && ctx[1]);
+  ctx[1].reset();  // the peer is gone
+  std::vector<std::vector<int32_t>> bufs(6, std::vector<int32_t>(100000, 1));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<AllReduceHandle> hs;
+  for (auto& b : bufs) {
+    auto h = ctx[0]->AllReduceAsync(b.data(), b.data(), b.size(), DataType::kInt32);
+    ASSERT_TRUE(h.ok());
+    hs.push_back(*h);
+  }
+  EXPECT_EQ(hs[0].Wait().code(), StatusCode::kDeadlineExceeded);
+  for (auto& h : hs) EXPECT_FALSE(h.Wait().ok());
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 1.5) << "queued operations each waited for their own timeout";
+  Status later = ctx[0]->AllReduce(bufs[0].data(), bufs[0].data(), 10, DataType::kInt32);
+  EXPECT_NE(later.message().find("failed earlier"), std::string::npos) << later.ToString();
+}
+
+}  // namespace
+}  // namespace switchml

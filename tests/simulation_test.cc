@@ -24,18 +24,28 @@ struct SimParams {
   uint32_t window;
   proto::SizeCode size;
   double loss, duplicate, reorder;
+  double late = 0;  // copies held back for up to 400 sends: many rounds late
 };
 
 // Runs five all-reduces (int32 and float32 of sizes around and below the window, and an empty
 // one) back to back on the same sessions, so set alternation across jobs is exercised too.
 void RunSimulation(const SimParams& sp, uint64_t seed) {
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with this seed to reproduce)");
-  transport::MemoryNetwork net({sp.loss, sp.duplicate, sp.reorder, seed});
+  transport::FaultOptions faults;
+  faults.loss = sp.loss;
+  faults.duplicate = sp.duplicate;
+  faults.reorder = sp.reorder;
+  faults.late = sp.late;
+  faults.late_span = 400;
+  faults.seed = seed;
+  transport::MemoryNetwork net(faults);
   dataplane::SwitchConfig sc;
   sc.slots_per_job = 64;
   dataplane::Switch sw(sc);
   constexpr uint64_t kSession = 42;
-  ASSERT_TRUE(sw.CreateJob({kSession, sp.workers, sp.size, 1, sp.window}).ok());
+  // Our worker sessions send a running tsi (as the control plane tells the switch).
+  ASSERT_TRUE(
+      sw.CreateJob({kSession, sp.workers, sp.size, 1, sp.window, /*running_tsi=*/true}).ok());
   const Endpoint switch_ep{kLoopbackIpv4, 48864};
   auto switch_tx = net.Attach(switch_ep);
   std::vector<std::unique_ptr<transport::Transport>> links;
@@ -161,6 +171,7 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
     EXPECT_GT(retransmitted, 0u);
   }
   if (sp.duplicate > 0) EXPECT_GT(net.counters().duplicated, 0u);
+  if (sp.late > 0) EXPECT_GT(net.counters().delayed, 0u);
   // Invariants: nothing was ever misaddressed, oversized or out of the pool.
   const dataplane::JobCounters* jc = sw.job_counters(kSession);
   ASSERT_NE(jc, nullptr);
@@ -184,7 +195,11 @@ INSTANTIATE_TEST_SUITE_P(
                       SimParams{3, 8, proto::SizeCode::k256B, 0.10, 0.10, 0.5},
                       SimParams{8, 4, proto::SizeCode::k1024B, 0.02, 0.02, 0.2},
                       SimParams{5, 1, proto::SizeCode::k256B, 0.05, 0.0, 0.0},
-                      SimParams{4, 16, proto::SizeCode::k256B, 0.0, 0.0, 0.0}));
+                      SimParams{4, 16, proto::SizeCode::k256B, 0.0, 0.0, 0.0},
+                      // Copies that arrive many rounds late (delayed originals and duplicates).
+                      SimParams{2, 4, proto::SizeCode::k256B, 0.02, 0.05, 0.2, 0.03},
+                      SimParams{3, 8, proto::SizeCode::k256B, 0.0, 0.10, 0.0, 0.05},
+                      SimParams{8, 2, proto::SizeCode::k1024B, 0.01, 0.02, 0.1, 0.02}));
 
 }  // namespace
 }  // namespace switchml

@@ -1,5 +1,6 @@
 // `switchml run`: the main job on one machine: a software switch plus N worker processes on
 // loopback, every result verified, throughput printed.
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -34,23 +35,29 @@ struct Child {
   int exit_code = -1;
 };
 
+// Starts exe with args, its stdout into a non-blocking pipe (*out_fd). Everything the child
+// needs is prepared before fork(): this process has other threads, so the child only calls
+// async-signal-safe functions.
 pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, int* out_fd) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  static const char kExecFailed[] = "switchml run: cannot execute the worker binary\n";
   int fds[2];
-  if (pipe(fds) != 0) return -1;
+  if (pipe2(fds, O_CLOEXEC) != 0) return -1;
   pid_t pid = fork();
   if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
+    dup2(fds[1], STDOUT_FILENO);  // the duplicate does not inherit O_CLOEXEC
     execv(exe.c_str(), argv.data());
-    std::fprintf(stderr, "switchml run: cannot execute %s: %s\n", exe.c_str(),
-                 std::strerror(errno));
+    (void)!write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1);
     _exit(127);
   }
   close(fds[1]);
+  if (pid < 0) {
+    close(fds[0]);
+    return -1;
+  }
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
   *out_fd = fds[0];
   return pid;
 }

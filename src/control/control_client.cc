@@ -128,6 +128,7 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   req.set_udp_port(args.udp_port);
   req.set_num_udp_ports(args.num_udp_ports);
   req.set_max_outstanding_packets(args.max_outstanding_packets);
+  req.set_running_tsi(args.running_tsi);
   switchml_proto::UdpSessionResponse resp;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);

@@ -33,6 +33,7 @@ struct UdpSessionArgs {
   uint32_t num_udp_ports = 1;
   // The worker's total window; every worker of the session must agree; 0 means 256.
   uint32_t max_outstanding_packets = 256;
+  bool running_tsi = true;  // our workers' tsi (see switchml.proto)
   proto::SizeCode size = proto::SizeCode::k1024B;
 };
 

@@ -318,6 +318,12 @@ Status ControlServer::Impl::RegisterUdpWorker(grpc::ServerContext* ctx,
   const uint32_t num_ports = req.num_udp_ports() == 0 ? 1 : req.num_udp_ports();
   const uint32_t window =
       req.max_outstanding_packets() == 0 ? kDefaultWindow : req.max_outstanding_packets();
+  if (req.udp_port() == 0 && num_ports > 1) {
+    return InvalidArgumentError(
+        "udp_port 0 (any port) cannot go with " + std::to_string(num_ports) +
+        " UDP ports per worker: replies are routed by port offset from each worker's base port, "
+        "so register the base port");
+  }
   if (req.udp_port() > 65535 ||
       (req.udp_port() != 0 && uint64_t{req.udp_port()} + num_ports > 65536)) {
     return InvalidArgumentError("UDP ports [" + std::to_string(req.udp_port()) + ", " +
@@ -348,6 +354,7 @@ Status ControlServer::Impl::RegisterUdpWorker(grpc::ServerContext* ctx,
   spec.size = size;
   spec.num_ports = num_ports;
   spec.max_outstanding_packets = window;
+  spec.running_tsi = req.running_tsi();
   std::vector<uint64_t> evicted;  // dead jobs the switch removed to make room (logged below)
   {
     std::lock_guard lock(sw->mu);
@@ -392,6 +399,11 @@ Status ControlServer::Impl::RegisterUdpWorker(grpc::ServerContext* ctx,
         return mismatch("max_outstanding_packets", std::to_string(window),
                         std::to_string(job->max_outstanding_packets),
                         "start every worker with the same window (max outstanding packets)");
+      }
+      if (job->running_tsi != spec.running_tsi) {
+        return mismatch("running_tsi", spec.running_tsi ? "true" : "false",
+                        job->running_tsi ? "true" : "false",
+                        "do not mix this project's workers with other clients in one job");
       }
       RETURN_IF_ERROR(sw->sw.AddWorker(session, rank, worker, &evicted));
     }

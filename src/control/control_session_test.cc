@@ -196,6 +196,35 @@ TEST_F(ControlSessionTest, RefusesOtherSpecMismatches) {
   EXPECT_NE(reply.status().message().find("max_outstanding_packets 64 does not match"),
             std::string::npos)
       << reply.status().message();
+
+  ASSERT_TRUE(client.UdpSession(Args(77, 0, 4)).ok());
+  UdpSessionArgs reference_tsi = Args(77, 1, 4);
+  reference_tsi.running_tsi = false;
+  reply = client.UdpSession(reference_tsi);
+  EXPECT_NE(reply.status().message().find("running_tsi false does not match"), std::string::npos)
+      << reply.status().message();
+}
+
+// Given rank 0's running_tsi, Expect the switch's job to carry it (it selects the switch's
+// late-duplicate rule); and Expect "any port" with several ports per worker to be refused.
+TEST_F(ControlSessionTest, RunningTsiReachesTheSwitchAndAnyPortNeedsOnePort) {
+  ControlClient client = Client();
+  for (bool running : {true, false}) {
+    UdpSessionArgs a = Args(running ? 90 : 91, 0, 1);
+    a.running_tsi = running;
+    ASSERT_TRUE(client.UdpSession(a).ok());
+    std::lock_guard<std::mutex> lock(sw_->mu);
+    const dataplane::JobSpec* job = sw_->sw.FindJob(running ? 90 : 91);
+    ASSERT_NE(job, nullptr);
+    EXPECT_EQ(job->running_tsi, running);
+  }
+  UdpSessionArgs any = Args(92, 0, 2);
+  any.udp_port = 0;
+  any.num_udp_ports = 2;
+  auto reply = client.UdpSession(any);
+  EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(reply.status().message().find("register the base port"), std::string::npos)
+      << reply.status().message();
 }
 
 TEST_F(ControlSessionTest, RefusesNumWorkersOverTheLimit) {

@@ -40,8 +40,11 @@ void WorkerCounterStage::Apply(PacketMetadata& md) {
   if (md.seen) {
     // A retransmission: only report whether the set is complete.
   } else if (md.first) {
-    if (same_round && count == 0) {
-      md.stale = true;  // a late copy of the round this set completed last
+    const bool not_newer = md.running_tsi
+                               ? round.valid && static_cast<int32_t>(md.header.tsi - round.tsi) <= 0
+                               : same_round && count == 0;
+    if (not_newer) {
+      md.stale = true;  // a late copy of a round this set completed before
     } else {
       count = md.num_workers - 1;
       round = Round{true, md.header.job_number, md.header.tsi};

@@ -48,6 +48,7 @@ struct PacketMetadata {
   std::span<const uint8_t> payload;  // the header's numel int32 values, wire order
   uint32_t num_workers = 0;
   WorkerBitmap worker_bit = 0;  // 1 << rank of the sender
+  bool running_tsi = false;     // the job's JobSpec::running_tsi
 
   // WorkerBitmapStage.
   WorkerBitmap bitmap_before = 0;        // this set's bitmap before the packet
@@ -102,9 +103,12 @@ class WorkerBitmapStage {
 //     complete (its sender's bit can only have been cleared by moving on: a late copy); or
 //   - the set is empty (everyone moved on) and the packet is of the round the set completed last:
 //     without this check that copy would open a fresh round holding stale data.
+// When the job's workers send a running tsi (md.running_tsi, this project's workers), the second
+// check is stronger: a first contribution whose tsi is not after the set's last round in serial
+// order (int32_t(tsi - last) <= 0) is stale, however many rounds late it is; with the weaker check
+// a copy two or more rounds late would open a round that can never complete.
 // A legitimate packet never meets these conditions: a worker sends round r + 2 on a set only after
-// round r + 1 completed, and our workers' tsi is a running packet id, unique per slot for 2^32
-// packets (docs/protocol.md).
+// round r + 1 completed, and a running tsi grows with every round of a slot (docs/protocol.md).
 class WorkerCounterStage {
  public:
   explicit WorkerCounterStage(uint32_t num_slots);

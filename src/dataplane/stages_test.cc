@@ -323,6 +323,56 @@ TEST(WorkerCounterStageTest, RoundIdentityIsPerSlotAndSet) {
   EXPECT_TRUE(md.stale);
 }
 
+// Given a job whose workers send a running tsi, and a set whose rounds had tsi 10 and 20,
+// Expect a first contribution with tsi 10 (two rounds late) or 20 dropped as stale, and one with
+// tsi 30 (also across the 2^32 wrap) opening a fresh round.
+TEST(WorkerCounterStageTest, RunningTsiDropsCopiesHoweverLate) {
+  WorkerCounterStage stage(1);
+  auto run = [&](bool first, uint32_t tsi) {
+    PacketMetadata md = CounterMd({0, 0}, 2, first, false, tsi);
+    md.running_tsi = true;
+    stage.Apply(md);
+    return md;
+  };
+  ASSERT_TRUE(run(true, 10).contribute);
+  ASSERT_TRUE(run(false, 10).complete);
+  ASSERT_TRUE(run(true, 20).contribute);
+  ASSERT_TRUE(run(false, 20).complete);
+  EXPECT_TRUE(run(true, 10).stale);  // two rounds late: the weaker rule would open a round
+  EXPECT_TRUE(run(true, 20).stale);
+  PacketMetadata fresh = run(true, 30);
+  EXPECT_TRUE(fresh.contribute);
+  EXPECT_FALSE(fresh.complete);
+  ASSERT_TRUE(run(false, 30).complete);
+  // Serial order across the wrap of the 32-bit tsi.
+  ASSERT_TRUE(run(true, 0xfffffff0u).stale);  // 0xfffffff0 is "before" 30 in serial order
+  WorkerCounterStage wrap(1);
+  auto run2 = [&](bool first, uint32_t tsi) {
+    PacketMetadata md = CounterMd({0, 0}, 1, first, false, tsi);
+    md.running_tsi = true;
+    wrap.Apply(md);
+    return md;
+  };
+  ASSERT_TRUE(run2(true, 0xfffffff0u).complete);
+  EXPECT_TRUE(run2(true, 0x10).contribute);  // after the wrap: newer
+  EXPECT_TRUE(run2(true, 0xfffffff0u).stale);
+}
+
+// Given the reference's tsi (running_tsi false) restarting every job, Expect a new job's round
+// with a smaller tsi accepted: only an exact copy of the last round counts as stale.
+TEST(WorkerCounterStageTest, ReferenceTsiMayRestart) {
+  WorkerCounterStage stage(1);
+  PacketMetadata md = CounterMd({0, 0}, 1, true, false, 40, 1);
+  stage.Apply(md);
+  ASSERT_TRUE(md.complete);
+  md = CounterMd({0, 0}, 1, true, false, 0, 2);
+  stage.Apply(md);
+  EXPECT_TRUE(md.contribute);
+  md = CounterMd({0, 0}, 1, true, false, 0, 2);
+  stage.Apply(md);
+  EXPECT_TRUE(md.stale);
+}
+
 // ---- ExponentMaxStage ----
 
 PacketMetadata ExpMd(SlotId slot, int8_t e0, int8_t e1, bool first, bool contribute = true) {

@@ -328,6 +328,7 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
 
   md.payload = datagram.subspan(proto::kPrefixBytes);
   md.num_workers = job.spec.num_workers;
+  md.running_tsi = job.spec.running_tsi;
   md.worker_bit = WorkerBitmap{1} << rank;
 
   // The pipeline.

@@ -49,6 +49,10 @@ struct JobSpec {
   uint32_t num_ports = 1;
   // The workers' total window; the slots they use are [0, max_outstanding_packets).
   uint32_t max_outstanding_packets = 256;
+  // The workers' tsi is a running packet id that only grows on each slot (this project's
+  // workers; not the reference client, whose tsi restarts every job). It lets the switch drop a
+  // late network copy however many rounds late it is (stages.h, WorkerCounterStage).
+  bool running_tsi = false;
 };
 
 // One worker's address. port == 0 means any UDP port from that address (the reference's

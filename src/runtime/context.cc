@@ -31,6 +31,7 @@ Status Config::Validate() const {
                                 " is not supported: use 64 or 256");
   }
   if (num_worker_threads == 0) return InvalidArgumentError("num_worker_threads must be at least 1");
+  if (timeout_threshold == 0) return InvalidArgumentError("timeout_threshold must be at least 1");
   if (max_outstanding_packets < num_worker_threads) {
     return InvalidArgumentError("max_outstanding_packets (" +
                                 std::to_string(max_outstanding_packets) +
@@ -81,9 +82,9 @@ class Context::Impl {
   std::mutex mu;
   uint64_t next_job = 1;
   std::vector<AllReduceHandle> pending;
-  // Set after a protocol failure (timeout): the workers' slot states no longer agree, so every
-  // later operation fails at once with this status.
-  Status broken;
+  // Set after a protocol failure (timeout, transport): the workers' slot states no longer
+  // agree, so every later operation, and every queued one, fails at once with it.
+  std::shared_ptr<runtime::FailureLatch> failure = std::make_shared<runtime::FailureLatch>();
 
   Status Setup();
   Result<AllReduceHandle> Submit(const void* in, void* out, size_t count, DataType dtype);
@@ -152,8 +153,8 @@ Status Context::Impl::Setup() {
     sc.timeout_threshold_increment = config.timeout_threshold_increment;
     sc.progress_timeout = config.peer_timeout;
     RETURN_IF_ERROR(sc.Validate());
-    threads.push_back(
-        std::make_unique<runtime::WorkerThread>(sc, std::move(transports[t]), switch_data));
+    threads.push_back(std::make_unique<runtime::WorkerThread>(sc, std::move(transports[t]),
+                                                              switch_data, failure));
   }
   return Status();
 }
@@ -164,9 +165,9 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
     return InvalidArgumentError("AllReduce: null buffer with count " + std::to_string(count));
   }
   std::lock_guard<std::mutex> lock(mu);
-  if (!broken.ok()) {
-    return Status(broken.code(),
-                  "this context failed earlier and cannot be used: " + broken.message());
+  if (failure->is_set()) {
+    const Status f = failure->Get();
+    return Status(f.code(), "this context failed earlier and cannot be used: " + f.message());
   }
   auto state = std::make_shared<AllReduceHandle::State>();
   AllReduceHandle handle(state);
@@ -187,12 +188,7 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
     job.out = static_cast<uint8_t*>(out) + e0 * esize;
     job.count = e1 - e0;
     job.element_offset = e0;
-    threads[t]->Submit(job, [this, state](const Status& st) {
-      if (st.code() == StatusCode::kDeadlineExceeded || st.code() == StatusCode::kUnavailable ||
-          st.code() == StatusCode::kInternal) {
-        std::lock_guard<std::mutex> l(mu);
-        if (broken.ok()) broken = st;
-      }
+    threads[t]->Submit(job, [state](const Status& st) {
       std::lock_guard<std::mutex> l(state->mu);
       if (state->status.ok() && !st.ok()) state->status = st;
       if (--state->remaining == 0) state->cv.notify_all();

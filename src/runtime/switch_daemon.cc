@@ -81,6 +81,7 @@ void SwitchDaemon::Run() {
     auto r = transport_->Receive(rx, std::chrono::milliseconds(200));
     if (!r.ok()) {
       LOG(kError, kDataplane) << "receive failed: " << r.status().ToString();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // do not spin on a hard error
       continue;
     }
     if (*r == 0) continue;

@@ -17,11 +17,33 @@ worker::Nanos Now() {
       std::chrono::steady_clock::now().time_since_epoch());
 }
 
+// A datagram as the session should see it: an oversized one (truncated by the receive buffer)
+// is not a SwitchML packet, so it is passed on empty and counted as malformed.
+std::span<const uint8_t> Contents(const transport::RxDatagram& d) {
+  return d.truncated ? std::span<const uint8_t>() : d.buffer.first(d.length);
+}
+
 }  // namespace
 
+void FailureLatch::Set(const Status& failure) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (set_.load(std::memory_order_relaxed)) return;
+  failure_ = failure;
+  set_.store(true, std::memory_order_release);
+}
+
+Status FailureLatch::Get() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
 WorkerThread::WorkerThread(const worker::SessionConfig& config,
-                           std::unique_ptr<transport::Transport> transport, Endpoint switch_data)
-    : transport_(std::move(transport)), switch_data_(switch_data), session_(config) {
+                           std::unique_ptr<transport::Transport> transport, Endpoint switch_data,
+                           std::shared_ptr<FailureLatch> failure)
+    : transport_(std::move(transport)),
+      switch_data_(switch_data),
+      failure_(std::move(failure)),
+      session_(config) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -30,21 +52,24 @@ WorkerThread::~WorkerThread() { Stop(); }
 void WorkerThread::Submit(const worker::SliceJob& job, SliceDone done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Pending{job, std::move(done)});
+    if (!stopped_) {
+      queue_.push_back(Pending{job, std::move(done)});
+      transport_->Wake();
+      return;
+    }
   }
-  transport_->Wake();
+  done(CancelledError("the context is shutting down"));
 }
 
 void WorkerThread::Stop() {
-  if (stop_.exchange(true)) {
-    if (thread_.joinable()) thread_.join();
-    return;
-  }
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  stop_.store(true);
   transport_->Wake();
   if (thread_.joinable()) thread_.join();
   std::deque<Pending> rest;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
     rest.swap(queue_);
   }
   for (auto& p : rest)
@@ -74,17 +99,18 @@ void WorkerThread::Run() {
     if (!have) {
       // Idle: late duplicates of finished jobs may still arrive; read and drop them.
       auto r = transport_->Receive(idle_rx, std::chrono::milliseconds(100));
-      if (r.ok() && *r > 0) session_.HandleDatagram({discard.data(), idle_rx[0].length}, Now());
+      if (r.ok() && *r > 0) session_.HandleDatagram(Contents(idle_rx[0]), Now());
       continue;
     }
-    if (!RunSlice(p)) {
-      p.done(CancelledError("the context was destroyed while this all-reduce ran"));
-      return;
-    }
+    if (!RunSlice(p)) return;
   }
 }
 
 bool WorkerThread::RunSlice(const Pending& p) {
+  if (failure_->is_set()) {
+    p.done(failure_->Get());
+    return true;
+  }
   const size_t max_bytes = proto::DatagramBytes(session_.config().size);
   std::vector<uint8_t> tx_bufs(kBatch * max_bytes);
   std::vector<uint8_t> rx_bufs(kBatch * proto::kMaxDatagramBytes);
@@ -93,14 +119,18 @@ bool WorkerThread::RunSlice(const Pending& p) {
   for (size_t i = 0; i < kBatch; ++i) {
     rx[i].buffer = {rx_bufs.data() + i * proto::kMaxDatagramBytes, proto::kMaxDatagramBytes};
   }
-  if (!broken_.ok()) {
-    p.done(broken_);
-    return true;
-  }
   session_.Start(p.job, Now());
-  Status failure;
+  bool stopping = false;
   while (session_.state() == worker::WorkerSession::State::kRunning) {
-    if (stop_.load()) return false;
+    if (stop_.load()) {
+      session_.Abort(CancelledError("the context was destroyed while this all-reduce ran"));
+      stopping = true;
+      break;
+    }
+    if (failure_->is_set()) {  // another thread of this worker failed: this slice cannot finish
+      session_.Abort(failure_->Get());
+      break;
+    }
     worker::Nanos now = Now();
     size_t n = 0;
     while (n < kBatch) {
@@ -114,13 +144,15 @@ bool WorkerThread::RunSlice(const Pending& p) {
     for (int attempt = 0; sent < n && attempt < 1000; ++attempt) {
       auto r = transport_->Send(std::span(tx).subspan(sent, n - sent));
       if (!r.ok()) {
-        failure = r.status();
+        LOG(kError, kWorker) << "send failed: " << r.status().ToString();
+        session_.Abort(r.status());
         break;
       }
       sent += *r;
       if (sent < n) std::this_thread::yield();  // socket buffer full: let the kernel drain it
     }
-    if (!failure.ok()) break;  // unsent packets are recovered by the retransmission timeout
+    // (Packets still unsent after that are recovered by the retransmission timeout.)
+    if (session_.state() != worker::WorkerSession::State::kRunning) break;
     worker::Nanos wait{0};
     if (n < kBatch) {
       auto deadline = session_.PollTimeout();
@@ -128,16 +160,12 @@ bool WorkerThread::RunSlice(const Pending& p) {
     }
     auto r = transport_->Receive(rx, wait);
     if (!r.ok()) {
-      failure = r.status();
+      LOG(kError, kWorker) << "receive failed: " << r.status().ToString();
+      session_.Abort(r.status());
       break;
     }
     now = Now();
-    for (size_t i = 0; i < *r; ++i) {
-      // An oversized datagram is not a SwitchML reply: hand over an empty one, counted as
-      // malformed.
-      session_.HandleDatagram(
-          rx[i].truncated ? std::span<const uint8_t>() : rx[i].buffer.first(rx[i].length), now);
-    }
+    for (size_t i = 0; i < *r; ++i) session_.HandleDatagram(Contents(rx[i]), now);
     auto deadline = session_.PollTimeout();
     if (deadline && *deadline <= now) session_.HandleTimeout(now);
   }
@@ -145,15 +173,12 @@ bool WorkerThread::RunSlice(const Pending& p) {
     std::lock_guard<std::mutex> lock(mu_);
     published_ = session_.counters();
   }
-  if (!failure.ok()) {
-    LOG(kError, kWorker) << "transport failed: " << failure.ToString();
-    // The session's state is abandoned with the transport: later slices fail the same way.
-    broken_ = failure;
-    p.done(failure);
-    return true;
-  }
-  p.done(session_.status());
-  return true;
+  const Status& st = session_.status();
+  // A protocol failure leaves the workers' slot states inconsistent: fail everything after it.
+  // (Non-finite input is not one: the protocol completed normally.)
+  if (!stopping && !st.ok() && st.code() != StatusCode::kInvalidArgument) failure_->Set(st);
+  p.done(st);
+  return !stopping;
 }
 
 }  // namespace switchml::runtime

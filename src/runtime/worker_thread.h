@@ -1,8 +1,9 @@
 // WorkerThread: pumps one WorkerSession through one Transport on a thread of its own.
 //
 // Owns the thread, the transport and the session. Slices are queued with Submit() and carried
-// out in order; each reports its outcome through its SliceDone callback. Thread-safe: Submit()
-// and Stop() may be called from any thread.
+// out in order; each reports its outcome through its SliceDone callback, after which the thread
+// no longer touches the slice's buffers. Thread-safe: Submit() and Stop() may be called from any
+// thread.
 #pragma once
 
 #include <atomic>
@@ -18,16 +19,33 @@
 
 namespace switchml::runtime {
 
+// Shared by the worker threads of one Context: the first protocol failure of any of them (a peer
+// timeout, a transport failure). After it the workers' slot states no longer agree, so every
+// slice, running or queued, fails at once with it. Thread-safe.
+class FailureLatch {
+ public:
+  // Keeps the first failure; later ones are ignored.
+  void Set(const Status& failure);
+  bool is_set() const { return set_.load(std::memory_order_acquire); }
+  Status Get() const;
+
+ private:
+  std::atomic<bool> set_{false};
+  mutable std::mutex mu_;
+  Status failure_;
+};
+
 class WorkerThread {
  public:
   using SliceDone = std::function<void(const Status&)>;
 
   WorkerThread(const worker::SessionConfig& config, std::unique_ptr<transport::Transport> transport,
-               Endpoint switch_data);
+               Endpoint switch_data, std::shared_ptr<FailureLatch> failure);
   ~WorkerThread();  // Stop()s
 
+  // Queues a slice; after Stop() it is reported as CANCELLED at once.
   void Submit(const worker::SliceJob& job, SliceDone done);
-  // Ends the thread; queued slices are reported as CANCELLED.
+  // Ends the thread; a running slice and the queued ones are reported as CANCELLED. Idempotent.
   void Stop();
 
   worker::SessionCounters counters() const;
@@ -38,15 +56,18 @@ class WorkerThread {
     SliceDone done;
   };
   void Run();
-  bool RunSlice(const Pending& p);  // false when stopping
+  // Runs one slice to its end and reports it; false when stopping.
+  bool RunSlice(const Pending& p);
 
   std::unique_ptr<transport::Transport> transport_;
   Endpoint switch_data_;
+  std::shared_ptr<FailureLatch> failure_;
   worker::WorkerSession session_;
   mutable std::mutex mu_;
-  std::deque<Pending> queue_;
+  std::deque<Pending> queue_;          // under mu_
+  bool stopped_ = false;               // under mu_: Submit() no longer queues
   worker::SessionCounters published_;  // a copy of the session's counters, under mu_
-  Status broken_;  // a transport failure ends this thread's usefulness (thread-local)
+  std::mutex stop_mu_;                 // serializes Stop()
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -69,7 +69,7 @@ class MemoryNetwork::MemoryTransport final : public Transport {
 };
 
 MemoryNetwork::MemoryNetwork(FaultOptions faults) : faults_(faults), rng_(faults.seed) {
-  for (double p : {faults.loss, faults.duplicate, faults.reorder}) {
+  for (double p : {faults.loss, faults.duplicate, faults.reorder, faults.late}) {
     CHECK(p >= 0 && p <= 1) << "fault probabilities must be within [0, 1], got " << p;
   }
 }
@@ -116,14 +116,34 @@ void MemoryNetwork::Deliver(const Endpoint& source, const TxDatagram& datagram) 
   // destination exists.
   const bool lost = Uniform() < faults_.loss;
   const bool duplicated = Uniform() < faults_.duplicate;
+  ++sends_;
+  // Release the held-back copies that are due (to endpoints still attached).
+  for (size_t i = 0; i < held_.size();) {
+    if (held_[i].release_at > sends_) {
+      ++i;
+      continue;
+    }
+    if (auto h = queues_.find(held_[i].destination); h != queues_.end()) {
+      Enqueue(*h->second, held_[i].datagram.source, held_[i].datagram.data);
+      h->second->ready.notify_all();
+    }
+    held_[i] = std::move(held_.back());
+    held_.pop_back();
+  }
   auto it = queues_.find(datagram.destination);
   if (lost || it == queues_.end()) {
     ++counters_.dropped;
     return;
   }
-  Enqueue(*it->second, source, datagram.data);
-  if (duplicated) {
-    ++counters_.duplicated;
+  for (int copy = 0; copy < (duplicated ? 2 : 1); ++copy) {
+    if (copy == 1) ++counters_.duplicated;
+    if (faults_.late > 0 && Uniform() < faults_.late) {
+      ++counters_.delayed;
+      const uint64_t after = 1 + rng_() % std::max<uint32_t>(1, faults_.late_span);
+      held_.push_back(Held{sends_ + after, datagram.destination,
+                           Datagram{source, {datagram.data.begin(), datagram.data.end()}}});
+      continue;
+    }
     Enqueue(*it->second, source, datagram.data);
   }
   it->second->ready.notify_all();

@@ -40,6 +40,10 @@ struct FaultOptions {
   double duplicate = 0;  // probability in [0, 1]
   double reorder = 0;    // probability in [0, 1]
   uint64_t seed = 1;
+  // Probability in [0, 1] that a copy is held back and delivered only after 1..late_span more
+  // datagrams have been sent on the network (a copy that is late by many round trips).
+  double late = 0;
+  uint32_t late_span = 256;
 };
 
 struct MemoryNetworkCounters {
@@ -47,6 +51,7 @@ struct MemoryNetworkCounters {
   uint64_t dropped = 0;     // lost by the loss fault or sent to an unattached endpoint
   uint64_t duplicated = 0;  // extra copies enqueued by the duplicate fault
   uint64_t reordered = 0;   // copies inserted ahead of already queued datagrams
+  uint64_t delayed = 0;     // copies held back by the late fault
 };
 
 class MemoryNetwork {
@@ -88,6 +93,14 @@ class MemoryNetwork {
   std::unordered_map<Endpoint, std::unique_ptr<Queue>> queues_;
   MemoryNetworkCounters counters_;
   uint16_t next_ephemeral_port_ = 49152;
+  // Copies held back by the late fault, released when sends_ reaches release_at.
+  struct Held {
+    uint64_t release_at;
+    Endpoint destination;
+    Datagram datagram;
+  };
+  std::vector<Held> held_;
+  uint64_t sends_ = 0;
 };
 
 }  // namespace switchml::transport

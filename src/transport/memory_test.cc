@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -241,6 +242,31 @@ TEST(MemoryNetworkTest, BlockedReceiveWakesForADatagramFromAnotherThread) {
   s2.join();
   EXPECT_EQ(from_a, kPerSender);
   EXPECT_EQ(from_c, kPerSender);
+}
+
+}  // namespace
+}  // namespace switchml::transport
+
+namespace switchml::transport {
+namespace {
+
+// Given the late fault on every copy with a span of 5, Expect each datagram to arrive only after
+// 1 to 5 further sends, none lost, and the delays counted.
+TEST(MemoryNetworkTest, LateCopiesArriveAfterLaterSends) {
+  FaultOptions f;
+  f.late = 1.0;
+  f.late_span = 5;
+  f.seed = 3;
+  MemoryNetwork net(f);
+  auto a = net.Attach(kA);
+  auto b = net.Attach(kB);
+  SendNumbered(*a, kB, 1);
+  EXPECT_TRUE(DrainNumbers(*b, kA).empty());  // held back
+  SendNumbered(*a, kB, 200);
+  std::vector<uint32_t> got = DrainNumbers(*b, kA);
+  EXPECT_GT(got.size(), 190u);  // the last few may still be held
+  EXPECT_EQ(net.counters().delayed, 201u);
+  EXPECT_FALSE(std::is_sorted(got.begin(), got.end()));
 }
 
 }  // namespace

@@ -10,6 +10,11 @@
 
 namespace switchml::worker {
 
+// Heap order for the timers: the earliest deadline on top.
+bool WorkerSession::LaterDeadline(const Timer& a, const Timer& b) {
+  return a.deadline > b.deadline;
+}
+
 Status SessionConfig::Validate() const {
   if (num_workers == 0) return InvalidArgumentError("num_workers must be at least 1");
   if (window == 0)
@@ -36,7 +41,7 @@ WorkerSession::WorkerSession(const SessionConfig& config)
   CHECK(st.ok()) << st.ToString();
   slots_.resize(config.window);
   send_queue_.resize(config.window);
-  timers_.resize(std::max<size_t>(16, 2 * config.window));
+  timers_.reserve(std::max<size_t>(16, 4 * size_t{config.window}));
   scratch_.resize(numel_);
 }
 
@@ -88,10 +93,11 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
   current_timeout_ = config_.timeout;
   timeouts_since_result_ = 0;
   next_threshold_ = config_.timeout_threshold;
+  last_backoff_ = now;
   last_progress_ = now;
   first_non_finite_block_ = UINT64_MAX;
   send_head_ = send_size_ = 0;
-  timer_head_ = timer_size_ = 0;
+  timers_.clear();
   for (Slot& s : slots_) s = Slot{};
   for (uint64_t q = 0; q < w; ++q) {
     if (!PacketExists(q)) continue;
@@ -147,16 +153,8 @@ size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
     } else {
       ++counters_.retransmitted;
     }
-    if (timer_size_ == timers_.size()) {  // grow the ring, keeping deadline order
-      std::vector<Timer> bigger(timers_.size() * 2);
-      for (size_t i = 0; i < timer_size_; ++i) {
-        bigger[i] = timers_[(timer_head_ + i) % timers_.size()];
-      }
-      timers_.swap(bigger);
-      timer_head_ = 0;
-    }
-    timers_[(timer_head_ + timer_size_) % timers_.size()] = Timer{now + current_timeout_, q};
-    ++timer_size_;
+    timers_.push_back(Timer{now + current_timeout_, q});
+    std::push_heap(timers_.begin(), timers_.end(), LaterDeadline);
     return Encode(q, s, buf);
   }
   return 0;
@@ -218,7 +216,10 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   s.outstanding = false;
   s.transmissions = 0;
   ++completed_packets_;
+  // Results flow again: undo any back-off.
   timeouts_since_result_ = 0;
+  current_timeout_ = config_.timeout;
+  next_threshold_ = config_.timeout_threshold;
   const uint64_t next = uint64_t{q} + w;
   if (PacketExists(next)) {
     s.packet = static_cast<uint32_t>(next);
@@ -260,19 +261,20 @@ void WorkerSession::HandleTimeout(Nanos now) {
                                  ": a peer worker stopped, or the switch is down or unreachable"));
     return;
   }
-  while (timer_size_ > 0 && timers_[timer_head_].deadline <= now) {
-    const Timer t = timers_[timer_head_];
-    timer_head_ = (timer_head_ + 1) % timers_.size();
-    --timer_size_;
+  while (!timers_.empty() && timers_.front().deadline <= now) {
+    std::pop_heap(timers_.begin(), timers_.end(), LaterDeadline);
+    const Timer t = timers_.back();
+    timers_.pop_back();
     const Slot& s = slots_[LocalSlot(t.packet)];
     if (!s.outstanding || s.packet != t.packet) continue;  // answered in time
     ++counters_.timeouts;
     Enqueue(LocalSlot(t.packet));
     // Back off while nothing comes back (timeouts since the last result): after
     // `timeout_threshold` of them the timeout doubles and the threshold grows.
-    if (++timeouts_since_result_ >= next_threshold_) {
+    if (++timeouts_since_result_ >= next_threshold_ && now - last_backoff_ >= current_timeout_) {
       current_timeout_ = std::min<Nanos>(current_timeout_ * 2, config_.progress_timeout);
       next_threshold_ += config_.timeout_threshold_increment;
+      last_backoff_ = now;
     }
   }
 }
@@ -280,16 +282,22 @@ void WorkerSession::HandleTimeout(Nanos now) {
 std::optional<Nanos> WorkerSession::PollTimeout() const {
   if (state_ != State::kRunning) return std::nullopt;
   Nanos t = last_progress_ + config_.progress_timeout;
-  if (timer_size_ > 0) t = std::min(t, timers_[timer_head_].deadline);
+  if (!timers_.empty()) t = std::min(t, timers_.front().deadline);
   return t;
+}
+
+void WorkerSession::Abort(Status status) {
+  if (state_ == State::kRunning) Finish(std::move(status));
 }
 
 void WorkerSession::Finish(Status status) {
   state_ = State::kDone;
   status_ = std::move(status);
+  job_.in = nullptr;  // the caller may reuse the buffers now
+  job_.out = nullptr;
   base_ += span_;
   send_head_ = send_size_ = 0;
-  timer_head_ = timer_size_ = 0;
+  timers_.clear();
 }
 
 }  // namespace switchml::worker

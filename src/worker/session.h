@@ -46,9 +46,10 @@ struct SessionConfig {
   uint32_t window = 64;  // W: outstanding packets = slots owned
   proto::SizeCode size = proto::SizeCode::k1024B;
   // First retransmission timeout. The reference's back-off, counted differently: after
-  // `timeout_threshold` timeouts with no result in between, the timeout doubles (up to
-  // progress_timeout) and the threshold grows by `timeout_threshold_increment`; both reset at
-  // the next slice. (The reference counts all timeouts, so random loss alone inflates it.)
+  // `timeout_threshold` timeouts with no result in between, the timeout doubles (at most once
+  // per timeout period, up to progress_timeout) and the threshold grows by
+  // `timeout_threshold_increment`; any result resets both. (The reference counts all timeouts,
+  // so random loss alone, or one window timing out at once, inflates the timeout for good.)
   Nanos timeout = std::chrono::milliseconds(10);
   uint32_t timeout_threshold = 100;
   uint32_t timeout_threshold_increment = 100;
@@ -71,11 +72,11 @@ struct SessionCounters {
   uint64_t sent = 0;           // first transmissions
   uint64_t retransmitted = 0;  // re-sends after a timeout
   uint64_t timeouts = 0;
-  uint64_t results = 0;        // results accepted
-  uint64_t duplicates = 0;     // results for a packet no longer outstanding (dropped)
-  uint64_t stale = 0;          // results of another job (job_number differs; dropped)
-  uint64_t foreign_slot = 0;   // results for a slot outside this session's range (dropped)
-  uint64_t malformed = 0;      // datagrams that failed decoding (dropped)
+  uint64_t results = 0;       // results accepted
+  uint64_t duplicates = 0;    // results for a packet no longer outstanding (dropped)
+  uint64_t stale = 0;         // results of another job (job_number differs; dropped)
+  uint64_t foreign_slot = 0;  // results for a slot outside this session's range (dropped)
+  uint64_t malformed = 0;     // datagrams that failed decoding (dropped)
 };
 
 class WorkerSession {
@@ -91,6 +92,9 @@ class WorkerSession {
   void HandleDatagram(std::span<const uint8_t> datagram, Nanos now);
   // Re-sends packets whose timeout passed; fails the slice when no progress for too long.
   void HandleTimeout(Nanos now);
+  // Ends the running slice at once with `status` (the driver gave up on it: transport failure,
+  // shutdown, or a failure elsewhere in the job). The slice's buffers are not touched afterwards.
+  void Abort(Status status);
   // Writes the next datagram to send into buf (at least proto::DatagramBytes(size) bytes);
   // returns its length, or 0 when nothing is to be sent now.
   size_t PollTransmit(Nanos now, std::span<uint8_t> buf);
@@ -107,10 +111,10 @@ class WorkerSession {
 
  private:
   struct Slot {
-    uint32_t packet = 0;      // id of the packet outstanding on this slot
+    uint32_t packet = 0;  // id of the packet outstanding on this slot
     bool outstanding = false;
-    bool queued = false;      // waiting in the send queue
-    int8_t data_exponent = 0; // float: max exponent of the data block carried by `packet`
+    bool queued = false;       // waiting in the send queue
+    int8_t data_exponent = 0;  // float: max exponent of the data block carried by `packet`
     bool data_non_finite = false;
     uint32_t transmissions = 0;
   };
@@ -119,6 +123,7 @@ class WorkerSession {
     uint32_t packet;
   };
 
+  static bool LaterDeadline(const Timer& a, const Timer& b);
   bool PacketExists(uint64_t q) const;
   uint32_t LocalSlot(uint64_t q) const;  // 0 .. W-1
   proto::SlotId SlotOf(uint64_t q) const;
@@ -135,9 +140,9 @@ class WorkerSession {
   // most one entry, so capacity W.
   std::vector<uint32_t> send_queue_;
   size_t send_head_ = 0, send_size_ = 0;
-  // Retransmission timers in deadline order (deadlines never decrease); grows by doubling.
+  // Retransmission timers, a min-heap on deadline. An entry whose packet was answered stays
+  // until it comes to the top and is discarded then.
   std::vector<Timer> timers_;
-  size_t timer_head_ = 0, timer_size_ = 0;
 
   State state_ = State::kIdle;
   Status status_;
@@ -152,6 +157,7 @@ class WorkerSession {
   Nanos current_timeout_{};
   uint64_t timeouts_since_result_ = 0;
   uint64_t next_threshold_ = 0;
+  Nanos last_backoff_{};
   Nanos last_progress_{};
   // First block whose result was non-finite (float), or UINT64_MAX.
   uint64_t first_non_finite_block_ = UINT64_MAX;

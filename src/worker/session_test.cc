@@ -193,6 +193,58 @@ TEST(WorkerSessionTest, BacksOffWhileNothingComesBack) {
                                       milliseconds(20), milliseconds(40)}));
 }
 
+// Given a whole window timing out at once, Expect at most one doubling for that period; and
+// Expect the first result afterwards to bring the timeout back to its start value.
+TEST(WorkerSessionTest, BackOffIsPerPeriodAndResetByResults) {
+  SessionConfig c = SmallConfig(8);
+  c.timeout = milliseconds(10);
+  c.timeout_threshold = 4;
+  WorkerSession s(c);
+  std::vector<int32_t> in(64 * 16, 1), out(64 * 16);
+  s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  auto first = DrainTransmit(s, kT0);
+  ASSERT_EQ(first.size(), 8u);
+  Nanos now = kT0 + milliseconds(10);
+  s.HandleTimeout(now);  // 8 timeouts at once, threshold 4: one doubling only
+  auto again = DrainTransmit(s, now);
+  ASSERT_EQ(again.size(), 8u);
+  EXPECT_EQ(*s.PollTimeout(), now + milliseconds(20));
+  s.HandleDatagram(Echo(again[0].packet), now);
+  auto next = DrainTransmit(s, now);
+  ASSERT_EQ(next.size(), 1u);
+  // The packet sent after the result is timed with the start value again.
+  now += milliseconds(1);
+  s.HandleTimeout(now);
+  EXPECT_EQ(*s.PollTimeout(), kT0 + milliseconds(20));  // the new packet's, before the others' 30
+  std::vector<Nanos> deadlines;
+  while (s.PollTimeout() && *s.PollTimeout() < kT0 + milliseconds(40)) {
+    now = *s.PollTimeout();
+    s.HandleTimeout(now);
+    for (auto& p : DrainTransmit(s, now)) {
+      if (p.packet.header.tsi == next[0].packet.header.tsi) deadlines.push_back(now);
+    }
+  }
+  ASSERT_FALSE(deadlines.empty());
+  EXPECT_EQ(deadlines[0], kT0 + milliseconds(20));  // sent at 10 ms with a 10 ms timeout
+}
+
+// Given a slice aborted by its driver, Expect it done with that status and later results for it
+// dropped without touching the output buffer.
+TEST(WorkerSessionTest, AbortStopsTouchingTheBuffers) {
+  WorkerSession s(SmallConfig(2));
+  std::vector<int32_t> in(128, 5), out(128, -1);
+  s.Start(SliceJob{3, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  auto sent = DrainTransmit(s, kT0);
+  ASSERT_EQ(sent.size(), 2u);
+  s.Abort(UnavailableError("transport gone"));
+  ASSERT_EQ(s.state(), WorkerSession::State::kDone);
+  EXPECT_EQ(s.status().code(), StatusCode::kUnavailable);
+  s.HandleDatagram(Echo(sent[0].packet), kT0);
+  EXPECT_EQ(out, std::vector<int32_t>(128, -1));
+  EXPECT_EQ(s.counters().stale, 1u);
+  EXPECT_FALSE(s.PollTimeout().has_value());
+}
+
 // Given no result at all for the progress timeout, Expect the slice to end with a
 // DEADLINE_EXCEEDED status whose message says what is probably wrong.
 TEST(WorkerSessionTest, FailsWithClearErrorWhenNothingComesBack) {
