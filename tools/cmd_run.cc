@@ -249,7 +249,9 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   std::printf("\nswitchml run: OK: %u workers, %llu %s elements, every result %s\n", job.workers,
               static_cast<unsigned long long>(job.size), DataTypeName(job.dtype),
               job.verify ? "verified against the exact sum" : "NOT verified (--no-verify)");
-  std::printf("  tensor aggregation time (median of %u): %.6f s\n", job.iterations, med);
+  const auto [fastest, slowest] = std::minmax_element(per_iteration.begin(), per_iteration.end());
+  std::printf("  tensor aggregation time (median of %u): %.6f s (min %.6f, max %.6f)\n",
+              job.iterations, med, *fastest, *slowest);
   std::printf("  aggregated elements/s:                  %.4g\n", eps);
   std::printf("  algorithm bandwidth:                    %.3f Gbit/s (bus bandwidth %.3f)\n", algbw,
               algbw * 2 * (job.workers - 1) / job.workers);
@@ -265,9 +267,9 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       << DataTypeName(job.dtype) << "\", \"loss\": " << o.loss
       << ", \"iterations\": " << job.iterations << ", \"threads\": " << job.threads
       << ", \"window\": " << job.window << ", \"packet_numel\": " << job.packet_numel
-      << ", \"median_s\": " << med << ", \"elements_per_s\": " << eps
-      << ", \"algbw_gbps\": " << algbw << ", \"switch_rx_pps\": " << pps
-      << ", \"retransmitted\": " << retransmitted
+      << ", \"median_s\": " << med << ", \"min_s\": " << *fastest << ", \"max_s\": " << *slowest
+      << ", \"elements_per_s\": " << eps << ", \"algbw_gbps\": " << algbw
+      << ", \"switch_rx_pps\": " << pps << ", \"retransmitted\": " << retransmitted
       << ", \"verified\": " << (job.verify ? "true" : "false") << "}\n";
     if (!f) {
       std::cerr << "switchml run: cannot write " << json << "\n";
