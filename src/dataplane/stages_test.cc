@@ -106,6 +106,15 @@ PacketMetadata CounterMd(SlotId slot, uint32_t n, bool first, bool seen, uint32_
   return md;
 }
 
+// Runs a whole round of two workers (job_number, tsi) through slot 0 set 0 of `stage`.
+void CompleteRound(WorkerCounterStage& stage, uint32_t tsi, uint8_t job_number) {
+  PacketMetadata md = CounterMd({0, 0}, 2, true, false, tsi, job_number);
+  stage.Apply(md);
+  md = CounterMd({0, 0}, 2, false, false, tsi, job_number);
+  stage.Apply(md);
+  ASSERT_TRUE(md.complete);
+}
+
 TEST(WorkerCounterStageTest, CountsDownToComplete) {
   WorkerCounterStage stage(2);
   PacketMetadata md = CounterMd({1, 1}, 3, /*first=*/true, /*seen=*/false);
@@ -195,11 +204,8 @@ TEST(WorkerCounterStageTest, FreshRoundRestartsCount) {
 // starts fresh afterwards.
 TEST(WorkerCounterStageTest, FirstContributionOfLastCompletedRoundIsStale) {
   WorkerCounterStage stage(1);
-  PacketMetadata md = CounterMd({0, 0}, 2, true, false, 10, 3);
-  stage.Apply(md);
-  md = CounterMd({0, 0}, 2, false, false, 10, 3);
-  stage.Apply(md);
-  ASSERT_TRUE(md.complete);
+  CompleteRound(stage, 10, 3);
+  PacketMetadata md;
 
   md = CounterMd({0, 0}, 2, /*first=*/true, /*seen=*/false, 10, 3);
   stage.Apply(md);
@@ -220,11 +226,8 @@ TEST(WorkerCounterStageTest, FirstContributionOfLastCompletedRoundIsStale) {
 // Expect: a different round: it starts fresh (the round identity is the pair, not tsi alone).
 TEST(WorkerCounterStageTest, FirstContributionWithOtherJobNumberStartsFresh) {
   WorkerCounterStage stage(1);
-  PacketMetadata md = CounterMd({0, 0}, 2, true, false, 10, 3);
-  stage.Apply(md);
-  md = CounterMd({0, 0}, 2, false, false, 10, 3);
-  stage.Apply(md);
-  ASSERT_TRUE(md.complete);
+  CompleteRound(stage, 10, 3);
+  PacketMetadata md;
   md = CounterMd({0, 0}, 2, true, false, 10, 4);
   stage.Apply(md);
   EXPECT_FALSE(md.stale);
