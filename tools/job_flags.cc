@@ -47,6 +47,11 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   o->threads = static_cast<uint32_t>(v);
   RETURN_IF_ERROR(positive("window", 16384, &v));
   o->window = static_cast<uint32_t>(v);
+  if (o->window < o->threads) {
+    return InvalidArgumentError("--window (" + std::to_string(o->window) +
+                                ") must be at least --threads (" + std::to_string(o->threads) +
+                                "): each worker thread needs at least one slot");
+  }
   o->packet_numel = static_cast<uint32_t>(f.GetInt("packet-numel"));
   if (o->packet_numel != 64 && o->packet_numel != 256) {
     return InvalidArgumentError("--packet-numel must be 64 or 256");
