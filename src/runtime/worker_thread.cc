@@ -43,7 +43,14 @@ WorkerThread::WorkerThread(const worker::SessionConfig& config,
     : transport_(std::move(transport)),
       switch_data_(switch_data),
       failure_(std::move(failure)),
-      session_(config) {
+      session_(config),
+      tx_bufs_(kBatch * proto::DatagramBytes(config.size), 0),
+      rx_bufs_(kBatch * proto::kMaxDatagramBytes, 0),
+      tx_(kBatch),
+      rx_(kBatch) {
+  for (size_t i = 0; i < kBatch; ++i) {
+    rx_[i].buffer = {rx_bufs_.data() + i * proto::kMaxDatagramBytes, proto::kMaxDatagramBytes};
+  }
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -112,13 +119,8 @@ bool WorkerThread::RunSlice(const Pending& p) {
     return true;
   }
   const size_t max_bytes = proto::DatagramBytes(session_.config().size);
-  std::vector<uint8_t> tx_bufs(kBatch * max_bytes);
-  std::vector<uint8_t> rx_bufs(kBatch * proto::kMaxDatagramBytes);
-  std::array<transport::TxDatagram, kBatch> tx;
-  std::array<transport::RxDatagram, kBatch> rx;
-  for (size_t i = 0; i < kBatch; ++i) {
-    rx[i].buffer = {rx_bufs.data() + i * proto::kMaxDatagramBytes, proto::kMaxDatagramBytes};
-  }
+  std::vector<transport::TxDatagram>& tx = tx_;
+  std::vector<transport::RxDatagram>& rx = rx_;
   session_.Start(p.job, Now());
   bool stopping = false;
   while (session_.state() == worker::WorkerSession::State::kRunning) {
@@ -134,7 +136,7 @@ bool WorkerThread::RunSlice(const Pending& p) {
     worker::Nanos now = Now();
     size_t n = 0;
     while (n < kBatch) {
-      std::span<uint8_t> buf(tx_bufs.data() + n * max_bytes, max_bytes);
+      std::span<uint8_t> buf(tx_bufs_.data() + n * max_bytes, max_bytes);
       const size_t len = session_.PollTransmit(now, buf);
       if (len == 0) break;
       tx[n] = transport::TxDatagram{switch_data_, buf.first(len)};

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "base/endpoint.h"
 #include "transport/transport.h"
@@ -63,6 +64,11 @@ class WorkerThread {
   Endpoint switch_data_;
   std::shared_ptr<FailureLatch> failure_;
   worker::WorkerSession session_;
+  // Datagram buffers of the running slice, allocated and touched once (used by the thread only).
+  std::vector<uint8_t> tx_bufs_;
+  std::vector<uint8_t> rx_bufs_;
+  std::vector<transport::TxDatagram> tx_;
+  std::vector<transport::RxDatagram> rx_;
   mutable std::mutex mu_;
   std::deque<Pending> queue_;          // under mu_
   bool stopped_ = false;               // under mu_: Submit() no longer queues
