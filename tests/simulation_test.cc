@@ -24,7 +24,8 @@ struct SimParams {
   uint32_t window;
   proto::SizeCode size;
   double loss, duplicate, reorder;
-  double late = 0;  // copies held back for up to 400 sends: many rounds late
+  double late = 0;       // copies held back for up to 400 sends: many rounds late
+  uint32_t threads = 1;  // sessions (worker threads, UDP ports, slot ranges) per worker
 };
 
 // Runs five all-reduces (int32 and float32 of sizes around and below the window, and an empty
@@ -44,8 +45,9 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
   dataplane::Switch sw(sc);
   constexpr uint64_t kSession = 42;
   // Our worker sessions send a running tsi (as the control plane tells the switch).
+  const uint32_t T = sp.threads;
   ASSERT_TRUE(
-      sw.CreateJob({kSession, sp.workers, sp.size, 1, sp.window, /*running_tsi=*/true}).ok());
+      sw.CreateJob({kSession, sp.workers, sp.size, T, T * sp.window, /*running_tsi=*/true}).ok());
   const Endpoint switch_ep{kLoopbackIpv4, 48864};
   auto switch_tx = net.Attach(switch_ep);
   std::vector<std::unique_ptr<transport::Transport>> links;
@@ -56,11 +58,16 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
   wc.size = sp.size;
   wc.timeout = std::chrono::milliseconds(1);
   wc.progress_timeout = std::chrono::seconds(5);
+  // Session r * T + t is thread t of worker r: port base_r + t, slots [t W, (t + 1) W). Two
+  // workers share each IP address, told apart by their ports (as several processes on a host).
   for (uint32_t r = 0; r < sp.workers; ++r) {
-    const Endpoint ep{kLoopbackIpv4 + 1 + r, static_cast<uint16_t>(40000 + r)};
-    links.push_back(net.Attach(ep));
-    ASSERT_TRUE(sw.AddWorker(kSession, r, {ep.ipv4, ep.port}).ok());
-    sessions.push_back(std::make_unique<WorkerSession>(wc));
+    const Endpoint base{kLoopbackIpv4 + 1 + r / 2, static_cast<uint16_t>(40000 + 16 * r)};
+    ASSERT_TRUE(sw.AddWorker(kSession, r, {base.ipv4, base.port}).ok());
+    for (uint32_t t = 0; t < T; ++t) {
+      links.push_back(net.Attach({base.ipv4, static_cast<uint16_t>(base.port + t)}));
+      wc.slot_start = t * sp.window;
+      sessions.push_back(std::make_unique<WorkerSession>(wc));
+    }
   }
   const size_t numel = proto::NumelOf(sp.size);
   struct JobDef {
@@ -89,8 +96,14 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
       in[r].resize(jobs[j].count);
       out[r].assign(jobs[j].count, 0x7fc00000);  // NaN pattern: untouched outputs fail
       testing::FillInput(pat, r, in[r].data(), jobs[j].count);
-      sessions[r]->Start({j + 1, jobs[j].dtype, in[r].data(), out[r].data(), jobs[j].count, 0},
-                         now);
+      // Slices of whole packets per thread, as Context cuts them.
+      const size_t count = jobs[j].count, packets = (count + numel - 1) / numel;
+      for (uint32_t t = 0; t < T; ++t) {
+        const size_t e0 = std::min(count, packets * t / T * numel);
+        const size_t e1 = std::min(count, packets * (t + 1) / T * numel);
+        sessions[r * T + t]->Start(
+            {j + 1, jobs[j].dtype, in[r].data() + e0, out[r].data() + e0, e1 - e0, e0}, now);
+      }
     }
     // Each step, every component (a worker's sending, the switch, a worker's receiving, a
     // worker's timers) runs with probability 3/4, and virtual time advances by 0.3 ms, a third
@@ -106,7 +119,7 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
         moved = moved || s;
         return s;
       };
-      for (uint32_t r = 0; r < sp.workers; ++r) {
+      for (size_t r = 0; r < sessions.size(); ++r) {
         if (skip()) continue;
         while (size_t n = sessions[r]->PollTransmit(now, buf)) {
           transport::TxDatagram d{switch_ep, {buf.data(), n}};
@@ -128,7 +141,7 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
           }
         }
       }
-      for (uint32_t r = 0; r < sp.workers; ++r) {
+      for (size_t r = 0; r < sessions.size(); ++r) {
         if (skip()) continue;
         auto got = links[r]->Receive(rx, Nanos{0});
         ASSERT_TRUE(got.ok());
@@ -154,9 +167,11 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
         if (!moved || coin(rng) >= 0.25) s->HandleTimeout(now);
       }
     }
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      ASSERT_TRUE(sessions[i]->status().ok())
+          << "rank " << i / T << " thread " << i % T << ": " << sessions[i]->status().ToString();
+    }
     for (uint32_t r = 0; r < sp.workers; ++r) {
-      ASSERT_TRUE(sessions[r]->status().ok())
-          << "rank " << r << ": " << sessions[r]->status().ToString();
       testing::VerifyResult v = testing::Verify(pat, out[r].data(), jobs[j].count);
       ASSERT_TRUE(v.ok()) << "job " << j << " (" << DataTypeName(jobs[j].dtype) << ") rank " << r
                           << ": " << v.ToString();
@@ -172,6 +187,8 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
   }
   if (sp.duplicate > 0) EXPECT_GT(net.counters().duplicated, 0u);
   if (sp.late > 0) EXPECT_GT(net.counters().delayed, 0u);
+  // Every reply reached the thread that owns its slot (multicast port offsets are right).
+  for (auto& s : sessions) EXPECT_EQ(s->counters().foreign_slot, 0u);
   // Invariants: nothing was ever misaddressed, oversized or out of the pool.
   const dataplane::JobCounters* jc = sw.job_counters(kSession);
   ASSERT_NE(jc, nullptr);
@@ -199,7 +216,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // Copies that arrive many rounds late (delayed originals and duplicates).
                       SimParams{2, 4, proto::SizeCode::k256B, 0.02, 0.05, 0.2, 0.03},
                       SimParams{3, 8, proto::SizeCode::k256B, 0.0, 0.10, 0.0, 0.05},
-                      SimParams{8, 2, proto::SizeCode::k1024B, 0.01, 0.02, 0.1, 0.02}));
+                      SimParams{8, 2, proto::SizeCode::k1024B, 0.01, 0.02, 0.1, 0.02},
+                      // Several threads (ports, slot ranges) per worker: replies routed by port
+                      // offset from each worker's base port.
+                      SimParams{3, 4, proto::SizeCode::k256B, 0.05, 0.05, 0.3, 0.02, 3},
+                      SimParams{2, 2, proto::SizeCode::k1024B, 0.0, 0.0, 0.0, 0.0, 4}));
 
 }  // namespace
 }  // namespace switchml
