@@ -347,7 +347,7 @@ TEST(CommandLineTest, BadFlagsAreRefusedAndHelpWorks) {
        std::vector<std::vector<std::string>>{{"run", "--workers", "0"},
                                              {"run", "--size", "12X"},
                                              {"run", "--dtype", "float16"},
-           {"run", "--threads", "4", "--window", "2"},
+                                             {"run", "--threads", "4", "--window", "2"},
                                              {"worker", "--rank", "5", "--workers", "2"},
                                              {"switch", "--max-workers", "65"},
                                              {"switch", "--loss", "1.5"},

@@ -1,8 +1,8 @@
 // Status and Result<T>: errors as values at every boundary of the library.
 //
 // A Status is a code plus a message that says what went wrong and what to do about it. The data
-// path never returns Status per packet: it counts and drops (see docs/architecture.md, "Errors"). Thread-safety:
-// plain values, safe to copy between threads.
+// path never returns Status per packet: it counts and drops (see docs/architecture.md, "Errors").
+// Thread-safety: plain values, safe to copy between threads.
 #pragma once
 
 #include <string>
@@ -13,10 +13,10 @@ namespace switchml {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // the caller passed something wrong; the message says what
-  kFailedPrecondition, // the system is not in a state that allows the call
-  kDeadlineExceeded,   // a peer or the switch did not answer in time
-  kUnavailable,        // the switch or a peer cannot be reached
+  kInvalidArgument,     // the caller passed something wrong; the message says what
+  kFailedPrecondition,  // the system is not in a state that allows the call
+  kDeadlineExceeded,    // a peer or the switch did not answer in time
+  kUnavailable,         // the switch or a peer cannot be reached
   kAlreadyExists,
   kNotFound,
   kResourceExhausted,
@@ -75,9 +75,10 @@ inline Status CancelledError(std::string m) { return Status(StatusCode::kCancell
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
-    if (std::get<Status>(v_).ok()) v_ = Status(StatusCode::kInternal, "Result built from OK status");
+    if (std::get<Status>(v_).ok())
+      v_ = Status(StatusCode::kInternal, "Result built from OK status");
   }
   bool ok() const { return std::holds_alternative<T>(v_); }
   Status status() const { return ok() ? Status() : std::get<Status>(v_); }
@@ -99,10 +100,10 @@ class [[nodiscard]] Result {
 #define SWITCHML_CONCAT_(a, b) SWITCHML_CONCAT_INNER_(a, b)
 
 // RETURN_IF_ERROR(expr): returns the Status of expr from the enclosing function if it is not OK.
-#define RETURN_IF_ERROR(expr)                       \
-  do {                                              \
-    ::switchml::Status _st = (expr);                \
-    if (!_st.ok()) return _st;                      \
+#define RETURN_IF_ERROR(expr)        \
+  do {                               \
+    ::switchml::Status _st = (expr); \
+    if (!_st.ok()) return _st;       \
   } while (0)
 
 // ASSIGN_OR_RETURN(lhs, expr): evaluates a Result<T>; returns its Status on error, else assigns.

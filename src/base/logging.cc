@@ -22,23 +22,34 @@ std::atomic<int>& Level() {
 
 const char* LevelName(LogLevel l) {
   switch (l) {
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarning: return "warning";
-    case LogLevel::kError: return "error";
-    case LogLevel::kOff: return "off";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarning:
+      return "warning";
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kOff:
+      return "off";
   }
   return "?";
 }
 
 const char* SubsystemName(LogSubsystem s) {
   switch (s) {
-    case LogSubsystem::kGeneral: return "general";
-    case LogSubsystem::kControl: return "control";
-    case LogSubsystem::kDataplane: return "dataplane";
-    case LogSubsystem::kWorker: return "worker";
-    case LogSubsystem::kTransport: return "transport";
-    case LogSubsystem::kRuntime: return "runtime";
+    case LogSubsystem::kGeneral:
+      return "general";
+    case LogSubsystem::kControl:
+      return "control";
+    case LogSubsystem::kDataplane:
+      return "dataplane";
+    case LogSubsystem::kWorker:
+      return "worker";
+    case LogSubsystem::kTransport:
+      return "transport";
+    case LogSubsystem::kRuntime:
+      return "runtime";
   }
   return "?";
 }
@@ -54,8 +65,8 @@ void SetLogLevel(LogLevel level) { Level().store(static_cast<int>(level)); }
 LogLevel GetLogLevel() { return static_cast<LogLevel>(Level().load()); }
 
 bool ParseLogLevel(const std::string& text, LogLevel* out) {
-  for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarning, LogLevel::kError,
-                     LogLevel::kOff}) {
+  for (LogLevel l :
+       {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarning, LogLevel::kError, LogLevel::kOff}) {
     if (text == LevelName(l)) {
       *out = l;
       return true;

@@ -42,9 +42,9 @@ class LogMessage {
 
 }  // namespace switchml
 
-#define LOG(level, subsystem)                                                      \
-  if (::switchml::LogLevel::level < ::switchml::GetLogLevel()) {                   \
-  } else                                                                           \
-    ::switchml::internal::LogMessage(::switchml::LogLevel::level,                  \
-                                     ::switchml::LogSubsystem::subsystem)          \
+#define LOG(level, subsystem)                                             \
+  if (::switchml::LogLevel::level < ::switchml::GetLogLevel()) {          \
+  } else                                                                  \
+    ::switchml::internal::LogMessage(::switchml::LogLevel::level,         \
+                                     ::switchml::LogSubsystem::subsystem) \
         .stream()

@@ -31,12 +31,18 @@ bool SizeCodeForNumel(size_t numel, SizeCode* out) {
 
 const char* DecodeErrorName(DecodeError e) {
   switch (e) {
-    case DecodeError::kOk: return "ok";
-    case DecodeError::kTooShort: return "too_short";
-    case DecodeError::kBadMsgType: return "bad_msg_type";
-    case DecodeError::kUnsupportedSize: return "unsupported_size";
-    case DecodeError::kLengthMismatch: return "length_mismatch";
-    case DecodeError::kReservedBit: return "reserved_bit";
+    case DecodeError::kOk:
+      return "ok";
+    case DecodeError::kTooShort:
+      return "too_short";
+    case DecodeError::kBadMsgType:
+      return "bad_msg_type";
+    case DecodeError::kUnsupportedSize:
+      return "unsupported_size";
+    case DecodeError::kLengthMismatch:
+      return "length_mismatch";
+    case DecodeError::kReservedBit:
+      return "reserved_bit";
   }
   return "unknown";
 }
@@ -56,7 +62,8 @@ DecodeError DecodeHeader(std::span<const uint8_t> d, Header* out) {
   out->size = size;
   out->job_number = d[1];
   out->tsi = LoadBe32(&d[2]);
-  out->slot = SlotId{static_cast<uint16_t>(pool & (kMaxSlots - 1)), static_cast<uint8_t>(pool >> 15)};
+  out->slot =
+      SlotId{static_cast<uint16_t>(pool & (kMaxSlots - 1)), static_cast<uint8_t>(pool >> 15)};
   out->e0 = static_cast<int8_t>(d[8]);
   out->e1 = static_cast<int8_t>(d[9]);
   return DecodeError::kOk;
@@ -64,8 +71,8 @@ DecodeError DecodeHeader(std::span<const uint8_t> d, Header* out) {
 
 void EncodeHeader(const Header& h, std::span<uint8_t> out) {
   CHECK(out.size() >= kPrefixBytes);
-  CHECK(h.slot.index < kMaxSlots && h.slot.set <= 1) << "slot " << h.slot.index << " set "
-                                                     << int{h.slot.set};
+  CHECK(h.slot.index < kMaxSlots && h.slot.set <= 1)
+      << "slot " << h.slot.index << " set " << int{h.slot.set};
   out[0] = static_cast<uint8_t>((h.msg_type << 4) | (static_cast<uint8_t>(h.size) & 0x07));
   out[1] = h.job_number;
   StoreBe32(h.tsi, &out[2]);
@@ -106,6 +113,8 @@ size_t Encode(const Header& h, std::span<const int32_t> values, std::span<uint8_
   return kPrefixBytes + 4 * n;
 }
 
-size_t Encode(const Packet& p, std::span<uint8_t> out) { return Encode(p.header, p.payload(), out); }
+size_t Encode(const Packet& p, std::span<uint8_t> out) {
+  return Encode(p.header, p.payload(), out);
+}
 
 }  // namespace switchml::proto

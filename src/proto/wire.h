@@ -28,7 +28,7 @@ inline constexpr size_t kPrefixBytes = kHeaderBytes + kExponentBytes;  // 10
 inline constexpr uint8_t kMsgTypeData = 1;
 inline constexpr size_t kMaxNumel = 256;
 inline constexpr size_t kMaxDatagramBytes = kPrefixBytes + kMaxNumel * 4;  // 1034
-inline constexpr uint32_t kMaxSlots = 1u << 14;  // slot index has 14 bits
+inline constexpr uint32_t kMaxSlots = 1u << 14;                            // slot index has 14 bits
 
 // The 3-bit size code: payload 128 << code bytes. We support 1 (64 int32) and 3 (256 int32),
 // the two the reference client and switch use.

@@ -59,7 +59,8 @@ TEST(WireTest, EncodesGoldenBytes) {
 TEST(WireTest, LargePacketRoundTripsExtremeValues) {
   Packet p;
   p.header = Header{1, SizeCode::k1024B, 255, 0xffffffffu, SlotId{16383, 0}, -128, 127};
-  for (int i = 0; i < 256; ++i) p.values[i] = (i % 3 == 0) ? INT32_MIN : (i % 3 == 1 ? INT32_MAX : i);
+  for (int i = 0; i < 256; ++i)
+    p.values[i] = (i % 3 == 0) ? INT32_MIN : (i % 3 == 1 ? INT32_MAX : i);
   std::vector<uint8_t> out(kMaxDatagramBytes);
   ASSERT_EQ(Encode(p, out), 1034u);
   EXPECT_EQ(out[0], 0x13);
