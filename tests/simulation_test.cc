@@ -185,8 +185,12 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
     EXPECT_GT(net.counters().dropped, 0u);
     EXPECT_GT(retransmitted, 0u);
   }
-  if (sp.duplicate > 0) EXPECT_GT(net.counters().duplicated, 0u);
-  if (sp.late > 0) EXPECT_GT(net.counters().delayed, 0u);
+  if (sp.duplicate > 0) {
+    EXPECT_GT(net.counters().duplicated, 0u);
+  }
+  if (sp.late > 0) {
+    EXPECT_GT(net.counters().delayed, 0u);
+  }
   // Every reply reached the thread that owns its slot (multicast port offsets are right).
   for (auto& s : sessions) EXPECT_EQ(s->counters().foreign_slot, 0u);
   // Invariants: nothing was ever misaddressed, oversized or out of the pool.
