@@ -45,9 +45,15 @@ pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, int* o
   static const char kExecFailed[] = "switchml run: cannot execute the worker binary\n";
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+  // (Were stdout closed, the write end could be fd 1 itself: dup2 would then keep O_CLOEXEC.)
+  const bool write_end_is_stdout = fds[1] == STDOUT_FILENO;
   pid_t pid = fork();
   if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);  // the duplicate does not inherit O_CLOEXEC
+    if (write_end_is_stdout) {
+      fcntl(STDOUT_FILENO, F_SETFD, 0);
+    } else {
+      dup2(fds[1], STDOUT_FILENO);  // the duplicate does not inherit O_CLOEXEC
+    }
     execv(exe.c_str(), argv.data());
     (void)!write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1);
     _exit(127);
@@ -163,7 +169,19 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   const auto start = std::chrono::steady_clock::now();
   std::string failure;
   size_t running = children.size();
-  while (running > 0) {
+  auto any_open = [&] {
+    return std::any_of(children.begin(), children.end(),
+                       [](const Child& c) { return c.out_fd >= 0; });
+  };
+  auto take_line = [](Child& c, const std::string& line) {
+    if (line.rfind("SWITCHML_RESULT", 0) == 0)
+      c.result_line = line;
+    else
+      std::printf("%s\n", line.c_str());
+  };
+  // Until every child has exited and every pipe is drained to its end (a child may exit right
+  // after writing its result line, before this loop reads it).
+  while (running > 0 || any_open()) {
     std::vector<pollfd> pfds;
     for (auto& c : children) {
       if (c.out_fd >= 0) pfds.push_back(pollfd{c.out_fd, POLLIN, 0});
@@ -180,14 +198,12 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
         c.buffer.append(buf, static_cast<size_t>(n));
         size_t nl;
         while ((nl = c.buffer.find('\n')) != std::string::npos) {
-          std::string line = c.buffer.substr(0, nl);
+          take_line(c, c.buffer.substr(0, nl));
           c.buffer.erase(0, nl + 1);
-          if (line.rfind("SWITCHML_RESULT", 0) == 0)
-            c.result_line = line;
-          else
-            std::printf("%s\n", line.c_str());
         }
       } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        if (!c.buffer.empty()) take_line(c, c.buffer);  // a last line without its newline
+        c.buffer.clear();
         close(c.out_fd);
         c.out_fd = -1;
       }

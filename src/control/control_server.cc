@@ -253,8 +253,17 @@ struct ControlServer::Impl {
 
   mutable std::mutex mu;  // guards everything below
   bool shutting_down = false;
-  // Sessions whose setup refused a worker -> the message their sync calls fail with.
-  std::unordered_map<uint64_t, std::string> failed_sessions;
+  // Sessions whose setup refused a worker -> the message their sync calls fail with, and when.
+  // A mark fails the session's waiting and later calls for options.failure_memory.
+  struct Failure {
+    std::string message;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::unordered_map<uint64_t, Failure> failed_sessions;
+  // The message of a session's current failure mark, or nullptr (expired marks are removed).
+  const std::string* FailureOf(uint64_t session_id);
+  // Marks a session failed (keeping a current mark's message); returns the message in force.
+  const std::string& MarkFailed(uint64_t session_id, const std::string& message);
   // The round filling in each scope; erased when it completes, fails or empties.
   std::map<ScopeKey, std::shared_ptr<Round>> rounds;
   uint32_t waiting = 0;
@@ -343,8 +352,8 @@ Status ControlServer::Impl::RegisterUdpWorker(grpc::ServerContext* ctx,
 
   if (rank != 0) {
     std::lock_guard lock(mu);
-    if (auto it = failed_sessions.find(session); it != failed_sessions.end()) {
-      return FailedPreconditionError(it->second);
+    if (const std::string* failure = FailureOf(session)) {
+      return FailedPreconditionError(*failure);
     }
   }
 
@@ -429,11 +438,29 @@ Status ControlServer::Impl::RegisterUdpWorker(grpc::ServerContext* ctx,
   return Status::Ok();
 }
 
+const std::string* ControlServer::Impl::FailureOf(uint64_t session_id) {
+  auto it = failed_sessions.find(session_id);
+  if (it == failed_sessions.end()) return nullptr;
+  if (std::chrono::steady_clock::now() - it->second.at > options.failure_memory) {
+    failed_sessions.erase(it);
+    return nullptr;
+  }
+  return &it->second.message;
+}
+
+const std::string& ControlServer::Impl::MarkFailed(uint64_t session_id,
+                                                   const std::string& message) {
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(failed_sessions,
+                [&](const auto& f) { return now - f.second.at > options.failure_memory; });
+  auto [it, inserted] = failed_sessions.try_emplace(session_id, Failure{message, now});
+  return it->second.message;
+}
+
 void ControlServer::Impl::FailSession(uint64_t session_id, const std::string& reason) {
   if (session_id == 0) return;  // 0 is the unscoped sync group, never a failed session
   std::lock_guard lock(mu);
-  failed_sessions.try_emplace(session_id, reason);
-  const grpc::Status failure(grpc::StatusCode::FAILED_PRECONDITION, failed_sessions.at(session_id));
+  const grpc::Status failure(grpc::StatusCode::FAILED_PRECONDITION, MarkFailed(session_id, reason));
   for (auto it = rounds.begin(); it != rounds.end();) {
     auto next = std::next(it);
     if (it->first.session_id == session_id) FailRoundLocked(it, failure);
@@ -469,8 +496,8 @@ grpc::Status ControlServer::Impl::Rendezvous(grpc::ServerContext* ctx, const Syn
                             std::to_string(call.num_workers));
   }
   if (call.key.session_id != 0) {
-    if (auto it = failed_sessions.find(call.key.session_id); it != failed_sessions.end()) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, it->second);
+    if (const std::string* failure = FailureOf(call.key.session_id)) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, *failure);
     }
   }
 
@@ -491,7 +518,7 @@ grpc::Status ControlServer::Impl::Rendezvous(grpc::ServerContext* ctx, const Syn
                                    std::to_string(round->num_workers) +
                                    " of another: start every worker " + "with the same --workers");
     if (call.key.session_id != 0) {
-      failed_sessions.emplace(call.key.session_id, failure.error_message());
+      MarkFailed(call.key.session_id, failure.error_message());
     }
     FailRoundLocked(rounds.find(call.key), failure);
     return failure;

@@ -18,6 +18,7 @@
 // returned (waiting Barrier/Broadcast calls are released with UNAVAILABLE).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,6 +38,10 @@ struct ControlServerOptions {
   // The switch's data-plane IPv4 (host byte order) returned to workers in
   // UdpSessionResponse.ipv4; 0 tells workers to use the control plane's address.
   uint32_t switch_ipv4 = 0;
+  // How long a session that refused a worker fails its sync calls (and other ranks' setup):
+  // long enough for every worker of that attempt to hear of it; a new attempt with the same
+  // session id after that is unaffected (rank 0 re-opening the session clears it at once).
+  std::chrono::milliseconds failure_memory{10000};
   Status Validate() const;
 };
 

@@ -331,6 +331,38 @@ TEST_F(ControlSessionTest, RefusalFailsTheSessionsSyncCallsFast) {
   for (auto& f : barriers) EXPECT_TRUE(f.get().ok());
 }
 
+// Given a session that failed, and a new attempt with the same session id whose rank 1 reaches
+// the first barrier before rank 0 re-opens the session, Expect the old failure to stop failing
+// calls once the server's failure memory (here 300 ms) has passed.
+TEST(ControlFailureMemoryTest, AnOldFailureDoesNotFailANewAttempt) {
+  dataplane::LockedSwitch sw(dataplane::SwitchConfig{});
+  ControlServerOptions options;
+  options.bind_address = "127.0.0.1";
+  options.port = 0;
+  options.failure_memory = 300ms;
+  auto server = ControlServer::Start(options, &sw);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ControlClient client("127.0.0.1:" + std::to_string((*server)->port()), 5s);
+  UdpSessionArgs a0;
+  a0.session_id = 55;
+  a0.rank = 0;
+  a0.num_workers = 2;
+  a0.ipv4 = 0x0a000101;
+  ASSERT_TRUE(client.UdpSession(a0).ok());
+  UdpSessionArgs bad = a0;
+  bad.rank = 1;
+  bad.ipv4 = 0x0a000102;
+  bad.num_workers = 3;
+  ASSERT_FALSE(client.UdpSession(bad).ok());
+  EXPECT_EQ(client.Barrier(55, 2).code(), StatusCode::kFailedPrecondition);
+  std::this_thread::sleep_for(400ms);
+  // The new attempt: rank 1 waits at the barrier first, then rank 0 arrives; both pass.
+  auto rank1 = std::async(std::launch::async, [&] { return client.Barrier(55, 2); });
+  while ((*server)->waiting_sync_calls() < 1) std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(client.Barrier(55, 2).ok());
+  EXPECT_TRUE(rank1.get().ok());
+}
+
 // Given ipv4 = 0, expect the worker registered at the address its gRPC call came from.
 TEST_F(ControlSessionTest, ZeroIpv4MeansThePeerAddress) {
   ControlClient client = Client();

@@ -126,6 +126,8 @@ void MemoryNetwork::Deliver(const Endpoint& source, const TxDatagram& datagram) 
     if (auto h = queues_.find(held_[i].destination); h != queues_.end()) {
       Enqueue(*h->second, held_[i].datagram.source, held_[i].datagram.data);
       h->second->ready.notify_all();
+    } else {
+      ++counters_.dropped;  // its destination detached meanwhile
     }
     held_[i] = std::move(held_.back());
     held_.pop_back();

@@ -216,10 +216,10 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   s.outstanding = false;
   s.transmissions = 0;
   ++completed_packets_;
-  // Results flow again: undo any back-off.
+  // Counted since the last result; a backed-off timeout stays for the rest of the slice (a
+  // result for a packet that timed out only spuriously must not undo it, or a round-trip time
+  // above the timeout would keep every packet retransmitted).
   timeouts_since_result_ = 0;
-  current_timeout_ = config_.timeout;
-  next_threshold_ = config_.timeout_threshold;
   const uint64_t next = uint64_t{q} + w;
   if (PacketExists(next)) {
     s.packet = static_cast<uint32_t>(next);

@@ -45,11 +45,12 @@ struct SessionConfig {
   uint32_t slot_start = 0;
   uint32_t window = 64;  // W: outstanding packets = slots owned
   proto::SizeCode size = proto::SizeCode::k1024B;
-  // First retransmission timeout. The reference's back-off, counted differently: after
-  // `timeout_threshold` timeouts with no result in between, the timeout doubles (at most once
-  // per timeout period, up to progress_timeout) and the threshold grows by
-  // `timeout_threshold_increment`; any result resets both. (The reference counts all timeouts,
-  // so random loss alone, or one window timing out at once, inflates the timeout for good.)
+  // First retransmission timeout of each slice. The reference's back-off, counted differently:
+  // after `timeout_threshold` timeouts with no result in between, the timeout doubles (at most
+  // once per timeout period, up to progress_timeout) and the threshold grows by
+  // `timeout_threshold_increment`, for the rest of the slice. (The reference counts all
+  // timeouts, so random loss alone inflates the timeout; one window timing out at once would
+  // double it several times.)
   Nanos timeout = std::chrono::milliseconds(10);
   uint32_t timeout_threshold = 100;
   uint32_t timeout_threshold_increment = 100;

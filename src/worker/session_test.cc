@@ -193,9 +193,10 @@ TEST(WorkerSessionTest, BacksOffWhileNothingComesBack) {
                                       milliseconds(20), milliseconds(40)}));
 }
 
-// Given a whole window timing out at once, Expect at most one doubling for that period; and
-// Expect the first result afterwards to bring the timeout back to its start value.
-TEST(WorkerSessionTest, BackOffIsPerPeriodAndResetByResults) {
+// Given a whole window timing out at once, Expect at most one doubling for that period; Expect
+// a result not to undo it (the next packet is timed with the doubled timeout), and the next
+// slice to start again from the configured timeout.
+TEST(WorkerSessionTest, BackOffIsOncePerPeriodAndLastsTheSlice) {
   SessionConfig c = SmallConfig(8);
   c.timeout = milliseconds(10);
   c.timeout_threshold = 4;
@@ -212,20 +213,17 @@ TEST(WorkerSessionTest, BackOffIsPerPeriodAndResetByResults) {
   s.HandleDatagram(Echo(again[0].packet), now);
   auto next = DrainTransmit(s, now);
   ASSERT_EQ(next.size(), 1u);
-  // The packet sent after the result is timed with the start value again.
-  now += milliseconds(1);
-  s.HandleTimeout(now);
-  EXPECT_EQ(*s.PollTimeout(), kT0 + milliseconds(20));  // the new packet's, before the others' 30
-  std::vector<Nanos> deadlines;
-  while (s.PollTimeout() && *s.PollTimeout() < kT0 + milliseconds(40)) {
-    now = *s.PollTimeout();
-    s.HandleTimeout(now);
-    for (auto& p : DrainTransmit(s, now)) {
-      if (p.packet.header.tsi == next[0].packet.header.tsi) deadlines.push_back(now);
-    }
+  EXPECT_EQ(*s.PollTimeout(), now + milliseconds(20));  // still 20 ms after the result
+  // Finish the slice; the next one starts from 10 ms again.
+  for (auto& p : again) s.HandleDatagram(Echo(p.packet), now);
+  while (s.state() == WorkerSession::State::kRunning) {
+    for (auto& p : DrainTransmit(s, now)) s.HandleDatagram(Echo(p.packet), now);
+    for (auto& p : next) s.HandleDatagram(Echo(p.packet), now);
   }
-  ASSERT_FALSE(deadlines.empty());
-  EXPECT_EQ(deadlines[0], kT0 + milliseconds(20));  // sent at 10 ms with a 10 ms timeout
+  ASSERT_TRUE(s.status().ok());
+  s.Start(SliceJob{2, DataType::kInt32, in.data(), out.data(), 64, 0}, now);
+  ASSERT_EQ(DrainTransmit(s, now).size(), 1u);
+  EXPECT_EQ(*s.PollTimeout(), now + milliseconds(10));
 }
 
 // Given a slice aborted by its driver, Expect it done with that status and later results for it
