@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "flags.h"
 #include "switchml/types.h"
 #include "testing/pattern.h"
 
@@ -81,40 +82,7 @@ struct Options {
   bool quiet = false;
 };
 
-bool ParseSize(const std::string& text, uint64_t* out) {
-  if (text.empty()) return false;
-  size_t pos = 0;
-  uint64_t v = 0;
-  while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
-    if (v > (UINT64_MAX - 9) / 10) return false;
-    v = v * 10 + static_cast<uint64_t>(text[pos] - '0');
-    ++pos;
-  }
-  if (pos == 0) return false;
-  int shift = 0;
-  if (pos < text.size()) {
-    if (pos + 1 != text.size()) return false;
-    switch (text[pos]) {
-      case 'k':
-      case 'K':
-        shift = 10;
-        break;
-      case 'm':
-      case 'M':
-        shift = 20;
-        break;
-      case 'g':
-      case 'G':
-        shift = 30;
-        break;
-      default:
-        return false;
-    }
-  }
-  if (shift > 0 && v > (UINT64_MAX >> shift)) return false;
-  *out = v << shift;
-  return true;
-}
+using switchml::tools::ParseSize;  // the same size syntax as switchml (64K, 16M, 1G)
 
 bool ParseInt(const std::string& text, int64_t* out) {
   if (text.empty()) return false;
