@@ -115,11 +115,11 @@ size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> bu
   h.job_number = static_cast<uint8_t>(job_.job_id);
   h.tsi = Tsi(q);
   h.slot = SlotOf(q);
-  std::fill(scratch_.begin(), scratch_.end(), 0);
   if (job_.dtype == DataType::kInt32) {
     const size_t first = size_t{q} * numel_;
     const size_t n = std::min(numel_, job_.count - first);
     std::memcpy(scratch_.data(), static_cast<const int32_t*>(job_.in) + first, n * sizeof(int32_t));
+    std::fill(scratch_.begin() + n, scratch_.end(), 0);  // the last block's padding
   } else {
     const float* in = static_cast<const float*>(job_.in);
     h.e0 = quant::kZeroBlockExponent;  // carries no exponent: does not raise the max
@@ -133,7 +133,10 @@ size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> bu
     if (q >= config_.window && !slot.data_non_finite) {
       const size_t first = size_t{q - config_.window} * numel_;
       const size_t n = std::min(numel_, job_.count - first);
+      // (Quantize zeroes the padding after the last block's n elements itself.)
       quant::Quantize({in + first, n}, slot.data_exponent, config_.num_workers, scratch_);
+    } else {
+      std::fill(scratch_.begin(), scratch_.end(), 0);  // exponents only, or a flagged block
     }
   }
   return proto::Encode(h, scratch_, buf);
