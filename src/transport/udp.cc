@@ -101,14 +101,7 @@ class UdpTransport final : public Transport {
       for (size_t i = 0; i < n; ++i) {
         const TxDatagram& d = batch[taken + i];
         addresses_[i] = ToSockaddr(d.destination);
-        iovecs_[i].iov_base = const_cast<uint8_t*>(d.data.data());
-        iovecs_[i].iov_len = d.data.size();
-        msghdr& h = headers_[i].msg_hdr;
-        h = msghdr{};
-        h.msg_name = &addresses_[i];
-        h.msg_namelen = sizeof(sockaddr_in);
-        h.msg_iov = &iovecs_[i];
-        h.msg_iovlen = 1;
+        PrepareHeader(i, const_cast<uint8_t*>(d.data.data()), d.data.size());
       }
       const int r = ::sendmmsg(socket_fd_, headers_.data(), static_cast<unsigned>(n), 0);
       if (r > 0) {
@@ -186,20 +179,23 @@ class UdpTransport final : public Transport {
   }
 
  private:
+  // Points batch entry i (its mmsghdr, iovec and address slot) at one datagram buffer.
+  void PrepareHeader(size_t i, uint8_t* data, size_t length) {
+    iovecs_[i].iov_base = data;
+    iovecs_[i].iov_len = length;
+    msghdr& h = headers_[i].msg_hdr;
+    h = msghdr{};
+    h.msg_name = &addresses_[i];
+    h.msg_namelen = sizeof(sockaddr_in);
+    h.msg_iov = &iovecs_[i];
+    h.msg_iovlen = 1;
+    headers_[i].msg_len = 0;
+  }
+
   // One nonblocking recvmmsg; 0 when nothing is queued.
   Result<size_t> ReceiveNow(std::span<RxDatagram> batch) {
     const size_t n = std::min(batch.size(), max_batch_);
-    for (size_t i = 0; i < n; ++i) {
-      iovecs_[i].iov_base = batch[i].buffer.data();
-      iovecs_[i].iov_len = batch[i].buffer.size();
-      msghdr& h = headers_[i].msg_hdr;
-      h = msghdr{};
-      h.msg_name = &addresses_[i];
-      h.msg_namelen = sizeof(sockaddr_in);
-      h.msg_iov = &iovecs_[i];
-      h.msg_iovlen = 1;
-      headers_[i].msg_len = 0;
-    }
+    for (size_t i = 0; i < n; ++i) PrepareHeader(i, batch[i].buffer.data(), batch[i].buffer.size());
     int r;
     // Pending ICMP errors of earlier sends surface here once each; skip past them.
     for (int attempt = 0;; ++attempt) {
