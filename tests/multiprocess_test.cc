@@ -349,6 +349,7 @@ TEST(CommandLineTest, BadFlagsAreRefusedAndHelpWorks) {
                                              {"run", "--dtype", "float16"},
                                              {"run", "--threads", "4", "--window", "2"},
                                              {"worker", "--rank", "5", "--workers", "2"},
+                                             {"worker", "--udp-port", "70000"},
                                              {"switch", "--max-workers", "65"},
                                              {"switch", "--loss", "1.5"},
                                              {"nonsense"}}) {

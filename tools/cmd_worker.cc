@@ -48,6 +48,13 @@ int WorkerCommand(const std::vector<std::string>& args) {
                               " is out of range: with --workers " + std::to_string(job.workers) +
                               " use 0.." + std::to_string(job.workers - 1));
   }
+  const int64_t udp_port = flags.GetInt("udp-port");
+  if (st.ok() && (udp_port < 0 || udp_port > 65535)) {
+    st = InvalidArgumentError("--udp-port must be in 0..65535 (0 = pick free ports)");
+  }
+  if (st.ok() && flags.GetInt("session") < 0) {
+    st = InvalidArgumentError("--session must be a non-negative job id");
+  }
   if (!st.ok()) {
     std::cerr << "switchml worker: " << st.message() << "\n";
     return 2;
@@ -72,7 +79,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.max_outstanding_packets = job.window;
   config.packet_numel = job.packet_numel;
   config.bind_address = flags.GetString("bind");
-  config.udp_port = static_cast<uint16_t>(flags.GetInt("udp-port"));
+  config.udp_port = static_cast<uint16_t>(udp_port);
   config.timeout = std::chrono::milliseconds(job.timeout_ms);
   config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);
   config.setup_timeout = std::chrono::milliseconds(job.setup_timeout_ms);
