@@ -1,4 +1,5 @@
-// Micro-benchmarks of the scalar quantizer on one packet's block (256 elements, 1024 B payload).
+// Micro-benchmarks of the quantizer on one packet's block (256 elements, 1024 B payload); items
+// are elements.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -26,7 +27,7 @@ void BM_AnalyzeBlock(benchmark::State& state) {
   for (auto _ : state) {
     benchmark::DoNotOptimize(AnalyzeBlock(in));
   }
-  state.SetBytesProcessed(state.iterations() * kBlock * sizeof(float));
+  state.SetItemsProcessed(state.iterations() * kBlock);
 }
 BENCHMARK(BM_AnalyzeBlock);
 
@@ -39,7 +40,7 @@ void BM_Quantize(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(state.iterations() * kBlock * sizeof(float));
+  state.SetItemsProcessed(state.iterations() * kBlock);
 }
 BENCHMARK(BM_Quantize);
 
@@ -54,7 +55,7 @@ void BM_Dequantize(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(state.iterations() * kBlock * sizeof(float));
+  state.SetItemsProcessed(state.iterations() * kBlock);
 }
 BENCHMARK(BM_Dequantize);
 
