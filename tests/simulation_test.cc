@@ -83,11 +83,7 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> coin(0.0, 1.0);
   std::vector<uint8_t> buf(proto::kMaxDatagramBytes);
-  std::vector<uint8_t> rx_buf(64 * proto::kMaxDatagramBytes);
   std::vector<transport::RxDatagram> rx(64);
-  for (size_t i = 0; i < rx.size(); ++i) {
-    rx[i].buffer = {rx_buf.data() + i * proto::kMaxDatagramBytes, proto::kMaxDatagramBytes};
-  }
   for (size_t j = 0; j < jobs.size(); ++j) {
     testing::Pattern pat{seed, static_cast<uint32_t>(j), sp.workers, static_cast<uint32_t>(numel),
                          jobs[j].dtype};
@@ -133,7 +129,7 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
         if (*got == 0) break;
         moved = true;
         for (size_t i = 0; i < *got; ++i) {
-          const dataplane::Action& a = sw.Process(rx[i].source, rx[i].buffer.first(rx[i].length));
+          const dataplane::Action& a = sw.Process(rx[i].source, rx[i].data);
           std::vector<uint8_t> reply(a.reply.begin(), a.reply.end());
           for (const Endpoint& dst : a.destinations) {
             transport::TxDatagram d{dst, reply};
@@ -147,7 +143,7 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
         ASSERT_TRUE(got.ok());
         moved = moved || *got > 0;
         for (size_t i = 0; i < *got; ++i) {
-          sessions[r]->HandleDatagram(rx[i].buffer.first(rx[i].length), now);
+          sessions[r]->HandleDatagram(rx[i].data, now);
         }
       }
       bool all_done = std::all_of(sessions.begin(), sessions.end(), [](auto& s) {

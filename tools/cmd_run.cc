@@ -113,6 +113,8 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   o.switch_config.slots_per_job = std::max<uint32_t>(8192, job.window);
   o.loss = flags.GetDouble("loss");
   o.seed = job.seed;
+  o.transport = job.transport;
+  o.busy_poll = job.busy_poll;
   auto daemon = runtime::SwitchDaemon::Start(o);
   if (!daemon.ok()) {
     std::cerr << "switchml run: cannot start the switch: " << daemon.status().message() << "\n";

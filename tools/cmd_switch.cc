@@ -24,6 +24,8 @@ int SwitchCommand(const std::vector<std::string>& args) {
   flags.AddInt("max-jobs", 64, "concurrent jobs");
   flags.AddDouble("loss", 0, "drop this fraction of packets in each direction (loss simulator)");
   flags.AddInt("seed", 1, "seed of the loss simulator");
+  flags.AddString("transport", "udp", TransportHelp());
+  flags.AddBool("busy-poll", "poll the data port without sleeping (lower latency, a busy core)");
   flags.AddInt("stats-interval", 0, "print counters every N seconds (0 = only at exit)");
   flags.AddBool("per-slot", "include per-slot counters in the printed tables");
   flags.AddString("log-level", "info", "debug, info, warning, error or off");
@@ -42,6 +44,8 @@ int SwitchCommand(const std::vector<std::string>& args) {
   o.switch_config.max_jobs = static_cast<uint32_t>(flags.GetInt("max-jobs"));
   o.loss = flags.GetDouble("loss");
   o.seed = static_cast<uint64_t>(flags.GetInt("seed"));
+  o.transport = flags.GetString("transport");
+  o.busy_poll = flags.GetBool("busy-poll");
 
   // Signals are taken synchronously by this thread; block them before any thread starts.
   sigset_t set;
@@ -57,9 +61,9 @@ int SwitchCommand(const std::vector<std::string>& args) {
     return 2;
   }
   std::printf(
-      "switchml switch: data port %u (UDP), control port %u (gRPC) on %s; max %u workers "
-      "and %u slots per job%s\n",
-      (*daemon)->data_port(), (*daemon)->control_port(), o.bind_address.c_str(),
+      "switchml switch: data port %u (UDP, transport %s), control port %u (gRPC) on %s; max %u "
+      "workers and %u slots per job%s\n",
+      (*daemon)->data_port(), o.transport.c_str(), (*daemon)->control_port(), o.bind_address.c_str(),
       o.switch_config.max_workers_per_job, o.switch_config.slots_per_job,
       o.loss > 0 ? ", loss simulator on" : "");
   std::fflush(stdout);

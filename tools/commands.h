@@ -37,9 +37,13 @@ struct JobOptions {
   int64_t setup_timeout_ms = 30000;
   uint64_t seed = 1;
   bool verify = true;
+  std::string transport = "udp";  // data-plane transport of the workers (and of `run`'s switch)
+  bool busy_poll = false;
 };
 
 void AddJobFlags(Flags* flags);
+// The help line of --transport, listing the kinds.
+std::string TransportHelp();
 // Reads and checks the flags AddJobFlags added; errors say which flag is wrong.
 Status ReadJobFlags(const Flags& flags, JobOptions* out);
 // The flags that reproduce `o` for a `switchml worker` command line.

@@ -3,8 +3,16 @@
 
 #include "base/logging.h"
 #include "commands.h"
+#include "transport/factory.h"
 
 namespace switchml::tools {
+
+std::string TransportHelp() {
+  std::string kinds;
+  for (const std::string& k : transport::TransportKinds()) kinds += (kinds.empty() ? "" : ", ") + k;
+  return "data-plane transport: " + kinds +
+         " (udp uses the kernel's UDP segmentation offloads, GSO/GRO, where it has them)";
+}
 
 void AddJobFlags(Flags* f) {
   f->AddInt("workers", 2, "number of workers in the job");
@@ -20,6 +28,8 @@ void AddJobFlags(Flags* f) {
   f->AddInt("setup-timeout-ms", 30000, "fail when session setup or a barrier takes longer");
   f->AddInt("seed", 1, "seed of the verifiable input pattern");
   f->AddBool("no-verify", "skip checking each result against the exact sum");
+  f->AddString("transport", transport::kDefaultTransportKind, TransportHelp());
+  f->AddBool("busy-poll", "poll for packets without sleeping (lower latency, busy cores)");
 }
 
 Status ReadJobFlags(const Flags& f, JobOptions* o) {
@@ -61,6 +71,11 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   RETURN_IF_ERROR(positive("setup-timeout-ms", 86400000, &o->setup_timeout_ms));
   o->seed = static_cast<uint64_t>(f.GetInt("seed"));
   o->verify = !f.GetBool("no-verify");
+  o->transport = f.GetString("transport");
+  transport::TransportOptions t;
+  t.kind = o->transport;
+  if (Status st = t.Validate(); !st.ok()) return InvalidArgumentError("--transport: " + st.message());
+  o->busy_poll = f.GetBool("busy-poll");
   return Status();
 }
 
@@ -90,6 +105,9 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
                                 "--seed",
                                 std::to_string(o.seed)};
   if (!o.verify) a.push_back("--no-verify");
+  a.push_back("--transport");
+  a.push_back(o.transport);
+  if (o.busy_poll) a.push_back("--busy-poll");
   return a;
 }
 

@@ -31,6 +31,11 @@ struct Config {
   // Local IPv4 address to bind ("0.0.0.0": any) and first UDP port (0: pick free ones).
   std::string bind_address = "0.0.0.0";
   uint16_t udp_port = 0;
+  // The data-plane transport: "udp" (kernel UDP with segmentation offloads, GSO and GRO, where
+  // the kernel has them) or "udp-plain" (kernel UDP without them).
+  std::string transport = "udp";
+  // Wait for results by polling without sleeping: lower latency, a core kept busy per thread.
+  bool busy_poll = false;
   // Retransmission timeout of a packet and the reference's back-off policy.
   std::chrono::milliseconds timeout{10};
   uint32_t timeout_threshold = 100;

@@ -1,21 +1,59 @@
+// The codec. Header fields are scalar code; the payload conversions (big-endian int32 <-> host
+// int32, and the switch's add) are Highway kernels compiled once per SIMD target and dispatched at
+// run time to the best one the CPU supports (docs/architecture.md, "SIMD kernels").
 #include "proto/wire.h"
 
 #include "base/check.h"
+#include "proto/byte_order.h"
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "proto/wire.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "proto/byte_order-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace switchml::proto::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Each kernel runs whole vectors, then the last n mod Lanes elements one at a time.
+void LoadPayloadKernel(const uint8_t* HWY_RESTRICT wire, int32_t* HWY_RESTRICT values, size_t n) {
+  const hn::ScalableTag<int32_t> d;
+  const size_t lanes = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(LoadBigEndian(d, wire + 4 * i), d, values + i);
+  for (; i < n; ++i) values[i] = static_cast<int32_t>(LoadBe32(wire + 4 * i));
+}
+
+void StorePayloadKernel(const int32_t* HWY_RESTRICT values, uint8_t* HWY_RESTRICT wire, size_t n) {
+  const hn::ScalableTag<int32_t> d;
+  const size_t lanes = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) StoreBigEndian(hn::LoadU(d, values + i), d, wire + 4 * i);
+  for (; i < n; ++i) StoreBe32(static_cast<uint32_t>(values[i]), wire + 4 * i);
+}
+
+void AddPayloadKernel(const uint8_t* HWY_RESTRICT wire, int32_t* HWY_RESTRICT sums, size_t n) {
+  const hn::ScalableTag<int32_t> d;
+  const size_t lanes = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(hn::Add(hn::LoadU(d, sums + i), LoadBigEndian(d, wire + 4 * i)), d, sums + i);
+  }
+  for (; i < n; ++i) {
+    sums[i] = static_cast<int32_t>(static_cast<uint32_t>(sums[i]) + LoadBe32(wire + 4 * i));
+  }
+}
+
+}  // namespace switchml::proto::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace switchml::proto {
-namespace {
 
-inline uint32_t LoadBe32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
-}
-inline void StoreBe32(uint32_t v, uint8_t* p) {
-  p[0] = static_cast<uint8_t>(v >> 24);
-  p[1] = static_cast<uint8_t>(v >> 16);
-  p[2] = static_cast<uint8_t>(v >> 8);
-  p[3] = static_cast<uint8_t>(v);
-}
-
-}  // namespace
+HWY_EXPORT(LoadPayloadKernel);
+HWY_EXPORT(StorePayloadKernel);
+HWY_EXPORT(AddPayloadKernel);
 
 bool SizeCodeForNumel(size_t numel, SizeCode* out) {
   if (numel == 64) {
@@ -85,16 +123,17 @@ void EncodeHeader(const Header& h, std::span<uint8_t> out) {
 
 void LoadPayload(std::span<const uint8_t> wire, std::span<int32_t> values) {
   CHECK_EQ(wire.size(), values.size() * 4);
-  for (size_t i = 0; i < values.size(); ++i) {
-    values[i] = static_cast<int32_t>(LoadBe32(&wire[4 * i]));
-  }
+  HWY_DYNAMIC_DISPATCH(LoadPayloadKernel)(wire.data(), values.data(), values.size());
 }
 
 void StorePayload(std::span<const int32_t> values, std::span<uint8_t> wire) {
   CHECK_EQ(wire.size(), values.size() * 4);
-  for (size_t i = 0; i < values.size(); ++i) {
-    StoreBe32(static_cast<uint32_t>(values[i]), &wire[4 * i]);
-  }
+  HWY_DYNAMIC_DISPATCH(StorePayloadKernel)(values.data(), wire.data(), values.size());
+}
+
+void AddPayload(std::span<const uint8_t> wire, std::span<int32_t> sums) {
+  CHECK_EQ(wire.size(), sums.size() * 4);
+  HWY_DYNAMIC_DISPATCH(AddPayloadKernel)(wire.data(), sums.data(), sums.size());
 }
 
 DecodeError Decode(std::span<const uint8_t> d, Packet* out) {
@@ -118,3 +157,4 @@ size_t Encode(const Packet& p, std::span<uint8_t> out) {
 }
 
 }  // namespace switchml::proto
+#endif  // HWY_ONCE

@@ -87,9 +87,13 @@ DecodeError DecodeHeader(std::span<const uint8_t> datagram, Header* out);
 // Writes header and exponents into out[0..kPrefixBytes). out must hold kPrefixBytes.
 void EncodeHeader(const Header& h, std::span<uint8_t> out);
 
-// Big-endian payload conversion. wire.size() must equal 4 * values.size().
+// Big-endian payload conversion. wire.size() must equal 4 * values.size(). SIMD kernels chosen at
+// run time for the CPU; the results are those of the element-by-element definition.
 void LoadPayload(std::span<const uint8_t> wire, std::span<int32_t> values);
 void StorePayload(std::span<const int32_t> values, std::span<uint8_t> wire);
+// sums[i] += the big-endian int32 wire element i, with 32-bit wrap-around (the switch's add).
+// wire.size() must equal 4 * sums.size().
+void AddPayload(std::span<const uint8_t> wire, std::span<int32_t> sums);
 
 // A decoded packet with its payload in host order (the tests' and simulator's view).
 struct Packet {

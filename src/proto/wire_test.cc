@@ -2,7 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
+#include <random>
 #include <vector>
+
+#include "hwy/tests/hwy_gtest.h"
+#include "proto/byte_order.h"
 
 namespace switchml::proto {
 namespace {
@@ -120,6 +126,53 @@ TEST(WireTest, SizeCodes) {
   EXPECT_FALSE(SizeCodeForNumel(128, &c));
   EXPECT_FALSE(SizeCodeForNumel(0, &c));
   EXPECT_EQ(EncodePoolIndex(SlotId{5, 1}), 0x8005);
+}
+
+// The payload kernels against the element-by-element definition, on every SIMD target compiled
+// into the library that this CPU supports (the fixture forces Highway's dispatch to one target),
+// for lengths that end on and between vector boundaries and at offsets that are not aligned.
+class PayloadKernelTest : public hwy::TestWithParamTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(PayloadKernelTest);
+
+std::vector<int32_t> RandomValues(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = static_cast<int32_t>(rng());
+  const int32_t edges[] = {0, -1, 1, std::numeric_limits<int32_t>::max(),
+                           std::numeric_limits<int32_t>::min()};
+  for (size_t i = 0; i < n && i < 5; ++i) v[i] = edges[i];
+  return v;
+}
+
+TEST_P(PayloadKernelTest, LoadStoreAndAddMatchTheDefinition) {
+  for (size_t n : {0, 1, 3, 4, 7, 15, 16, 17, 33, 64, 100, 256}) {
+    for (size_t offset : {0, 1, 3}) {  // misaligned wire bytes
+      SCOPED_TRACE(testing::Message() << "n " << n << " offset " << offset);
+      const std::vector<int32_t> values = RandomValues(n, static_cast<uint32_t>(n * 7 + offset));
+      std::vector<uint8_t> buffer(offset + 4 * n + 8, 0xee);
+      const std::span<uint8_t> wire(buffer.data() + offset, 4 * n);
+      StorePayload(values, wire);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(LoadBe32(&wire[4 * i]), static_cast<uint32_t>(values[i])) << i;
+      }
+      for (size_t i = offset + 4 * n; i < buffer.size(); ++i) ASSERT_EQ(buffer[i], 0xee);
+
+      std::vector<int32_t> loaded(n + 1, 42);
+      LoadPayload(wire, std::span<int32_t>(loaded).first(n));
+      EXPECT_EQ(std::vector<int32_t>(loaded.begin(), loaded.begin() + static_cast<long>(n)),
+                values);
+      EXPECT_EQ(loaded[n], 42);
+
+      std::vector<int32_t> sums = RandomValues(n, static_cast<uint32_t>(n + 1000));
+      std::vector<int32_t> expected(n);
+      for (size_t i = 0; i < n; ++i) {  // 32-bit wrap-around
+        expected[i] =
+            static_cast<int32_t>(static_cast<uint32_t>(sums[i]) + static_cast<uint32_t>(values[i]));
+      }
+      AddPayload(wire, sums);
+      EXPECT_EQ(sums, expected);
+    }
+  }
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include "proto/wire.h"
 #include "runtime/worker_thread.h"
 #include "transport/address.h"
-#include "transport/udp.h"
+#include "transport/factory.h"
 
 namespace switchml {
 
@@ -50,6 +50,9 @@ Status Config::Validate() const {
     return InvalidArgumentError("peer_timeout must be at least the retransmission timeout");
   }
   if (setup_timeout.count() <= 0) return InvalidArgumentError("setup_timeout must be positive");
+  transport::TransportOptions t;
+  t.kind = transport;
+  RETURN_IF_ERROR(t.Validate());
   return Status();
 }
 
@@ -99,10 +102,12 @@ Status Context::Impl::Setup() {
     return InvalidArgumentError("bind_address '" + config.bind_address +
                                 "' is not an IPv4 address (use 0.0.0.0 for any)");
   }
-  transport::UdpOptions udp;
-  udp.bind_ipv4 = bind_ip;
-  udp.port = config.udp_port;
-  ASSIGN_OR_RETURN(auto transports, transport::OpenUdpConsecutive(udp, config.num_worker_threads));
+  transport::TransportOptions topts;
+  topts.kind = config.transport;
+  topts.bind_ipv4 = bind_ip;
+  topts.port = config.udp_port;
+  topts.max_datagram_bytes = proto::kMaxDatagramBytes;
+  ASSIGN_OR_RETURN(auto transports, transport::OpenTransports(topts, config.num_worker_threads));
   const uint16_t base_port = transports[0]->local_endpoint().port;
 
   // Agree on the session id: given, or rank 0's pick broadcast to everyone (reference).
@@ -153,8 +158,8 @@ Status Context::Impl::Setup() {
     sc.timeout_threshold_increment = config.timeout_threshold_increment;
     sc.progress_timeout = config.peer_timeout;
     RETURN_IF_ERROR(sc.Validate());
-    threads.push_back(std::make_unique<runtime::WorkerThread>(sc, std::move(transports[t]),
-                                                              switch_data, failure));
+    threads.push_back(std::make_unique<runtime::WorkerThread>(
+        sc, std::move(transports[t]), switch_data, failure, config.busy_poll));
   }
   return Status();
 }

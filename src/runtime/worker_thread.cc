@@ -4,13 +4,17 @@
 #include <chrono>
 #include <vector>
 
+#include "base/check.h"
 #include "base/logging.h"
 #include "proto/wire.h"
 
 namespace switchml::runtime {
 namespace {
 
-constexpr size_t kBatch = 32;
+// Datagrams per send: one segmented send (UDP GSO) carries up to 64 datagrams of 1034 bytes.
+constexpr size_t kTxBatch = 63;
+// Datagrams per receive.
+constexpr size_t kRxBatch = 256;
 
 worker::Nanos Now() {
   return std::chrono::duration_cast<worker::Nanos>(
@@ -20,7 +24,7 @@ worker::Nanos Now() {
 // A datagram as the session should see it: an oversized one (truncated by the receive buffer)
 // is not a SwitchML packet, so it is passed on empty and counted as malformed.
 std::span<const uint8_t> Contents(const transport::RxDatagram& d) {
-  return d.truncated ? std::span<const uint8_t>() : d.buffer.first(d.length);
+  return d.truncated ? std::span<const uint8_t>() : d.data;
 }
 
 }  // namespace
@@ -39,18 +43,16 @@ Status FailureLatch::Get() const {
 
 WorkerThread::WorkerThread(const worker::SessionConfig& config,
                            std::unique_ptr<transport::Transport> transport, Endpoint switch_data,
-                           std::shared_ptr<FailureLatch> failure)
+                           std::shared_ptr<FailureLatch> failure, bool busy_poll)
     : transport_(std::move(transport)),
       switch_data_(switch_data),
       failure_(std::move(failure)),
       session_(config),
-      tx_bufs_(kBatch * proto::DatagramBytes(config.size), 0),
-      rx_bufs_(kBatch * proto::kMaxDatagramBytes, 0),
-      tx_(kBatch),
-      rx_(kBatch) {
-  for (size_t i = 0; i < kBatch; ++i) {
-    rx_[i].buffer = {rx_bufs_.data() + i * proto::kMaxDatagramBytes, proto::kMaxDatagramBytes};
-  }
+      busy_poll_(busy_poll),
+      tx_(kTxBatch),
+      rx_(kRxBatch) {
+  CHECK_LE(proto::DatagramBytes(config.size), transport_->max_datagram_bytes());
+  transport_->TxBuffer(0);  // the transport's transmit memory, allocated and touched now
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -89,9 +91,7 @@ worker::SessionCounters WorkerThread::counters() const {
 }
 
 void WorkerThread::Run() {
-  std::vector<uint8_t> discard(proto::kMaxDatagramBytes);
   std::array<transport::RxDatagram, 1> idle_rx;
-  idle_rx[0].buffer = discard;
   while (!stop_.load()) {
     Pending p;
     bool have = false;
@@ -135,8 +135,8 @@ bool WorkerThread::RunSlice(const Pending& p) {
     }
     worker::Nanos now = Now();
     size_t n = 0;
-    while (n < kBatch) {
-      std::span<uint8_t> buf(tx_bufs_.data() + n * max_bytes, max_bytes);
+    while (n < kTxBatch) {
+      std::span<uint8_t> buf = transport_->TxBuffer(n).first(max_bytes);
       const size_t len = session_.PollTransmit(now, buf);
       if (len == 0) break;
       tx[n] = transport::TxDatagram{switch_data_, buf.first(len)};
@@ -156,7 +156,7 @@ bool WorkerThread::RunSlice(const Pending& p) {
     // (Packets still unsent after that are recovered by the retransmission timeout.)
     if (session_.state() != worker::WorkerSession::State::kRunning) break;
     worker::Nanos wait{0};
-    if (n < kBatch) {
+    if (n < kTxBatch && !busy_poll_) {
       auto deadline = session_.PollTimeout();
       if (deadline) wait = std::max(worker::Nanos{0}, *deadline - Now());
     }

@@ -40,8 +40,11 @@ class WorkerThread {
  public:
   using SliceDone = std::function<void(const Status&)>;
 
+  // busy_poll: wait for results by polling the transport without sleeping (lower latency at
+  // the price of a core kept busy while a slice runs).
   WorkerThread(const worker::SessionConfig& config, std::unique_ptr<transport::Transport> transport,
-               Endpoint switch_data, std::shared_ptr<FailureLatch> failure);
+               Endpoint switch_data, std::shared_ptr<FailureLatch> failure,
+               bool busy_poll = false);
   ~WorkerThread();  // Stop()s
 
   // Queues a slice; after Stop() it is reported as CANCELLED at once.
@@ -64,9 +67,9 @@ class WorkerThread {
   Endpoint switch_data_;
   std::shared_ptr<FailureLatch> failure_;
   worker::WorkerSession session_;
-  // Datagram buffers of the running slice, allocated and touched once (used by the thread only).
-  std::vector<uint8_t> tx_bufs_;
-  std::vector<uint8_t> rx_bufs_;
+  const bool busy_poll_;
+  // Batches of the running slice (used by the thread only); the datagram memory is the
+  // transport's, lent and touched once.
   std::vector<transport::TxDatagram> tx_;
   std::vector<transport::RxDatagram> rx_;
   mutable std::mutex mu_;

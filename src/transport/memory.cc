@@ -1,6 +1,7 @@
 #include "transport/memory.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "base/check.h"
@@ -11,8 +12,10 @@ namespace switchml::transport {
 // transport can reach it under the network mutex); this object only refers to it.
 class MemoryNetwork::MemoryTransport final : public Transport {
  public:
-  MemoryTransport(MemoryNetwork* network, Endpoint local, Queue* queue)
-      : network_(network), local_(local), queue_(queue) {}
+  MemoryTransport(MemoryNetwork* network, Endpoint local, Queue* queue, size_t max_datagram)
+      : network_(network), local_(local), queue_(queue), max_datagram_(max_datagram) {
+    lent_.reserve(64);
+  }
 
   ~MemoryTransport() override {
     std::lock_guard<std::mutex> lock(network_->mu_);
@@ -20,10 +23,13 @@ class MemoryNetwork::MemoryTransport final : public Transport {
   }
 
   Endpoint local_endpoint() const override { return local_; }
+  size_t max_datagram_bytes() const override { return max_datagram_; }
+  std::string name() const override { return "memory"; }
 
   Result<size_t> Send(std::span<const TxDatagram> batch) override {
     std::lock_guard<std::mutex> lock(network_->mu_);
     for (const TxDatagram& d : batch) network_->Deliver(local_, d);
+    sent_.fetch_add(batch.size(), std::memory_order_relaxed);
     return batch.size();
   }
 
@@ -42,17 +48,19 @@ class MemoryNetwork::MemoryTransport final : public Transport {
         return size_t{0};
       }
     }
+    // The datagrams lent by the previous call are given up now.
+    lent_.clear();
     size_t n = 0;
     while (n < batch.size() && !queue_->datagrams.empty()) {
-      Datagram& d = queue_->datagrams.front();
-      RxDatagram& out = batch[n++];
-      const size_t copied = std::min(d.data.size(), out.buffer.size());
-      if (copied > 0) std::memcpy(out.buffer.data(), d.data.data(), copied);
-      out.length = copied;
-      out.truncated = copied < d.data.size();
-      out.source = d.source;
+      lent_.push_back(std::move(queue_->datagrams.front()));
       queue_->datagrams.pop_front();
+      const Datagram& d = lent_.back();
+      RxDatagram& out = batch[n++];
+      out.data = {d.data.data(), std::min(d.data.size(), max_datagram_)};
+      out.truncated = d.data.size() > max_datagram_;
+      out.source = d.source;
     }
+    received_.fetch_add(n, std::memory_order_relaxed);
     return n;
   }
 
@@ -62,10 +70,20 @@ class MemoryNetwork::MemoryTransport final : public Transport {
     queue_->ready.notify_all();
   }
 
+  TransportCounters counters() const override {
+    TransportCounters c;
+    c.datagrams_sent = sent_.load(std::memory_order_relaxed);
+    c.datagrams_received = received_.load(std::memory_order_relaxed);
+    return c;
+  }
+
  private:
   MemoryNetwork* const network_;
   const Endpoint local_;
   Queue* const queue_;  // owned by network_->queues_ while this transport lives
+  const size_t max_datagram_;
+  std::vector<Datagram> lent_;  // what the last Receive returned views of
+  std::atomic<uint64_t> sent_{0}, received_{0};
 };
 
 MemoryNetwork::MemoryNetwork(FaultOptions faults) : faults_(faults), rng_(faults.seed) {
@@ -80,7 +98,7 @@ MemoryNetwork::~MemoryNetwork() {
                          << " transports still attached; destroy the transports first";
 }
 
-std::unique_ptr<Transport> MemoryNetwork::Attach(Endpoint local) {
+std::unique_ptr<Transport> MemoryNetwork::Attach(Endpoint local, size_t max_datagram_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (local.port == 0) {
     for (int tries = 0; tries < 65536; ++tries) {
@@ -98,7 +116,7 @@ std::unique_ptr<Transport> MemoryNetwork::Attach(Endpoint local) {
   auto queue = std::make_unique<Queue>();
   Queue* raw = queue.get();
   queues_.emplace(local, std::move(queue));
-  return std::make_unique<MemoryTransport>(this, local, raw);
+  return std::make_unique<MemoryTransport>(this, local, raw, max_datagram_bytes);
 }
 
 MemoryNetworkCounters MemoryNetwork::counters() const {

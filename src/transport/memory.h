@@ -66,7 +66,8 @@ class MemoryNetwork {
 
   // Attaches a transport receiving at `local`. Port 0 picks a free port (from 49152 up) on that
   // address. CHECKs that `local` is not already attached (a test bug, not an input error).
-  std::unique_ptr<Transport> Attach(Endpoint local);
+  // Datagrams longer than max_datagram_bytes are received cut to it and flagged truncated.
+  std::unique_ptr<Transport> Attach(Endpoint local, size_t max_datagram_bytes = 2048);
 
   MemoryNetworkCounters counters() const;
 

@@ -26,7 +26,7 @@ std::vector<uint8_t> Encode(uint32_t v) {
 
 uint32_t Decode(const RxDatagram& d) {
   uint32_t v = 0;
-  std::memcpy(&v, d.buffer.data(), 4);
+  std::memcpy(&v, d.data.data(), 4);
   return v;
 }
 
@@ -44,15 +44,13 @@ void SendNumbered(Transport& a, Endpoint to, uint32_t count) {
 // Receives until the queue is empty; returns the numbers in arrival order.
 std::vector<uint32_t> DrainNumbers(Transport& b, Endpoint expected_source) {
   std::vector<uint32_t> got;
-  std::vector<std::vector<uint8_t>> storage(64, std::vector<uint8_t>(16));
-  std::vector<RxDatagram> rx(storage.size());
-  for (size_t i = 0; i < rx.size(); ++i) rx[i].buffer = storage[i];
+  std::vector<RxDatagram> rx(64);
   for (;;) {
     auto n = b.Receive(rx, milliseconds(0));
     EXPECT_TRUE(n.ok());
     if (!n.ok() || *n == 0) return got;
     for (size_t i = 0; i < *n; ++i) {
-      EXPECT_EQ(rx[i].length, 4u);
+      EXPECT_EQ(rx[i].data.size(), 4u);
       EXPECT_EQ(rx[i].source, expected_source);
       got.push_back(Decode(rx[i]));
     }
@@ -176,25 +174,21 @@ TEST(MemoryNetworkTest, PortZeroPicksDistinctFreePorts) {
 TEST(MemoryNetworkTest, TruncatesLongDatagrams) {
   MemoryNetwork network{FaultOptions{}};
   auto a = network.Attach(kA);
-  auto b = network.Attach(kB);
+  auto b = network.Attach(kB, /*max_datagram_bytes=*/4);
   std::vector<uint8_t> payload = {1, 2, 3, 4, 5, 6};
   TxDatagram tx{kB, payload};
   ASSERT_EQ(*a->Send({&tx, 1}), 1u);
-  uint8_t small[4] = {};
   RxDatagram rx;
-  rx.buffer = small;
   ASSERT_EQ(*b->Receive({&rx, 1}, milliseconds(0)), 1u);
   EXPECT_TRUE(rx.truncated);
-  EXPECT_EQ(rx.length, 4u);
-  EXPECT_EQ(small[3], 4);
+  ASSERT_EQ(rx.data.size(), 4u);
+  EXPECT_EQ(rx.data[3], 4);
 }
 
 TEST(MemoryNetworkTest, ReceiveHonoursTimeoutAndWake) {
   MemoryNetwork network{FaultOptions{}};
   auto b = network.Attach(kB);
-  uint8_t buf[8];
   RxDatagram rx;
-  rx.buffer = buf;
 
   auto start = Clock::now();
   EXPECT_EQ(*b->Receive({&rx, 1}, milliseconds(0)), 0u);
@@ -221,9 +215,7 @@ TEST(MemoryNetworkTest, BlockedReceiveWakesForADatagramFromAnotherThread) {
   auto c = network.Attach(Endpoint{0x0a000003, 3000});
   std::thread s1([&] { SendNumbered(*a, kB, kPerSender); });
   std::thread s2([&] { SendNumbered(*c, kB, kPerSender); });
-  std::vector<std::vector<uint8_t>> storage(32, std::vector<uint8_t>(8));
-  std::vector<RxDatagram> rx(storage.size());
-  for (size_t i = 0; i < rx.size(); ++i) rx[i].buffer = storage[i];
+  std::vector<RxDatagram> rx(32);
   uint32_t from_a = 0, from_c = 0;
   const auto deadline = Clock::now() + std::chrono::seconds(60);
   while (from_a + from_c < 2 * kPerSender && Clock::now() < deadline) {

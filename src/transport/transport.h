@@ -1,13 +1,24 @@
 // Datagram transports: move datagrams between endpoints and know nothing of SwitchML.
 //
-// One interface, one factory per backend (udp.h: kernel UDP with recvmmsg/sendmmsg;
-// memory.h: an in-process network with seeded loss, duplication and reordering for tests).
-// Thread-safety: a Transport is used by one thread, except Wake(), which any thread may call.
+// One interface; backends are chosen by name through one factory (factory.h: "udp", kernel UDP
+// with segmentation offloads; "udp-plain", kernel UDP without them) or made directly (memory.h:
+// an in-process network with seeded loss, duplication and reordering for tests). Wrappers add
+// behaviour to any backend (lossy.h: seeded loss injection).
+//
+// Buffers are lent by the transport in both directions, so that a backend with its own packet
+// memory (AF_XDP, DPDK) can plug in without copies:
+//   - Receive fills RxDatagram views into the transport's memory, valid until the next Receive;
+//   - TxBuffer(i) lends the storage for the i-th datagram of the next Send; a TxDatagram may
+//     also point at caller-owned memory (a transport copies what it does not own).
+// Thread-safety: a Transport is used by one thread, except Wake() and counters(), which any
+// thread may call.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "base/endpoint.h"
 #include "switchml/status.h"
@@ -20,11 +31,27 @@ struct TxDatagram {
 };
 
 struct RxDatagram {
-  std::span<uint8_t> buffer;  // caller-owned storage; a longer datagram is truncated (length
-                              // then reports the truncated size and `truncated` is set)
-  size_t length = 0;
+  // The datagram, in memory lent by the transport; valid until the next Receive() call. A
+  // datagram longer than the transport's max_datagram_bytes is cut to that length and flagged.
+  std::span<const uint8_t> data;
   Endpoint source;
   bool truncated = false;
+};
+
+// Counters of a transport since it was opened (relaxed snapshots; readable from any thread).
+// A field a backend does not track stays 0.
+struct TransportCounters {
+  uint64_t datagrams_sent = 0;
+  uint64_t datagrams_received = 0;
+  uint64_t send_errors = 0;       // datagrams skipped after a per-destination error (e.g. refused)
+  uint64_t truncated = 0;         // received datagrams longer than max_datagram_bytes
+  uint64_t send_buffer_full = 0;  // Send calls that stopped early on a full send buffer
+  uint64_t send_calls = 0;        // system calls (or equivalent) that sent datagrams
+  uint64_t receive_calls = 0;     // system calls (or equivalent) that returned datagrams
+  uint64_t segmented_sends = 0;   // sends that carried several datagrams as one (UDP GSO)
+  uint64_t coalesced_receives = 0;  // receives that returned several datagrams as one (UDP GRO)
+  uint64_t loss_dropped_in = 0;     // dropped on purpose by a loss wrapper, received
+  uint64_t loss_dropped_out = 0;    // dropped on purpose by a loss wrapper, sent
 };
 
 class Transport {
@@ -34,17 +61,37 @@ class Transport {
   // The address this transport receives on.
   virtual Endpoint local_endpoint() const = 0;
 
+  // The longest datagram this transport receives whole and lends per TxBuffer.
+  virtual size_t max_datagram_bytes() const = 0;
+
   // Hands up to batch.size() datagrams to the network, in order; returns how many were taken
   // (fewer when the send buffer is full: the caller retries the rest later). An error only for
   // a failure of the transport itself, never for one unreachable destination (counted instead).
+  // Consecutive datagrams to the same destination with the same length may leave as one
+  // segmented send: callers that group their datagrams by destination send faster.
   virtual Result<size_t> Send(std::span<const TxDatagram> batch) = 0;
 
-  // Receives up to batch.size() datagrams. Waits at most `timeout` for the first one
-  // (zero: do not wait); returns 0 on timeout or when woken by Wake().
+  // Receives up to batch.size() datagrams into views of the transport's memory, each valid
+  // until the next Receive() call. Waits at most `timeout` for the first one (zero: do not
+  // wait; more than a day: until data or Wake()); returns 0 on timeout or when woken by Wake().
   virtual Result<size_t> Receive(std::span<RxDatagram> batch, std::chrono::nanoseconds timeout) = 0;
 
   // Makes a Receive() blocked in another thread return early. Thread-safe.
   virtual void Wake() = 0;
+
+  // Storage of max_datagram_bytes() for the index-th datagram of the caller's next Send batch,
+  // lent by the transport and stable for its lifetime; index < kTxBuffers. A backend without
+  // packet memory of its own lends plain memory allocated and touched once.
+  static constexpr size_t kTxBuffers = 1024;
+  virtual std::span<uint8_t> TxBuffer(size_t index);
+
+  virtual TransportCounters counters() const = 0;
+
+  // A name for logs and reports: "udp (GSO, GRO)", "udp-plain", "memory", "lossy(udp ...)".
+  virtual std::string name() const = 0;
+
+ private:
+  std::vector<uint8_t> tx_arena_;  // the default TxBuffer's memory, made on first use
 };
 
 }  // namespace switchml::transport

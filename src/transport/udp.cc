@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -16,6 +17,7 @@
 
 #include "base/check.h"
 #include "base/logging.h"
+#include "base/status_macros.h"
 
 namespace switchml::transport {
 namespace {
@@ -75,50 +77,82 @@ class FileDescriptor {
   int fd_;
 };
 
-// The UDP transport. Owns the socket and the eventfd. Scratch arrays for the syscalls are sized
-// once (max_batch) so the packet path does not allocate.
+// The UDP transport. Owns the socket and the eventfd. All scratch memory for the system calls
+// (message headers, iovecs, addresses, control buffers, the receive arena) is sized once at open
+// so the packet path does not allocate.
 class UdpTransport final : public Transport {
  public:
-  UdpTransport(int socket_fd, int wake_fd, Endpoint local, size_t max_batch)
+  UdpTransport(int socket_fd, int wake_fd, Endpoint local, const UdpOptions& options, bool gso,
+               bool gro)
       : socket_fd_(socket_fd),
         wake_fd_(wake_fd),
         local_(local),
-        max_batch_(max_batch),
-        headers_(max_batch),
-        iovecs_(max_batch),
-        addresses_(max_batch) {}
+        max_batch_(options.max_batch),
+        max_datagram_(options.max_datagram_bytes),
+        gso_(gso),
+        gro_(gro),
+        tx_headers_(options.max_batch),
+        tx_addresses_(options.max_batch),
+        tx_control_(options.max_batch),
+        tx_iovecs_(options.max_batch * kMaxSegments),
+        tx_counts_(options.max_batch),
+        rx_slot_bytes_(gro ? kMaxGroBytes : options.max_datagram_bytes + 1),
+        rx_messages_(gro ? std::min<size_t>(options.max_batch, kGroMessages) : options.max_batch),
+        rx_arena_(rx_messages_ * rx_slot_bytes_),
+        rx_headers_(rx_messages_),
+        rx_iovecs_(rx_messages_),
+        rx_addresses_(rx_messages_),
+        rx_control_(rx_messages_),
+        rx_segment_(rx_messages_) {}
   ~UdpTransport() override {
     ::close(socket_fd_);
     ::close(wake_fd_);
   }
 
   Endpoint local_endpoint() const override { return local_; }
+  size_t max_datagram_bytes() const override { return max_datagram_; }
+  std::string name() const override {
+    std::string n = gso_ || gro_ ? "udp (" : "udp-plain";
+    if (gso_) n += "GSO";
+    if (gso_ && gro_) n += ", ";
+    if (gro_) n += "GRO";
+    if (gso_ || gro_) n += ")";
+    return n;
+  }
 
   Result<size_t> Send(std::span<const TxDatagram> batch) override {
     size_t taken = 0;
     while (taken < batch.size()) {
-      const size_t n = std::min(batch.size() - taken, max_batch_);
-      for (size_t i = 0; i < n; ++i) {
-        const TxDatagram& d = batch[taken + i];
-        addresses_[i] = ToSockaddr(d.destination);
-        PrepareHeader(i, const_cast<uint8_t*>(d.data.data()), d.data.size());
-      }
-      const int r = ::sendmmsg(socket_fd_, headers_.data(), static_cast<unsigned>(n), 0);
+      const size_t messages = PrepareSend(batch.subspan(taken));
+      const int r = ::sendmmsg(socket_fd_, tx_headers_.data(), static_cast<unsigned>(messages), 0);
       if (r > 0) {
-        // A short count means datagram taken + r failed; the next call reports its error.
-        taken += static_cast<size_t>(r);
-        datagrams_sent_.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
+        // A short count means message r failed; the next call reports its error.
+        size_t datagrams = 0;
+        for (int i = 0; i < r; ++i) {
+          datagrams += tx_counts_[static_cast<size_t>(i)];
+          if (tx_counts_[static_cast<size_t>(i)] > 1) segmented_sends_.Add(1);
+        }
+        taken += datagrams;
+        datagrams_sent_.Add(datagrams);
+        send_calls_.Add(1);
         continue;
       }
       const int err = r < 0 ? errno : EAGAIN;
       if (err == EINTR) continue;
       if (err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS) {
-        send_buffer_full_.fetch_add(1, std::memory_order_relaxed);
+        send_buffer_full_.Add(1);
         break;
       }
+      if (err == EIO && gso_ && tx_counts_[0] > 1) {
+        // The route's device cannot segment (e.g. no checksum offload): stop using GSO.
+        LOG(kWarning, kTransport) << "UDP GSO failed on " << local_.ToString()
+                                  << " (EIO); falling back to one datagram per message";
+        gso_ = false;
+        continue;
+      }
       if (IsPerDatagramSendError(err)) {
-        send_errors_.fetch_add(1, std::memory_order_relaxed);
-        ++taken;  // skip the datagram that failed
+        send_errors_.Add(tx_counts_[0]);
+        taken += tx_counts_[0];  // skip the datagram (or segmented run) that failed
         continue;
       }
       return UnavailableError("UDP send from " + local_.ToString() + " failed: " + ErrnoText(err));
@@ -128,14 +162,15 @@ class UdpTransport final : public Transport {
 
   Result<size_t> Receive(std::span<RxDatagram> batch, std::chrono::nanoseconds timeout) override {
     if (batch.empty()) return size_t{0};
+    if (HavePending()) return TakePending(batch);
     using Clock = std::chrono::steady_clock;
     // Timeouts beyond a day are treated as "wait until data or Wake()".
     const bool forever = timeout > std::chrono::hours(24);
     const Clock::time_point deadline =
         forever ? Clock::time_point::max() : Clock::now() + std::max(timeout, timeout.zero());
     for (;;) {
-      ASSIGN_OR_RETURN(size_t got, ReceiveNow(batch));
-      if (got > 0) return got;
+      ASSIGN_OR_RETURN(bool got, ReceiveNow());
+      if (got) return TakePending(batch);
       if (timeout <= timeout.zero()) return size_t{0};
       timespec ts{};
       if (!forever) {
@@ -168,76 +203,214 @@ class UdpTransport final : public Transport {
     [[maybe_unused]] ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
   }
 
-  UdpCounters counters() const {
-    UdpCounters c;
-    c.datagrams_sent = datagrams_sent_.load(std::memory_order_relaxed);
-    c.datagrams_received = datagrams_received_.load(std::memory_order_relaxed);
-    c.send_errors = send_errors_.load(std::memory_order_relaxed);
-    c.truncated = truncated_.load(std::memory_order_relaxed);
-    c.send_buffer_full = send_buffer_full_.load(std::memory_order_relaxed);
+  TransportCounters counters() const override {
+    TransportCounters c;
+    c.datagrams_sent = datagrams_sent_.Get();
+    c.datagrams_received = datagrams_received_.Get();
+    c.send_errors = send_errors_.Get();
+    c.truncated = truncated_.Get();
+    c.send_buffer_full = send_buffer_full_.Get();
+    c.send_calls = send_calls_.Get();
+    c.receive_calls = receive_calls_.Get();
+    c.segmented_sends = segmented_sends_.Get();
+    c.coalesced_receives = coalesced_receives_.Get();
     return c;
   }
 
  private:
-  // Points batch entry i (its mmsghdr, iovec and address slot) at one datagram buffer.
-  void PrepareHeader(size_t i, uint8_t* data, size_t length) {
-    iovecs_[i].iov_base = data;
-    iovecs_[i].iov_len = length;
-    msghdr& h = headers_[i].msg_hdr;
-    h = msghdr{};
-    h.msg_name = &addresses_[i];
-    h.msg_namelen = sizeof(sockaddr_in);
-    h.msg_iov = &iovecs_[i];
-    h.msg_iovlen = 1;
-    headers_[i].msg_len = 0;
+  // The most datagrams in one segmented send (the kernel's UDP_MAX_SEGMENTS is at least 64) and
+  // the most bytes (an IPv4 datagram's payload).
+  static constexpr size_t kMaxSegments = 64;
+  static constexpr size_t kMaxSegmentedBytes = 65507;
+  // A coalesced receive is at most 64 KiB; this many of them per recvmmsg.
+  static constexpr size_t kMaxGroBytes = 65536;
+  static constexpr size_t kGroMessages = 16;
+  static constexpr size_t kControlBytes = 64;  // CMSG_SPACE of one int or uint16, with room
+
+  // A single-writer counter that other threads may read.
+  class Counter {
+   public:
+    void Add(uint64_t n) { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+    uint64_t Get() const { return v_.load(std::memory_order_relaxed); }
+
+   private:
+    std::atomic<uint64_t> v_{0};
+  };
+  struct Control {
+    alignas(cmsghdr) uint8_t bytes[kControlBytes];
+  };
+
+  // Fills tx_headers_ with up to max_batch_ messages for the front of batch: each message one
+  // datagram, or (GSO) a run of consecutive datagrams to one destination with one length, as
+  // iovecs (adjacent buffers merged). Records each message's datagram count in tx_counts_.
+  size_t PrepareSend(std::span<const TxDatagram> batch) {
+    size_t messages = 0, next = 0, iov = 0;
+    while (messages < max_batch_ && next < batch.size()) {
+      const TxDatagram& first = batch[next];
+      const size_t len = first.data.size();
+      size_t run = 1;
+      if (gso_ && len > 0) {
+        const size_t limit = std::min(kMaxSegments, kMaxSegmentedBytes / len);
+        while (run < limit && next + run < batch.size() &&
+               batch[next + run].destination == first.destination &&
+               batch[next + run].data.size() == len) {
+          ++run;
+        }
+      }
+      iovec* const vecs = &tx_iovecs_[iov];
+      size_t nvecs = 0;
+      for (size_t k = 0; k < run; ++k) {
+        const std::span<const uint8_t> d = batch[next + k].data;
+        auto* base = const_cast<uint8_t*>(d.data());
+        if (nvecs > 0 && static_cast<uint8_t*>(vecs[nvecs - 1].iov_base) + vecs[nvecs - 1].iov_len == base) {
+          vecs[nvecs - 1].iov_len += d.size();
+        } else {
+          vecs[nvecs++] = iovec{base, d.size()};
+        }
+      }
+      iov += nvecs;
+      tx_addresses_[messages] = ToSockaddr(first.destination);
+      msghdr& h = tx_headers_[messages].msg_hdr;
+      h = msghdr{};
+      h.msg_name = &tx_addresses_[messages];
+      h.msg_namelen = sizeof(sockaddr_in);
+      h.msg_iov = vecs;
+      h.msg_iovlen = nvecs;
+      if (run > 1) {
+        h.msg_control = tx_control_[messages].bytes;
+        h.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+        cmsghdr* c = CMSG_FIRSTHDR(&h);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        const auto segment = static_cast<uint16_t>(len);
+        std::memcpy(CMSG_DATA(c), &segment, sizeof segment);
+      }
+      tx_headers_[messages].msg_len = 0;
+      tx_counts_[messages] = run;
+      ++messages;
+      next += run;
+    }
+    return messages;
   }
 
-  // One nonblocking recvmmsg; 0 when nothing is queued.
-  Result<size_t> ReceiveNow(std::span<RxDatagram> batch) {
-    const size_t n = std::min(batch.size(), max_batch_);
-    for (size_t i = 0; i < n; ++i) PrepareHeader(i, batch[i].buffer.data(), batch[i].buffer.size());
+  bool HavePending() const { return rx_message_ < rx_received_; }
+
+  // One nonblocking recvmmsg into the arena; false when nothing is queued.
+  Result<bool> ReceiveNow() {
+    for (size_t i = 0; i < rx_messages_; ++i) {
+      rx_iovecs_[i] = iovec{rx_arena_.data() + i * rx_slot_bytes_, rx_slot_bytes_};
+      msghdr& h = rx_headers_[i].msg_hdr;
+      h = msghdr{};
+      h.msg_name = &rx_addresses_[i];
+      h.msg_namelen = sizeof(sockaddr_in);
+      h.msg_iov = &rx_iovecs_[i];
+      h.msg_iovlen = 1;
+      if (gro_) {
+        h.msg_control = rx_control_[i].bytes;
+        h.msg_controllen = kControlBytes;
+      }
+      rx_headers_[i].msg_len = 0;
+    }
     int r;
     // Pending ICMP errors of earlier sends surface here once each; skip past them.
     for (int attempt = 0;; ++attempt) {
-      r = ::recvmmsg(socket_fd_, headers_.data(), static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+      r = ::recvmmsg(socket_fd_, rx_headers_.data(), static_cast<unsigned>(rx_messages_),
+                     MSG_DONTWAIT, nullptr);
       if (r >= 0) break;
       const int err = errno;
-      if (err == EAGAIN || err == EWOULDBLOCK) return size_t{0};
+      if (err == EAGAIN || err == EWOULDBLOCK) return false;
       if ((err == EINTR || IsAsyncIcmpError(err)) && attempt < 16) continue;
-      if (err == EINTR || IsAsyncIcmpError(err)) return size_t{0};
+      if (err == EINTR || IsAsyncIcmpError(err)) return false;
       return InternalError("UDP receive on " + local_.ToString() + " failed: " + ErrnoText(err));
     }
-    uint64_t truncated = 0;
+    if (r == 0) return false;
+    receive_calls_.Add(1);
     for (int i = 0; i < r; ++i) {
-      RxDatagram& d = batch[static_cast<size_t>(i)];
-      const msghdr& h = headers_[static_cast<size_t>(i)].msg_hdr;
-      d.length = headers_[static_cast<size_t>(i)].msg_len;
-      d.truncated = (h.msg_flags & MSG_TRUNC) != 0;
-      truncated += d.truncated ? 1 : 0;
-      const sockaddr_in& sin = addresses_[static_cast<size_t>(i)];
+      const msghdr& h = rx_headers_[static_cast<size_t>(i)].msg_hdr;
+      size_t segment = 0;  // 0: the message is one datagram
+      if (gro_) {
+        for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr;
+             c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
+          if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+            int value = 0;
+            std::memcpy(&value, CMSG_DATA(c), sizeof value);
+            if (value > 0) segment = static_cast<size_t>(value);
+          }
+        }
+      }
+      const size_t length = rx_headers_[static_cast<size_t>(i)].msg_len;
+      if (segment >= length) segment = 0;
+      if (segment > 0) coalesced_receives_.Add(1);
+      rx_segment_[static_cast<size_t>(i)] = segment;
+    }
+    rx_received_ = static_cast<size_t>(r);
+    rx_message_ = 0;
+    rx_offset_ = 0;
+    return true;
+  }
+
+  // Hands out datagrams of the last recvmmsg, splitting coalesced messages, from where the
+  // previous call stopped.
+  size_t TakePending(std::span<RxDatagram> batch) {
+    size_t n = 0;
+    uint64_t truncated = 0;
+    while (n < batch.size() && rx_message_ < rx_received_) {
+      const size_t m = rx_message_;
+      const msghdr& h = rx_headers_[m].msg_hdr;
+      const size_t length = rx_headers_[m].msg_len;
+      const uint8_t* base = rx_arena_.data() + m * rx_slot_bytes_;
+      const size_t segment = rx_segment_[m];
+      const size_t len = segment == 0 ? length : std::min(segment, length - rx_offset_);
+      RxDatagram& d = batch[n++];
+      const bool cut = len > max_datagram_ || (h.msg_flags & MSG_TRUNC) != 0;
+      d.data = {base + rx_offset_, std::min(len, max_datagram_)};
+      d.truncated = cut;
+      truncated += cut ? 1 : 0;
+      const sockaddr_in& sin = rx_addresses_[m];
       if (h.msg_namelen >= sizeof(sockaddr_in) && sin.sin_family == AF_INET) {
         d.source = Endpoint{ntohl(sin.sin_addr.s_addr), ntohs(sin.sin_port)};
       } else {
         d.source = Endpoint{};
       }
+      rx_offset_ += len;
+      if (segment == 0 || rx_offset_ >= length) {
+        ++rx_message_;
+        rx_offset_ = 0;
+      }
     }
-    datagrams_received_.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
-    if (truncated > 0) truncated_.fetch_add(truncated, std::memory_order_relaxed);
-    return static_cast<size_t>(r);
+    datagrams_received_.Add(n);
+    if (truncated > 0) truncated_.Add(truncated);
+    return n;
   }
 
   const int socket_fd_;
   const int wake_fd_;
   const Endpoint local_;
   const size_t max_batch_;
-  std::vector<mmsghdr> headers_;
-  std::vector<iovec> iovecs_;
-  std::vector<sockaddr_in> addresses_;
-  std::atomic<uint64_t> datagrams_sent_{0};
-  std::atomic<uint64_t> datagrams_received_{0};
-  std::atomic<uint64_t> send_errors_{0};
-  std::atomic<uint64_t> truncated_{0};
-  std::atomic<uint64_t> send_buffer_full_{0};
+  const size_t max_datagram_;
+  bool gso_;  // cleared if the kernel refuses a segmented send
+  const bool gro_;
+  // Send scratch: one entry per message of a sendmmsg.
+  std::vector<mmsghdr> tx_headers_;
+  std::vector<sockaddr_in> tx_addresses_;
+  std::vector<Control> tx_control_;
+  std::vector<iovec> tx_iovecs_;
+  std::vector<size_t> tx_counts_;  // datagrams in each message
+  // Receive arena: rx_messages_ slots of rx_slot_bytes_, and the state of the last recvmmsg.
+  const size_t rx_slot_bytes_;
+  const size_t rx_messages_;
+  std::vector<uint8_t> rx_arena_;
+  std::vector<mmsghdr> rx_headers_;
+  std::vector<iovec> rx_iovecs_;
+  std::vector<sockaddr_in> rx_addresses_;
+  std::vector<Control> rx_control_;
+  std::vector<size_t> rx_segment_;  // GRO segment size of each message, 0 = one datagram
+  size_t rx_received_ = 0;          // messages the last recvmmsg returned
+  size_t rx_message_ = 0;           // the next message to hand out
+  size_t rx_offset_ = 0;            // the next datagram's offset in it
+  Counter datagrams_sent_, datagrams_received_, send_errors_, truncated_, send_buffer_full_,
+      send_calls_, receive_calls_, segmented_sends_, coalesced_receives_;
 };
 
 // Sets a socket buffer size, trying the privileged *FORCE variant first (it ignores the
@@ -256,6 +429,10 @@ Result<std::unique_ptr<Transport>> OpenUdpImpl(const UdpOptions& options, bool* 
   const std::string address = Endpoint{options.bind_ipv4, options.port}.ToString();
   if (options.max_batch == 0) {
     return InvalidArgumentError("UDP transport on " + address + ": max_batch must be at least 1");
+  }
+  if (options.max_datagram_bytes == 0 || options.max_datagram_bytes > 65507) {
+    return InvalidArgumentError("UDP transport on " + address +
+                                ": max_datagram_bytes must be in 1..65507");
   }
   FileDescriptor sock(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (sock.get() < 0) {
@@ -303,8 +480,21 @@ Result<std::unique_ptr<Transport>> OpenUdpImpl(const UdpOptions& options, bool* 
                                   ErrnoText(errno));
   }
   const Endpoint local{options.bind_ipv4, ntohs(bound.sin_port)};
+  // Offloads where the kernel has them: UDP_SEGMENT (Linux 4.18) is probed by setting the
+  // socket's default segment size to 0 (no segmentation unless a send asks for it).
+  const int zero = 0, one = 1;
+  const bool gso =
+      options.gso && ::setsockopt(sock.get(), SOL_UDP, UDP_SEGMENT, &zero, sizeof zero) == 0;
+  const bool gro =
+      options.gro && ::setsockopt(sock.get(), SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+  if (options.gso != gso || options.gro != gro) {
+    LOG(kInfo, kTransport) << "UDP " << address << ": kernel without "
+                           << (options.gso != gso ? "UDP_SEGMENT " : "")
+                           << (options.gro != gro ? "UDP_GRO " : "")
+                           << "support; using plain batched I/O for it";
+  }
   std::unique_ptr<Transport> transport =
-      std::make_unique<UdpTransport>(sock.get(), wake.get(), local, options.max_batch);
+      std::make_unique<UdpTransport>(sock.get(), wake.get(), local, options, gso, gro);
   sock.release();
   wake.release();
   return transport;
@@ -356,13 +546,6 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenUdpConsecutive(const UdpOpti
                           " consecutive free UDP ports on " + Ipv4ToString(base.bind_ipv4) +
                           " with a base in [20000, 32000) after " + std::to_string(kMaxTries) +
                           " tries; free some ports or give an explicit base port");
-}
-
-bool GetUdpCounters(const Transport& transport, UdpCounters* out) {
-  const auto* udp = dynamic_cast<const UdpTransport*>(&transport);
-  if (udp == nullptr) return false;
-  *out = udp->counters();
-  return true;
 }
 
 }  // namespace switchml::transport

@@ -1,5 +1,6 @@
 // The kernel UDP backend: one nonblocking IPv4 UDP socket per Transport, batched with
-// sendmmsg/recvmmsg, waiting with poll() on the socket plus an eventfd for Wake().
+// sendmmsg/recvmmsg and, where the kernel has them, UDP segmentation offloads (GSO on send, GRO
+// on receive), waiting with poll() on the socket plus an eventfd for Wake().
 //
 // Ownership: the returned Transport owns its socket and eventfd and closes them on destruction.
 // Thread-safety: as Transport (one thread uses it; Wake() and counters() from any thread).
@@ -21,16 +22,18 @@ struct UdpOptions {
   uint32_t bind_ipv4 = 0;             // host order; 0 = INADDR_ANY
   uint16_t port = 0;                  // 0 = ephemeral
   int socket_buffer_bytes = 4 << 20;  // SO_RCVBUF and SO_SNDBUF; <= 0 keeps the system default
-  size_t max_batch = 64;              // datagrams per sendmmsg/recvmmsg call; >= 1
-};
-
-// Counters of a UDP transport since it was opened (relaxed snapshots; readable from any thread).
-struct UdpCounters {
-  uint64_t datagrams_sent = 0;
-  uint64_t datagrams_received = 0;
-  uint64_t send_errors = 0;       // datagrams skipped after a per-destination error (e.g. refused)
-  uint64_t truncated = 0;         // received datagrams longer than the caller's buffer
-  uint64_t send_buffer_full = 0;  // Send calls that stopped early on EAGAIN/ENOBUFS
+  size_t max_batch = 64;              // messages per sendmmsg/recvmmsg call; >= 1
+  // Received datagrams longer than this are cut to it and flagged truncated; TxBuffer's size.
+  size_t max_datagram_bytes = 2048;
+  // UDP segmentation offloads, each used only where the kernel supports it (checked when the
+  // socket opens; without them the transport falls back to plain batched I/O):
+  //   GSO: consecutive datagrams of a Send batch to one destination with one length leave in
+  //        one sendmsg (UDP_SEGMENT), up to 64 datagrams or 64 KiB;
+  //   GRO: the kernel hands over runs of datagrams of one flow as one buffer (UDP_GRO), which
+  //        Receive splits again.
+  // Either way the datagrams on the wire are the same.
+  bool gso = true;
+  bool gro = true;
 };
 
 // Opens a UDP transport bound to options.bind_ipv4:options.port. local_endpoint() reports the
@@ -44,9 +47,5 @@ Result<std::unique_ptr<Transport>> OpenUdp(const UdpOptions& options);
 // in [20000, 32000) and retries (up to 200 times) while some port of the range is in use.
 Result<std::vector<std::unique_ptr<Transport>>> OpenUdpConsecutive(const UdpOptions& base,
                                                                    size_t count);
-
-// Copies the counters of a transport returned by OpenUdp or OpenUdpConsecutive into *out and
-// returns true; returns false (and leaves *out alone) for any other transport.
-bool GetUdpCounters(const Transport& transport, UdpCounters* out);
 
 }  // namespace switchml::transport

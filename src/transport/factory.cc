@@ -1,0 +1,68 @@
+#include "transport/factory.h"
+
+#include "base/status_macros.h"
+#include "transport/lossy.h"
+#include "transport/udp.h"
+
+namespace switchml::transport {
+namespace {
+
+constexpr const char* kTransportKinds[] = {"udp", "udp-plain"};
+
+std::string KindList() {
+  std::string list;
+  for (const char* k : kTransportKinds) list += (list.empty() ? "" : ", ") + std::string(k);
+  return list;
+}
+
+UdpOptions ToUdp(const TransportOptions& o) {
+  UdpOptions u;
+  u.bind_ipv4 = o.bind_ipv4;
+  u.port = o.port;
+  u.socket_buffer_bytes = o.socket_buffer_bytes;
+  u.max_batch = o.max_batch;
+  u.max_datagram_bytes = o.max_datagram_bytes;
+  u.gso = u.gro = o.kind == "udp";
+  return u;
+}
+
+std::unique_ptr<Transport> MaybeLossy(const TransportOptions& o, std::unique_ptr<Transport> t,
+                                      uint64_t index) {
+  if (o.loss <= 0) return t;
+  return MakeLossy(std::move(t), o.loss, o.loss_seed + index);
+}
+
+}  // namespace
+
+Status TransportOptions::Validate() const {
+  bool known = false;
+  for (const char* k : kTransportKinds) known = known || kind == k;
+  if (!known) {
+    return InvalidArgumentError("unknown transport '" + kind + "': use one of " + KindList());
+  }
+  if (!(loss >= 0 && loss < 1)) {
+    return InvalidArgumentError("transport loss must be in [0, 1), e.g. 0.01 for 1%");
+  }
+  return Status();
+}
+
+std::vector<std::string> TransportKinds() {
+  return std::vector<std::string>(std::begin(kTransportKinds), std::end(kTransportKinds));
+}
+
+Result<std::unique_ptr<Transport>> OpenTransport(const TransportOptions& options) {
+  RETURN_IF_ERROR(options.Validate());
+  ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, OpenUdp(ToUdp(options)));
+  return MaybeLossy(options, std::move(t), 0);
+}
+
+Result<std::vector<std::unique_ptr<Transport>>> OpenTransports(const TransportOptions& options,
+                                                               size_t count) {
+  RETURN_IF_ERROR(options.Validate());
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Transport>> ts,
+                   OpenUdpConsecutive(ToUdp(options), count));
+  for (size_t i = 0; i < ts.size(); ++i) ts[i] = MaybeLossy(options, std::move(ts[i]), i);
+  return ts;
+}
+
+}  // namespace switchml::transport

@@ -1,0 +1,48 @@
+// The one place that turns a transport's name and options into a Transport, for the daemon, the
+// worker library and the tools (`--transport`).
+//
+// Kinds: "udp" (kernel UDP with segmentation offloads where the kernel has them, else plain
+// batched I/O) and "udp-plain" (kernel UDP without offloads). Kernel-bypass backends (AF_XDP,
+// DPDK) join this list by adding an entry to kTransportKinds and a case in factory.cc.
+// With loss > 0 every transport is wrapped in a seeded loss injector (lossy.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "switchml/status.h"
+#include "transport/transport.h"
+
+namespace switchml::transport {
+
+inline constexpr const char* kDefaultTransportKind = "udp";
+
+struct TransportOptions {
+  std::string kind = kDefaultTransportKind;
+  uint32_t bind_ipv4 = 0;  // host order; 0 = any
+  uint16_t port = 0;       // 0 = ephemeral (OpenTransports: a random free range)
+  size_t max_datagram_bytes = 2048;
+  size_t max_batch = 64;              // datagrams or messages per system call
+  int socket_buffer_bytes = 4 << 20;  // kernel socket buffers; <= 0 keeps the system default
+  // Drop this fraction of datagrams in each direction (received, and each sent), seeded: for
+  // exercising loss recovery. 0 = no wrapper.
+  double loss = 0;
+  uint64_t loss_seed = 1;
+  // OK, or a message naming the bad field and the accepted values.
+  Status Validate() const;
+};
+
+// The kinds OpenTransport accepts, for help texts and error messages.
+std::vector<std::string> TransportKinds();
+
+// Opens one transport bound to options.bind_ipv4:options.port.
+Result<std::unique_ptr<Transport>> OpenTransport(const TransportOptions& options);
+
+// Opens `count` transports on consecutive ports (one per worker thread); see OpenUdpConsecutive.
+Result<std::vector<std::unique_ptr<Transport>>> OpenTransports(const TransportOptions& options,
+                                                               size_t count);
+
+}  // namespace switchml::transport

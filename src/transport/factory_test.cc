@@ -1,0 +1,75 @@
+#include "transport/factory.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <vector>
+
+#include "transport/lossy.h"
+#include "transport/memory.h"
+
+namespace switchml::transport {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(TransportFactoryTest, UnknownKindIsRefusedNamingTheKnownOnes) {
+  TransportOptions o;
+  o.kind = "carrier-pigeon";
+  auto t = OpenTransport(o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("carrier-pigeon"), std::string::npos);
+  EXPECT_NE(t.status().message().find("udp-plain"), std::string::npos);
+  o.kind = "udp";
+  o.loss = 1.5;
+  EXPECT_EQ(OpenTransport(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TransportFactoryTest, EveryKindOpensConsecutivePortsAndCarriesADatagram) {
+  for (const std::string& kind : TransportKinds()) {
+    TransportOptions o;
+    o.kind = kind;
+    o.bind_ipv4 = kLoopbackIpv4;
+    auto ts = OpenTransports(o, 3);
+    ASSERT_TRUE(ts.ok()) << kind << ": " << ts.status().ToString();
+    ASSERT_EQ(ts->size(), 3u);
+    EXPECT_EQ((*ts)[2]->local_endpoint().port, (*ts)[0]->local_endpoint().port + 2);
+    const uint8_t byte = 7;
+    TxDatagram tx{(*ts)[1]->local_endpoint(), {&byte, 1}};
+    ASSERT_EQ(*(*ts)[0]->Send({&tx, 1}), 1u);
+    RxDatagram rx;
+    ASSERT_EQ(*(*ts)[1]->Receive({&rx, 1}, std::chrono::seconds(10)), 1u) << kind;
+    EXPECT_EQ(rx.data[0], 7);
+    EXPECT_EQ(rx.source, (*ts)[0]->local_endpoint());
+  }
+}
+
+TEST(LossyTransportTest, DropsTheConfiguredFractionEachWayAndCountsIt) {
+  MemoryNetwork net;
+  const Endpoint ka{kLoopbackIpv4, 1000}, kb{kLoopbackIpv4, 2000};
+  auto a = MakeLossy(net.Attach(ka), 0.2, 7);
+  auto b = MakeLossy(net.Attach(kb), 0.2, 8);
+  constexpr size_t kCount = 20000;
+  std::vector<uint8_t> payload(4, 1);
+  std::vector<TxDatagram> tx(kCount, TxDatagram{kb, payload});
+  // Every datagram is taken, dropped or not.
+  ASSERT_EQ(*a->Send(tx), kCount);
+  std::vector<RxDatagram> rx(64);
+  size_t received = 0;
+  for (;;) {
+    auto n = b->Receive(rx, milliseconds(0));
+    ASSERT_TRUE(n.ok());
+    if (*n == 0) break;
+    received += *n;
+  }
+  const TransportCounters ca = a->counters(), cb = b->counters();
+  EXPECT_NEAR(static_cast<double>(ca.loss_dropped_out) / kCount, 0.2, 0.02);
+  EXPECT_EQ(cb.datagrams_received, kCount - ca.loss_dropped_out);
+  EXPECT_NEAR(static_cast<double>(cb.loss_dropped_in) / cb.datagrams_received, 0.2, 0.02);
+  EXPECT_EQ(received + cb.loss_dropped_in, cb.datagrams_received);
+  EXPECT_EQ(a->name(), "lossy(memory)");
+}
+
+}  // namespace
+}  // namespace switchml::transport

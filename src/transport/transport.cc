@@ -1,0 +1,15 @@
+#include "transport/transport.h"
+
+#include "base/check.h"
+
+namespace switchml::transport {
+
+std::span<uint8_t> Transport::TxBuffer(size_t index) {
+  CHECK_LT(index, kTxBuffers) << "TxBuffer index out of range";
+  const size_t stride = max_datagram_bytes();
+  // Allocated (and, being value-initialised, touched) once, on the first call.
+  if (tx_arena_.empty()) tx_arena_.resize(kTxBuffers * stride);
+  return {tx_arena_.data() + index * stride, stride};
+}
+
+}  // namespace switchml::transport
