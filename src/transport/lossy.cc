@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "base/check.h"
-#include "base/status_macros.h"
 
 namespace switchml::transport {
 namespace {
