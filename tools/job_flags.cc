@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "base/logging.h"
+#include "base/status_macros.h"
 #include "commands.h"
 #include "transport/factory.h"
 

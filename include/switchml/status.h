@@ -99,17 +99,19 @@ class [[nodiscard]] Result {
 #define SWITCHML_CONCAT_INNER_(a, b) a##b
 #define SWITCHML_CONCAT_(a, b) SWITCHML_CONCAT_INNER_(a, b)
 
-// RETURN_IF_ERROR(expr): returns the Status of expr from the enclosing function if it is not OK.
-#define RETURN_IF_ERROR(expr)        \
-  do {                               \
-    ::switchml::Status _st = (expr); \
-    if (!_st.ok()) return _st;       \
+// SWITCHML_RETURN_IF_ERROR(expr): returns the Status of expr from the enclosing function if it
+// is not OK.
+#define SWITCHML_RETURN_IF_ERROR(expr) \
+  do {                                 \
+    ::switchml::Status _st = (expr);   \
+    if (!_st.ok()) return _st;         \
   } while (0)
 
-// ASSIGN_OR_RETURN(lhs, expr): evaluates a Result<T>; returns its Status on error, else assigns.
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL_(SWITCHML_CONCAT_(_res_, __LINE__), lhs, expr)
-#define ASSIGN_OR_RETURN_IMPL_(res, lhs, expr) \
-  auto res = (expr);                           \
-  if (!res.ok()) return res.status();          \
+// SWITCHML_ASSIGN_OR_RETURN(lhs, expr): evaluates a Result<T>; returns its Status on error, else
+// assigns.
+#define SWITCHML_ASSIGN_OR_RETURN(lhs, expr) \
+  SWITCHML_ASSIGN_OR_RETURN_IMPL_(SWITCHML_CONCAT_(_res_, __LINE__), lhs, expr)
+#define SWITCHML_ASSIGN_OR_RETURN_IMPL_(res, lhs, expr) \
+  auto res = (expr);                                    \
+  if (!res.ok()) return res.status();                   \
   lhs = std::move(res).value()

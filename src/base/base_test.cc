@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/logging.h"
+#include "base/status_macros.h"
 #include "switchml/status.h"
 
 namespace switchml {

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "base/status_macros.h"
 #include "control/switchml.grpc.pb.h"
 #include "control/switchml.pb.h"
 

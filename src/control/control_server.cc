@@ -17,6 +17,7 @@
 
 #include "base/endpoint.h"
 #include "base/logging.h"
+#include "base/status_macros.h"
 #include "control/switchml.grpc.pb.h"
 #include "control/switchml.pb.h"
 #include "proto/wire.h"

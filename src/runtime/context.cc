@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/logging.h"
+#include "base/status_macros.h"
 #include "control/control_client.h"
 #include "proto/wire.h"
 #include "runtime/worker_thread.h"

@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "base/status_macros.h"
+
 namespace switchml::transport {
 
 Result<uint32_t> ResolveIpv4(const std::string& host) {
