@@ -6,6 +6,7 @@
 
 #include "base/endpoint.h"
 #include "base/logging.h"
+#include "base/status_macros.h"
 #include "proto/wire.h"
 #include "transport/factory.h"
 

@@ -1,5 +1,6 @@
 #include "transport/factory.h"
 
+#include "base/status_macros.h"
 #include "transport/lossy.h"
 #include "transport/udp.h"
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/status_macros.h"
 
 namespace switchml::transport {
 namespace {

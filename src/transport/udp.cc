@@ -17,6 +17,7 @@
 
 #include "base/check.h"
 #include "base/logging.h"
+#include "base/status_macros.h"
 
 namespace switchml::transport {
 namespace {
