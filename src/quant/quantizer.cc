@@ -1,50 +1,130 @@
+// Block floating point: the scalar reference (Quantize, Dequantize) and the data path's kernels
+// (AnalyzeBlock, QuantizeToWire, DequantizeFromWire), which Highway compiles once per SIMD target
+// and dispatches at run time to the best target the CPU supports (docs/architecture.md, "SIMD
+// kernels"). Every kernel gives exactly the reference's results: the same double arithmetic lane
+// by lane, and the element-by-element code of block_math.h for the tails and on the scalar target.
 #include "quant/quantizer.h"
 
-#include <algorithm>
-#include <bit>
-#include <cmath>
-#include <limits>
-
 #include "base/check.h"
+#include "proto/byte_order.h"
+#include "quant/block_math.h"
 
-namespace switchml::quant {
-namespace {
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "quant/quantizer.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "proto/byte_order-inl.h"
 
-constexpr uint32_t kAbsMask = 0x7fffffffu;
-constexpr uint32_t kExponentMask = 0x7f800000u;
-constexpr int kExponentShift = 23;
-constexpr double kInt32Max = static_cast<double>(std::numeric_limits<int32_t>::max());
+HWY_BEFORE_NAMESPACE();
+namespace switchml::quant::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using proto::HWY_NAMESPACE::LoadBigEndian;
+using proto::HWY_NAMESPACE::StoreBigEndian;
 
-bool IsNonFiniteBits(uint32_t bits) { return (bits & kExponentMask) == kExponentMask; }
+// On Highway's scalar target (one lane; it converts out-of-range doubles with saturation where the
+// reference's casts give inf) the kernels run only the reference's element-by-element code.
 
-// The power of two the scale divides by: 2^128 for the clamped exponent 127, which covers every
-// finite float (FLT_MAX < 2^128), 2^e otherwise.
-int EffectiveExponent(int8_t max_exponent) {
-  return max_exponent == kMaxExponent ? 128 : max_exponent;
+// The largest sign-cleared bits over the finite elements of in[0, n); *non_finite is set when
+// some element is inf or NaN.
+uint32_t MaxFiniteBitsKernel(const float* HWY_RESTRICT in, size_t n, bool* non_finite) {
+  size_t i = 0;
+  uint32_t max_bits = 0;
+  bool any_non_finite = false;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<int32_t> di;
+  const hn::ScalableTag<float> df;
+  const size_t lanes = hn::Lanes(di);
+  const auto abs_mask = hn::Set(di, static_cast<int32_t>(internal::kAbsMask));
+  const auto exponent_mask = hn::Set(di, static_cast<int32_t>(internal::kExponentMask));
+  auto max = hn::Zero(di);
+  auto non_finite_lanes = hn::Zero(di);
+  for (; i + lanes <= n; i += lanes) {
+    // Sign-cleared bits are below 2^31, so signed lanes order them like unsigned ones.
+    const auto bits = hn::And(hn::BitCast(di, hn::LoadU(df, in + i)), abs_mask);
+    const auto finite = hn::Lt(bits, exponent_mask);
+    max = hn::Max(max, hn::IfThenElseZero(finite, bits));
+    non_finite_lanes = hn::Or(non_finite_lanes, hn::VecFromMask(di, hn::Not(finite)));
+  }
+  max_bits = static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(di, max)));
+  any_non_finite = !hn::AllFalse(di, hn::MaskFromVec(non_finite_lanes));
+#endif
+  for (; i < n; ++i) {
+    const uint32_t bits = std::bit_cast<uint32_t>(in[i]) & internal::kAbsMask;
+    if (internal::IsNonFiniteBits(bits)) {
+      any_non_finite = true;
+    } else {
+      max_bits = std::max(max_bits, bits);
+    }
+  }
+  *non_finite = any_non_finite;
+  return max_bits;
 }
 
-}  // namespace
+// wire[4i, 4i + 4) = big-endian QuantizeOne(in[i], f, limit) for i < n.
+void QuantizeToWireKernel(const float* HWY_RESTRICT in, size_t n, double f, double limit,
+                          uint8_t* HWY_RESTRICT wire) {
+  size_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  // Doubles, and floats and int32s with as many lanes (half vectors).
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const hn::Rebind<int32_t, decltype(dd)> di;
+  const size_t lanes = hn::Lanes(dd);
+  const auto scale = hn::Set(dd, f);
+  const auto high = hn::Set(dd, limit);
+  const auto low = hn::Set(dd, -limit);
+  const auto abs_mask = hn::Set(di, static_cast<int32_t>(internal::kAbsMask));
+  const auto exponent_mask = hn::Set(di, static_cast<int32_t>(internal::kExponentMask));
+  for (; i + lanes <= n; i += lanes) {
+    const auto x = hn::LoadU(df, in + i);
+    const auto finite = hn::Lt(hn::And(hn::BitCast(di, x), abs_mask), exponent_mask);
+    const auto v = hn::Min(hn::Max(hn::Mul(hn::PromoteTo(dd, x), scale), low), high);
+    // Round: to nearest, ties to even, as std::nearbyint in the default rounding mode; the
+    // rounded value is integral and within int32, so the conversion is exact.
+    const auto q = hn::DemoteTo(di, hn::Round(v));
+    StoreBigEndian(hn::IfThenElseZero(finite, q), di, wire + 4 * i);
+  }
+#endif
+  for (; i < n; ++i) {
+    proto::StoreBe32(static_cast<uint32_t>(internal::QuantizeOne(in[i], f, limit)), wire + 4 * i);
+  }
+}
+
+// out[i] = DequantizeOne(big-endian wire element i, inverse) for i < n.
+void DequantizeFromWireKernel(const uint8_t* HWY_RESTRICT wire, size_t n, double inverse,
+                              float* HWY_RESTRICT out) {
+  size_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const hn::Rebind<int32_t, decltype(dd)> di;
+  const size_t lanes = hn::Lanes(dd);
+  const auto scale = hn::Set(dd, inverse);
+  for (; i + lanes <= n; i += lanes) {
+    const auto q = LoadBigEndian(di, wire + 4 * i);
+    hn::StoreU(hn::DemoteTo(df, hn::Mul(hn::PromoteTo(dd, q), scale)), df, out + i);
+  }
+#endif
+  for (; i < n; ++i) {
+    out[i] = internal::DequantizeOne(static_cast<int32_t>(proto::LoadBe32(wire + 4 * i)), inverse);
+  }
+}
+
+}  // namespace switchml::quant::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace switchml::quant {
+
+HWY_EXPORT(MaxFiniteBitsKernel);
+HWY_EXPORT(QuantizeToWireKernel);
+HWY_EXPORT(DequantizeFromWireKernel);
 
 BlockInfo AnalyzeBlock(std::span<const float> block) {
-  // For non-negative finite floats the bit pattern orders like the value, so the max |x| is the
-  // max of the sign-cleared bits; its biased exponent field is floor(log2 m) + 127 for normals.
-  uint32_t max_bits = 0;
-  bool non_finite = false;
-  for (float x : block) {
-    const uint32_t bits = std::bit_cast<uint32_t>(x) & kAbsMask;
-    if (IsNonFiniteBits(bits)) {
-      non_finite = true;
-      continue;
-    }
-    max_bits = std::max(max_bits, bits);
-  }
   BlockInfo info;
-  info.non_finite = non_finite;
-  if (max_bits == 0) return info;  // all zeros (or only non-finite): kZeroBlockExponent
-  const int biased = static_cast<int>(max_bits >> kExponentShift);  // 0 for denormals
-  // Normals: 2^(biased - 126) = 2^(floor(log2 m) + 1) > m. Denormals: m < 2^-126.
-  const int e = std::max(biased, 0) - 126;
-  info.exponent = static_cast<int8_t>(std::min(e, static_cast<int>(kMaxExponent)));
+  const uint32_t max_bits =
+      HWY_DYNAMIC_DISPATCH(MaxFiniteBitsKernel)(block.data(), block.size(), &info.non_finite);
+  info.exponent = internal::ExponentOfMaxBits(max_bits);
   return info;
 }
 
@@ -53,29 +133,30 @@ double Scale(int8_t max_exponent, uint32_t num_workers) {
   if (max_exponent == kZeroBlockExponent) return 0.0;
   // INT32_MAX / (n * 2^E): one rounding in the division, ldexp is exact (no under/overflow in
   // double for E in [-127, 128] and n < 2^32).
-  return std::ldexp(kInt32Max / num_workers, -EffectiveExponent(max_exponent));
+  return std::ldexp(internal::kInt32Max / num_workers, -internal::EffectiveExponent(max_exponent));
 }
 
+// Why |q| <= INT32_MAX / n: a finite x with exponent <= E has |x| <= 2^E (1 - 2^-24), so the
+// exact |x f| <= (1 - 2^-24) INT32_MAX / n and the two double roundings (of f and of x f) add at
+// most 2^-52 relative. For n <= 256, INT32_MAX / n >= 2^23, so the margin 2^-24 INT32_MAX / n
+// >= 0.5 keeps the rounded value at or below floor(INT32_MAX / n). The clamp (QuantizeLimit) makes
+// the bound hold for any n and also when a caller passes a smaller exponent than the block's.
 void Quantize(std::span<const float> in, int8_t max_exponent, uint32_t num_workers,
               std::span<int32_t> out) {
   CHECK_LE(in.size(), out.size()) << "Quantize output too small";
   const double f = Scale(max_exponent, num_workers);
-  // Why |q| <= INT32_MAX / n: a finite x with exponent <= E has |x| <= 2^E (1 - 2^-24), so the
-  // exact |x f| <= (1 - 2^-24) INT32_MAX / n and the two double roundings (of f and of x f) add
-  // at most 2^-52 relative. For n <= 256, INT32_MAX / n >= 2^23, so the margin 2^-24 INT32_MAX / n
-  // >= 0.5 keeps the rounded value at or below floor(INT32_MAX / n). The clamp below makes the
-  // bound hold for any n and also when a caller passes a smaller exponent than the block's.
-  const double limit = static_cast<double>(std::numeric_limits<int32_t>::max() / num_workers);
-  for (size_t i = 0; i < in.size(); ++i) {
-    const float x = in[i];
-    if (IsNonFiniteBits(std::bit_cast<uint32_t>(x))) {
-      out[i] = 0;
-      continue;
-    }
-    const double v = std::clamp(static_cast<double>(x) * f, -limit, limit);
-    out[i] = static_cast<int32_t>(std::nearbyint(v));
-  }
+  const double limit = internal::QuantizeLimit(num_workers);
+  for (size_t i = 0; i < in.size(); ++i) out[i] = internal::QuantizeOne(in[i], f, limit);
   std::fill(out.begin() + static_cast<std::ptrdiff_t>(in.size()), out.end(), 0);
+}
+
+void QuantizeToWire(std::span<const float> in, int8_t max_exponent, uint32_t num_workers,
+                    std::span<uint8_t> wire) {
+  CHECK(wire.size() % 4 == 0 && in.size() <= wire.size() / 4) << "QuantizeToWire output size";
+  const double f = Scale(max_exponent, num_workers);
+  HWY_DYNAMIC_DISPATCH(QuantizeToWireKernel)
+  (in.data(), in.size(), f, internal::QuantizeLimit(num_workers), wire.data());
+  std::fill(wire.begin() + static_cast<std::ptrdiff_t>(4 * in.size()), wire.end(), 0);
 }
 
 void Dequantize(std::span<const int32_t> in, int8_t max_exponent, uint32_t num_workers,
@@ -86,13 +167,22 @@ void Dequantize(std::span<const int32_t> in, int8_t max_exponent, uint32_t num_w
     std::fill(out.begin(), out.end(), 0.0f);
     return;
   }
-  // 1 / f = n * 2^E / INT32_MAX, rounded once; the product is then rounded to double and to
-  // float, so the float rounding dominates the error of this step.
-  const double inverse =
-      std::ldexp(static_cast<double>(num_workers) / kInt32Max, EffectiveExponent(max_exponent));
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i] = static_cast<float>(static_cast<double>(in[i]) * inverse);
+  // The product is rounded to double and to float, so the float rounding dominates the error.
+  const double inverse = internal::InverseScale(max_exponent, num_workers);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = internal::DequantizeOne(in[i], inverse);
+}
+
+void DequantizeFromWire(std::span<const uint8_t> wire, int8_t max_exponent, uint32_t num_workers,
+                        std::span<float> out) {
+  CHECK_LE(4 * out.size(), wire.size()) << "DequantizeFromWire input too small";
+  CHECK(num_workers > 0) << "DequantizeFromWire needs at least one worker";
+  if (max_exponent == kZeroBlockExponent) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    return;
   }
+  HWY_DYNAMIC_DISPATCH(DequantizeFromWireKernel)
+  (wire.data(), out.size(), internal::InverseScale(max_exponent, num_workers), out.data());
 }
 
 }  // namespace switchml::quant
+#endif  // HWY_ONCE

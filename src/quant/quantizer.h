@@ -10,7 +10,11 @@
 // - denormals get e = -126, which bounds them;
 // - |x| >= 2^126 clamps to e = 127, which the scale treats as 2^128 (no int8 wrap-around);
 // - inf/NaN are reported by AnalyzeBlock (non_finite) and quantize to 0; the caller decides.
-// Pure functions on host-order spans; no byte swapping here (that is the codec's job).
+// Pure functions on spans. Quantize and Dequantize work in host order and are the scalar
+// reference; the data path uses QuantizeToWire and DequantizeFromWire, which read and write the
+// packet payload's big-endian int32 directly (the byte order conversion fused into the pass; the
+// payload's layout is the codec's, proto/wire.h). AnalyzeBlock and the *Wire functions are SIMD
+// kernels chosen at run time for the CPU, with exactly the reference's results on every target.
 #pragma once
 
 #include <cstdint>
@@ -40,5 +44,14 @@ void Quantize(std::span<const float> in, int8_t max_exponent, uint32_t num_worke
 // out[i] = in[i] / f for i < out.size(); zeros for a zero block. Requires out.size() <= in.size().
 void Dequantize(std::span<const int32_t> in, int8_t max_exponent, uint32_t num_workers,
                 std::span<float> out);
+
+// Quantize writing big-endian int32 to wire (4 bytes per element; zeros after 4 * in.size()).
+// Requires wire.size() to be a multiple of 4 and at least 4 * in.size().
+void QuantizeToWire(std::span<const float> in, int8_t max_exponent, uint32_t num_workers,
+                    std::span<uint8_t> wire);
+
+// Dequantize reading big-endian int32 from wire. Requires 4 * out.size() <= wire.size().
+void DequantizeFromWire(std::span<const uint8_t> wire, int8_t max_exponent, uint32_t num_workers,
+                        std::span<float> out);
 
 }  // namespace switchml::quant

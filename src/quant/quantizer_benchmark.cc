@@ -1,5 +1,6 @@
 // Micro-benchmarks of the quantizer on one packet's block (256 elements, 1024 B payload); items
-// are elements.
+// are elements. Quantize and Dequantize are the scalar reference (host order); the *Wire forms are
+// the data path's SIMD kernels (big-endian payload bytes).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -58,6 +59,34 @@ void BM_Dequantize(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kBlock);
 }
 BENCHMARK(BM_Dequantize);
+
+void BM_QuantizeToWire(benchmark::State& state) {
+  std::vector<float> in = RandomBlock();
+  std::vector<uint8_t> wire(4 * kBlock);
+  const int8_t e = AnalyzeBlock(in).exponent;
+  for (auto _ : state) {
+    QuantizeToWire(in, e, kWorkers, wire);
+    benchmark::DoNotOptimize(wire.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kBlock);
+}
+BENCHMARK(BM_QuantizeToWire);
+
+void BM_DequantizeFromWire(benchmark::State& state) {
+  std::vector<float> in = RandomBlock();
+  std::vector<uint8_t> wire(4 * kBlock);
+  const int8_t e = AnalyzeBlock(in).exponent;
+  QuantizeToWire(in, e, kWorkers, wire);
+  std::vector<float> out(kBlock);
+  for (auto _ : state) {
+    DequantizeFromWire(wire, e, kWorkers, out);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kBlock);
+}
+BENCHMARK(BM_DequantizeFromWire);
 
 }  // namespace
 }  // namespace switchml::quant

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "hwy/tests/hwy_gtest.h"
+#include "proto/byte_order.h"
+
 namespace switchml::quant {
 namespace {
 
@@ -20,7 +23,12 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 int8_t ExponentOf(std::vector<float> block) { return AnalyzeBlock(block).exponent; }
 
-TEST(AnalyzeBlockTest, ExponentGoldenValues) {
+// AnalyzeBlock is a SIMD kernel: its tests run on every target compiled into the library that
+// this CPU supports (the fixture forces Highway's dispatch to one target per instance).
+class AnalyzeBlockTest : public hwy::TestWithParamTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(AnalyzeBlockTest);
+
+TEST_P(AnalyzeBlockTest, ExponentGoldenValues) {
   EXPECT_EQ(ExponentOf({1.0f}), 1);
   EXPECT_EQ(ExponentOf({0.75f}), 0);
   EXPECT_EQ(ExponentOf({0.5f}), 0);
@@ -37,7 +45,7 @@ TEST(AnalyzeBlockTest, ExponentGoldenValues) {
   EXPECT_EQ(ExponentOf({0.0f, -0.0f, 0.0f}), kZeroBlockExponent);
 }
 
-TEST(AnalyzeBlockTest, ExponentBoundsTheBlockStrictly) {
+TEST_P(AnalyzeBlockTest, ExponentBoundsTheBlockStrictly) {
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<uint32_t> bits_dist(0, 0x7f7fffffu);  // every finite |x| > 0
   for (int i = 0; i < 100000; ++i) {
@@ -53,7 +61,7 @@ TEST(AnalyzeBlockTest, ExponentBoundsTheBlockStrictly) {
   }
 }
 
-TEST(AnalyzeBlockTest, NonFiniteIsFlaggedAndIgnoredForTheExponent) {
+TEST_P(AnalyzeBlockTest, NonFiniteIsFlaggedAndIgnoredForTheExponent) {
   BlockInfo info = AnalyzeBlock(std::vector<float>{1.0f, kInf, 0.5f});
   EXPECT_TRUE(info.non_finite);
   EXPECT_EQ(info.exponent, 1);
@@ -285,6 +293,154 @@ TEST(DequantizeTest, InvertsQuantizeForExactlyRepresentableValues) {
   std::vector<float> two(2);
   Dequantize(in, 1, 1, two);
   EXPECT_EQ(two[1], out[1]);
+}
+
+// The data path's kernels against the scalar reference, bit for bit, on every compiled target:
+// QuantizeToWire against Quantize then big-endian bytes, DequantizeFromWire against Dequantize of
+// the loaded values, AnalyzeBlock against its definition (smallest e with 2^e > max finite |x|).
+class WireKernelTest : public hwy::TestWithParamTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(WireKernelTest);
+
+constexpr size_t kSizes[] = {0, 1, 3, 7, 8, 9, 15, 16, 17, 63, 64, 100, 255, 256};
+constexpr uint32_t kWorkerCounts[] = {1, 2, 3, 7, 32, 256};
+
+// Edge values: signed zeros, denormals, the normal range's ends, non-finite, and exact ties of
+// round(x f) for one worker (x = 2^k with exponent k + 1 gives x f = INT32_MAX / 2 = m + 0.5).
+std::vector<float> EdgeBlock(size_t size) {
+  const float edges[] = {0.0f,
+                         -0.0f,
+                         std::numeric_limits<float>::denorm_min(),
+                         -FLT_MIN,
+                         FLT_MAX,
+                         -FLT_MAX,
+                         kInf,
+                         -kInf,
+                         kNaN,
+                         1.0f,
+                         -1.0f,
+                         0.5f,
+                         -0.25f,
+                         3.0f,
+                         std::ldexp(1.0f, -126),
+                         std::ldexp(1.0f, 126)};
+  std::vector<float> b(size);
+  for (size_t i = 0; i < size; ++i) b[i] = edges[i % std::size(edges)];
+  return b;
+}
+
+BlockInfo ReferenceAnalyze(const std::vector<float>& block) {
+  BlockInfo info;
+  float max = 0.0f;
+  for (float x : block) {
+    if (!std::isfinite(x)) {
+      info.non_finite = true;
+    } else {
+      max = std::max(max, std::fabs(x));
+    }
+  }
+  if (max == 0.0f) return info;
+  int e = -126;  // denormals: 2^-126 > max
+  while (e < 127 && !(std::ldexp(1.0, e) > max)) ++e;
+  info.exponent = static_cast<int8_t>(e);
+  return info;
+}
+
+std::vector<std::vector<float>> KernelInputs() {
+  std::mt19937_64 rng(7);
+  std::vector<std::vector<float>> blocks;
+  for (size_t size : kSizes) {
+    blocks.push_back(EdgeBlock(size));
+    for (BlockKind kind :
+         {BlockKind::kUnit, BlockKind::kTiny, BlockKind::kHuge, BlockKind::kDenormal,
+          BlockKind::kMixedRange, BlockKind::kZero, BlockKind::kSparse}) {
+      blocks.push_back(RandomBlock(rng, kind, size));
+    }
+    std::vector<float> with_nan = RandomBlock(rng, BlockKind::kUnit, size);
+    if (size > 0) with_nan[size - 1] = kNaN;  // non-finite in the scalar tail
+    blocks.push_back(with_nan);
+  }
+  return blocks;
+}
+
+TEST_P(WireKernelTest, AnalyzeBlockMatchesTheDefinition) {
+  for (const std::vector<float>& block : KernelInputs()) {
+    const BlockInfo want = ReferenceAnalyze(block);
+    const BlockInfo got = AnalyzeBlock(block);
+    ASSERT_EQ(int{got.exponent}, int{want.exponent}) << "size " << block.size();
+    ASSERT_EQ(got.non_finite, want.non_finite) << "size " << block.size();
+  }
+}
+
+TEST_P(WireKernelTest, QuantizeToWireMatchesTheReferenceBitForBit) {
+  for (const std::vector<float>& block : KernelInputs()) {
+    const int8_t own = AnalyzeBlock(block).exponent;
+    // The block's exponent, a larger one, too small ones (the clamp), the zero block, the ends.
+    for (int e : {int{own}, own + 3, own - 1, own - 20, int{kZeroBlockExponent}, -126, 127}) {
+      const int8_t exponent = static_cast<int8_t>(std::clamp(e, -128, 127));
+      for (uint32_t n : kWorkerCounts) {
+        SCOPED_TRACE(testing::Message()
+                     << "size " << block.size() << " e " << int{exponent} << " n " << n);
+        const size_t numel = block.size() + 5;  // a padded packet
+        std::vector<int32_t> want(numel);
+        Quantize(block, exponent, n, want);
+        std::vector<uint8_t> wire(4 * numel, 0xee);
+        QuantizeToWire(block, exponent, n, wire);
+        for (size_t i = 0; i < numel; ++i) {
+          ASSERT_EQ(static_cast<int32_t>(proto::LoadBe32(&wire[4 * i])), want[i])
+              << "element " << i << " x " << (i < block.size() ? block[i] : 0.0f);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(WireKernelTest, QuantizeToWireRoundsTiesToEven) {
+  // One worker, x = +-2^(e-1): x f = +-(INT32_MAX / 2) = +-(2^30 - 0.5), a tie; the even
+  // neighbour is +-2^30. (Not just the block's first vector: 20 elements reach the tail too.)
+  for (int e : {-100, 1, 60}) {
+    std::vector<float> block(20);
+    for (size_t i = 0; i < block.size(); ++i) {
+      block[i] = std::ldexp(i % 2 == 0 ? 1.0f : -1.0f, e - 1);
+    }
+    ASSERT_EQ(AnalyzeBlock(block).exponent, e);
+    std::vector<uint8_t> wire(4 * block.size());
+    QuantizeToWire(block, static_cast<int8_t>(e), 1, wire);
+    for (size_t i = 0; i < block.size(); ++i) {
+      const int32_t want = i % 2 == 0 ? (1 << 30) : -(1 << 30);
+      ASSERT_EQ(static_cast<int32_t>(proto::LoadBe32(&wire[4 * i])), want)
+          << "e " << e << " i " << i;
+    }
+  }
+}
+
+TEST_P(WireKernelTest, DequantizeFromWireMatchesTheReferenceBitForBit) {
+  std::mt19937_64 rng(11);
+  for (size_t size : kSizes) {
+    std::vector<int32_t> values(size);
+    for (int32_t& v : values) v = static_cast<int32_t>(rng());
+    const int32_t edges[] = {0, 1, -1, std::numeric_limits<int32_t>::max(),
+                             std::numeric_limits<int32_t>::min()};
+    for (size_t i = 0; i < size && i < std::size(edges); ++i) values[i] = edges[i];
+    std::vector<uint8_t> wire(4 * size + 8);  // longer than the output needs
+    for (size_t i = 0; i < size; ++i)
+      proto::StoreBe32(static_cast<uint32_t>(values[i]), &wire[4 * i]);
+    // e = 127 with many workers overflows float: both give inf.
+    for (int8_t exponent :
+         {int8_t{0}, int8_t{-126}, int8_t{-3}, int8_t{20}, int8_t{127}, kZeroBlockExponent}) {
+      for (uint32_t n : kWorkerCounts) {
+        SCOPED_TRACE(testing::Message() << "size " << size << " e " << int{exponent} << " n " << n);
+        std::vector<float> want(size);
+        Dequantize(values, exponent, n, want);
+        std::vector<float> got(size + 1, 42.0f);
+        DequantizeFromWire(wire, exponent, n, std::span<float>(got).first(size));
+        for (size_t i = 0; i < size; ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+              << "element " << i << ": " << got[i] << " vs " << want[i];
+        }
+        ASSERT_EQ(got[size], 42.0f);
+      }
+    }
+  }
 }
 
 }  // namespace
