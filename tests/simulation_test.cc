@@ -57,6 +57,9 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
   wc.window = sp.window;
   wc.size = sp.size;
   wc.timeout = std::chrono::milliseconds(1);
+  // A floor of one step: the measured RTO follows the schedule's round trips down, so timeouts
+  // still fire while results are in flight (Karn's rule and the back-off get exercised).
+  wc.min_timeout = std::chrono::microseconds(300);
   wc.progress_timeout = std::chrono::seconds(5);
   // Session r * T + t is thread t of worker r: port base_r + t, slots [t W, (t + 1) W). Two
   // workers share each IP address, told apart by their ports (as several processes on a host).
@@ -103,8 +106,8 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
     }
     // Each step, every component (a worker's sending, the switch, a worker's receiving, a
     // worker's timers) runs with probability 3/4, and virtual time advances by 0.3 ms, a third
-    // of the retransmission timeout: so timeouts fire while results are still in flight, and
-    // queues build up for the network to reorder.
+    // of the initial retransmission timeout and the RTO's floor: so timeouts fire while results
+    // are still in flight, and queues build up for the network to reorder.
     for (int step = 0;; ++step) {
       ASSERT_LT(step, 2'000'000) << "simulation did not finish";
       bool moved = false;

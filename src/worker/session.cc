@@ -28,6 +28,13 @@ Status SessionConfig::Validate() const {
     return InvalidArgumentError("packet size must be 64 or 256 elements");
   }
   if (timeout.count() <= 0) return InvalidArgumentError("timeout must be positive");
+  if (min_timeout.count() <= 0) return InvalidArgumentError("min_timeout must be positive");
+  if (max_timeout < min_timeout) {
+    return InvalidArgumentError("max_timeout must be at least min_timeout");
+  }
+  if (clock_granularity.count() < 0) {
+    return InvalidArgumentError("clock_granularity must not be negative");
+  }
   if (timeout_threshold == 0) return InvalidArgumentError("timeout_threshold must be at least 1");
   if (progress_timeout < timeout) {
     return InvalidArgumentError("progress timeout must be at least the retransmission timeout");
@@ -43,6 +50,9 @@ WorkerSession::WorkerSession(const SessionConfig& config)
   send_queue_.resize(config.window);
   timers_.reserve(std::max<size_t>(16, 4 * size_t{config.window}));
   scratch_.resize(numel_);
+  current_timeout_ = ClampRto(config.timeout);
+  next_threshold_ = config.timeout_threshold;
+  counters_.rto = current_timeout_;
 }
 
 bool WorkerSession::PacketExists(uint64_t q) const {
@@ -90,10 +100,7 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
   }
   CHECK(span_ < (uint64_t{1} << 32)) << "slice too large for 32-bit packet ids";
   completed_packets_ = 0;
-  current_timeout_ = config_.timeout;
-  timeouts_since_result_ = 0;
-  next_threshold_ = config_.timeout_threshold;
-  last_backoff_ = now;
+  last_backoff_ = now;  // (the RTO and any back-off carry over from the previous slice)
   last_progress_ = now;
   first_non_finite_block_ = UINT64_MAX;
   send_head_ = send_size_ = 0;
@@ -153,6 +160,7 @@ size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
     const uint32_t q = s.packet;   // the slot's current packet (a queued re-send may be outdated)
     if (s.transmissions++ == 0) {
       ++counters_.sent;
+      s.first_sent = now;
     } else {
       ++counters_.retransmitted;
     }
@@ -184,6 +192,7 @@ void WorkerSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now)
     return;
   }
   last_progress_ = now;
+  OnResult(s, now);
   Complete(local, h, datagram.subspan(proto::kPrefixBytes));
 }
 
@@ -219,10 +228,6 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   s.outstanding = false;
   s.transmissions = 0;
   ++completed_packets_;
-  // Counted since the last result; a backed-off timeout stays for the rest of the slice (a
-  // result for a packet that timed out only spuriously must not undo it, or a round-trip time
-  // above the timeout would keep every packet retransmitted).
-  timeouts_since_result_ = 0;
   const uint64_t next = uint64_t{q} + w;
   if (PacketExists(next)) {
     s.packet = static_cast<uint32_t>(next);
@@ -270,15 +275,51 @@ void WorkerSession::HandleTimeout(Nanos now) {
     timers_.pop_back();
     const Slot& s = slots_[LocalSlot(t.packet)];
     if (!s.outstanding || s.packet != t.packet) continue;  // answered in time
-    ++counters_.timeouts;
     Enqueue(LocalSlot(t.packet));
-    // Back off while nothing comes back (timeouts since the last result): after
-    // `timeout_threshold` of them the timeout doubles and the threshold grows.
-    if (++timeouts_since_result_ >= next_threshold_ && now - last_backoff_ >= current_timeout_) {
-      current_timeout_ = std::min<Nanos>(current_timeout_ * 2, config_.progress_timeout);
-      next_threshold_ += config_.timeout_threshold_increment;
-      last_backoff_ = now;
-    }
+    OnTimeout(now);
+  }
+}
+
+Nanos WorkerSession::ClampRto(Nanos rto) const {
+  const Nanos ceiling = std::min(config_.max_timeout, config_.progress_timeout);
+  return std::min(std::max(rto, config_.min_timeout), ceiling);
+}
+
+void WorkerSession::OnResult(const Slot& s, Nanos now) {
+  if (s.transmissions != 1) return;  // Karn's rule: which transmission was answered is unknown
+  const double r = static_cast<double>(std::max(now - s.first_sent, Nanos{0}).count());
+  if (!have_rtt_) {  // RFC 6298, 2.2
+    srtt_ns_ = r;
+    rttvar_ns_ = r / 2;
+    have_rtt_ = true;
+  } else {  // 2.3: RTTVAR first, from the old SRTT
+    rttvar_ns_ = 0.75 * rttvar_ns_ + 0.25 * std::fabs(srtt_ns_ - r);
+    srtt_ns_ = 0.875 * srtt_ns_ + 0.125 * r;
+  }
+  const double spread =
+      std::max(static_cast<double>(config_.clock_granularity.count()), 4 * rttvar_ns_);
+  // A fresh sample ends any back-off: the RTO it gives is at least the sample itself
+  // (docs/architecture.md, 4.3), so the round trip just seen is covered.
+  current_timeout_ = ClampRto(Nanos{std::llround(srtt_ns_ + spread)});
+  timeouts_since_sample_ = 0;
+  next_threshold_ = config_.timeout_threshold;
+  ++counters_.rtt_samples;
+  counters_.srtt = Nanos{std::llround(srtt_ns_)};
+  counters_.rttvar = Nanos{std::llround(rttvar_ns_)};
+  counters_.rto = current_timeout_;
+}
+
+void WorkerSession::OnTimeout(Nanos now) {
+  ++counters_.timeouts;
+  // Back off while no fresh sample comes back: after `timeout_threshold` timeouts (a whole
+  // window at most) the RTO doubles, once per RTO period at most, and the threshold grows.
+  const uint64_t threshold = std::min<uint64_t>(next_threshold_, config_.window);
+  if (++timeouts_since_sample_ >= threshold && now - last_backoff_ >= current_timeout_) {
+    current_timeout_ = ClampRto(current_timeout_ * 2);
+    next_threshold_ += config_.timeout_threshold_increment;
+    last_backoff_ = now;
+    ++counters_.backoffs;
+    counters_.rto = current_timeout_;
   }
 }
 

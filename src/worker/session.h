@@ -45,13 +45,23 @@ struct SessionConfig {
   uint32_t slot_start = 0;
   uint32_t window = 64;  // W: outstanding packets = slots owned
   proto::SizeCode size = proto::SizeCode::k1024B;
-  // First retransmission timeout of each slice. The reference's back-off, counted differently:
-  // after `timeout_threshold` timeouts with no result in between, the timeout doubles (at most
-  // once per timeout period, up to progress_timeout) and the threshold grows by
-  // `timeout_threshold_increment`, for the rest of the slice. (The reference counts all
-  // timeouts, so random loss alone inflates the timeout; one window timing out at once would
-  // double it several times.)
+  // Retransmission timeout (RTO) from the measured round-trip time, as TCP computes it
+  // (RFC 6298): a sample is the time from a packet's only transmission to its result (Karn's
+  // rule: none from retransmitted packets); SRTT and RTTVAR smooth them and
+  // RTO = SRTT + max(clock_granularity, 4 RTTVAR), clamped to [min_timeout, ceiling] where the
+  // ceiling is min(max_timeout, progress_timeout). The estimate persists across slices: a slice
+  // starts with the RTO the previous one ended with; `timeout` is the RTO until the first sample.
+  //
+  // Back-off (the reference's, counted differently): after `timeout_threshold` timeouts (at most
+  // `window`) with no fresh sample in between, the RTO doubles (at most once per RTO period, up
+  // to the ceiling) and the threshold grows by `timeout_threshold_increment`. The next fresh
+  // sample ends the back-off: the RTO is recomputed from the estimate, which that sample updated.
+  // (The reference counts all timeouts, so random loss alone inflates the timeout; one window
+  // timing out at once would double it several times.) docs/architecture.md, 4.3, says why.
   Nanos timeout = std::chrono::milliseconds(10);
+  Nanos min_timeout = std::chrono::milliseconds(2);
+  Nanos max_timeout = std::chrono::seconds(1);
+  Nanos clock_granularity = std::chrono::microseconds(100);
   uint32_t timeout_threshold = 100;
   uint32_t timeout_threshold_increment = 100;
   // A slice fails with kDeadlineExceeded when no result at all arrives for this long.
@@ -78,6 +88,13 @@ struct SessionCounters {
   uint64_t stale = 0;         // results of another job (job_number differs; dropped)
   uint64_t foreign_slot = 0;  // results for a slot outside this session's range (dropped)
   uint64_t malformed = 0;     // datagrams that failed decoding (dropped)
+  uint64_t rtt_samples = 0;   // round-trip times measured (results of packets sent once)
+  uint64_t backoffs = 0;      // times the RTO doubled
+  // Gauges (not sums): the round-trip estimate and the RTO now (back-off included). srtt and
+  // rttvar are 0 before the first sample.
+  Nanos srtt{0};
+  Nanos rttvar{0};
+  Nanos rto{0};
 };
 
 class WorkerSession {
@@ -118,6 +135,7 @@ class WorkerSession {
     int8_t data_exponent = 0;  // float: max exponent of the data block carried by `packet`
     bool data_non_finite = false;
     uint32_t transmissions = 0;
+    Nanos first_sent{};  // when `packet` was first sent: its round trip, if it is not re-sent
   };
   struct Timer {
     Nanos deadline;
@@ -133,6 +151,11 @@ class WorkerSession {
   size_t Encode(uint32_t packet, const Slot& slot, std::span<uint8_t> buf);
   void Complete(uint32_t local_slot, const proto::Header& h, std::span<const uint8_t> payload);
   void Finish(Status status);
+  // The RTO estimate: an accepted result of a packet sent once is a round-trip sample; it
+  // updates SRTT and RTTVAR and ends any back-off. OnTimeout counts a timeout and backs off.
+  void OnResult(const Slot& slot, Nanos now);
+  void OnTimeout(Nanos now);
+  Nanos ClampRto(Nanos rto) const;
 
   SessionConfig config_;
   size_t numel_;
@@ -155,8 +178,13 @@ class WorkerSession {
   // Packet ids of all slices so far: packet q of this slice is virtual packet base_ + q, which
   // gives its slot and set and, mod 2^32, its tsi. Persists across slices.
   uint64_t base_ = 0;
+  // The retransmission timeout given to each transmission: the estimate's RTO, doubled while
+  // backing off. It, the estimate and the back-off state persist across slices.
   Nanos current_timeout_{};
-  uint64_t timeouts_since_result_ = 0;
+  bool have_rtt_ = false;
+  double srtt_ns_ = 0;
+  double rttvar_ns_ = 0;
+  uint64_t timeouts_since_sample_ = 0;
   uint64_t next_threshold_ = 0;
   Nanos last_backoff_{};
   Nanos last_progress_{};

@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <map>
 #include <numeric>
+#include <optional>
+#include <tuple>
 #include <vector>
 
 #include "quant/quantizer.h"
@@ -72,6 +76,12 @@ TEST(WorkerSessionTest, ValidateRejectsBadConfigs) {
   c = SmallConfig();
   c.progress_timeout = milliseconds(1);
   EXPECT_FALSE(c.Validate().ok());
+  c = SmallConfig();
+  c.min_timeout = Nanos{0};
+  EXPECT_NE(c.Validate().message().find("min_timeout"), std::string::npos);
+  c = SmallConfig();
+  c.max_timeout = c.min_timeout / 2;
+  EXPECT_NE(c.Validate().message().find("max_timeout"), std::string::npos);
 }
 
 // Given a window of 2 and an int32 slice of 130 elements (3 packets, the last with 2 elements),
@@ -171,7 +181,7 @@ TEST(WorkerSessionTest, RetransmitsUnchangedOnTimeout) {
 
 // Given `timeout_threshold` timeouts with no result in between, Expect the timeout to double.
 TEST(WorkerSessionTest, BacksOffWhileNothingComesBack) {
-  SessionConfig c = SmallConfig(1);
+  SessionConfig c = SmallConfig(8);  // one packet outstanding; the threshold is below the window
   c.timeout = milliseconds(10);
   c.timeout_threshold = 2;
   c.timeout_threshold_increment = 2;
@@ -194,9 +204,10 @@ TEST(WorkerSessionTest, BacksOffWhileNothingComesBack) {
 }
 
 // Given a whole window timing out at once, Expect at most one doubling for that period; Expect
-// a result not to undo it (the next packet is timed with the doubled timeout), and the next
-// slice to start again from the configured timeout.
-TEST(WorkerSessionTest, BackOffIsOncePerPeriodAndLastsTheSlice) {
+// the result of a re-sent packet not to undo it (Karn's rule: the next packet is timed with the
+// doubled timeout), the first fresh round-trip sample to end it, and the next slice to start
+// from the estimate that sample gave.
+TEST(WorkerSessionTest, BackOffIsOncePerPeriodAndEndsWithAFreshSample) {
   SessionConfig c = SmallConfig(8);
   c.timeout = milliseconds(10);
   c.timeout_threshold = 4;
@@ -214,16 +225,211 @@ TEST(WorkerSessionTest, BackOffIsOncePerPeriodAndLastsTheSlice) {
   auto next = DrainTransmit(s, now);
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(*s.PollTimeout(), now + milliseconds(20));  // still 20 ms after the result
-  // Finish the slice; the next one starts from 10 ms again.
+  EXPECT_EQ(s.counters().rtt_samples, 0u);
+  EXPECT_EQ(s.counters().backoffs, 1u);
+  // Packet 8 was sent once: its result 4 ms later is a sample (SRTT 4, RTTVAR 2, RTO 12 ms).
+  s.HandleDatagram(Echo(next[0].packet), now + milliseconds(4));
+  EXPECT_EQ(s.counters().rtt_samples, 1u);
+  EXPECT_EQ(s.counters().rto, milliseconds(12));
+  now += milliseconds(4);
   for (auto& p : again) s.HandleDatagram(Echo(p.packet), now);
   while (s.state() == WorkerSession::State::kRunning) {
     for (auto& p : DrainTransmit(s, now)) s.HandleDatagram(Echo(p.packet), now);
-    for (auto& p : next) s.HandleDatagram(Echo(p.packet), now);
   }
   ASSERT_TRUE(s.status().ok());
+  const Nanos rto = s.counters().rto;
+  EXPECT_LT(rto, milliseconds(12));  // the instant replies lowered it
   s.Start(SliceJob{2, DataType::kInt32, in.data(), out.data(), 64, 0}, now);
   ASSERT_EQ(DrainTransmit(s, now).size(), 1u);
-  EXPECT_EQ(*s.PollTimeout(), now + milliseconds(10));
+  EXPECT_EQ(*s.PollTimeout(), now + rto);
+}
+
+// Runs slices against a one-worker "switch" that echoes every packet after rtt(packet, n), n
+// counting the packets it saw (nullopt: dropped), in virtual time. Returns when the slice ends.
+class EchoNetwork {
+ public:
+  using RttFn = std::function<std::optional<Nanos>(const proto::Packet&, uint64_t n)>;
+  EchoNetwork(WorkerSession& s, RttFn rtt) : s_(s), rtt_(std::move(rtt)) {}
+
+  void RunSlice(uint64_t job, size_t count) {
+    in_.assign(count, 1);
+    out_.assign(count, 0);
+    s_.Start(SliceJob{job, DataType::kInt32, in_.data(), out_.data(), count, 0}, now_);
+    for (int step = 0; s_.state() == WorkerSession::State::kRunning; ++step) {
+      ASSERT_LT(step, 1'000'000);
+      for (auto& p : DrainTransmit(s_, now_)) {
+        if (auto d = rtt_(p.packet, seen_++)) flight_.emplace(now_ + *d, Echo(p.packet));
+      }
+      Nanos next = *s_.PollTimeout();
+      if (!flight_.empty()) next = std::min(next, flight_.begin()->first);
+      now_ = next;
+      while (!flight_.empty() && flight_.begin()->first <= now_) {
+        s_.HandleDatagram(flight_.begin()->second, now_);
+        flight_.erase(flight_.begin());
+      }
+      if (s_.state() == WorkerSession::State::kRunning && *s_.PollTimeout() <= now_) {
+        s_.HandleTimeout(now_);
+      }
+    }
+    ASSERT_TRUE(s_.status().ok()) << s_.status().ToString();
+    EXPECT_EQ(out_, in_);
+  }
+  Nanos now() const { return now_; }
+
+ private:
+  WorkerSession& s_;
+  RttFn rtt_;
+  Nanos now_ = kT0;
+  uint64_t seen_ = 0;
+  std::multimap<Nanos, std::vector<uint8_t>> flight_;
+  std::vector<int32_t> in_, out_;
+};
+
+SessionConfig EstimatorConfig(uint32_t window = 1) {
+  SessionConfig c = SmallConfig(window);
+  c.timeout = milliseconds(100);
+  c.min_timeout = std::chrono::microseconds(1);
+  c.clock_granularity = std::chrono::microseconds(1);
+  return c;
+}
+
+// Given round trips of 4, 8 and 2 ms, Expect SRTT, RTTVAR and the RTO of RFC 6298: the first
+// sample gives SRTT = R, RTTVAR = R/2; later ones RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R| and
+// SRTT = 7/8 SRTT + 1/8 R; RTO = SRTT + max(G, 4 RTTVAR). Expect the next packet timed with it.
+TEST(WorkerSessionTest, RttEstimateFollowsRfc6298) {
+  WorkerSession s(EstimatorConfig());
+  const std::vector<Nanos> rtts = {milliseconds(4), milliseconds(8), milliseconds(2)};
+  // The configured timeout before any sample.
+  EXPECT_EQ(s.counters().rto, milliseconds(100));
+  std::vector<std::tuple<double, double, double>> seen;  // (SRTT, RTTVAR, RTO) in ms
+  std::vector<int32_t> in(64 * 4, 1), out(in.size());
+  s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  Nanos now = kT0;
+  for (Nanos rtt : rtts) {
+    auto sent = DrainTransmit(s, now);
+    ASSERT_EQ(sent.size(), 1u);
+    now += rtt;
+    s.HandleDatagram(Echo(sent[0].packet), now);
+    const SessionCounters& c = s.counters();
+    seen.emplace_back(c.srtt.count() / 1e6, c.rttvar.count() / 1e6, c.rto.count() / 1e6);
+  }
+  using T = std::tuple<double, double, double>;
+  EXPECT_EQ(seen, (std::vector<T>{T{4, 2, 12}, T{4.5, 2.5, 14.5}, T{4.1875, 2.5, 14.1875}}));
+  EXPECT_EQ(s.counters().rtt_samples, 3u);
+  ASSERT_EQ(DrainTransmit(s, now).size(), 1u);
+  // (Timers of answered packets fire without effect.)
+  while (*s.PollTimeout() < now + Nanos{14'187'500}) s.HandleTimeout(*s.PollTimeout());
+  EXPECT_EQ(*s.PollTimeout(), now + Nanos{14'187'500});
+  EXPECT_EQ(s.counters().timeouts, 0u);
+}
+
+// Given a packet that timed out and was re-sent, Expect its result, however quick, not to be a
+// sample (Karn's rule: it may answer either transmission), and the estimate unchanged.
+TEST(WorkerSessionTest, NoRttSampleFromRetransmittedPackets) {
+  WorkerSession s(EstimatorConfig());
+  std::vector<int32_t> in(64 * 2, 1), out(in.size());
+  s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  auto sent = DrainTransmit(s, kT0);
+  s.HandleDatagram(Echo(sent[0].packet), kT0 + milliseconds(30));  // sample: 30 ms
+  ASSERT_EQ(s.counters().rtt_samples, 1u);
+  const SessionCounters before = s.counters();
+  Nanos now = kT0 + milliseconds(30);
+  sent = DrainTransmit(s, now);
+  now += milliseconds(90);  // RTO = 30 + 4 * 15 ms: lost, re-sent
+  s.HandleTimeout(now);
+  ASSERT_EQ(DrainTransmit(s, now).size(), 1u);
+  s.HandleDatagram(Echo(sent[0].packet), now + std::chrono::microseconds(10));
+  ASSERT_EQ(s.state(), WorkerSession::State::kDone);
+  EXPECT_EQ(s.counters().rtt_samples, 1u);
+  EXPECT_EQ(s.counters().srtt, before.srtt);
+  EXPECT_EQ(s.counters().rttvar, before.rttvar);
+}
+
+// Given round trips far below the floor and far above the ceiling, Expect the RTO clamped to
+// min_timeout and to max_timeout (and to the progress timeout when that is lower), while SRTT
+// still reports the measured round trip.
+TEST(WorkerSessionTest, RtoIsClampedToFloorAndCeiling) {
+  SessionConfig c = EstimatorConfig();
+  c.min_timeout = milliseconds(5);
+  c.max_timeout = milliseconds(200);
+  c.progress_timeout = std::chrono::seconds(10);
+  WorkerSession s(c);
+  EchoNetwork fast(s, [](const proto::Packet&, uint64_t) { return std::chrono::microseconds(20); });
+  fast.RunSlice(1, 64 * 20);
+  EXPECT_EQ(s.counters().srtt, std::chrono::microseconds(20));
+  EXPECT_EQ(s.counters().rto, milliseconds(5));
+  WorkerSession t(c);
+  EchoNetwork slow(t, [](const proto::Packet&, uint64_t) { return milliseconds(150); });
+  slow.RunSlice(1, 64 * 3);
+  EXPECT_EQ(t.counters().srtt, milliseconds(150));
+  EXPECT_EQ(t.counters().rto, milliseconds(200));  // 150 + 4 * 75 = 450, clamped
+  c.progress_timeout = milliseconds(120);
+  WorkerSession u(c);
+  EchoNetwork slower(u, [](const proto::Packet&, uint64_t) { return milliseconds(100); });
+  slower.RunSlice(1, 64);
+  EXPECT_EQ(u.counters().rto, milliseconds(120));
+}
+
+// Given many equal round trips, Expect RTTVAR to fade and the RTO to settle at SRTT + G.
+TEST(WorkerSessionTest, RtoSettlesAtSrttPlusClockGranularity) {
+  SessionConfig c = EstimatorConfig();
+  c.clock_granularity = milliseconds(1);
+  WorkerSession s(c);
+  EchoNetwork net(s, [](const proto::Packet&, uint64_t) { return milliseconds(3); });
+  net.RunSlice(1, 64 * 100);
+  EXPECT_EQ(s.counters().srtt, milliseconds(3));
+  EXPECT_LT(s.counters().rttvar, std::chrono::microseconds(1));
+  EXPECT_EQ(s.counters().rto, milliseconds(4));
+}
+
+// Given a first slice that measured 2 ms round trips, Expect the next slice (and a slice after
+// an idle gap) to time its first packets with the RTO it ended with, not the configured timeout.
+TEST(WorkerSessionTest, RtoCarriesOverAcrossSlices) {
+  WorkerSession s(EstimatorConfig(4));
+  EchoNetwork net(s, [](const proto::Packet&, uint64_t) { return milliseconds(2); });
+  net.RunSlice(1, 64 * 40);
+  const Nanos rto = s.counters().rto;
+  EXPECT_LT(rto, milliseconds(5));
+  const Nanos later = net.now() + std::chrono::seconds(3);
+  std::vector<int32_t> in(64 * 4, 1), out(in.size());
+  s.Start(SliceJob{2, DataType::kInt32, in.data(), out.data(), in.size(), 0}, later);
+  ASSERT_EQ(DrainTransmit(s, later).size(), 4u);
+  EXPECT_EQ(*s.PollTimeout(), later + rto);
+}
+
+// Given a round trip of 50 ms, five times the initial timeout, and a window of 16, Expect the
+// back-off to lift the RTO above it within the first few windows (each whole window timing out
+// doubles it once), the first fresh sample to set the estimate, and no retransmission after that
+// (none at all in the next slice): no retransmission storm.
+TEST(WorkerSessionTest, RoundTripAboveInitialTimeoutConvergesWithoutStorm) {
+  SessionConfig c = EstimatorConfig(16);
+  c.timeout = milliseconds(10);
+  WorkerSession s(c);
+  EchoNetwork net(s, [](const proto::Packet&, uint64_t) { return milliseconds(50); });
+  net.RunSlice(1, 64 * 16 * 20);  // 20 windows
+  const SessionCounters first = s.counters();
+  EXPECT_LE(first.retransmitted, 3u * 16);  // three windows: at 10 ms, 30 ms and 90 ms
+  EXPECT_LE(first.backoffs, 3u);
+  EXPECT_EQ(first.srtt, milliseconds(50));
+  EXPECT_GT(first.rto, milliseconds(50));
+  net.RunSlice(2, 64 * 16 * 20);
+  EXPECT_EQ(s.counters().retransmitted, first.retransmitted);
+  EXPECT_EQ(s.counters().backoffs, first.backoffs);
+}
+
+// Given a whole window lost once (the switch went quiet), Expect the back-off, the slice to
+// finish, and the first fresh sample afterwards to bring the RTO back to the estimate.
+TEST(WorkerSessionTest, FreshSampleEndsBackOff) {
+  SessionConfig c = EstimatorConfig(8);
+  c.min_timeout = milliseconds(2);
+  WorkerSession s(c);
+  EchoNetwork net(s, [](const proto::Packet&, uint64_t n) -> std::optional<Nanos> {
+    if (n >= 80 && n < 88 + 8 * 3) return std::nullopt;  // a silence of several windows
+    return milliseconds(1);
+  });
+  net.RunSlice(1, 64 * 8 * 30);
+  EXPECT_GE(s.counters().backoffs, 2u);
+  EXPECT_EQ(s.counters().rto, milliseconds(2));  // back to the floor (1 ms round trips)
 }
 
 // Given a slice aborted by its driver, Expect it done with that status and later results for it
