@@ -1,7 +1,6 @@
 #include "dataplane/stages.h"
 
 #include <algorithm>
-#include <array>
 
 #include "base/check.h"
 
@@ -84,21 +83,17 @@ AggregateStage::AggregateStage(uint32_t num_slots, size_t numel)
 }
 
 void AggregateStage::Apply(PacketMetadata& md) {
-  int32_t* sums = values_.get() + RegisterIndex(md.header.slot) * numel_;
+  const std::span<int32_t> sums(values_.get() + RegisterIndex(md.header.slot) * numel_, numel_);
   if (md.contribute) {
+    // Straight from the wire bytes: byte order conversion and (for later contributions) the add
+    // in one SIMD pass. Plain 32-bit wrap-around, as the switch's ALUs do.
     if (md.first) {
-      proto::LoadPayload(md.payload, {sums, numel_});
+      proto::LoadPayload(md.payload, sums);
     } else {
-      std::array<int32_t, proto::kMaxNumel> in;
-      proto::LoadPayload(md.payload, {in.data(), numel_});
-      for (size_t k = 0; k < numel_; ++k) {
-        // Plain 32-bit wrap-around, as the switch's ALUs do (unsigned: no signed overflow UB).
-        sums[k] =
-            static_cast<int32_t>(static_cast<uint32_t>(sums[k]) + static_cast<uint32_t>(in[k]));
-      }
+      proto::AddPayload(md.payload, sums);
     }
   }
-  md.result = {sums, numel_};
+  md.result = sums;
 }
 
 NextStepStage::NextStepStage(uint32_t num_slots) : stored_(size_t{num_slots} * 2) {}

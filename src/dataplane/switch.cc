@@ -107,7 +107,6 @@ struct Switch::Job {
   uint64_t last_active = 0;
 
   // Reply state, rewritten by each packet that produces a reply.
-  std::array<uint8_t, proto::kMaxDatagramBytes> reply{};
   std::vector<Endpoint> destinations;  // num_workers entries, for kMulticast
   Endpoint unicast_destination;
 };
@@ -289,6 +288,13 @@ const Action& Switch::DropForJob(Job& job, DropReason reason) {
 }
 
 const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> datagram) {
+  return Process(source, datagram, reply_);
+}
+
+const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> datagram,
+                              std::span<uint8_t> reply_out) {
+  CHECK(reply_out.size() >= proto::kMaxDatagramBytes)
+      << "reply buffer of " << reply_out.size() << " bytes";
   action_ = Action{};
   ++counters_.received;
 
@@ -370,8 +376,8 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
       action_.destinations = {&job.unicast_destination, 1};
       break;
   }
-  const size_t bytes = EncodeReply(md, job.reply);
-  action_.reply = {job.reply.data(), bytes};
+  const size_t bytes = EncodeReply(md, reply_out);
+  action_.reply = {reply_out.data(), bytes};
   return action_;
 }
 

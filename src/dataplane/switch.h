@@ -14,6 +14,7 @@
 // serialized with it by the owner (the daemon holds one mutex; see LockedSwitch).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -151,8 +152,15 @@ class Switch {
 
   // Data-plane side.
   // Runs one datagram from source through the pipeline. The returned Action (and the spans in
-  // it) stays valid until the next call into the Switch.
+  // it) stays valid until the next call into the Switch. A reply is encoded into a buffer of the
+  // Switch.
   const Action& Process(const Endpoint& source, std::span<const uint8_t> datagram);
+  // The same, encoding a reply straight into reply_out (at least proto::kMaxDatagramBytes bytes;
+  // CHECKed), e.g. a transport's transmit buffer: Action::reply then points into reply_out, and
+  // nothing is copied. reply_out is not touched when the packet produces no reply. This is the
+  // data path's form: no allocation, copy or virtual call per packet.
+  const Action& Process(const Endpoint& source, std::span<const uint8_t> datagram,
+                        std::span<uint8_t> reply_out);
 
   const SwitchConfig& config() const { return config_; }
   const SwitchCounters& counters() const { return counters_; }
@@ -182,6 +190,8 @@ class Switch {
   // and copied into that job, so the smallest copy marks the least recently active job.
   uint64_t activity_clock_ = 0;
   Action action_;
+  // The 2-argument Process's reply buffer.
+  std::array<uint8_t, proto::kMaxDatagramBytes> reply_{};
 };
 
 // The daemon's pairing of a Switch with the mutex that serializes the data-plane thread and the

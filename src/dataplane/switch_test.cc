@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -699,6 +700,36 @@ TEST(SwitchSpecialCaseTest, ProcessDoesNotAllocate) {
   }
   EXPECT_EQ(g_allocations.load(), before);
   EXPECT_EQ(multicasts, 4u);
+}
+
+// Given a job of 2 workers, when the data path passes its transmit buffer to Process,
+// expect the reply encoded there (the same bytes the 2-argument form gives), the buffer untouched
+// by a packet without a reply, and no allocation.
+TEST(SwitchSpecialCaseTest, ProcessEncodesTheReplyIntoTheCallersBuffer) {
+  Switch with_buffer(SmallConfig());
+  Switch without(SmallConfig());
+  for (Switch* sw : {&with_buffer, &without}) {
+    ASSERT_TRUE(sw->CreateJob(Spec(1, 2, proto::SizeCode::k1024B)).ok());
+    for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(sw->AddWorker(1, r, {kIpA + r, 1000}).ok());
+  }
+  const std::vector<uint8_t> a = Datagram({3, 1}, Fill(5, 256), 2, 0, 9);
+  const std::vector<uint8_t> b = Datagram({3, 1}, Fill(-7, 256), 4, 0, 9);
+  std::vector<uint8_t> transmit(proto::kMaxDatagramBytes + 16, 0xee);
+  const uint64_t before = g_allocations.load();
+  EXPECT_EQ(with_buffer.Process({kIpA, 1000}, a, transmit).reason, DropReason::kNone);
+  const bool untouched =
+      std::all_of(transmit.begin(), transmit.end(), [](uint8_t x) { return x == 0xee; });
+  const Action& done = with_buffer.Process({kIpB, 1000}, b, transmit);
+  EXPECT_EQ(g_allocations.load(), before);
+  ASSERT_EQ(done.kind, Action::Kind::kMulticast);
+  EXPECT_EQ(done.reply.data(), transmit.data());
+  const std::vector<uint8_t> got(done.reply.begin(), done.reply.end());
+  without.Process({kIpA, 1000}, a);
+  const Action& expected = without.Process({kIpB, 1000}, b);
+  EXPECT_EQ(got, std::vector<uint8_t>(expected.reply.begin(), expected.reply.end()));
+  EXPECT_EQ(Reply(expected).values[255], -2);
+  EXPECT_EQ(Reply(expected).header.e0, 4);
+  EXPECT_TRUE(untouched);
 }
 
 TEST(SwitchCountersTest, FormatCounters) {
