@@ -1,0 +1,307 @@
+#!/usr/bin/env bash
+# An emulated rack on one machine: N worker network namespaces, each joined by a veth pair (its
+# "cable") to a bridge (the "switch" ASIC) living in a switch namespace, where the software switch
+# runs on an address of the bridge. Every cable is rate-limited with `tc tbf` in both directions.
+# See --help. Needs root and iproute2.
+set -euo pipefail
+
+readonly kNoNamespaces=77  # namespaces cannot be created here (ctest's skip code)
+
+usage() {
+  cat <<'EOF'
+usage: scripts/rack.sh COMMAND [options] [-- command ...]
+
+An emulated rack: namespaces NAME-sw (the switch: bridge br0 with address 10.99.0.1/24) and
+NAME-w0 .. NAME-w<N-1> (worker i: eth0 with address 10.99.0.<10+i>/24), worker i's eth0
+joined by a veth pair to port p<i> of br0. Every cable is shaped with `tc qdisc ... tbf` in
+both directions (worker i's eth0 egress: worker to switch; port p<i> egress: switch and other
+workers to worker i). Traffic between workers crosses two cables, as in a rack.
+
+Commands:
+  up      create the rack (removes whatever it created if any step fails or is interrupted)
+  down    remove the rack NAME (every namespace NAME-*); no error if it does not exist
+  run     up, run the command after `--` with RACK_* variables in its environment, then down,
+          always (also on failure, Ctrl-C or SIGTERM); exits with the command's exit code
+  exec    run the command after `--` in one namespace of rack NAME: --in sw or --in I (worker I)
+  status  list rack NAME's namespaces, addresses and qdiscs
+  env     print the RACK_* variables of rack NAME (shell syntax)
+
+Options:
+  --name NAME      namespace prefix; must be unique per rack (default smlrack<pid>, so two
+                   racks, e.g. CI and a developer, never collide). Letters, digits, '-', '_'.
+  --workers N      worker namespaces, 1..64 (default 4)
+  --rate R         tc rate of every cable in each direction, e.g. 1gbit, 10gbit, 500mbit
+                   (default 1gbit; "none" = no shaping)
+  --burst B        tbf bucket size (default: 6.4 ms at the rate, at least 64kb: 800kb at
+                   1gbit, 8mb at 10gbit; much smaller buckets collapse throughput at 10gbit)
+  --latency L      tbf queue, as the longest a packet may wait (default 20ms)
+  --mtu M          MTU of every interface (default 9000)
+  --in WHERE       for exec: sw (switch namespace) or a worker index
+
+Environment given to `run`'s command (and printed by `env`): RACK_NAME, RACK_WORKERS,
+RACK_SWITCH_NS, RACK_SWITCH_IP, RACK_WORKER_NS (space-separated), RACK_WORKER_IPS
+(space-separated), RACK_SUBNET, RACK_RATE, RACK_MTU, RACK_SCRIPT (this script).
+
+Exit codes: 0 ok; 2 bad usage; 77 namespaces cannot be created here (not root, no iproute2,
+or `ip netns add` refused, e.g. in an unprivileged container); 1 any other failure; for run
+and exec, the command's exit code.
+
+Examples:
+  scripts/rack.sh run --workers 4 --rate 1gbit -- bash -c 'ip netns exec $RACK_SWITCH_NS ip a'
+  scripts/rack.sh up --name dev --workers 2 --rate 10gbit
+  scripts/rack.sh exec --name dev --in 0 -- ping -c 1 10.99.0.1
+  scripts/rack.sh down --name dev
+EOF
+}
+
+die() {
+  echo "rack: $*" >&2
+  exit 2
+}
+
+readonly kSubnet="10.99.0"
+switch_ip() { echo "$kSubnet.1"; }
+worker_ip() { echo "$kSubnet.$((10 + $1))"; }
+
+cmd="${1:-}"
+[ -n "$cmd" ] || {
+  usage >&2
+  exit 2
+}
+shift
+case "$cmd" in
+  -h | --help)
+    usage
+    exit 0
+    ;;
+  up | down | run | exec | status | env) ;;
+  *) die "unknown command '$cmd' (see --help)" ;;
+esac
+
+name="smlrack$$"
+workers=4
+rate=1gbit
+burst=""
+latency=20ms
+mtu=9000
+where=""
+command_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --name) name="${2:?--name needs a value}"; shift 2 ;;
+    --workers) workers="${2:?--workers needs a value}"; shift 2 ;;
+    --rate) rate="${2:?--rate needs a value}"; shift 2 ;;
+    --burst) burst="${2:?--burst needs a value}"; shift 2 ;;
+    --latency) latency="${2:?--latency needs a value}"; shift 2 ;;
+    --mtu) mtu="${2:?--mtu needs a value}"; shift 2 ;;
+    --in) where="${2:?--in needs a value}"; shift 2 ;;
+    --)
+      shift
+      command_args=("$@")
+      break
+      ;;
+    -h | --help)
+      usage
+      exit 0
+      ;;
+    *) die "unexpected argument '$1' (see --help)" ;;
+  esac
+done
+
+[[ "$name" =~ ^[A-Za-z0-9_-]{1,40}$ ]] || die "--name must be 1-40 letters, digits, '-' or '_', not '$name'"
+[[ "$workers" =~ ^[0-9]+$ ]] && [ "$workers" -ge 1 ] && [ "$workers" -le 64 ] ||
+  die "--workers must be an integer in 1..64, not '$workers'"
+[[ "$mtu" =~ ^[0-9]+$ ]] && [ "$mtu" -ge 576 ] && [ "$mtu" -le 65000 ] ||
+  die "--mtu must be an integer in 576..65000, not '$mtu'"
+
+# Bits per second of a tc rate such as 1gbit, 500mbit, 10gbit, 1000000 (bit/s).
+rate_bps() {
+  [[ "$1" =~ ^([0-9]+)(bit|kbit|mbit|gbit)?$ ]] || return 1
+  local n=${BASH_REMATCH[1]}
+  case "${BASH_REMATCH[2]}" in
+    kbit) echo $((n * 1000)) ;;
+    mbit) echo $((n * 1000000)) ;;
+    gbit) echo $((n * 1000000000)) ;;
+    *) echo "$n" ;;
+  esac
+}
+if [ "$rate" != none ]; then
+  bps=$(rate_bps "$rate") || die "--rate must look like 1gbit, 10gbit, 500mbit or 'none', not '$rate'"
+  [ "$bps" -gt 0 ] || die "--rate must be positive"
+  if [ -z "$burst" ]; then
+    # 6.4 ms of traffic in bytes: bps * 0.0064 / 8 = bps / 1250.
+    b=$((bps / 1250))
+    [ "$b" -ge 65536 ] || b=65536
+    burst="${b}b"
+  fi
+fi
+
+ns_sw="$name-sw"
+ns_w() { echo "$name-w$1"; }
+
+need_root() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "rack: SKIP: needs root to create network namespaces (running as uid $(id -u))" >&2
+    exit "$kNoNamespaces"
+  fi
+  if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+    echo "rack: SKIP: needs iproute2 (ip and tc) to create network namespaces" >&2
+    exit "$kNoNamespaces"
+  fi
+}
+
+# Every namespace of rack $name that exists.
+rack_namespaces() {
+  ip netns list 2>/dev/null | awk '{ print $1 }' | grep -E "^$name-(sw|w[0-9]+)$" || true
+}
+
+rack_down() {
+  local ns
+  for ns in $(rack_namespaces); do
+    # Kill whatever still runs in it, then delete it (its veth ends and qdiscs go with it).
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -TERM 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
+}
+
+shape() {  # shape NS DEV: tbf on DEV's egress in namespace NS
+  [ "$rate" = none ] && return 0
+  ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst "$burst" \
+    latency "$latency"
+}
+
+rack_up() {
+  need_root
+  if [ -n "$(rack_namespaces)" ]; then
+    echo "rack: a rack named '$name' exists already (scripts/rack.sh down --name $name)" >&2
+    exit 1
+  fi
+  # Whatever fails or interrupts from here on, remove what was created.
+  trap 'rack_down' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  if ! ip netns add "$ns_sw" 2>/dev/null; then
+    echo "rack: SKIP: cannot create network namespaces here (ip netns add $ns_sw failed)" >&2
+    trap - EXIT
+    exit "$kNoNamespaces"
+  fi
+  ip -n "$ns_sw" link set lo up
+  ip -n "$ns_sw" link add br0 mtu "$mtu" type bridge
+  # A bridge forwards at once (no STP learning delay); it is the rack's switch ASIC.
+  ip -n "$ns_sw" link set br0 type bridge forward_delay 0 stp_state 0
+  ip -n "$ns_sw" addr add "$(switch_ip)/24" dev br0
+  ip -n "$ns_sw" link set br0 up
+  local i ns
+  for ((i = 0; i < workers; i++)); do
+    ns=$(ns_w "$i")
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    # Both ends are created inside their namespaces: no name in the host's namespace at all.
+    ip -n "$ns" link add eth0 mtu "$mtu" type veth peer name "p$i" netns "$ns_sw"
+    ip -n "$ns_sw" link set "p$i" mtu "$mtu" master br0 up
+    ip -n "$ns" addr add "$(worker_ip "$i")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    shape "$ns" eth0
+    shape "$ns_sw" "p$i"
+  done
+  # Every cable is up at both ends before anyone uses the rack (no ping needed).
+  for ((i = 0; i < workers; i++)); do
+    local tries=0
+    until ip -n "$(ns_w "$i")" -o link show eth0 | grep -q "state UP" &&
+      ip -n "$ns_sw" -o link show "p$i" | grep -q "state UP"; do
+      tries=$((tries + 1))
+      [ "$tries" -lt 50 ] || { echo "rack: cable $i did not come up" >&2; exit 1; }
+      sleep 0.1
+    done
+  done
+  trap - EXIT INT TERM
+}
+
+print_env() {
+  local i wns="" wips=""
+  for ((i = 0; i < workers; i++)); do
+    wns+="${wns:+ }$(ns_w "$i")"
+    wips+="${wips:+ }$(worker_ip "$i")"
+  done
+  cat <<EOF
+RACK_NAME=$name
+RACK_WORKERS=$workers
+RACK_SWITCH_NS=$ns_sw
+RACK_SWITCH_IP=$(switch_ip)
+RACK_WORKER_NS="$wns"
+RACK_WORKER_IPS="$wips"
+RACK_SUBNET=$kSubnet.0/24
+RACK_RATE=$rate
+RACK_MTU=$mtu
+RACK_SCRIPT=$(realpath "$0")
+EOF
+}
+
+# For commands on an existing rack: its worker count from its namespaces.
+existing_rack() {
+  need_root
+  local n
+  n=$(rack_namespaces | grep -c -E -- '-w[0-9]+$' || true)
+  if ! rack_namespaces | grep -qx "$ns_sw" || [ "$n" -eq 0 ]; then
+    echo "rack: no rack named '$name' (scripts/rack.sh up --name $name)" >&2
+    exit 1
+  fi
+  workers=$n
+  rate=$(ip netns exec "$(ns_w 0)" tc qdisc show dev eth0 | sed -n 's/.* rate \([^ ]*\).*/\1/p')
+  rate=${rate:-none}
+  mtu=$(ip -n "$(ns_w 0)" -o link show eth0 | sed -n 's/.* mtu \([0-9]*\).*/\1/p')
+}
+
+case "$cmd" in
+  up)
+    rack_up
+    echo "rack: up: $name, $workers workers, rate ${rate}${burst:+ (burst $burst)}, MTU $mtu" \
+      "(scripts/rack.sh down --name $name removes it)" >&2
+    print_env
+    ;;
+  down)
+    need_root
+    rack_down
+    ;;
+  env)
+    existing_rack
+    print_env
+    ;;
+  status)
+    existing_rack
+    print_env
+    for ns in $(rack_namespaces); do
+      echo "== $ns"
+      ip -n "$ns" -br addr show
+      ip netns exec "$ns" tc qdisc show | grep -v "qdisc noqueue" || true
+    done
+    ;;
+  exec)
+    [ ${#command_args[@]} -gt 0 ] || die "exec needs a command after --"
+    existing_rack
+    case "$where" in
+      sw) ns="$ns_sw" ;;
+      "") die "exec needs --in sw or --in WORKER_INDEX" ;;
+      *)
+        [[ "$where" =~ ^[0-9]+$ ]] && [ "$where" -lt "$workers" ] ||
+          die "--in must be sw or a worker index 0..$((workers - 1)), not '$where'"
+        ns=$(ns_w "$where")
+        ;;
+    esac
+    exec ip netns exec "$ns" "${command_args[@]}"
+    ;;
+  run)
+    [ ${#command_args[@]} -gt 0 ] || die "run needs a command after --"
+    rack_up
+    trap 'rack_down' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    echo "rack: up: $name, $workers workers, rate ${rate}${burst:+ (burst $burst)}, MTU $mtu" >&2
+    set -a
+    eval "$(print_env)"
+    set +a
+    rc=0
+    "${command_args[@]}" || rc=$?
+    exit "$rc"
+    ;;
+esac

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# A small SwitchML job in the emulated rack of scripts/rack.sh: the switch in the switch
+# namespace on the bridge, two workers each in its own namespace behind a 500 Mbit/s tbf-shaped
+# cable (MTU 9000), 4 MiB float32 and int32 all-reduces, every result verified. Exits 77
+# (skipped) where namespaces cannot be created. Usage: rack_test.sh PATH_TO_SWITCHML
+set -euo pipefail
+bin="$(realpath "$1")"
+here="$(cd "$(dirname "$0")" && pwd)"
+rack="$here/../scripts/rack.sh"
+
+# The job, run by rack.sh inside the rack (RACK_* in the environment).
+if [ "${2:-}" = "--inside" ]; then
+  log="$(mktemp -d)"
+  trap 'kill "$switch_pid" 2>/dev/null || true; rm -rf "$log"' EXIT
+  ip netns exec "$RACK_SWITCH_NS" "$bin" switch --bind "$RACK_SWITCH_IP" >"$log/switch" 2>&1 &
+  switch_pid=$!
+  read -r -a ips <<<"$RACK_WORKER_IPS"
+  status=0
+  for dtype in float32 int32; do
+    pids=()
+    for r in 0 1; do
+      ip netns exec "$RACK_NAME-w$r" "$bin" worker --switch "$RACK_SWITCH_IP" --bind "${ips[$r]}" \
+        --rank "$r" --workers 2 --size 1M --dtype "$dtype" --iterations 2 --warmup 1 \
+        --session 5 --setup-timeout-ms 20000 --report >"$log/w$r" 2>&1 &
+      pids+=($!)
+    done
+    for r in 0 1; do
+      if ! wait "${pids[$r]}"; then
+        echo "FAIL: $dtype: worker $r (${ips[$r]}) exited with an error:"
+        cat "$log/w$r"
+        status=1
+      elif ! grep -q "^SWITCHML_RESULT rank=$r status=ok verified=1" "$log/w$r"; then
+        echo "FAIL: $dtype: worker $r reported no verified result:"
+        cat "$log/w$r"
+        status=1
+      else
+        echo "ok: $dtype: worker $r: $(grep -o 'median .*' "$log/w$r" || grep '^SWITCHML_RESULT' "$log/w$r")"
+      fi
+    done
+  done
+  kill -TERM "$switch_pid"
+  wait "$switch_pid" || { echo "FAIL: the switch exited with an error"; status=1; }
+  # Both workers' packets reached the switch over the bridge.
+  grep -q "2/2 workers registered" "$log/switch" ||
+    { echo "FAIL: the switch's counters show no job:"; cat "$log/switch"; status=1; }
+  exit "$status"
+fi
+
+rc=0
+timeout 50 "$rack" run --name "smltest$$" --workers 2 --rate 500mbit --mtu 9000 -- \
+  bash "$0" "$bin" --inside || rc=$?
+case "$rc" in
+  0) echo "1 passed, 0 failed" ;;
+  77)
+    echo "SKIPPED: scripts/rack.sh cannot create network namespaces here (needs root and iproute2)"
+    ;;
+  124) echo "FAIL: the rack run took over 50 s"; echo "0 passed, 1 failed"; rc=1 ;;
+  *) echo "0 passed, 1 failed" ;;
+esac
+exit "$rc"
