@@ -1,0 +1,668 @@
+#!/usr/bin/python3
+"""All-reduce side by side: switchml, Gloo (ring, halving-doubling) and Open MPI.
+
+For every setting (loopback; the emulated rack of scripts/rack.sh at a rate), worker count and
+tensor size, runs one system after another on the same verifiable tensors (src/testing/pattern.h:
+every result is checked) and reports per system: median and p99 time (per iteration the slowest
+rank's time), elements/s, algorithm and bus bandwidth as nccl-tests define them, and CPU seconds
+per GiB reduced over all processes of the run. Writes JSON, a Markdown table and PNG plots.
+scripts/bench.sh builds the programs and runs this; docs/benchmarks.md explains the output.
+Debian's python3 and python3-matplotlib only (run with /usr/bin/python3).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SYSTEMS = ["switchml", "gloo-ring", "gloo-hd", "mpi-tcp", "mpi-shm"]
+SYSTEM_LABELS = {
+    "switchml": "SwitchML (software switch, UDP)",
+    "gloo-ring": "Gloo ring (TCP)",
+    "gloo-hd": "Gloo halving-doubling (TCP)",
+    "mpi-tcp": "Open MPI MPI_Allreduce (btl tcp)",
+    "mpi-shm": "Open MPI MPI_Allreduce (btl vader, shared memory; loopback only)",
+}
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GIB = float(1 << 30)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def parse_size(text):
+    """Bytes from '1M', '256M', '4K', '1G' (binary multiples) or a plain number."""
+    m = re.fullmatch(r"(\d+)([KkMmGg]?)(i?B)?", text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: '{text}' (e.g. 1M, 64M, 256M)")
+    shift = {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
+    return int(m.group(1)) << shift
+
+
+def size_label(nbytes):
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"
+
+
+def percentile(values, p):
+    """Nearest-rank percentile (p in 0..100); with few values the p99 is the largest."""
+    v = sorted(values)
+    return v[max(0, math.ceil(p / 100 * len(v)) - 1)]
+
+
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+class Proc:
+    """A started process; its output goes to files, its rusage comes from wait4."""
+
+    def __init__(self, argv, out_path, err_path, env=None):
+        self.argv = argv
+        self.out_path, self.err_path = out_path, err_path
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            self.popen = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                          env=env, start_new_session=True)
+        self.pid = self.popen.pid
+        self.returncode = None
+        self.cpu_s = 0.0  # user + system of the process and every child it reaped
+        self.thread_ticks = {}  # tid -> CPU ticks last seen, for threads other than the main one
+
+    def sample_threads(self):
+        """Records the CPU time of every thread but the main one (/proc/PID/task)."""
+        try:
+            tids = os.listdir(f"/proc/{self.pid}/task")
+        except OSError:
+            return
+        for tid in tids:
+            if tid == str(self.pid):
+                continue
+            try:
+                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            self.thread_ticks[tid] = int(fields[11]) + int(fields[12])  # utime + stime
+
+    def helper_threads_cpu_s(self):
+        return sum(self.thread_ticks.values()) / os.sysconf("SC_CLK_TCK")
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status, ru = os.wait4(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                self.popen.returncode = self.returncode
+                self.cpu_s = ru.ru_utime + ru.ru_stime
+        return self.returncode
+
+    def signal(self, sig):
+        if self.returncode is None:
+            try:
+                os.killpg(self.pid, sig)  # its own session: the process and its children
+            except ProcessLookupError:
+                pass
+
+    def output(self):
+        with open(self.out_path, errors="replace") as f:
+            return f.read()
+
+    def errors(self, lines=8):
+        with open(self.err_path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+
+
+class Runner:
+    """Starts processes, waits for them with a deadline, and ends whatever is left."""
+
+    def __init__(self):
+        self.running = []
+
+    def start(self, argv, out_path, err_path, env=None):
+        p = Proc(argv, out_path, err_path, env)
+        self.running.append(p)
+        return p
+
+    def wait(self, procs, timeout_s, sample_threads=False):
+        """Waits for all of procs; on the first failure or the deadline ends the others.
+        Returns an error message or None. With sample_threads, samples every process's
+        non-main threads' CPU time while waiting (Proc.sample_threads)."""
+        deadline = time.monotonic() + timeout_s
+        error = None
+        while True:
+            if sample_threads:
+                for p in procs:
+                    p.sample_threads()
+            left = [p for p in procs if p.poll() is None]
+            if error is None:
+                bad = [p for p in procs if p.returncode not in (None, 0)]
+                if bad:
+                    error = (f"{os.path.basename(bad[0].argv[0])} (pid {bad[0].pid}) exited with "
+                             f"code {bad[0].returncode}; its last errors:\n{bad[0].errors()}")
+                elif left and time.monotonic() > deadline:
+                    error = f"killed after --run-timeout {timeout_s} s"
+                if error is not None:
+                    for p in left:
+                        p.signal(signal.SIGKILL)
+            if not left:
+                return error
+            time.sleep(0.02)
+
+    def stop(self, p, timeout_s=10):
+        """SIGTERM, then SIGKILL after timeout_s; waits for it."""
+        p.signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while p.poll() is None:
+            if time.monotonic() > deadline:
+                p.signal(signal.SIGKILL)
+            time.sleep(0.02)
+
+    def kill_all(self):
+        for p in self.running:
+            p.signal(signal.SIGKILL)
+        for p in self.running:
+            while p.poll() is None:
+                time.sleep(0.01)
+
+
+def result_lines(procs, prefix):
+    """Parses `PREFIX rank=R status=ok ... times=a,b cpu=c,d` lines into dicts, one per rank."""
+    results = []
+    for p in procs:
+        for line in p.output().splitlines():
+            if not line.startswith(prefix + " "):
+                continue
+            fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+            results.append(fields)
+    return results
+
+
+def floats(text):
+    return [float(x) for x in text.split(",") if x]
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.runner = Runner()
+        self.rack = None  # dict of RACK_* variables while a rack is up
+        self.logs = os.path.join(args.out, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+
+    # --- Commands of each system -------------------------------------------------------------
+
+    def ns_prefix(self, where):
+        """argv prefix that runs a command in a rack namespace: where is 'sw' or a rank."""
+        if self.rack is None:
+            return []
+        ns = self.rack["RACK_SWITCH_NS"] if where == "sw" else f"{self.rack['RACK_NAME']}-w{where}"
+        return ["ip", "netns", "exec", ns]
+
+    def host_ip(self, rank):
+        return "127.0.0.1" if self.rack is None else self.rack["RACK_WORKER_IPS"].split()[rank]
+
+    def job_args(self, n, elements, quiet):
+        a = ["--size", str(elements), "--dtype", self.args.dtype, "--iterations",
+             str(self.args.iterations), "--warmup", str(self.args.warmup), "--report"]
+        return a + (["--quiet"] if quiet else [])
+
+    def run_switchml(self, tag, n, elements):
+        a = self.args
+        if self.rack is None:
+            bind, data_port, control_port = "127.0.0.1", "0", "0"
+        else:
+            bind, data_port, control_port = self.rack["RACK_SWITCH_IP"], "48864", "50099"
+        switch = self.runner.start(
+            self.ns_prefix("sw") + [a.switchml, "switch", "--bind", bind, "--data-port", data_port,
+                                    "--control-port", control_port, "--log-level", "warning"],
+            f"{self.logs}/{tag}-switch.out", f"{self.logs}/{tag}-switch.err")
+        try:
+            # The switch says which ports it got once it listens.
+            deadline = time.monotonic() + 15
+            port = None
+            while port is None:
+                m = re.search(r"control port (\d+)", switch.output())
+                if m:
+                    port = m.group(1)
+                elif switch.poll() is not None or time.monotonic() > deadline:
+                    return {"error": "the switch did not start: " + switch.errors()}
+                else:
+                    time.sleep(0.02)
+            workers = []
+            for r in range(n):
+                argv = self.ns_prefix(r) + [
+                    a.switchml, "worker", "--switch", f"{bind}:{port}", "--rank", str(r),
+                    "--workers", str(n), "--session", "1", "--setup-timeout-ms", "60000"]
+                if self.rack is not None:
+                    argv += ["--bind", self.host_ip(r)]
+                argv += self.job_args(n, elements, r != 0) + a.switchml_args.split()
+                workers.append(self.runner.start(argv, f"{self.logs}/{tag}-r{r}.out",
+                                                 f"{self.logs}/{tag}-r{r}.err"))
+            # `switchml worker` does not report its CPU time in the all-reduces: its worker
+            # threads (every thread but the main one, which fills and verifies the tensors and
+            # waits for the all-reduces) are sampled instead, every 20 ms.
+            error = self.runner.wait(workers, a.run_timeout, sample_threads=True)
+        finally:
+            self.runner.stop(switch)
+        if error:
+            return {"error": error}
+        out = self.collect(workers, "SWITCHML_RESULT", n, [switch])
+        if "cpu_timed_s" not in out:
+            # Over warm-up and timed iterations alike: the timed iterations' share.
+            share = a.iterations / (a.iterations + a.warmup)
+            out["cpu_timed_s"] = share * (sum(w.helper_threads_cpu_s() for w in workers) +
+                                          switch.cpu_s)
+            out["cpu_method"] = "sampled worker threads + switch"
+        out["retransmitted"] = sum(int(r.get("retransmitted", 0))
+                                   for r in result_lines(workers, "SWITCHML_RESULT"))
+        return out
+
+    def run_gloo(self, tag, n, elements, algorithm):
+        a = self.args
+        rendezvous = tempfile.mkdtemp(prefix="gloo-rendezvous-", dir=a.out)
+        try:
+            procs = []
+            for r in range(n):
+                argv = self.ns_prefix(r) + [
+                    a.gloo, "--rank", str(r), "--workers", str(n), "--algorithm", algorithm,
+                    "--rendezvous", rendezvous, "--host", self.host_ip(r),
+                    "--timeout-s", str(a.run_timeout)] + self.job_args(n, elements, r != 0)
+                procs.append(self.runner.start(argv, f"{self.logs}/{tag}-r{r}.out",
+                                               f"{self.logs}/{tag}-r{r}.err"))
+            error = self.runner.wait(procs, a.run_timeout)
+        finally:
+            shutil.rmtree(rendezvous, ignore_errors=True)
+        return {"error": error} if error else self.collect(procs, "BENCH_RESULT", n)
+
+    def run_mpi(self, tag, n, elements, btl):
+        a = self.args
+        argv = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                "-np", str(n), "--mca", "btl", btl]
+        env = dict(os.environ)
+        if self.rack is None:
+            if btl.startswith("tcp"):
+                argv += ["--mca", "btl_tcp_if_include", "lo"]
+            prefix, program = [], [a.mpi]
+        else:
+            # mpirun runs in the switch namespace; its ranks' PMIx clients reach it over the
+            # bridge (PMIx's TCP listener would otherwise be on the switch namespace's loopback,
+            # out of the workers' reach), and each rank enters its own worker namespace, so the
+            # btl's TCP connections cross the rate-limited cables.
+            subnet = self.rack["RACK_SUBNET"]
+            env["PMIX_MCA_ptl_tcp_remote_connections"] = "1"
+            env["PMIX_MCA_ptl_tcp_if_include"] = subnet
+            argv += ["-x", "PMIX_MCA_ptl_tcp_if_include", "--mca", "oob_tcp_if_include", subnet,
+                     "--mca", "btl_tcp_if_include", subnet]
+            prefix = self.ns_prefix("sw")
+            program = ["bash", "-c", 'exec ip netns exec "$0-w$OMPI_COMM_WORLD_RANK" "$@"',
+                       self.rack["RACK_NAME"], a.mpi]
+        argv = prefix + argv + program + ["--timeout-s", str(a.run_timeout)]
+        argv += self.job_args(n, elements, False)
+        p = self.runner.start(argv, f"{self.logs}/{tag}.out", f"{self.logs}/{tag}.err", env)
+        error = self.runner.wait([p], a.run_timeout)
+        return {"error": error} if error else self.collect([p], "BENCH_RESULT", n)
+
+    def collect(self, procs, prefix, n, others=()):
+        """Per iteration the slowest rank's time; CPU of the timed all-reduces where every rank
+        reports it, and of every process's whole life (wait4) in any case."""
+        results = result_lines(procs, prefix)
+        ok = [r for r in results if r.get("status") == "ok" and r.get("verified") == "1"]
+        if len(ok) != n:
+            return {"error": f"{len(ok)} of {n} ranks reported a verified result ({prefix} lines "
+                             f"in {self.logs})"}
+        times = [floats(r["times"]) for r in ok]
+        if any(len(t) != self.args.iterations for t in times):
+            return {"error": f"a rank reported a wrong number of times ({prefix} lines)"}
+        slowest = [max(t[i] for t in times) for i in range(self.args.iterations)]
+        out = {"times_s": slowest,
+               "cpu_lifetime_s": sum(p.cpu_s for p in list(procs) + list(others))}
+        if all("cpu" in r for r in ok):
+            out["cpu_timed_s"] = sum(sum(floats(r["cpu"])) for r in ok)
+            # A process without its own report (the switch) counts with its whole life's share
+            # of the timed iterations.
+            share = self.args.iterations / (self.args.iterations + self.args.warmup)
+            out["cpu_timed_s"] += share * sum(p.cpu_s for p in others)
+            out["cpu_method"] = "reported by each rank"
+        return out
+
+    # --- One measurement -------------------------------------------------------------------------
+
+    def measure(self, setting, system, n, nbytes):
+        a = self.args
+        elements = nbytes // 4
+        tag = f"{setting}-{system}-{n}w-{nbytes >> 20}M".replace(":", "-")
+        log(f"{setting}: {system}, {n} workers, {size_label(nbytes)} {a.dtype} "
+            f"({a.iterations} iterations after {a.warmup} warm-up)")
+        t0 = time.monotonic()
+        if system == "switchml":
+            r = self.run_switchml(tag, n, elements)
+        elif system == "gloo-ring":
+            r = self.run_gloo(tag, n, elements, "ring")
+        elif system == "gloo-hd":
+            r = self.run_gloo(tag, n, elements, "halving-doubling")
+        elif system == "mpi-tcp":
+            r = self.run_mpi(tag, n, elements, "tcp,self")
+        else:
+            r = self.run_mpi(tag, n, elements, "vader,self")
+        row = {"setting": setting, "system": system, "workers": n, "bytes": nbytes,
+               "elements": elements, "dtype": a.dtype, "iterations": a.iterations,
+               "warmup": a.warmup, "wall_s": round(time.monotonic() - t0, 3)}
+        if "error" in r:
+            row["error"] = r["error"]
+            log(f"FAILED: {system}: {r['error']}")
+            return row
+        t = r["times_s"]
+        med = median(t)
+        algbw = nbytes / med  # bytes/s, as nccl-tests' algbw (which prints GB/s)
+        row.update({
+            "times_s": t, "median_s": med, "p99_s": percentile(t, 99), "min_s": min(t),
+            "elements_per_s": elements / med, "algbw_GBps": algbw / 1e9,
+            "busbw_GBps": algbw * 2 * (n - 1) / n / 1e9, "verified": True,
+            # Lifetime: every process from start to exit (setup, input fill and verification
+            # included) over every all-reduce it ran, warm-up included.
+            "cpu_lifetime_s_per_gib": r["cpu_lifetime_s"] / (nbytes * (a.iterations + a.warmup)
+                                                             / GIB),
+        })
+        if "cpu_timed_s" in r:
+            row["cpu_s_per_gib"] = r["cpu_timed_s"] / (nbytes * a.iterations / GIB)
+            row["cpu_method"] = r["cpu_method"]
+        if "retransmitted" in r:
+            row["retransmitted"] = r["retransmitted"]
+        log(f"{system}: median {med:.4f} s, p99 {row['p99_s']:.4f} s, "
+            f"{row['elements_per_s']:.3g} elements/s, busbw {row['busbw_GBps']:.3f} GB/s, "
+            f"CPU {row.get('cpu_s_per_gib', row['cpu_lifetime_s_per_gib']):.2f} s/GiB")
+        return row
+
+    # --- Settings --------------------------------------------------------------------------------
+
+    def rack_up(self, rate, workers):
+        a = self.args
+        name = f"smlbench{os.getpid()}"
+        argv = [a.rack_script, "up", "--name", name, "--workers", str(workers), "--rate", rate,
+                "--mtu", str(a.mtu)]
+        p = subprocess.run(argv, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed (exit {p.returncode}): "
+                               f"{p.stderr.strip()}", p.returncode)
+        self.rack = {}
+        for line in p.stdout.splitlines():
+            k, _, v = line.partition("=")
+            self.rack[k] = v.strip('"')
+        log(f"rack {name}: {workers} workers, {rate} per cable each way, MTU {a.mtu}")
+
+    def rack_down(self):
+        if self.rack is not None:
+            subprocess.run([self.args.rack_script, "down", "--name", self.rack["RACK_NAME"]])
+            self.rack = None
+
+    def run(self):
+        a = self.args
+        rows = []
+        report = {
+            "benchmark": "switchml vs Gloo vs Open MPI all-reduce (bench/bench.py)",
+            "started": datetime.datetime.utcnow().isoformat(timespec="seconds") + "Z",
+            "host": socket.gethostname(), "host_cpus": os.cpu_count(),
+            "kernel": os.uname().release, "commit": git_commit(),
+            "config": {k: v for k, v in vars(a).items() if k != "func"},
+            "rows": rows,
+        }
+        failed = 0
+        for setting in a.settings:
+            try:
+                if setting.startswith("rack:"):
+                    try:
+                        self.rack_up(setting.split(":", 1)[1], max(a.workers))
+                    except RuntimeError as e:
+                        log(f"SKIPPED setting {setting}: {e.args[0]}")
+                        rows.append({"setting": setting, "error": f"skipped: {e.args[0]}"})
+                        failed += 1
+                        continue
+                for n in a.workers:
+                    for nbytes in a.sizes:
+                        for system in a.systems:
+                            if system == "mpi-shm" and self.rack is not None:
+                                continue  # shared memory would not cross the rack's cables
+                            if system.startswith("mpi") and not a.mpi:
+                                rows.append({"setting": setting, "system": system, "workers": n,
+                                             "bytes": nbytes, "error": "mpi_allreduce not built"})
+                                continue
+                            row = self.measure(setting, system, n, nbytes)
+                            failed += "error" in row
+                            rows.append(row)
+                            write_outputs(report, a.out, a.docs_dir, plots=False)
+            finally:
+                self.rack_down()
+        write_outputs(report, a.out, a.docs_dir, plots=True)
+        return 1 if failed else 0
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return ""
+
+
+# --- Output --------------------------------------------------------------------------------------
+
+
+def markdown(report):
+    rows = report["rows"]
+    lines = [f"Commit {report['commit']}, {report['host_cpus']} CPUs, kernel {report['kernel']}, "
+             f"{report['started']}. Median and p99 over {report['config']['iterations']} "
+             f"iterations after {report['config']['warmup']} warm-up (per iteration the slowest "
+             f"rank); every result verified. algbw = bytes / median; busbw = algbw 2(n-1)/n "
+             f"(GB/s = 1e9 bytes/s). CPU = CPU seconds of all processes per GiB reduced, in the "
+             f"timed all-reduces, or (*) over the processes' whole life. See docs/benchmarks.md.",
+             ""]
+    settings = []
+    for r in rows:
+        if r["setting"] not in settings:
+            settings.append(r["setting"])
+    for setting in settings:
+        lines += [f"### {setting_title(setting)}", "",
+                  "| workers | size | system | median s | p99 s | elements/s | algbw GB/s | "
+                  "busbw GB/s | CPU s/GiB | switchml speedup |",
+                  "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+        ref = {(r["workers"], r["bytes"]): r["median_s"] for r in rows
+               if r["setting"] == setting and r.get("system") == "switchml" and "median_s" in r}
+        for r in rows:
+            if r["setting"] != setting or "system" not in r:
+                continue
+            head = f"| {r['workers']} | {size_label(r['bytes'])} | {r['system']} |"
+            if "error" in r:
+                lines.append(head + f" failed: {r['error'].splitlines()[0][:80]} ||||||||")
+                continue
+            cpu = (f"{r['cpu_s_per_gib']:.2f}" if "cpu_s_per_gib" in r
+                   else f"{r['cpu_lifetime_s_per_gib']:.2f}*")
+            sw = ref.get((r["workers"], r["bytes"]))
+            vs = f"{r['median_s'] / sw:.2f}" if sw else ""
+            lines.append(head + f" {r['median_s']:.4f} | {r['p99_s']:.4f} | "
+                         f"{r['elements_per_s']:.3g} | {r['algbw_GBps']:.3f} | "
+                         f"{r['busbw_GBps']:.3f} | {cpu} | {vs} |")
+        skipped = [r for r in rows if r["setting"] == setting and "system" not in r]
+        lines += [f"{r['error']}" for r in skipped]
+        lines.append("")
+    lines.append("switchml speedup = this system's median time / switchml's (> 1: switchml is "
+                 "faster).")
+    return "\n".join(lines) + "\n"
+
+
+def setting_title(setting):
+    if setting == "loopback":
+        return "Loopback (every process on this host, 127.0.0.1)"
+    return (f"Emulated rack at {setting.split(':', 1)[1]} per cable each way "
+            f"(scripts/rack.sh: one namespace per worker, the switch on the bridge)")
+
+
+def plot(report, path_prefix):
+    """One PNG per setting: median time and elements/s against size, one line per system,
+    one column per worker count. Returns the files written."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in report["rows"] if "median_s" in r]
+    written = []
+    for setting in sorted({r["setting"] for r in rows}):
+        sub = [r for r in rows if r["setting"] == setting]
+        workers = sorted({r["workers"] for r in sub})
+        fig, axes = plt.subplots(2, len(workers), figsize=(5.5 * len(workers), 8), squeeze=False)
+        for col, n in enumerate(workers):
+            for system in SYSTEMS:
+                pts = sorted((r["bytes"], r["median_s"], r["elements_per_s"]) for r in sub
+                             if r["workers"] == n and r["system"] == system)
+                if not pts:
+                    continue
+                x = [p[0] / (1 << 20) for p in pts]
+                style = {"marker": "o", "linewidth": 2.5 if system == "switchml" else 1.5}
+                axes[0][col].plot(x, [p[1] for p in pts], label=system, **style)
+                axes[1][col].plot(x, [p[2] for p in pts], label=system, **style)
+            for row, ylabel in ((0, "median time per all-reduce (s)"), (1, "elements/s")):
+                ax = axes[row][col]
+                ax.set_xscale("log", base=2)
+                ax.set_yscale("log")
+                ax.set_xlabel("tensor size (MiB, float32)" if report["config"]["dtype"] ==
+                              "float32" else "tensor size (MiB, int32)")
+                ax.set_ylabel(ylabel)
+                ax.set_title(f"{n} workers")
+                ax.grid(True, which="both", alpha=0.3)
+                ax.legend(fontsize=8)
+        fig.suptitle(setting_title(setting) + f" - commit {report['commit']}", fontsize=10)
+        fig.tight_layout()
+        path = f"{path_prefix}-{setting.replace(':', '-')}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_outputs(report, out_dir, docs_dir, plots):
+    for name, text in (("bench.json", json.dumps(report, indent=1) + "\n"),
+                       ("bench.md", markdown(report))):
+        tmp = os.path.join(out_dir, name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(out_dir, name))
+    if not plots:
+        return
+    files = [os.path.join(out_dir, "bench.json"), os.path.join(out_dir, "bench.md")]
+    try:
+        files += plot(report, os.path.join(out_dir, "bench"))
+    except ImportError as e:
+        log(f"no plots: {e} (apt-get install python3-matplotlib)")
+    if docs_dir:
+        os.makedirs(docs_dir, exist_ok=True)
+        for f in files:
+            shutil.copy(f, docs_dir)
+    log("wrote " + ", ".join(files) + (f" (copied to {docs_dir})" if docs_dir else ""))
+
+
+# --- Command line --------------------------------------------------------------------------------
+
+
+def main():
+    build = os.environ.get("BENCH_BUILD_DIR", os.path.join(REPO, "build-bench"))
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] + " See docs/benchmarks.md.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--settings", default="loopback,rack:1gbit",
+                   help="comma-separated: loopback and/or rack:RATE (e.g. rack:1gbit, rack:10gbit)")
+    p.add_argument("--workers", default="2,4", help="comma-separated worker counts")
+    p.add_argument("--sizes", default="1M,4M,16M,64M,256M",
+                   help="comma-separated tensor sizes in bytes (K, M, G = 2^10, 2^20, 2^30)")
+    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of "
+                   + ", ".join(SYSTEMS))
+    p.add_argument("--dtype", default="float32", choices=["float32", "int32"])
+    p.add_argument("--iterations", type=int, default=5, help="timed all-reduces per run")
+    p.add_argument("--warmup", type=int, default=1, help="untimed all-reduces before them")
+    p.add_argument("--mtu", type=int, default=9000, help="MTU of the rack's interfaces")
+    p.add_argument("--run-timeout", type=int, default=900, help="seconds before a run is killed")
+    p.add_argument("--switchml-args", default="",
+                   help="extra flags for every `switchml worker`, e.g. '--window 512'")
+    p.add_argument("--out", default=os.path.join(build, "bench-results"),
+                   help="results directory (bench.json, bench.md, bench-*.png, logs/)")
+    p.add_argument("--docs-dir", default="",
+                   help="also copy the JSON, table and plots here (e.g. docs/bench)")
+    p.add_argument("--switchml", default=os.path.join(build, "tools", "switchml"))
+    p.add_argument("--gloo", default=os.path.join(build, "bench", "gloo_allreduce"))
+    p.add_argument("--mpi", default=os.path.join(build, "bench", "mpi_allreduce"))
+    p.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
+    p.add_argument("--rack-script", default=os.path.join(REPO, "scripts", "rack.sh"))
+    p.add_argument("--replot", metavar="JSON", help="only redraw table and plots from a JSON")
+    a = p.parse_args()
+
+    a.out = os.path.abspath(a.out)
+    os.makedirs(a.out, exist_ok=True)
+    if a.replot:
+        with open(a.replot) as f:
+            write_outputs(json.load(f), a.out, a.docs_dir, plots=True)
+        return 0
+    try:
+        a.settings = [s for s in a.settings.split(",") if s]
+        a.workers = [int(w) for w in a.workers.split(",") if w]
+        a.sizes = [parse_size(s) for s in a.sizes.split(",") if s]
+        a.systems = [s for s in a.systems.split(",") if s]
+    except (ValueError, argparse.ArgumentTypeError) as e:
+        p.error(str(e))
+    for s in a.settings:
+        if s != "loopback" and not re.fullmatch(r"rack:\d+[kmg]?bit", s):
+            p.error(f"--settings: '{s}' is neither loopback nor rack:RATE (e.g. rack:1gbit)")
+    if any(not 1 <= n <= 64 for n in a.workers):
+        p.error("--workers must be in 1..64")
+    if any(s % 4 or s < 4 for s in a.sizes):
+        p.error("--sizes must be positive multiples of 4 bytes")
+    for s in a.systems:
+        if s not in SYSTEMS:
+            p.error(f"--systems: unknown '{s}' (choose from {', '.join(SYSTEMS)})")
+    if a.iterations < 1 or a.warmup < 0:
+        p.error("--iterations must be at least 1 and --warmup at least 0")
+    for what in ("switchml", "gloo"):
+        if not os.access(getattr(a, what), os.X_OK):
+            p.error(f"no executable {getattr(a, what)} (scripts/bench.sh builds it)")
+    if any(s.startswith("mpi") for s in a.systems) and not (
+            os.access(a.mpi, os.X_OK) and shutil.which(a.mpirun)):
+        log(f"no {a.mpi} or mpirun: the MPI rows are left out (apt-get install libopenmpi-dev "
+            "openmpi-bin, then rebuild)")
+        a.mpi = ""
+
+    bench = Bench(a)
+
+    def interrupted(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)
+    try:
+        return bench.run()
+    except Interrupted as e:
+        log(f"interrupted ({e}); stopping every process and removing the rack")
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        bench.runner.kill_all()
+        bench.rack_down()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
