@@ -117,16 +117,21 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
 }
 
 size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> buf) {
+  const size_t bytes = proto::DatagramBytes(config_.size);
+  CHECK(buf.size() >= bytes) << "transmit buffer of " << buf.size() << " bytes";
   proto::Header h;
   h.size = config_.size;
   h.job_number = static_cast<uint8_t>(job_.job_id);
   h.tsi = Tsi(q);
   h.slot = SlotOf(q);
+  // The payload is written straight into buf in wire order, by SIMD kernels that convert the byte
+  // order in the same pass (no host-order copy).
+  const std::span<uint8_t> payload = buf.subspan(proto::kPrefixBytes, 4 * numel_);
   if (job_.dtype == DataType::kInt32) {
     const size_t first = size_t{q} * numel_;
     const size_t n = std::min(numel_, job_.count - first);
-    std::memcpy(scratch_.data(), static_cast<const int32_t*>(job_.in) + first, n * sizeof(int32_t));
-    std::fill(scratch_.begin() + n, scratch_.end(), 0);  // the last block's padding
+    proto::StorePayload({static_cast<const int32_t*>(job_.in) + first, n}, payload.first(4 * n));
+    std::fill(payload.begin() + 4 * n, payload.end(), 0);  // the last block's padding
   } else {
     const float* in = static_cast<const float*>(job_.in);
     h.e0 = quant::kZeroBlockExponent;  // carries no exponent: does not raise the max
@@ -140,13 +145,14 @@ size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> bu
     if (q >= config_.window && !slot.data_non_finite) {
       const size_t first = size_t{q - config_.window} * numel_;
       const size_t n = std::min(numel_, job_.count - first);
-      // (Quantize zeroes the padding after the last block's n elements itself.)
-      quant::Quantize({in + first, n}, slot.data_exponent, config_.num_workers, scratch_);
+      // (QuantizeToWire zeroes the padding after the last block's n elements itself.)
+      quant::QuantizeToWire({in + first, n}, slot.data_exponent, config_.num_workers, payload);
     } else {
-      std::fill(scratch_.begin(), scratch_.end(), 0);  // exponents only, or a flagged block
+      std::fill(payload.begin(), payload.end(), 0);  // exponents only, or a flagged block
     }
   }
-  return proto::Encode(h, scratch_, buf);
+  proto::EncodeHeader(h, buf);
+  return bytes;
 }
 
 size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
@@ -202,11 +208,11 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   const uint32_t q = s.packet;
   const uint64_t w = config_.window;
   ++counters_.results;
-  proto::LoadPayload(payload, scratch_);
+  // The payload is read straight from the datagram's wire bytes (no host-order copy).
   if (job_.dtype == DataType::kInt32) {
     const size_t first = size_t{q} * numel_;
     const size_t n = std::min(numel_, job_.count - first);
-    std::memcpy(static_cast<int32_t*>(job_.out) + first, scratch_.data(), n * sizeof(int32_t));
+    proto::LoadPayload(payload.first(4 * n), {static_cast<int32_t*>(job_.out) + first, n});
   } else {
     float* out = static_cast<float*>(job_.out);
     if (q >= w) {
@@ -217,7 +223,7 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
         std::fill(out + first, out + first + n, std::numeric_limits<float>::quiet_NaN());
         first_non_finite_block_ = std::min(first_non_finite_block_, block);
       } else {
-        quant::Dequantize(scratch_, s.data_exponent, config_.num_workers, {out + first, n});
+        quant::DequantizeFromWire(payload, s.data_exponent, config_.num_workers, {out + first, n});
       }
     }
     if (q < blocks_) {  // the reply carries the max exponent for block q's data, sent next
