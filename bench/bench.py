@@ -537,9 +537,12 @@ def plot(report, path_prefix):
                 style = {"marker": "o", "linewidth": 2.5 if system == "switchml" else 1.5}
                 axes[0][col].plot(x, [p[1] for p in pts], label=system, **style)
                 axes[1][col].plot(x, [p[2] for p in pts], label=system, **style)
+            sizes = sorted({r["bytes"] / (1 << 20) for r in sub if r["workers"] == n})
             for row, ylabel in ((0, "median time per all-reduce (s)"), (1, "elements/s")):
                 ax = axes[row][col]
                 ax.set_xscale("log", base=2)
+                ax.set_xticks(sizes, [f"{s:g}" for s in sizes])
+                ax.minorticks_off()
                 ax.set_yscale("log")
                 ax.set_xlabel("tensor size (MiB, float32)" if report["config"]["dtype"] ==
                               "float32" else "tensor size (MiB, int32)")
