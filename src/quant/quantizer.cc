@@ -23,6 +23,25 @@ using proto::HWY_NAMESPACE::StoreBigEndian;
 
 // On Highway's scalar target (one lane; it converts out-of-range doubles with saturation where the
 // reference's casts give inf) the kernels run only the reference's element-by-element code.
+#if HWY_TARGET != HWY_SCALAR
+// The (de)quantizer's lanes: doubles, and floats and int32s with as many lanes (half vectors).
+using DoubleTag = hn::ScalableTag<double>;
+using FloatTag = hn::Rebind<float, DoubleTag>;
+using Int32Tag = hn::Rebind<int32_t, DoubleTag>;
+
+// The sign-cleared bits of float lanes x, as int32 lanes of di (below 2^31, so signed lanes order
+// them like unsigned ones).
+template <class DI, class VF>
+HWY_INLINE hn::Vec<DI> AbsBits(DI di, VF x) {
+  return hn::And(hn::BitCast(di, x), hn::Set(di, static_cast<int32_t>(internal::kAbsMask)));
+}
+
+// The lanes whose AbsBits are those of a finite float.
+template <class DI>
+HWY_INLINE hn::Mask<DI> IsFiniteBits(DI di, hn::Vec<DI> abs_bits) {
+  return hn::Lt(abs_bits, hn::Set(di, static_cast<int32_t>(internal::kExponentMask)));
+}
+#endif
 
 // The largest sign-cleared bits over the finite elements of in[0, n); *non_finite is set when
 // some element is inf or NaN.
@@ -34,14 +53,11 @@ uint32_t MaxFiniteBitsKernel(const float* HWY_RESTRICT in, size_t n, bool* non_f
   const hn::ScalableTag<int32_t> di;
   const hn::ScalableTag<float> df;
   const size_t lanes = hn::Lanes(di);
-  const auto abs_mask = hn::Set(di, static_cast<int32_t>(internal::kAbsMask));
-  const auto exponent_mask = hn::Set(di, static_cast<int32_t>(internal::kExponentMask));
   auto max = hn::Zero(di);
   auto non_finite_lanes = hn::Zero(di);
   for (; i + lanes <= n; i += lanes) {
-    // Sign-cleared bits are below 2^31, so signed lanes order them like unsigned ones.
-    const auto bits = hn::And(hn::BitCast(di, hn::LoadU(df, in + i)), abs_mask);
-    const auto finite = hn::Lt(bits, exponent_mask);
+    const auto bits = AbsBits(di, hn::LoadU(df, in + i));
+    const auto finite = IsFiniteBits(di, bits);
     max = hn::Max(max, hn::IfThenElseZero(finite, bits));
     non_finite_lanes = hn::Or(non_finite_lanes, hn::VecFromMask(di, hn::Not(finite)));
   }
@@ -65,19 +81,16 @@ void QuantizeToWireKernel(const float* HWY_RESTRICT in, size_t n, double f, doub
                           uint8_t* HWY_RESTRICT wire) {
   size_t i = 0;
 #if HWY_TARGET != HWY_SCALAR
-  // Doubles, and floats and int32s with as many lanes (half vectors).
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;
-  const hn::Rebind<int32_t, decltype(dd)> di;
+  const DoubleTag dd;
+  const FloatTag df;
+  const Int32Tag di;
   const size_t lanes = hn::Lanes(dd);
   const auto scale = hn::Set(dd, f);
   const auto high = hn::Set(dd, limit);
   const auto low = hn::Set(dd, -limit);
-  const auto abs_mask = hn::Set(di, static_cast<int32_t>(internal::kAbsMask));
-  const auto exponent_mask = hn::Set(di, static_cast<int32_t>(internal::kExponentMask));
   for (; i + lanes <= n; i += lanes) {
     const auto x = hn::LoadU(df, in + i);
-    const auto finite = hn::Lt(hn::And(hn::BitCast(di, x), abs_mask), exponent_mask);
+    const auto finite = IsFiniteBits(di, AbsBits(di, x));
     const auto v = hn::Min(hn::Max(hn::Mul(hn::PromoteTo(dd, x), scale), low), high);
     // Round: to nearest, ties to even, as std::nearbyint in the default rounding mode; the
     // rounded value is integral and within int32, so the conversion is exact.
@@ -95,9 +108,9 @@ void DequantizeFromWireKernel(const uint8_t* HWY_RESTRICT wire, size_t n, double
                               float* HWY_RESTRICT out) {
   size_t i = 0;
 #if HWY_TARGET != HWY_SCALAR
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;
-  const hn::Rebind<int32_t, decltype(dd)> di;
+  const DoubleTag dd;
+  const FloatTag df;
+  const Int32Tag di;
   const size_t lanes = hn::Lanes(dd);
   const auto scale = hn::Set(dd, inverse);
   for (; i + lanes <= n; i += lanes) {
