@@ -60,6 +60,14 @@ def size_label(nbytes):
     return f"{nbytes} B"
 
 
+def rate_bps(rate):
+    """Bits per second of a tc rate: 1gbit, 500mbit, 10Gbit, 1000000bit."""
+    m = re.fullmatch(r"(\d+)([kmg]?)bit", rate.lower())
+    if not m:
+        raise ValueError(f"not a tc rate: '{rate}' (e.g. 1gbit, 500mbit)")
+    return int(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+
+
 def percentile(values, p):
     """Nearest-rank percentile (p in 0..100); with few values the p99 is the largest."""
     v = sorted(values)
@@ -204,8 +212,12 @@ class Bench:
         self.args = args
         self.runner = Runner()
         self.rack = None  # dict of RACK_* variables while a rack is up
+        self.rack_name = None  # set from before `rack.sh up` until `down`
         self.logs = os.path.join(args.out, "logs")
         os.makedirs(self.logs, exist_ok=True)
+        help_text = subprocess.run([args.switchml, "worker", "--help"], capture_output=True,
+                                   text=True).stdout
+        self.worker_flags = set(re.findall(r"^\s+--([a-z0-9-]+)", help_text, re.M))
 
     # --- Commands of each system -------------------------------------------------------------
 
@@ -253,7 +265,7 @@ class Bench:
                     "--workers", str(n), "--session", "1", "--setup-timeout-ms", "60000"]
                 if self.rack is not None:
                     argv += ["--bind", self.host_ip(r)]
-                argv += self.job_args(n, elements, r != 0) + a.switchml_args.split()
+                argv += self.job_args(n, elements, r != 0) + self.switchml_extra_args()
                 workers.append(self.runner.start(argv, f"{self.logs}/{tag}-r{r}.out",
                                                  f"{self.logs}/{tag}-r{r}.err"))
             # `switchml worker` does not report its CPU time in the all-reduces: its worker
@@ -274,6 +286,15 @@ class Bench:
         out["retransmitted"] = sum(int(r.get("retransmitted", 0))
                                    for r in result_lines(workers, "SWITCHML_RESULT"))
         return out
+
+    def switchml_extra_args(self):
+        """--switchml-args, plus in the rack the cable's rate for the worker's window rule
+        (--link-gbps, where the worker has it and --switchml-args does not set it)."""
+        extra = self.args.switchml_args.split()
+        if (self.rack is not None and "link-gbps" in self.worker_flags and
+                not any(x.startswith("--link-gbps") for x in extra)):
+            extra += ["--link-gbps", f"{rate_bps(self.rack['RACK_RATE']) / 1e9:g}"]
+        return extra
 
     def run_gloo(self, tag, n, elements, algorithm):
         a = self.args
@@ -386,6 +407,7 @@ class Bench:
             row["cpu_method"] = r["cpu_method"]
         if "retransmitted" in r:
             row["retransmitted"] = r["retransmitted"]
+            row["switchml_args"] = " ".join(self.switchml_extra_args())
         log(f"{system}: median {med:.4f} s, p99 {row['p99_s']:.4f} s, "
             f"{row['elements_per_s']:.3g} elements/s, busbw {row['busbw_GBps']:.3f} GB/s, "
             f"CPU {row.get('cpu_s_per_gib', row['cpu_lifetime_s_per_gib']):.2f} s/GiB")
@@ -395,7 +417,7 @@ class Bench:
 
     def rack_up(self, rate, workers):
         a = self.args
-        name = f"smlbench{os.getpid()}"
+        name = self.rack_name = f"smlbench{os.getpid()}"
         argv = [a.rack_script, "up", "--name", name, "--workers", str(workers), "--rate", rate,
                 "--mtu", str(a.mtu)]
         p = subprocess.run(argv, capture_output=True, text=True)
@@ -409,9 +431,10 @@ class Bench:
         log(f"rack {name}: {workers} workers, {rate} per cable each way, MTU {a.mtu}")
 
     def rack_down(self):
-        if self.rack is not None:
-            subprocess.run([self.args.rack_script, "down", "--name", self.rack["RACK_NAME"]])
-            self.rack = None
+        """Removes the rack, also one whose `up` was interrupted."""
+        if self.rack_name is not None:
+            subprocess.run([self.args.rack_script, "down", "--name", self.rack_name])
+            self.rack = self.rack_name = None
 
     def run(self):
         a = self.args
