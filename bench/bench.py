@@ -60,14 +60,6 @@ def size_label(nbytes):
     return f"{nbytes} B"
 
 
-def rate_bps(rate):
-    """Bits per second of a tc rate: 1gbit, 500mbit, 10Gbit, 1000000bit."""
-    m = re.fullmatch(r"(\d+)([kmg]?)bit", rate.lower())
-    if not m:
-        raise ValueError(f"not a tc rate: '{rate}' (e.g. 1gbit, 500mbit)")
-    return int(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
-
-
 def percentile(values, p):
     """Nearest-rank percentile (p in 0..100); with few values the p99 is the largest."""
     v = sorted(values)
@@ -215,9 +207,6 @@ class Bench:
         self.rack_name = None  # set from before `rack.sh up` until `down`
         self.logs = os.path.join(args.out, "logs")
         os.makedirs(self.logs, exist_ok=True)
-        help_text = subprocess.run([args.switchml, "worker", "--help"], capture_output=True,
-                                   text=True).stdout
-        self.worker_flags = set(re.findall(r"^\s+--([a-z0-9-]+)", help_text, re.M))
 
     # --- Commands of each system -------------------------------------------------------------
 
@@ -288,13 +277,7 @@ class Bench:
         return out
 
     def switchml_extra_args(self):
-        """--switchml-args, plus in the rack the cable's rate for the worker's window rule
-        (--link-gbps, where the worker has it and --switchml-args does not set it)."""
-        extra = self.args.switchml_args.split()
-        if (self.rack is not None and "link-gbps" in self.worker_flags and
-                not any(x.startswith("--link-gbps") for x in extra)):
-            extra += ["--link-gbps", f"{rate_bps(self.rack['RACK_RATE']) / 1e9:g}"]
-        return extra
+        return self.args.switchml_args.split()
 
     def run_gloo(self, tag, n, elements, algorithm):
         a = self.args
