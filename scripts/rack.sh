@@ -42,9 +42,9 @@ Environment given to `run`'s command (and printed by `env`): RACK_NAME, RACK_WOR
 RACK_SWITCH_NS, RACK_SWITCH_IP, RACK_WORKER_NS (space-separated), RACK_WORKER_IPS
 (space-separated), RACK_SUBNET, RACK_RATE, RACK_MTU, RACK_SCRIPT (this script).
 
-Exit codes: 0 ok; 2 bad usage; 77 namespaces cannot be created here (not root, no iproute2,
-or `ip netns add` refused, e.g. in an unprivileged container); 1 any other failure; for run
-and exec, the command's exit code.
+Exit codes: 0 ok; 2 bad usage; 77 the rack cannot be made here (not root, no iproute2,
+`ip netns add` refused, e.g. in an unprivileged container, or no tbf qdisc); 1 any other
+failure; for run and exec, the command's exit code.
 
 Examples:
   scripts/rack.sh run --workers 4 --rate 1gbit -- bash -c 'ip netns exec $RACK_SWITCH_NS ip a'
@@ -125,6 +125,9 @@ rate_bps() {
     *) echo "$n" ;;
   esac
 }
+[ -z "$burst" ] || [[ "$burst" =~ ^[0-9]+(b|kb|mb|k|m)?$ ]] ||
+  die "--burst must be a size such as 800kb, 8mb or 100000b, not '$burst'"
+[[ "$latency" =~ ^[0-9]+(us|ms|s)$ ]] || die "--latency must be a time such as 20ms, not '$latency'"
 if [ "$rate" != none ]; then
   bps=$(rate_bps "$rate") || die "--rate must look like 1gbit, 10gbit, 500mbit or 'none', not '$rate'"
   [ "$bps" -gt 0 ] || die "--rate must be positive"
@@ -166,8 +169,11 @@ rack_down() {
 
 shape() {  # shape NS DEV: tbf on DEV's egress in namespace NS
   [ "$rate" = none ] && return 0
-  ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst "$burst" \
-    latency "$latency"
+  if ! ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst "$burst" \
+    latency "$latency"; then
+    echo "rack: SKIP: cannot shape the cables (tc qdisc tbf failed; a kernel without sch_tbf?)" >&2
+    exit "$kNoNamespaces"
+  fi
 }
 
 rack_up() {
