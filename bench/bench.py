@@ -60,6 +60,24 @@ def size_label(nbytes):
     return f"{nbytes} B"
 
 
+def rate_bps(rate):
+    """Bits per second of a tc rate: 1gbit, 500mbit, 10gbit, 1000000bit."""
+    m = re.fullmatch(r"(\d+)([kmg]?)bit", rate.lower())
+    if not m:
+        raise ValueError(f"not a tc rate: '{rate}' (e.g. 1gbit, 500mbit)")
+    return int(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+
+
+def link_limit_s(setting, system, n, nbytes):
+    """The least time the rack's cables allow: SwitchML moves each worker's tensor once each
+    way (plus its 10-byte header per 1 KiB packet), a bandwidth-optimal all-reduce between
+    hosts 2(n-1)/n times. None on loopback."""
+    if not setting.startswith("rack:"):
+        return None
+    wire = nbytes * (1 + 10 / 1024) if system == "switchml" else nbytes * 2 * (n - 1) / n
+    return wire * 8 / rate_bps(setting.split(":", 1)[1])
+
+
 def percentile(values, p):
     """Nearest-rank percentile (p in 0..100); with few values the p99 is the largest."""
     v = sorted(values)
@@ -385,6 +403,10 @@ class Bench:
             "cpu_lifetime_s_per_gib": r["cpu_lifetime_s"] / (nbytes * (a.iterations + a.warmup)
                                                              / GIB),
         })
+        limit = link_limit_s(setting, system, n, nbytes)
+        if limit:
+            row["link_limit_s"] = limit
+            row["x_link_limit"] = med / limit
         if "cpu_timed_s" in r:
             row["cpu_s_per_gib"] = r["cpu_timed_s"] / (nbytes * a.iterations / GIB)
             row["cpu_method"] = r["cpu_method"]
@@ -487,8 +509,8 @@ def markdown(report):
     for setting in settings:
         lines += [f"### {setting_title(setting)}", "",
                   "| workers | size | system | median s | p99 s | elements/s | algbw GB/s | "
-                  "busbw GB/s | CPU s/GiB | switchml speedup |",
-                  "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "busbw GB/s | x link limit | CPU s/GiB | switchml speedup |",
+                  "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         ref = {(r["workers"], r["bytes"]): r["median_s"] for r in rows
                if r["setting"] == setting and r.get("system") == "switchml" and "median_s" in r}
         for r in rows:
@@ -496,20 +518,24 @@ def markdown(report):
                 continue
             head = f"| {r['workers']} | {size_label(r['bytes'])} | {r['system']} |"
             if "error" in r:
-                lines.append(head + f" failed: {r['error'].splitlines()[0][:80]} ||||||||")
+                lines.append(head + f" failed: {r['error'].splitlines()[0][:80]}" + " |" * 8)
                 continue
             cpu = (f"{r['cpu_s_per_gib']:.2f}" if "cpu_s_per_gib" in r
                    else f"{r['cpu_lifetime_s_per_gib']:.2f}*")
             sw = ref.get((r["workers"], r["bytes"]))
             vs = f"{r['median_s'] / sw:.2f}" if sw else ""
+            limit = link_limit_s(setting, r["system"], r["workers"], r["bytes"])
+            link = f"{r['median_s'] / limit:.2f}" if limit else ""
             lines.append(head + f" {r['median_s']:.4f} | {r['p99_s']:.4f} | "
                          f"{r['elements_per_s']:.3g} | {r['algbw_GBps']:.3f} | "
-                         f"{r['busbw_GBps']:.3f} | {cpu} | {vs} |")
+                         f"{r['busbw_GBps']:.3f} | {link} | {cpu} | {vs} |")
         skipped = [r for r in rows if r["setting"] == setting and "system" not in r]
         lines += [f"{r['error']}" for r in skipped]
         lines.append("")
     lines.append("switchml speedup = this system's median time / switchml's (> 1: switchml is "
-                 "faster).")
+                 "faster). x link limit (rack) = median / the least time the cables allow: "
+                 "tensor bytes x (1 + 10/1024) / rate for switchml, tensor bytes x 2(n-1)/n / "
+                 "rate for the others.")
     return "\n".join(lines) + "\n"
 
 
