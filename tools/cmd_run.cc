@@ -100,6 +100,8 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
               "aggregation time, aggregated elements/s and algorithm bandwidth.");
   AddJobFlags(&flags);
   flags.AddDouble("loss", 0, "the switch drops this fraction of packets in each direction");
+  flags.AddInt("switch-threads", 1,
+               "the switch's data-plane threads (worker thread t uses switch thread t mod this)");
   flags.AddString("json", "", "also write the summary as JSON to this file");
   flags.AddBool("per-slot", "print per-slot switch counters at the end");
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
@@ -115,6 +117,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   o.seed = job.seed;
   o.transport = job.transport;
   o.busy_poll = job.busy_poll;
+  o.threads = static_cast<uint32_t>(flags.GetInt("switch-threads"));
   auto daemon = runtime::SwitchDaemon::Start(o);
   if (!daemon.ok()) {
     std::cerr << "switchml run: cannot start the switch: " << daemon.status().message() << "\n";

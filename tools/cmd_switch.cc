@@ -24,6 +24,9 @@ int SwitchCommand(const std::vector<std::string>& args) {
   flags.AddInt("max-jobs", 64, "concurrent jobs");
   flags.AddDouble("loss", 0, "drop this fraction of packets in each direction (loss simulator)");
   flags.AddInt("seed", 1, "seed of the loss simulator");
+  flags.AddInt("threads", 1,
+               "data-plane threads, each on its own UDP port from --data-port up (workers should "
+               "use a multiple of this many --threads)");
   flags.AddString("transport", "udp", TransportHelp());
   flags.AddBool("busy-poll", "poll the data port without sleeping (lower latency, a busy core)");
   flags.AddInt("stats-interval", 0, "print counters every N seconds (0 = only at exit)");
@@ -45,6 +48,12 @@ int SwitchCommand(const std::vector<std::string>& args) {
   o.loss = flags.GetDouble("loss");
   o.seed = static_cast<uint64_t>(flags.GetInt("seed"));
   o.transport = flags.GetString("transport");
+  const int64_t threads = flags.GetInt("threads");
+  if (threads < 1 || threads > 64) {
+    std::cerr << "switchml switch: --threads must be in 1..64\n";
+    return 2;
+  }
+  o.threads = static_cast<uint32_t>(threads);
   o.busy_poll = flags.GetBool("busy-poll");
 
   // Signals are taken synchronously by this thread; block them before any thread starts.
@@ -60,10 +69,15 @@ int SwitchCommand(const std::vector<std::string>& args) {
     std::cerr << "switchml switch: cannot start: " << daemon.status().message() << "\n";
     return 2;
   }
+  const uint32_t first = (*daemon)->data_port();
+  const std::string ports =
+      o.threads > 1 ? std::to_string(first) + "-" + std::to_string(first + o.threads - 1)
+                    : std::to_string(first);
   std::printf(
-      "switchml switch: data port %u (UDP, transport %s), control port %u (gRPC) on %s; max %u "
-      "workers and %u slots per job%s\n",
-      (*daemon)->data_port(), o.transport.c_str(), (*daemon)->control_port(), o.bind_address.c_str(),
+      "switchml switch: data port%s %s (UDP, transport %s, %u thread%s), control port %u (gRPC) "
+      "on %s; max %u workers and %u slots per job%s\n",
+      o.threads > 1 ? "s" : "", ports.c_str(), o.transport.c_str(), o.threads,
+      o.threads > 1 ? "s" : "", (*daemon)->control_port(), o.bind_address.c_str(),
       o.switch_config.max_workers_per_job, o.switch_config.slots_per_job,
       o.loss > 0 ? ", loss simulator on" : "");
   std::fflush(stdout);

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "base/status_macros.h"
@@ -142,9 +143,11 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
       resp.udp_port() == 0 ? proto::kDefaultDataPort : static_cast<uint16_t>(resp.udp_port());
   reply.max_workers = resp.max_workers();
   reply.num_slots = resp.num_slots();
-  if (resp.udp_port() > 65535) {
+  reply.num_data_ports = std::max<uint32_t>(1, resp.num_data_ports());
+  if (resp.udp_port() > 65535 || uint64_t{reply.data_port} + reply.num_data_ports - 1 > 65535) {
     return InternalError("switch control plane at " + impl_->target +
-                         " answered with an invalid data port " + std::to_string(resp.udp_port()));
+                         " answered with invalid data ports " + std::to_string(resp.udp_port()) +
+                         " (" + std::to_string(reply.num_data_ports) + " of them)");
   }
   return reply;
 }

@@ -46,6 +46,9 @@ struct UdpSessionReply {
   // Workers per job and slots per job pool; 0 when the switch does not say (reference switch).
   uint32_t max_workers = 0;
   uint32_t num_slots = 0;
+  // Data-plane threads of the switch on ports data_port .. data_port + num_data_ports - 1
+  // (1 when the switch does not say).
+  uint32_t num_data_ports = 1;
 };
 
 class ControlClient {

@@ -293,6 +293,7 @@ grpc::Status ControlServer::Impl::UdpSession(grpc::ServerContext* ctx,
   resp->set_mac(0);
   resp->set_ipv4(options.switch_ipv4);
   resp->set_udp_port(options.data_port);
+  resp->set_num_data_ports(options.num_data_ports);
   resp->set_max_workers(sw->sw.config().max_workers_per_job);
   resp->set_num_slots(sw->sw.config().slots_per_job);
   return grpc::Status::OK;

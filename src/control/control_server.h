@@ -35,6 +35,9 @@ struct ControlServerOptions {
   uint16_t port = 50099;
   // The switch's data-plane UDP port, returned to workers in UdpSessionResponse.udp_port.
   uint16_t data_port = 48864;
+  // How many data ports (data-plane threads) the switch has, from data_port up; returned in
+  // UdpSessionResponse.num_data_ports.
+  uint32_t num_data_ports = 1;
   // The switch's data-plane IPv4 (host byte order) returned to workers in
   // UdpSessionResponse.ipv4; 0 tells workers to use the control plane's address.
   uint32_t switch_ipv4 = 0;

@@ -105,6 +105,8 @@ struct Switch::Job {
   std::vector<SlotCounters> slot_counters;
   // Switch::activity_clock_ at the job's creation or its last datagram: eviction picks the least.
   uint64_t last_active = 0;
+  // Which CreateJob made this job (in the master; a mirror copies the master's).
+  uint64_t generation = 0;
 
   // Reply state, rewritten by each packet that produces a reply.
   std::vector<Endpoint> destinations;  // num_workers entries, for kMulticast
@@ -155,7 +157,9 @@ Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
   }
   auto job = std::make_unique<Job>(spec, config_.slots_per_job);
   job->last_active = ++activity_clock_;
+  job->generation = next_generation_++;
   jobs_.emplace(spec.session_id, std::move(job));
+  mutations_.fetch_add(1, std::memory_order_release);
   return Status::Ok();
 }
 
@@ -214,14 +218,20 @@ Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& w
   job.workers[rank] = worker;
   job.registered[rank] = true;
   ++job.num_registered;
-  if (worker.port == 0) {
-    by_address_[worker.ipv4] = {&job, rank};
-  } else {
-    for (uint32_t k = 0; k < num_ports; ++k) {
-      by_endpoint_[Endpoint{worker.ipv4, static_cast<uint16_t>(worker.port + k)}] = {&job, rank};
-    }
-  }
+  mutations_.fetch_add(1, std::memory_order_release);
+  AddToLookup(job, rank);
   return Status::Ok();
+}
+
+void Switch::AddToLookup(Job& job, uint32_t rank) {
+  const WorkerSpec& w = job.workers[rank];
+  if (w.port == 0) {
+    by_address_[w.ipv4] = {&job, rank};
+    return;
+  }
+  for (uint32_t k = 0; k < job.spec.num_ports; ++k) {
+    by_endpoint_[Endpoint{w.ipv4, static_cast<uint16_t>(w.port + k)}] = {&job, rank};
+  }
 }
 
 void Switch::RemoveFromLookup(const Job& job) {
@@ -243,6 +253,7 @@ void Switch::Evict(uint64_t session_id, std::vector<uint64_t>* evicted) {
   CHECK(it != jobs_.end()) << SessionName(session_id);
   RemoveFromLookup(*it->second);
   jobs_.erase(it);
+  mutations_.fetch_add(1, std::memory_order_release);
   ++counters_.jobs_evicted;
   if (evicted != nullptr) evicted->push_back(session_id);
 }
@@ -252,10 +263,46 @@ Status Switch::RemoveJob(uint64_t session_id) {
   if (it == jobs_.end()) return NotFoundError(SessionName(session_id) + " does not exist");
   RemoveFromLookup(*it->second);
   jobs_.erase(it);
+  mutations_.fetch_add(1, std::memory_order_release);
   return Status::Ok();
 }
 
 bool Switch::HasJob(uint64_t session_id) const { return jobs_.contains(session_id); }
+
+void Switch::MirrorJobs(const Switch& master) {
+  CHECK(config_.slots_per_job == master.config_.slots_per_job &&
+        config_.max_workers_per_job == master.config_.max_workers_per_job)
+      << "a mirror needs its master's switch config";
+  // Jobs gone from master, or re-created there, or with other workers: dropped here.
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    auto m = master.jobs_.find(it->first);
+    const bool same = m != master.jobs_.end() && m->second->generation == it->second->generation &&
+                      m->second->registered == it->second->registered;
+    if (same) {
+      ++it;
+      continue;
+    }
+    RemoveFromLookup(*it->second);
+    it = jobs_.erase(it);
+  }
+  // Jobs of master missing here: created with master's workers.
+  for (const auto& [id, m] : master.jobs_) {
+    if (jobs_.contains(id)) continue;
+    auto job = std::make_unique<Job>(m->spec, config_.slots_per_job);
+    job->generation = m->generation;
+    job->last_active = ++activity_clock_;
+    Job& j = *job;
+    jobs_.emplace(id, std::move(job));
+    for (uint32_t r = 0; r < m->spec.num_workers; ++r) {
+      if (!m->registered[r]) continue;
+      j.workers[r] = m->workers[r];
+      j.registered[r] = true;
+      ++j.num_registered;
+      AddToLookup(j, r);
+    }
+  }
+  counters_.jobs_evicted = master.counters_.jobs_evicted;
+}
 
 const JobSpec* Switch::FindJob(uint64_t session_id) const {
   auto it = jobs_.find(session_id);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -169,6 +170,19 @@ class Switch {
   // Per-slot counters of a job (size = slots_per_job), empty when the job does not exist.
   std::span<const SlotCounters> slot_counters(uint64_t session_id) const;
   std::vector<uint64_t> job_ids() const;
+
+  // Replication for a multi-threaded data plane: the control plane changes one Switch (the
+  // master), and each data-plane thread keeps a replica whose jobs and workers mirror it.
+  //
+  // Counts the changes to the job table (job created, removed or evicted, worker added). Safe to
+  // read from any thread without the owner's lock: a replica compares it with the value it last
+  // mirrored and takes the lock only when it moved.
+  uint64_t mutations() const { return mutations_.load(std::memory_order_acquire); }
+  // Makes this Switch's jobs and workers those of master (which the caller must keep from
+  // changing meanwhile). A job that is unchanged in master (same creation, same workers) keeps
+  // its slots, registers and counters here; a changed or new one starts empty; a job gone from
+  // master goes here too. Config must match master's.
+  void MirrorJobs(const Switch& master);
   // Human-readable counter table: switch totals and one block per job; with per_slot, one line
   // per slot that saw traffic.
   std::string FormatCounters(bool per_slot) const;
@@ -176,6 +190,8 @@ class Switch {
  private:
   struct Job;
   const Action& DropForJob(Job& job, DropReason reason);
+  // Enters (removes) a registered worker's addresses (all of the job's) in the lookup tables.
+  void AddToLookup(Job& job, uint32_t rank);
   void RemoveFromLookup(const Job& job);
   // Removes the job of session_id (which must exist) as an eviction: counted and reported.
   void Evict(uint64_t session_id, std::vector<uint64_t>* evicted);
@@ -189,6 +205,8 @@ class Switch {
   // The activity clock: incremented by each job creation and each datagram attributed to a job,
   // and copied into that job, so the smallest copy marks the least recently active job.
   uint64_t activity_clock_ = 0;
+  std::atomic<uint64_t> mutations_{0};
+  uint64_t next_generation_ = 1;  // identifies each CreateJob, so a mirror can tell re-creations
   Action action_;
   // The 2-argument Process's reply buffer.
   std::array<uint8_t, proto::kMaxDatagramBytes> reply_{};

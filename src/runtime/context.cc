@@ -159,8 +159,11 @@ Status Context::Impl::Setup() {
     sc.timeout_threshold_increment = config.timeout_threshold_increment;
     sc.progress_timeout = config.peer_timeout;
     RETURN_IF_ERROR(sc.Validate());
-    threads.push_back(std::make_unique<runtime::WorkerThread>(
-        sc, std::move(transports[t]), switch_data, failure, config.busy_poll));
+    // Worker thread t talks to the switch's data-plane thread t mod (its threads).
+    const Endpoint shard{switch_data.ipv4,
+                         static_cast<uint16_t>(switch_data.port + t % reply.num_data_ports)};
+    threads.push_back(std::make_unique<runtime::WorkerThread>(sc, std::move(transports[t]), shard,
+                                                              failure, config.busy_poll));
   }
   return Status();
 }

@@ -1,7 +1,9 @@
 #include "runtime/switch_daemon.h"
 
 #include <array>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
 
 #include "base/endpoint.h"
@@ -17,7 +19,61 @@ constexpr size_t kBatch = 256;
 static_assert(kBatch <= transport::Transport::kTxBuffers);
 // Destinations remembered for grouping; the table starts over when it holds more.
 constexpr size_t kMaxBuckets = 4096;
+// Data-plane threads at most.
+constexpr uint32_t kMaxThreads = 64;
+
+void Add(dataplane::JobCounters& sum, const dataplane::JobCounters& c) {
+  sum.received += c.received;
+  sum.aggregated += c.aggregated;
+  sum.completed += c.completed;
+  sum.multicast_packets += c.multicast_packets;
+  sum.retransmitted += c.retransmitted;
+  for (int r = 0; r < dataplane::kNumDropReasons; ++r) sum.dropped[r] += c.dropped[r];
+}
+
 }  // namespace
+
+// One data-plane thread: its transport, its replica of the master switch, its scratch.
+struct SwitchDaemon::Shard {
+  Shard(const dataplane::SwitchConfig& config, std::unique_ptr<transport::Transport> t)
+      : transport(std::move(t)), sw(config) {
+    const size_t max_tx = kBatch * config.max_workers_per_job;
+    tx.reserve(max_tx);
+    sorted.resize(max_tx);
+    tx_bucket.resize(max_tx);
+    bucket_start.reserve(kMaxBuckets + 2);
+  }
+
+  // Orders tx by destination into sorted (stable: each destination's replies keep their order),
+  // so that each destination's replies are consecutive: a counting sort over destination
+  // buckets, which allocates nothing once the bucket table has seen every destination.
+  void GroupByDestination() {
+    if (buckets.size() > kMaxBuckets) buckets.clear();
+    for (size_t i = 0; i < tx.size(); ++i) {
+      auto [it, inserted] =
+          buckets.try_emplace(tx[i].destination, static_cast<uint32_t>(buckets.size()));
+      tx_bucket[i] = it->second;
+    }
+    bucket_start.assign(buckets.size() + 1, 0);
+    for (size_t i = 0; i < tx.size(); ++i) ++bucket_start[tx_bucket[i] + 1];
+    for (size_t b = 1; b < bucket_start.size(); ++b) bucket_start[b] += bucket_start[b - 1];
+    for (size_t i = 0; i < tx.size(); ++i) sorted[bucket_start[tx_bucket[i]]++] = tx[i];
+  }
+
+  std::unique_ptr<transport::Transport> transport;
+  // The replica, used by the shard's thread under mu (which readers of its counters also take;
+  // the control plane never does: the replica follows the master by MirrorJobs).
+  mutable std::mutex mu;
+  dataplane::Switch sw;
+  uint64_t mirrored = UINT64_MAX;  // the master's mutations() the replica reflects
+  std::atomic<uint64_t> received{0}, sent{0}, truncated{0};
+  // Scratch of the thread, sized once: the batch's replies and their grouping.
+  std::vector<transport::TxDatagram> tx, sorted;
+  std::vector<uint32_t> tx_bucket;                 // tx[i]'s destination bucket
+  std::unordered_map<Endpoint, uint32_t> buckets;  // destination -> bucket, kept across batches
+  std::vector<uint32_t> bucket_start;
+  std::thread thread;
+};
 
 Status SwitchDaemonOptions::Validate() const {
   uint32_t ip;
@@ -28,6 +84,15 @@ Status SwitchDaemonOptions::Validate() const {
   if (!(loss >= 0 && loss < 1)) {
     return InvalidArgumentError("loss must be in [0, 1), e.g. 0.01 for 1%");
   }
+  if (threads < 1 || threads > kMaxThreads) {
+    return InvalidArgumentError("data-plane threads must be in 1.." + std::to_string(kMaxThreads) +
+                                ", got " + std::to_string(threads));
+  }
+  if (data_port != 0 && uint32_t{data_port} + threads - 1 > 65535) {
+    return InvalidArgumentError("data ports " + std::to_string(data_port) + ".." +
+                                std::to_string(uint32_t{data_port} + threads - 1) +
+                                " pass 65535: choose a lower data port");
+  }
   transport::TransportOptions t;
   t.kind = transport;
   RETURN_IF_ERROR(t.Validate());
@@ -36,13 +101,7 @@ Status SwitchDaemonOptions::Validate() const {
 
 SwitchDaemon::SwitchDaemon(const SwitchDaemonOptions& options)
     : options_(options),
-      switch_(std::make_unique<dataplane::LockedSwitch>(options.switch_config)) {
-  const size_t max_tx = kBatch * options.switch_config.max_workers_per_job;
-  tx_.reserve(max_tx);
-  sorted_.resize(max_tx);
-  tx_bucket_.resize(max_tx);
-  bucket_start_.reserve(kMaxBuckets + 1);
-}
+      switch_(std::make_unique<dataplane::LockedSwitch>(options.switch_config)) {}
 
 Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOptions& options) {
   RETURN_IF_ERROR(options.Validate());
@@ -55,23 +114,28 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   topts.socket_buffer_bytes = 16 << 20;  // room for every worker's window at once
   topts.loss = options.loss;
   topts.loss_seed = options.seed;
-  auto t = transport::OpenTransport(topts);
-  if (!t.ok()) {
-    return Status(t.status().code(), "data port: " + t.status().message());
+  auto ts = transport::OpenTransports(topts, options.threads);
+  if (!ts.ok()) {
+    return Status(ts.status().code(), "data port: " + ts.status().message());
   }
-  d->transport_ = std::move(t).value();
-  d->data_port_ = d->transport_->local_endpoint().port;
-  LOG(kInfo, kDataplane) << "data plane on " << d->transport_->local_endpoint().ToString()
-                         << " over " << d->transport_->name();
+  for (auto& t : *ts) {
+    d->shards_.push_back(std::make_unique<Shard>(options.switch_config, std::move(t)));
+  }
+  const transport::Transport& first = *d->shards_[0]->transport;
+  d->data_port_ = first.local_endpoint().port;
+  LOG(kInfo, kDataplane) << "data plane on " << first.local_endpoint().ToString() << " ("
+                         << options.threads << " thread" << (options.threads > 1 ? "s" : "")
+                         << ") over " << first.name();
   control::ControlServerOptions copts;
   copts.bind_address = options.bind_address;
   copts.port = options.control_port;
   copts.data_port = d->data_port_;
+  copts.num_data_ports = options.threads;
   copts.switch_ipv4 = topts.bind_ipv4;
   auto c = control::ControlServer::Start(copts, d->switch_.get());
   if (!c.ok()) return c.status();
   d->control_ = std::move(c).value();
-  d->thread_ = std::thread([p = d.get()] { p->Run(); });
+  for (auto& s : d->shards_) s->thread = std::thread([p = d.get(), s = s.get()] { p->Run(*s); });
   return d;
 }
 
@@ -80,62 +144,54 @@ SwitchDaemon::~SwitchDaemon() { Stop(); }
 void SwitchDaemon::Stop() {
   if (stop_.exchange(true)) return;
   if (control_) control_->Shutdown();
-  if (transport_) transport_->Wake();
-  if (thread_.joinable()) thread_.join();
-}
-
-void SwitchDaemon::GroupByDestination() {
-  // A counting sort over destination buckets: two passes, no allocation once the bucket table
-  // has seen every destination.
-  if (buckets_.size() > kMaxBuckets) buckets_.clear();
-  for (size_t i = 0; i < tx_.size(); ++i) {
-    auto [it, inserted] =
-        buckets_.try_emplace(tx_[i].destination, static_cast<uint32_t>(buckets_.size()));
-    tx_bucket_[i] = it->second;
+  for (auto& s : shards_) s->transport->Wake();
+  for (auto& s : shards_) {
+    if (s->thread.joinable()) s->thread.join();
   }
-  bucket_start_.assign(buckets_.size() + 1, 0);
-  for (size_t i = 0; i < tx_.size(); ++i) ++bucket_start_[tx_bucket_[i] + 1];
-  for (size_t b = 1; b < bucket_start_.size(); ++b) bucket_start_[b] += bucket_start_[b - 1];
-  for (size_t i = 0; i < tx_.size(); ++i) sorted_[bucket_start_[tx_bucket_[i]]++] = tx_[i];
 }
 
-void SwitchDaemon::Run() {
+void SwitchDaemon::Run(Shard& shard) {
   std::array<transport::RxDatagram, kBatch> rx;
-  const auto wait = options_.busy_poll ? std::chrono::milliseconds(0)
-                                       : std::chrono::milliseconds(200);
+  transport::Transport& transport = *shard.transport;
+  transport.TxBuffer(0);  // the transmit memory, allocated and touched before traffic
+  const auto wait =
+      options_.busy_poll ? std::chrono::milliseconds(0) : std::chrono::milliseconds(200);
   while (!stop_.load(std::memory_order_relaxed)) {
-    auto r = transport_->Receive(rx, wait);
+    auto r = transport.Receive(rx, wait);
     if (!r.ok()) {
       LOG(kError, kDataplane) << "receive failed: " << r.status().ToString();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));  // do not spin on a hard error
       continue;
     }
     if (*r == 0) continue;
-    received_.fetch_add(*r, std::memory_order_relaxed);
-    tx_.clear();
-    size_t replies = 0;
+    shard.received.fetch_add(*r, std::memory_order_relaxed);
+    shard.tx.clear();
     {
-      std::lock_guard<std::mutex> lock(switch_->mu);
+      std::lock_guard<std::mutex> lock(shard.mu);
+      if (switch_->sw.mutations() != shard.mirrored) {
+        // The control plane changed the jobs: mirror them (rare; only then the master's lock).
+        std::lock_guard<std::mutex> master(switch_->mu);
+        shard.sw.MirrorJobs(switch_->sw);
+        shard.mirrored = switch_->sw.mutations();
+      }
+      size_t replies = 0;
       for (size_t i = 0; i < *r; ++i) {
         if (rx[i].truncated) {  // longer than any SwitchML packet: not ours
-          truncated_.fetch_add(1, std::memory_order_relaxed);
+          shard.truncated.fetch_add(1, std::memory_order_relaxed);
           continue;
         }
-        const std::span<uint8_t> reply = transport_->TxBuffer(replies);
-        const dataplane::Action& a = switch_->sw.Process(rx[i].source, rx[i].data);
+        const std::span<uint8_t> reply = transport.TxBuffer(replies);
+        const dataplane::Action& a = shard.sw.Process(rx[i].source, rx[i].data, reply);
         if (a.kind == dataplane::Action::Kind::kDrop) continue;
-        std::copy(a.reply.begin(), a.reply.end(), reply.begin());
         ++replies;
-        for (const Endpoint& dst : a.destinations) {
-          tx_.push_back({dst, reply.first(a.reply.size())});
-        }
+        for (const Endpoint& dst : a.destinations) shard.tx.push_back({dst, a.reply});
       }
     }
-    GroupByDestination();
+    shard.GroupByDestination();
     size_t done = 0;
-    const std::span<const transport::TxDatagram> out(sorted_.data(), tx_.size());
+    const std::span<const transport::TxDatagram> out(shard.sorted.data(), shard.tx.size());
     for (int attempt = 0; done < out.size() && attempt < 1000; ++attempt) {
-      auto s = transport_->Send(out.subspan(done));
+      auto s = transport.Send(out.subspan(done));
       if (!s.ok()) {
         LOG(kError, kDataplane) << "send failed: " << s.status().ToString();
         break;
@@ -143,40 +199,92 @@ void SwitchDaemon::Run() {
       done += *s;
       if (done < out.size()) std::this_thread::yield();
     }
-    sent_.fetch_add(done, std::memory_order_relaxed);
+    shard.sent.fetch_add(done, std::memory_order_relaxed);
   }
 }
 
-DaemonCounters SwitchDaemon::counters() const {
-  const transport::TransportCounters t = transport_->counters();
-  DaemonCounters c;
-  c.received = received_.load(std::memory_order_relaxed);
-  c.sent = sent_.load(std::memory_order_relaxed);
-  c.loss_dropped_in = t.loss_dropped_in;
-  c.loss_dropped_out = t.loss_dropped_out;
-  c.truncated = truncated_.load(std::memory_order_relaxed);
-  c.receive_calls = t.receive_calls;
-  c.send_calls = t.send_calls;
-  c.coalesced_receives = t.coalesced_receives;
-  c.segmented_sends = t.segmented_sends;
-  return c;
+std::vector<DaemonCounters> SwitchDaemon::shard_counters() const {
+  std::vector<DaemonCounters> out;
+  for (const auto& s : shards_) {
+    const transport::TransportCounters t = s->transport->counters();
+    DaemonCounters c;
+    c.received = s->received.load(std::memory_order_relaxed);
+    c.sent = s->sent.load(std::memory_order_relaxed);
+    c.truncated = s->truncated.load(std::memory_order_relaxed);
+    c.loss_dropped_in = t.loss_dropped_in;
+    c.loss_dropped_out = t.loss_dropped_out;
+    c.receive_calls = t.receive_calls;
+    c.send_calls = t.send_calls;
+    c.coalesced_receives = t.coalesced_receives;
+    c.segmented_sends = t.segmented_sends;
+    out.push_back(c);
+  }
+  return out;
 }
 
-std::string SwitchDaemon::FormatCounters(bool per_slot) {
+DaemonCounters SwitchDaemon::counters() const {
+  DaemonCounters sum;
+  for (const DaemonCounters& c : shard_counters()) {
+    sum.received += c.received;
+    sum.sent += c.sent;
+    sum.truncated += c.truncated;
+    sum.loss_dropped_in += c.loss_dropped_in;
+    sum.loss_dropped_out += c.loss_dropped_out;
+    sum.receive_calls += c.receive_calls;
+    sum.send_calls += c.send_calls;
+    sum.coalesced_receives += c.coalesced_receives;
+    sum.segmented_sends += c.segmented_sends;
+  }
+  return sum;
+}
+
+dataplane::SwitchCounters SwitchDaemon::switch_counters() const {
+  dataplane::SwitchCounters sum;
+  for (const auto& s : shards_) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    const dataplane::SwitchCounters& c = s->sw.counters();
+    sum.received += c.received;
+    for (int e = 0; e < proto::kNumDecodeErrors; ++e) {
+      sum.dropped_malformed[e] += c.dropped_malformed[e];
+    }
+    sum.dropped_unknown_source += c.dropped_unknown_source;
+  }
+  std::lock_guard<std::mutex> lock(switch_->mu);
+  sum.jobs_evicted = switch_->sw.counters().jobs_evicted;
+  return sum;
+}
+
+std::optional<dataplane::JobCounters> SwitchDaemon::job_counters(uint64_t session_id) const {
+  std::optional<dataplane::JobCounters> sum;
+  for (const auto& s : shards_) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (const dataplane::JobCounters* c = s->sw.job_counters(session_id)) {
+      if (!sum) sum.emplace();
+      Add(*sum, *c);
+    }
+  }
+  return sum;
+}
+
+std::string SwitchDaemon::FormatCounters(bool per_slot) const {
   const DaemonCounters c = counters();
   std::ostringstream out;
   out << "daemon: received " << c.received << ", sent " << c.sent << " over "
-      << transport_->name() << " (" << c.receive_calls << " receive calls, " << c.send_calls
-      << " send calls, " << c.coalesced_receives << " coalesced receives, " << c.segmented_sends
-      << " segmented sends)";
+      << shards_[0]->transport->name() << " by " << shards_.size() << " thread"
+      << (shards_.size() > 1 ? "s" : "") << " (" << c.receive_calls << " receive calls, "
+      << c.send_calls << " send calls, " << c.coalesced_receives << " coalesced receives, "
+      << c.segmented_sends << " segmented sends)";
   if (options_.loss > 0) {
     out << ", loss-simulator dropped " << c.loss_dropped_in << " in and " << c.loss_dropped_out
         << " out";
   }
   if (c.truncated > 0) out << ", oversized " << c.truncated;
   out << "\n";
-  std::lock_guard<std::mutex> lock(switch_->mu);
-  out << switch_->sw.FormatCounters(per_slot);
+  for (size_t k = 0; k < shards_.size(); ++k) {
+    if (shards_.size() > 1) out << "shard " << k << " (port " << data_port_ + k << "):\n";
+    std::lock_guard<std::mutex> lock(shards_[k]->mu);
+    out << shards_[k]->sw.FormatCounters(per_slot);
+  }
   return out.str();
 }
 

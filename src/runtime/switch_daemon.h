@@ -1,22 +1,26 @@
 // SwitchDaemon: the software switch as a service: the pure data plane (dataplane::Switch) fed by
-// a datagram transport (transport/factory.h; kernel UDP with GSO/GRO by default) on one thread,
-// plus the gRPC control plane, in one object.
+// datagram transports (transport/factory.h; kernel UDP with GSO/GRO by default), plus the gRPC
+// control plane, in one object.
 //
-// The data-plane loop receives a batch, runs every datagram through the Switch with its reply
-// written straight into a transmit buffer lent by the transport, groups the replies by
-// destination (so the kernel can send each worker's run of replies as one segmented send) and
-// sends them.
+// Threads: `threads` data-plane threads (shards), each with its own transport on its own port
+// (data_port + k) and its own replica of the switch; the control plane changes a master Switch
+// (LockedSwitch) and each shard mirrors the master's jobs when the master's mutation count moves
+// (dataplane::Switch::MirrorJobs), so the data path takes no global lock per batch. Workers send
+// the packets of their thread (port offset) t to shard t mod threads (the session response says
+// how many data ports there are); a client that ignores that sends everything to shard 0, which
+// is correct too, as long as all workers of a job do the same.
 //
-// Used by `switchml switch`, by `switchml run` and by tests. Thread-safe: counters and Stop()
-// may be called from any thread while the data-plane thread runs.
+// A shard's loop receives a batch, runs every datagram through its Switch with the reply written
+// straight into a transmit buffer lent by the transport, groups the replies by destination (so
+// the kernel sends each worker's run of replies as one segmented send) and sends them.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "control/control_server.h"
@@ -28,12 +32,14 @@ namespace switchml::runtime {
 
 struct SwitchDaemonOptions {
   std::string bind_address = "0.0.0.0";
-  uint16_t data_port = 48864;     // 0: pick a free port
+  uint16_t data_port = 48864;     // the first shard's; 0: pick free consecutive ports
   uint16_t control_port = 50099;  // 0: pick a free port
   dataplane::SwitchConfig switch_config;
+  // Data-plane threads (shards), on ports data_port .. data_port + threads - 1.
+  uint32_t threads = 1;
   // The data-plane transport's kind (transport/factory.h: "udp", "udp-plain").
   std::string transport = "udp";
-  // Poll the data-plane socket without sleeping (lower latency, one core kept busy).
+  // Poll the data-plane sockets without sleeping (lower latency, one core kept busy per shard).
   bool busy_poll = false;
   // Drop this fraction of packets in each direction (received, and each copy sent), as the
   // reference P4 program's drop simulator does, to exercise loss recovery.
@@ -42,13 +48,14 @@ struct SwitchDaemonOptions {
   Status Validate() const;
 };
 
+// Sums over the shards.
 struct DaemonCounters {
   uint64_t received = 0;
   uint64_t sent = 0;
   uint64_t loss_dropped_in = 0;
   uint64_t loss_dropped_out = 0;
   uint64_t truncated = 0;  // datagrams longer than any SwitchML packet (dropped)
-  // The data-plane transport's system calls: how well receives and sends are batched.
+  // The data-plane transports' system calls: how well receives and sends are batched.
   uint64_t receive_calls = 0;
   uint64_t send_calls = 0;
   uint64_t coalesced_receives = 0;  // receives that returned a run of datagrams (UDP GRO)
@@ -60,36 +67,36 @@ class SwitchDaemon {
   static Result<std::unique_ptr<SwitchDaemon>> Start(const SwitchDaemonOptions& options);
   ~SwitchDaemon();  // Stop()s
 
+  // The first shard's data port; shard k listens on data_port() + k.
   uint16_t data_port() const { return data_port_; }
+  uint32_t threads() const { return static_cast<uint32_t>(shards_.size()); }
   uint16_t control_port() const { return control_->port(); }
-  // Stops the control plane and the data-plane thread. Idempotent.
+  // Stops the control plane and the data-plane threads. Idempotent.
   void Stop();
 
   DaemonCounters counters() const;
-  // The daemon's counters plus the switch's per-job (and optionally per-slot) tables.
-  std::string FormatCounters(bool per_slot);
+  // The same for each shard (index k: the thread on data_port() + k).
+  std::vector<DaemonCounters> shard_counters() const;
+  // The data plane's switch counters and one job's counters, summed over the shards (the job's
+  // are empty when no shard has it).
+  dataplane::SwitchCounters switch_counters() const;
+  std::optional<dataplane::JobCounters> job_counters(uint64_t session_id) const;
+  // The daemon's counters plus each shard's per-job (and optionally per-slot) tables.
+  std::string FormatCounters(bool per_slot) const;
+  // The control plane's master switch (jobs and workers; its data counters stay zero).
   dataplane::LockedSwitch& locked_switch() { return *switch_; }
 
  private:
+  struct Shard;
   explicit SwitchDaemon(const SwitchDaemonOptions& options);
-  void Run();
-  // Orders tx_ by destination (stable: each destination's replies keep their order) into
-  // sorted_, so that each destination's replies are consecutive.
-  void GroupByDestination();
+  void Run(Shard& shard);
 
   SwitchDaemonOptions options_;
   std::unique_ptr<dataplane::LockedSwitch> switch_;
-  std::unique_ptr<transport::Transport> transport_;
+  std::vector<std::unique_ptr<Shard>> shards_;
   std::unique_ptr<control::ControlServer> control_;
   uint16_t data_port_ = 0;
-  std::atomic<uint64_t> received_{0}, sent_{0}, truncated_{0};
-  // Data-plane thread scratch, sized once: the batch's replies and their grouping.
-  std::vector<transport::TxDatagram> tx_, sorted_;
-  std::vector<uint32_t> tx_bucket_;              // tx_[i]'s destination bucket
-  std::unordered_map<Endpoint, uint32_t> buckets_;  // destination -> bucket, kept across batches
-  std::vector<uint32_t> bucket_start_;
   std::atomic<bool> stop_{false};
-  std::thread thread_;
 };
 
 }  // namespace switchml::runtime

@@ -43,8 +43,7 @@ class WorkerThread {
   // busy_poll: wait for results by polling the transport without sleeping (lower latency at
   // the price of a core kept busy while a slice runs).
   WorkerThread(const worker::SessionConfig& config, std::unique_ptr<transport::Transport> transport,
-               Endpoint switch_data, std::shared_ptr<FailureLatch> failure,
-               bool busy_poll = false);
+               Endpoint switch_data, std::shared_ptr<FailureLatch> failure, bool busy_poll = false);
   ~WorkerThread();  // Stop()s
 
   // Queues a slice; after Stop() it is reported as CANCELLED at once.

@@ -230,7 +230,9 @@ class UdpTransport final : public Transport {
   // A single-writer counter that other threads may read.
   class Counter {
    public:
-    void Add(uint64_t n) { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+    void Add(uint64_t n) {
+      v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    }
     uint64_t Get() const { return v_.load(std::memory_order_relaxed); }
 
    private:
@@ -262,7 +264,8 @@ class UdpTransport final : public Transport {
       for (size_t k = 0; k < run; ++k) {
         const std::span<const uint8_t> d = batch[next + k].data;
         auto* base = const_cast<uint8_t*>(d.data());
-        if (nvecs > 0 && static_cast<uint8_t*>(vecs[nvecs - 1].iov_base) + vecs[nvecs - 1].iov_len == base) {
+        if (nvecs > 0 &&
+            static_cast<uint8_t*>(vecs[nvecs - 1].iov_base) + vecs[nvecs - 1].iov_len == base) {
           vecs[nvecs - 1].iov_len += d.size();
         } else {
           vecs[nvecs++] = iovec{base, d.size()};
@@ -485,8 +488,7 @@ Result<std::unique_ptr<Transport>> OpenUdpImpl(const UdpOptions& options, bool* 
   const int zero = 0, one = 1;
   const bool gso =
       options.gso && ::setsockopt(sock.get(), SOL_UDP, UDP_SEGMENT, &zero, sizeof zero) == 0;
-  const bool gro =
-      options.gro && ::setsockopt(sock.get(), SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+  const bool gro = options.gro && ::setsockopt(sock.get(), SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
   if (options.gso != gso || options.gro != gro) {
     LOG(kInfo, kTransport) << "UDP " << address << ": kernel without "
                            << (options.gso != gso ? "UDP_SEGMENT " : "")
