@@ -81,20 +81,32 @@ void QuantizeToWireKernel(const float* HWY_RESTRICT in, size_t n, double f, doub
                           uint8_t* HWY_RESTRICT wire) {
   size_t i = 0;
 #if HWY_TARGET != HWY_SCALAR
-  const DoubleTag dd;
-  const FloatTag df;
-  const Int32Tag di;
-  const size_t lanes = hn::Lanes(dd);
+  // A full vector of floats per step; each half is widened to doubles.
+  const hn::ScalableTag<float> df;
+  const hn::ScalableTag<int32_t> di;
+  const hn::ScalableTag<uint32_t> du;
+  const hn::Half<decltype(df)> df_half;
+  const hn::Repartition<double, decltype(df)> dd;
+  const size_t lanes = hn::Lanes(df);
   const auto scale = hn::Set(dd, f);
   const auto high = hn::Set(dd, limit);
   const auto low = hn::Set(dd, -limit);
+  // Adding 1.5 * 2^52 to a double of magnitude below 2^51 rounds it to an integer in the current
+  // rounding mode, exactly as std::nearbyint does (to nearest, ties to even, by default), and
+  // leaves that integer's two's complement in the sum's low 32 bits: rounding and conversion in
+  // one add. |v| <= limit < 2^31 here.
+  const auto round_bias = hn::Set(dd, 6755399441055744.0);
+  // The rounded, clamped x f of a half vector, as doubles whose low 32 bits are the int32.
+  const auto quantize = [&](auto x_half) {
+    const auto v = hn::Min(hn::Max(hn::Mul(hn::PromoteTo(dd, x_half), scale), low), high);
+    return hn::BitCast(du, hn::Add(v, round_bias));
+  };
   for (; i + lanes <= n; i += lanes) {
     const auto x = hn::LoadU(df, in + i);
     const auto finite = IsFiniteBits(di, AbsBits(di, x));
-    const auto v = hn::Min(hn::Max(hn::Mul(hn::PromoteTo(dd, x), scale), low), high);
-    // Round: to nearest, ties to even, as std::nearbyint in the default rounding mode; the
-    // rounded value is integral and within int32, so the conversion is exact.
-    const auto q = hn::DemoteTo(di, hn::Round(v));
+    // The low 32 bits of each double (little-endian: the even 32-bit lanes), in order.
+    const auto q = hn::BitCast(di, hn::ConcatEven(du, quantize(hn::UpperHalf(df_half, x)),
+                                                  quantize(hn::LowerHalf(df_half, x))));
     StoreBigEndian(hn::IfThenElseZero(finite, q), di, wire + 4 * i);
   }
 #endif
