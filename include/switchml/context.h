@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "switchml/config.h"
+#include "switchml/rendezvous.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
 
@@ -53,6 +54,11 @@ class Context {
   // Validates the config, opens the UDP ports and sets up the session with the switch and the
   // other workers (blocks until every worker has joined, or setup_timeout).
   static Result<std::unique_ptr<Context>> Create(const Config& config);
+  // The same, meeting the other workers through `rendezvous` (session-id broadcast, setup
+  // barriers, Barrier()) instead of the switch's control plane; null means the control plane.
+  // The Context keeps it until destroyed.
+  static Result<std::unique_ptr<Context>> Create(const Config& config,
+                                                 std::shared_ptr<Rendezvous> rendezvous);
   ~Context();  // stops the worker threads; pending operations fail with CANCELLED
 
   // Sums `count` elements of every worker's `in` into every worker's `out` (in == out allowed).
@@ -62,7 +68,8 @@ class Context {
   Result<AllReduceHandle> AllReduceAsync(const void* in, void* out, size_t count, DataType dtype);
   // Waits for every operation submitted so far; returns the first failure, if any.
   Status WaitForAll();
-  // A barrier among the job's workers through the switch's control plane.
+  // A barrier among the job's workers through the rendezvous (by default the switch's control
+  // plane).
   Status Barrier();
 
   uint64_t session_id() const;
