@@ -77,11 +77,36 @@ bool AllReduceHandle::Test() const {
   return state_->remaining == 0;
 }
 
+namespace {
+
+// The default Rendezvous: barriers and broadcasts through the switch's control plane. The
+// broadcast that picks the session id is unscoped (the reference's way: one such setup at a time
+// per switch); barriers are scoped by the session id once it is known.
+class ControlPlaneRendezvous final : public Rendezvous {
+ public:
+  ControlPlaneRendezvous(control::ControlClient* control, const Config& config)
+      : control_(control), rank_(config.rank), num_workers_(config.num_workers) {}
+  void set_scope(uint64_t session_id) { scope_ = session_id; }
+  Status Barrier() override { return control_->Barrier(scope_, num_workers_); }
+  Result<uint64_t> Broadcast(uint64_t value) override {
+    return control_->Broadcast(scope_, value, rank_, num_workers_, /*root=*/0);
+  }
+
+ private:
+  control::ControlClient* control_;
+  const uint32_t rank_, num_workers_;
+  std::atomic<uint64_t> scope_{0};
+};
+
+}  // namespace
+
 class Context::Impl {
  public:
   Config config;
   uint64_t session_id = 0;
   std::unique_ptr<control::ControlClient> control;
+  // How the workers meet: the caller's, or (null until Setup) one through the control plane.
+  std::shared_ptr<Rendezvous> rendezvous;
   std::vector<std::unique_ptr<runtime::WorkerThread>> threads;
   std::mutex mu;
   uint64_t next_job = 1;
@@ -112,13 +137,20 @@ Status Context::Impl::Setup() {
   const uint16_t base_port = transports[0]->local_endpoint().port;
 
   // Agree on the session id: given, or rank 0's pick broadcast to everyone (reference).
+  ControlPlaneRendezvous* own_rendezvous = nullptr;
+  if (rendezvous == nullptr) {
+    auto r = std::make_shared<ControlPlaneRendezvous>(control.get(), config);
+    own_rendezvous = r.get();
+    rendezvous = std::move(r);
+  }
   session_id = config.session_id;
   if (session_id == 0) {
     const uint64_t pick =
         static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
-    ASSIGN_OR_RETURN(session_id, control->Broadcast(0, pick, config.rank, config.num_workers, 0));
+    ASSIGN_OR_RETURN(session_id, rendezvous->Broadcast(pick));
     if (session_id == 0) session_id = 1;
   }
+  if (own_rendezvous != nullptr) own_rendezvous->set_scope(session_id);
   proto::SizeCode size;
   proto::SizeCodeForNumel(config.packet_numel, &size);
   control::UdpSessionArgs args;
@@ -134,12 +166,12 @@ Status Context::Impl::Setup() {
   control::UdpSessionReply reply;
   if (config.rank == 0) {
     ASSIGN_OR_RETURN(reply, control->UdpSession(args));
-    RETURN_IF_ERROR(control->Barrier(session_id, config.num_workers));
+    RETURN_IF_ERROR(rendezvous->Barrier());
   } else {
-    RETURN_IF_ERROR(control->Barrier(session_id, config.num_workers));
+    RETURN_IF_ERROR(rendezvous->Barrier());
     ASSIGN_OR_RETURN(reply, control->UdpSession(args));
   }
-  RETURN_IF_ERROR(control->Barrier(session_id, config.num_workers));
+  RETURN_IF_ERROR(rendezvous->Barrier());
   // The switch's data plane: at the address it names, or (0) where its control plane is.
   const Endpoint switch_data{reply.switch_ipv4 != 0 ? reply.switch_ipv4 : switch_ip,
                              reply.data_port};
@@ -217,9 +249,15 @@ Context::~Context() {
 }
 
 Result<std::unique_ptr<Context>> Context::Create(const Config& config) {
+  return Create(config, nullptr);
+}
+
+Result<std::unique_ptr<Context>> Context::Create(const Config& config,
+                                                 std::shared_ptr<Rendezvous> rendezvous) {
   RETURN_IF_ERROR(config.Validate());
   auto impl = std::make_unique<Impl>();
   impl->config = config;
+  impl->rendezvous = std::move(rendezvous);
   RETURN_IF_ERROR(impl->Setup());
   return std::unique_ptr<Context>(new Context(std::move(impl)));
 }
@@ -248,9 +286,7 @@ Status Context::WaitForAll() {
   return first;
 }
 
-Status Context::Barrier() {
-  return impl_->control->Barrier(impl_->session_id, impl_->config.num_workers);
-}
+Status Context::Barrier() { return impl_->rendezvous->Barrier(); }
 
 uint64_t Context::session_id() const { return impl_->session_id; }
 const Config& Context::config() const { return impl_->config; }
