@@ -87,6 +87,7 @@ void BM_RoundTrip(benchmark::State& state) {
   const std::vector<T> in = Input<T>();
   std::vector<std::vector<T>> out(n, std::vector<T>(kCount));
   std::array<uint8_t, proto::kMaxDatagramBytes> buf;
+  std::array<uint8_t, proto::kMaxDatagramBytes> reply;  // the switch's transmit buffer
   const Nanos now{0};
   uint64_t job = 0;
   for (auto _ : state) {
@@ -102,7 +103,7 @@ void BM_RoundTrip(benchmark::State& state) {
         running = true;
         const size_t len = sessions[r]->PollTransmit(now, buf);
         if (len == 0) continue;
-        const dataplane::Action& a = sw.Process(addresses[r], {buf.data(), len});
+        const dataplane::Action& a = sw.Process(addresses[r], {buf.data(), len}, reply);
         if (a.kind != dataplane::Action::Kind::kMulticast) continue;
         for (uint32_t d = 0; d < n; ++d) sessions[d]->HandleDatagram(a.reply, now);
       }
