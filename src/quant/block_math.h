@@ -27,6 +27,10 @@ inline int EffectiveExponent(int8_t max_exponent) {
   return max_exponent == kMaxExponent ? 128 : max_exponent;
 }
 
+// 2^k exactly, for k in [-1022, 1023]: what std::ldexp multiplies by, without its libm call. For
+// the scales below (normal doubles, k in [-128, 128]) x * Pow2(k) is exactly std::ldexp(x, k).
+inline double Pow2(int k) { return std::bit_cast<double>(static_cast<uint64_t>(k + 1023) << 52); }
+
 // The block's exponent from the largest sign-cleared bits of its finite elements (0: none).
 // For non-negative finite floats the bit pattern orders like the value, so that is max |x|; its
 // biased exponent field is floor(log2 m) + 127 for normals, 0 for denormals.
@@ -45,7 +49,7 @@ inline double QuantizeLimit(uint32_t num_workers) {
 
 // 1 / f = n * 2^E / INT32_MAX for a block that is not a zero block, rounded once.
 inline double InverseScale(int8_t max_exponent, uint32_t num_workers) {
-  return std::ldexp(static_cast<double>(num_workers) / kInt32Max, EffectiveExponent(max_exponent));
+  return static_cast<double>(num_workers) / kInt32Max * Pow2(EffectiveExponent(max_exponent));
 }
 
 // One element: round(x * f) clamped to +-limit, 0 for inf and NaN.

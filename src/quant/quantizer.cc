@@ -156,9 +156,10 @@ BlockInfo AnalyzeBlock(std::span<const float> block) {
 double Scale(int8_t max_exponent, uint32_t num_workers) {
   CHECK(num_workers > 0) << "Scale needs at least one worker";
   if (max_exponent == kZeroBlockExponent) return 0.0;
-  // INT32_MAX / (n * 2^E): one rounding in the division, ldexp is exact (no under/overflow in
-  // double for E in [-127, 128] and n < 2^32).
-  return std::ldexp(internal::kInt32Max / num_workers, -internal::EffectiveExponent(max_exponent));
+  // INT32_MAX / (n * 2^E): one rounding in the division, the power of two is exact (no
+  // under/overflow in double for E in [-127, 128] and n < 2^32).
+  return internal::kInt32Max / num_workers *
+         internal::Pow2(-internal::EffectiveExponent(max_exponent));
 }
 
 // Why |q| <= INT32_MAX / n: a finite x with exponent <= E has |x| <= 2^E (1 - 2^-24), so the

@@ -83,6 +83,17 @@ TEST(ScaleTest, MatchesTheFormula) {
   EXPECT_DOUBLE_EQ(Scale(kMaxExponent, 32), std::ldexp(static_cast<double>(kInt32Max) / 32, -128));
 }
 
+TEST(ScaleTest, IsExactlyTheFormulaForEveryExponent) {
+  for (int e = -127; e <= 127; ++e) {
+    const int e_eff = e == kMaxExponent ? 128 : e;
+    for (uint32_t n : {1u, 2u, 3u, 7u, 64u, 1000u, 0xffffffffu}) {
+      ASSERT_EQ(Scale(static_cast<int8_t>(e), n),
+                std::ldexp(static_cast<double>(kInt32Max) / n, -e_eff))
+          << "e " << e << " n " << n;
+    }
+  }
+}
+
 TEST(QuantizeTest, NonFiniteQuantizesToZeroAndTailIsZeroed) {
   std::vector<float> in = {1.0f, kInf, kNaN, -kInf, -0.5f};
   std::vector<int32_t> out(8, 12345);
