@@ -15,76 +15,60 @@ namespace {
 constexpr size_t kBlock = 256;
 constexpr uint32_t kWorkers = 8;
 
-std::vector<float> RandomBlock() {
-  std::mt19937_64 rng(1);
-  std::normal_distribution<float> dist(0.0f, 0.01f);
-  std::vector<float> b(kBlock);
-  for (float& x : b) x = dist(rng);
-  return b;
+// One block of gradient-like values, with its exponent and its quantized forms.
+struct Block {
+  Block() : in(kBlock), q(kBlock), wire(4 * kBlock), out(kBlock) {
+    std::mt19937_64 rng(1);
+    std::normal_distribution<float> dist(0.0f, 0.01f);
+    for (float& x : in) x = dist(rng);
+    e = AnalyzeBlock(in).exponent;
+    Quantize(in, e, kWorkers, q);
+    QuantizeToWire(in, e, kWorkers, wire);
+  }
+  std::vector<float> in;
+  int8_t e;
+  std::vector<int32_t> q;
+  std::vector<uint8_t> wire;
+  std::vector<float> out;
+};
+
+// Runs op once per iteration; one block's elements per iteration.
+template <typename Op>
+void PerBlock(benchmark::State& state, Op op) {
+  for (auto _ : state) {
+    op();
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kBlock);
 }
 
 void BM_AnalyzeBlock(benchmark::State& state) {
-  std::vector<float> in = RandomBlock();
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(AnalyzeBlock(in));
-  }
-  state.SetItemsProcessed(state.iterations() * kBlock);
+  Block b;
+  PerBlock(state, [&] { benchmark::DoNotOptimize(AnalyzeBlock(b.in)); });
 }
 BENCHMARK(BM_AnalyzeBlock);
 
 void BM_Quantize(benchmark::State& state) {
-  std::vector<float> in = RandomBlock();
-  std::vector<int32_t> out(kBlock);
-  const int8_t e = AnalyzeBlock(in).exponent;
-  for (auto _ : state) {
-    Quantize(in, e, kWorkers, out);
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetItemsProcessed(state.iterations() * kBlock);
+  Block b;
+  PerBlock(state, [&] { Quantize(b.in, b.e, kWorkers, b.q); });
 }
 BENCHMARK(BM_Quantize);
 
 void BM_Dequantize(benchmark::State& state) {
-  std::vector<float> in = RandomBlock();
-  std::vector<int32_t> q(kBlock);
-  const int8_t e = AnalyzeBlock(in).exponent;
-  Quantize(in, e, kWorkers, q);
-  std::vector<float> out(kBlock);
-  for (auto _ : state) {
-    Dequantize(q, e, kWorkers, out);
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetItemsProcessed(state.iterations() * kBlock);
+  Block b;
+  PerBlock(state, [&] { Dequantize(b.q, b.e, kWorkers, b.out); });
 }
 BENCHMARK(BM_Dequantize);
 
 void BM_QuantizeToWire(benchmark::State& state) {
-  std::vector<float> in = RandomBlock();
-  std::vector<uint8_t> wire(4 * kBlock);
-  const int8_t e = AnalyzeBlock(in).exponent;
-  for (auto _ : state) {
-    QuantizeToWire(in, e, kWorkers, wire);
-    benchmark::DoNotOptimize(wire.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetItemsProcessed(state.iterations() * kBlock);
+  Block b;
+  PerBlock(state, [&] { QuantizeToWire(b.in, b.e, kWorkers, b.wire); });
 }
 BENCHMARK(BM_QuantizeToWire);
 
 void BM_DequantizeFromWire(benchmark::State& state) {
-  std::vector<float> in = RandomBlock();
-  std::vector<uint8_t> wire(4 * kBlock);
-  const int8_t e = AnalyzeBlock(in).exponent;
-  QuantizeToWire(in, e, kWorkers, wire);
-  std::vector<float> out(kBlock);
-  for (auto _ : state) {
-    DequantizeFromWire(wire, e, kWorkers, out);
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetItemsProcessed(state.iterations() * kBlock);
+  Block b;
+  PerBlock(state, [&] { DequantizeFromWire(b.wire, b.e, kWorkers, b.out); });
 }
 BENCHMARK(BM_DequantizeFromWire);
 
