@@ -44,35 +44,30 @@ HWY_INLINE hn::Mask<DI> IsFiniteBits(DI di, hn::Vec<DI> abs_bits) {
 #endif
 
 // The largest sign-cleared bits over the finite elements of in[0, n); *non_finite is set when
-// some element is inf or NaN.
+// some element is inf or NaN. The fast pass takes the max over all elements: it is a finite one's
+// unless it reaches the exponent mask, and only then (a block with inf or NaN, an error case) a
+// second, scalar pass leaves the non-finite elements out.
 uint32_t MaxFiniteBitsKernel(const float* HWY_RESTRICT in, size_t n, bool* non_finite) {
   size_t i = 0;
   uint32_t max_bits = 0;
-  bool any_non_finite = false;
 #if HWY_TARGET != HWY_SCALAR
   const hn::ScalableTag<int32_t> di;
   const hn::ScalableTag<float> df;
   const size_t lanes = hn::Lanes(di);
   auto max = hn::Zero(di);
-  auto non_finite_lanes = hn::Zero(di);
-  for (; i + lanes <= n; i += lanes) {
-    const auto bits = AbsBits(di, hn::LoadU(df, in + i));
-    const auto finite = IsFiniteBits(di, bits);
-    max = hn::Max(max, hn::IfThenElseZero(finite, bits));
-    non_finite_lanes = hn::Or(non_finite_lanes, hn::VecFromMask(di, hn::Not(finite)));
-  }
+  for (; i + lanes <= n; i += lanes) max = hn::Max(max, AbsBits(di, hn::LoadU(df, in + i)));
   max_bits = static_cast<uint32_t>(hn::GetLane(hn::MaxOfLanes(di, max)));
-  any_non_finite = !hn::AllFalse(di, hn::MaskFromVec(non_finite_lanes));
 #endif
   for (; i < n; ++i) {
-    const uint32_t bits = std::bit_cast<uint32_t>(in[i]) & internal::kAbsMask;
-    if (internal::IsNonFiniteBits(bits)) {
-      any_non_finite = true;
-    } else {
-      max_bits = std::max(max_bits, bits);
-    }
+    max_bits = std::max(max_bits, std::bit_cast<uint32_t>(in[i]) & internal::kAbsMask);
   }
-  *non_finite = any_non_finite;
+  *non_finite = internal::IsNonFiniteBits(max_bits);
+  if (!*non_finite) return max_bits;
+  max_bits = 0;
+  for (i = 0; i < n; ++i) {
+    const uint32_t bits = std::bit_cast<uint32_t>(in[i]) & internal::kAbsMask;
+    if (!internal::IsNonFiniteBits(bits)) max_bits = std::max(max_bits, bits);
+  }
   return max_bits;
 }
 
