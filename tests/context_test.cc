@@ -72,6 +72,39 @@ TEST(ConfigTest, ValidateSaysWhatToFix) {
   c = Config();
   c.peer_timeout = std::chrono::milliseconds(1);
   EXPECT_FALSE(c.Validate().ok());
+  c = Config();
+  c.link_gbps = 0;
+  EXPECT_NE(c.Validate().message().find("link_gbps"), std::string::npos);
+  c.max_outstanding_packets = 64;  // an explicit window needs no link rate
+  EXPECT_TRUE(c.Validate().ok());
+  c = Config();
+  c.max_timeout = std::chrono::milliseconds(1);
+  EXPECT_NE(c.Validate().message().find("max_timeout"), std::string::npos);
+}
+
+// Given link rates and base round trips, Expect the automatic window of the documented rule
+// (docs/architecture.md, 4.5): 2 x rate x RTT / 1100 wire bytes per 1 KiB packet, rounded up to
+// a multiple of 32 and of the threads, within [64, 8192]; and an explicit window kept.
+TEST(ConfigTest, AutomaticWindowFromBandwidthDelayProduct) {
+  auto window = [](double gbps, int rtt_us, uint32_t threads = 1, uint32_t numel = 256) {
+    Config c;
+    c.link_gbps = gbps;
+    c.base_rtt = std::chrono::microseconds(rtt_us);
+    c.num_worker_threads = threads;
+    c.packet_numel = numel;
+    EXPECT_TRUE(c.Validate().ok());
+    return c.OutstandingPackets();
+  };
+  EXPECT_EQ(window(10, 100), 256u);         // 227.3 -> 228 -> 256 (the default)
+  EXPECT_EQ(window(1, 100), 64u);           // 22.7 -> 32, raised to the minimum
+  EXPECT_EQ(window(1, 500), 128u);          // 113.6 -> 114 -> 128
+  EXPECT_EQ(window(10, 500), 1152u);        // 1136.4 -> 1137 -> 1152
+  EXPECT_EQ(window(10, 100, 3), 258u);      // 256, then a multiple of 3
+  EXPECT_EQ(window(10, 100, 1, 64), 768u);  // 332 wire bytes a packet: 753.01 -> 754 -> 768
+  EXPECT_EQ(window(400, 1000), 8192u);      // clamped to the pool
+  Config c;
+  c.max_outstanding_packets = 100;
+  EXPECT_EQ(c.OutstandingPackets(), 100u);
 }
 
 // Given two contexts (ranks 0 and 1) in one process, Expect synchronous, asynchronous and

@@ -86,6 +86,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.timeout = std::chrono::milliseconds(job.timeout_ms);
   config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);
   config.setup_timeout = std::chrono::milliseconds(job.setup_timeout_ms);
+  ApplyPacingOptions(job, &config);
 
   auto ctx = Context::Create(config);
   if (!ctx.ok()) return fail("setup failed", ctx.status());

@@ -30,9 +30,13 @@ struct JobOptions {
   uint32_t iterations = 5;
   uint32_t warmup = 1;
   uint32_t threads = 1;
-  uint32_t window = 256;
   uint32_t packet_numel = 256;
+  uint32_t window = 0;  // 0 until ReadJobFlags resolves the automatic window
+  double link_gbps = 10;
+  int64_t base_rtt_us = 100;
   int64_t timeout_ms = 10;
+  int64_t min_timeout_us = 10000;
+  int64_t max_timeout_ms = 1000;
   int64_t peer_timeout_ms = 10000;
   int64_t setup_timeout_ms = 30000;
   uint64_t seed = 1;
@@ -46,6 +50,8 @@ void AddJobFlags(Flags* flags);
 std::string TransportHelp();
 // Reads and checks the flags AddJobFlags added; errors say which flag is wrong.
 Status ReadJobFlags(const Flags& flags, JobOptions* out);
+// Copies the window and the timeouts' options into *config.
+void ApplyPacingOptions(const JobOptions& o, Config* config);
 // The flags that reproduce `o` for a `switchml worker` command line.
 std::vector<std::string> JobFlagArgs(const JobOptions& o);
 

@@ -22,9 +22,16 @@ void AddJobFlags(Flags* f) {
   f->AddInt("iterations", 5, "timed all-reduces");
   f->AddInt("warmup", 1, "untimed all-reduces before them");
   f->AddInt("threads", 1, "worker threads (UDP ports) per worker");
-  f->AddInt("window", 256, "packets in flight per worker (slots used on the switch)");
+  f->AddInt("window", 0,
+            "packets in flight per worker (slots used on the switch); 0: twice the "
+            "bandwidth-delay product of --link-gbps and --base-rtt-us, at least 64");
+  f->AddDouble("link-gbps", 10, "link rate (Gbit/s) the automatic window is sized for");
+  f->AddInt("base-rtt-us", 100, "round trip through the switch, queues empty, for the window");
   f->AddInt("packet-numel", 256, "elements per packet: 64 or 256");
-  f->AddInt("timeout-ms", 10, "retransmission timeout");
+  f->AddInt("timeout-ms", 10, "retransmission timeout until a round trip has been measured");
+  f->AddInt("min-timeout-us", 10000,
+            "floor of the retransmission timeout measured from round trips");
+  f->AddInt("max-timeout-ms", 1000, "ceiling of the retransmission timeout, back-off included");
   f->AddInt("peer-timeout-ms", 10000, "fail when no result arrives for this long");
   f->AddInt("setup-timeout-ms", 30000, "fail when session setup or a barrier takes longer");
   f->AddInt("seed", 1, "seed of the verifiable input pattern");
@@ -56,9 +63,9 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   if (f.GetInt("warmup") < 0) return InvalidArgumentError("--warmup must be >= 0");
   RETURN_IF_ERROR(positive("threads", 64, &v));
   o->threads = static_cast<uint32_t>(v);
-  RETURN_IF_ERROR(positive("window", 16384, &v));
-  o->window = static_cast<uint32_t>(v);
-  if (o->window < o->threads) {
+  o->window = static_cast<uint32_t>(f.GetInt("window"));
+  if (f.GetInt("window") != 0) RETURN_IF_ERROR(positive("window", 16384, &v));
+  if (o->window != 0 && o->window < o->threads) {
     return InvalidArgumentError("--window (" + std::to_string(o->window) +
                                 ") must be at least --threads (" + std::to_string(o->threads) +
                                 "): each worker thread needs at least one slot");
@@ -68,6 +75,23 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
     return InvalidArgumentError("--packet-numel must be 64 or 256");
   }
   RETURN_IF_ERROR(positive("timeout-ms", 3600000, &o->timeout_ms));
+  RETURN_IF_ERROR(positive("min-timeout-us", 3600000000, &o->min_timeout_us));
+  RETURN_IF_ERROR(positive("max-timeout-ms", 3600000, &o->max_timeout_ms));
+  if (o->max_timeout_ms * 1000 < o->min_timeout_us) {
+    return InvalidArgumentError("--max-timeout-ms must be at least --min-timeout-us");
+  }
+  o->link_gbps = f.GetDouble("link-gbps");
+  if (!(o->link_gbps > 0 && o->link_gbps <= 1e6)) {
+    return InvalidArgumentError("--link-gbps must be in (0, 1e6]");
+  }
+  RETURN_IF_ERROR(positive("base-rtt-us", 10000000, &o->base_rtt_us));
+  if (o->window == 0) {  // the automatic window, resolved here so that `run` can report it
+    Config c;
+    ApplyPacingOptions(*o, &c);
+    c.num_worker_threads = o->threads;
+    c.packet_numel = o->packet_numel;
+    o->window = c.OutstandingPackets();
+  }
   RETURN_IF_ERROR(positive("peer-timeout-ms", 86400000, &o->peer_timeout_ms));
   RETURN_IF_ERROR(positive("setup-timeout-ms", 86400000, &o->setup_timeout_ms));
   o->seed = static_cast<uint64_t>(f.GetInt("seed"));
@@ -99,6 +123,10 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
                                 std::to_string(o.packet_numel),
                                 "--timeout-ms",
                                 std::to_string(o.timeout_ms),
+                                "--min-timeout-us",
+                                std::to_string(o.min_timeout_us),
+                                "--max-timeout-ms",
+                                std::to_string(o.max_timeout_ms),
                                 "--peer-timeout-ms",
                                 std::to_string(o.peer_timeout_ms),
                                 "--setup-timeout-ms",
@@ -110,6 +138,15 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
   a.push_back(o.transport);
   if (o.busy_poll) a.push_back("--busy-poll");
   return a;
+}
+
+void ApplyPacingOptions(const JobOptions& o, Config* c) {
+  c->max_outstanding_packets = o.window;
+  c->link_gbps = o.link_gbps;
+  c->base_rtt = std::chrono::microseconds(o.base_rtt_us);
+  c->timeout = std::chrono::milliseconds(o.timeout_ms);
+  c->min_timeout = std::chrono::microseconds(o.min_timeout_us);
+  c->max_timeout = std::chrono::milliseconds(o.max_timeout_ms);
 }
 
 int ParseCommandLine(const std::string& command, const std::vector<std::string>& args, Flags* flags,

@@ -24,8 +24,25 @@ struct Config {
   // Worker threads, each with its own UDP port, slots and window; every worker of a job must
   // use the same value.
   uint32_t num_worker_threads = 1;
-  // Packets in flight per worker (all threads together) = slots used on the switch.
-  uint32_t max_outstanding_packets = 256;
+  // Packets in flight per worker (all threads together) = slots used on the switch; every
+  // worker of a job must use the same value. 0: from the bandwidth-delay product of link_gbps
+  // and base_rtt (OutstandingPackets(), docs/architecture.md 4.5), the same on every worker
+  // given the same fields.
+  uint32_t max_outstanding_packets = 0;
+  // What the automatic window is sized for: the worker's link rate (Gbit/s) and the round-trip
+  // time through the switch with empty queues.
+  double link_gbps = 10;
+  std::chrono::microseconds base_rtt{100};
+  // The automatic window's rule: kWindowSafety times the bandwidth-delay product in packets
+  // (datagram + kIpUdpHeaderBytes + kEthernetFrameBytes on the wire), rounded up to a multiple
+  // of 32 and of num_worker_threads, within [kMinAutoWindow, kMaxAutoWindow] (the reference
+  // switch's pool, and the software switch's default).
+  static constexpr double kWindowSafety = 2;
+  static constexpr uint32_t kIpUdpHeaderBytes = 28;
+  static constexpr uint32_t kEthernetFrameBytes = 38;  // header, FCS, preamble, gap
+  // Two of a worker thread's 32-packet send batches.
+  static constexpr uint32_t kMinAutoWindow = 64;
+  static constexpr uint32_t kMaxAutoWindow = 8192;
   // Elements per packet: 64 or 256.
   uint32_t packet_numel = 256;
   // Local IPv4 address to bind ("0.0.0.0": any) and first UDP port (0: pick free ones).
@@ -36,8 +53,12 @@ struct Config {
   std::string transport = "udp";
   // Wait for results by polling without sleeping: lower latency, a core kept busy per thread.
   bool busy_poll = false;
-  // Retransmission timeout of a packet and the reference's back-off policy.
+  // Retransmission timeout (RTO) of a packet: `timeout` until the first round trip is measured,
+  // then from the measured round trips as TCP computes it (RFC 6298), never below min_timeout
+  // nor above max_timeout; and the reference's back-off policy (docs/architecture.md, 4.3).
   std::chrono::milliseconds timeout{10};
+  std::chrono::microseconds min_timeout{10000};
+  std::chrono::milliseconds max_timeout{1000};
   uint32_t timeout_threshold = 100;
   uint32_t timeout_threshold_increment = 100;
   // An all-reduce fails with DEADLINE_EXCEEDED when no result arrives for this long
@@ -48,6 +69,9 @@ struct Config {
 
   // OK, or a message that says which field is wrong and what to use instead.
   Status Validate() const;
+  // The window the worker uses: max_outstanding_packets, or when it is 0 the bandwidth-delay
+  // rule's. Call on a valid config.
+  uint32_t OutstandingPackets() const;
 };
 
 }  // namespace switchml

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <vector>
@@ -33,7 +34,22 @@ Status Config::Validate() const {
   }
   if (num_worker_threads == 0) return InvalidArgumentError("num_worker_threads must be at least 1");
   if (timeout_threshold == 0) return InvalidArgumentError("timeout_threshold must be at least 1");
-  if (max_outstanding_packets < num_worker_threads) {
+  if (max_outstanding_packets == 0) {  // the automatic window
+    if (!(link_gbps > 0 && link_gbps <= 1e6)) {
+      return InvalidArgumentError(
+          "link_gbps must be in (0, 1e6] (Gbit/s) for the automatic window, or set "
+          "max_outstanding_packets");
+    }
+    if (base_rtt.count() <= 0 || base_rtt > std::chrono::seconds(10)) {
+      return InvalidArgumentError(
+          "base_rtt must be in (0, 10 s] for the automatic window, or set "
+          "max_outstanding_packets");
+    }
+    if (num_worker_threads > kMaxAutoWindow) {
+      return InvalidArgumentError("num_worker_threads must be at most " +
+                                  std::to_string(kMaxAutoWindow));
+    }
+  } else if (max_outstanding_packets < num_worker_threads) {
     return InvalidArgumentError("max_outstanding_packets (" +
                                 std::to_string(max_outstanding_packets) +
                                 ") must be at least num_worker_threads (" +
@@ -47,6 +63,10 @@ Status Config::Validate() const {
     return InvalidArgumentError("udp_port + num_worker_threads exceeds 65535");
   }
   if (timeout.count() <= 0) return InvalidArgumentError("timeout must be positive");
+  if (min_timeout.count() <= 0) return InvalidArgumentError("min_timeout must be positive");
+  if (max_timeout < min_timeout) {
+    return InvalidArgumentError("max_timeout must be at least min_timeout");
+  }
   if (peer_timeout < timeout) {
     return InvalidArgumentError("peer_timeout must be at least the retransmission timeout");
   }
@@ -55,6 +75,24 @@ Status Config::Validate() const {
   t.kind = transport;
   RETURN_IF_ERROR(t.Validate());
   return Status();
+}
+
+uint32_t Config::OutstandingPackets() const {
+  if (max_outstanding_packets != 0) return max_outstanding_packets;
+  // The bandwidth-delay product in packets, each taking the datagram plus IPv4 and UDP headers
+  // and Ethernet framing on the wire; times the safety factor; rounded up to a multiple of 32
+  // and then of the threads (equal shares); clamped. Pure arithmetic on the fields, so every
+  // worker given the same fields gets the same window.
+  proto::SizeCode size;
+  proto::SizeCodeForNumel(packet_numel, &size);
+  const double wire_bytes = proto::DatagramBytes(size) + kIpUdpHeaderBytes + kEthernetFrameBytes;
+  const double bdp = link_gbps * 1e9 / 8 * std::chrono::duration<double>(base_rtt).count();
+  uint64_t w = static_cast<uint64_t>(std::ceil(kWindowSafety * bdp / wire_bytes));
+  const uint64_t threads = num_worker_threads;
+  w = (w + 31) / 32 * 32;
+  w = (w + threads - 1) / threads * threads;
+  w = std::max<uint64_t>(w, std::max<uint64_t>(kMinAutoWindow, threads));
+  return static_cast<uint32_t>(std::min<uint64_t>(w, kMaxAutoWindow / threads * threads));
 }
 
 struct AllReduceHandle::State {
@@ -160,7 +198,7 @@ Status Context::Impl::Setup() {
   args.ipv4 = bind_ip;  // 0: the switch uses the address our control connection comes from
   args.udp_port = base_port;
   args.num_udp_ports = config.num_worker_threads;
-  args.max_outstanding_packets = config.max_outstanding_packets;
+  args.max_outstanding_packets = config.OutstandingPackets();
   args.size = size;
   // Rank 0 (re)creates the job first; the others join after a barrier; all meet again.
   control::UdpSessionReply reply;
@@ -179,7 +217,7 @@ Status Context::Impl::Setup() {
                        << "; switch data plane at " << switch_data.ToString() << "; local ports "
                        << base_port << ".." << base_port + config.num_worker_threads - 1;
 
-  const uint32_t window = config.max_outstanding_packets / config.num_worker_threads;
+  const uint32_t window = args.max_outstanding_packets / config.num_worker_threads;
   for (uint32_t t = 0; t < config.num_worker_threads; ++t) {
     worker::SessionConfig sc;
     sc.num_workers = config.num_workers;
@@ -187,6 +225,8 @@ Status Context::Impl::Setup() {
     sc.window = window;
     sc.size = size;
     sc.timeout = config.timeout;
+    sc.min_timeout = config.min_timeout;
+    sc.max_timeout = config.max_timeout;
     sc.timeout_threshold = config.timeout_threshold;
     sc.timeout_threshold_increment = config.timeout_threshold_increment;
     sc.progress_timeout = config.peer_timeout;

@@ -292,14 +292,37 @@ Nanos WorkerSession::ClampRto(Nanos rto) const {
 }
 
 void WorkerSession::OnResult(const Slot& s, Nanos now) {
+  // A result that comes after the result of a packet sent later was held up on its own slot:
+  // usually a peer lost its packet and the round waited for that peer's retransmission. Such a
+  // time measures the peer's RTO, not the path; taking it would raise every RTO in the job,
+  // which would lengthen the next such wait: a feedback loop that ends at the ceiling.
+  const bool in_order = s.first_sent >= newest_answered_;
+  newest_answered_ = std::max(newest_answered_, s.first_sent);
   if (s.transmissions != 1) return;  // Karn's rule: which transmission was answered is unknown
+  if (!in_order) {
+    ++counters_.rtt_out_of_order;
+    return;
+  }
   const double r = static_cast<double>(std::max(now - s.first_sent, Nanos{0}).count());
   if (!have_rtt_) {  // RFC 6298, 2.2
     srtt_ns_ = r;
     rttvar_ns_ = r / 2;
     have_rtt_ = true;
   } else {  // 2.3: RTTVAR first, from the old SRTT
-    rttvar_ns_ = 0.75 * rttvar_ns_ + 0.25 * std::fabs(srtt_ns_ - r);
+    // A window yields W correlated samples per round trip, where TCP's formula expects about
+    // one: RTTVAR would fade within a fraction of a round trip. So a sample raises RTTVAR at
+    // once, but RTTVAR falls only once per W samples, toward the largest deviation among them
+    // (as Linux's mdev_max). With W = 1 this is RFC 6298's formula exactly.
+    const double deviation = std::fabs(srtt_ns_ - r);
+    if (deviation > rttvar_ns_) rttvar_ns_ = 0.75 * rttvar_ns_ + 0.25 * deviation;
+    round_max_deviation_ns_ = std::max(round_max_deviation_ns_, deviation);
+    if (++round_samples_ >= config_.window) {
+      if (round_max_deviation_ns_ < rttvar_ns_) {
+        rttvar_ns_ = 0.75 * rttvar_ns_ + 0.25 * round_max_deviation_ns_;
+      }
+      round_max_deviation_ns_ = 0;
+      round_samples_ = 0;
+    }
     srtt_ns_ = 0.875 * srtt_ns_ + 0.125 * r;
   }
   const double spread =

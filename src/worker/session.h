@@ -47,7 +47,9 @@ struct SessionConfig {
   proto::SizeCode size = proto::SizeCode::k1024B;
   // Retransmission timeout (RTO) from the measured round-trip time, as TCP computes it
   // (RFC 6298): a sample is the time from a packet's only transmission to its result (Karn's
-  // rule: none from retransmitted packets); SRTT and RTTVAR smooth them and
+  // rule: none from retransmitted packets, and none from results that come after the result of a
+  // packet sent later); SRTT and RTTVAR smooth them (RTTVAR falls only once
+  // per `window` samples, as Linux's, since a window gives that many per round trip) and
   // RTO = SRTT + max(clock_granularity, 4 RTTVAR), clamped to [min_timeout, ceiling] where the
   // ceiling is min(max_timeout, progress_timeout). The estimate persists across slices: a slice
   // starts with the RTO the previous one ended with; `timeout` is the RTO until the first sample.
@@ -59,7 +61,7 @@ struct SessionConfig {
   // (The reference counts all timeouts, so random loss alone inflates the timeout; one window
   // timing out at once would double it several times.) docs/architecture.md, 4.3, says why.
   Nanos timeout = std::chrono::milliseconds(10);
-  Nanos min_timeout = std::chrono::milliseconds(2);
+  Nanos min_timeout = std::chrono::milliseconds(10);  // measured: docs/architecture.md, 4.3
   Nanos max_timeout = std::chrono::seconds(1);
   Nanos clock_granularity = std::chrono::microseconds(100);
   uint32_t timeout_threshold = 100;
@@ -90,6 +92,9 @@ struct SessionCounters {
   uint64_t malformed = 0;     // datagrams that failed decoding (dropped)
   uint64_t rtt_samples = 0;   // round-trip times measured (results of packets sent once)
   uint64_t backoffs = 0;      // times the RTO doubled
+  // Results of packets sent once, not sampled: a packet sent later was answered first (the slot
+  // was held up, usually by a peer's loss).
+  uint64_t rtt_out_of_order = 0;
   // Gauges (not sums): the round-trip estimate and the RTO now (back-off included). srtt and
   // rttvar are 0 before the first sample.
   Nanos srtt{0};
@@ -184,6 +189,9 @@ class WorkerSession {
   bool have_rtt_ = false;
   double srtt_ns_ = 0;
   double rttvar_ns_ = 0;
+  double round_max_deviation_ns_ = 0;  // the largest |SRTT - R| of the last round_samples_
+  uint32_t round_samples_ = 0;
+  Nanos newest_answered_{};  // the latest first transmission of a packet answered so far
   uint64_t timeouts_since_sample_ = 0;
   uint64_t next_threshold_ = 0;
   Nanos last_backoff_{};

@@ -238,7 +238,6 @@ TEST(WorkerSessionTest, BackOffIsOncePerPeriodAndEndsWithAFreshSample) {
   }
   ASSERT_TRUE(s.status().ok());
   const Nanos rto = s.counters().rto;
-  EXPECT_LT(rto, milliseconds(12));  // the instant replies lowered it
   s.Start(SliceJob{2, DataType::kInt32, in.data(), out.data(), 64, 0}, now);
   ASSERT_EQ(DrainTransmit(s, now).size(), 1u);
   EXPECT_EQ(*s.PollTimeout(), now + rto);
@@ -321,6 +320,23 @@ TEST(WorkerSessionTest, RttEstimateFollowsRfc6298) {
   while (*s.PollTimeout() < now + Nanos{14'187'500}) s.HandleTimeout(*s.PollTimeout());
   EXPECT_EQ(*s.PollTimeout(), now + Nanos{14'187'500});
   EXPECT_EQ(s.counters().timeouts, 0u);
+}
+
+// Given a window of 4 (four samples per round trip) and equal round trips of 2 ms after the
+// first, Expect RTTVAR to fall once per four samples (1 ms -> 0.75^3 ms after 12 more), not at
+// every sample; and one sample deviating by 1 ms to raise it at once, as RFC 6298 would.
+TEST(WorkerSessionTest, RttVarFallsOncePerWindowOfSamplesAndRisesAtOnce) {
+  WorkerSession s(EstimatorConfig(4));
+  EchoNetwork net(s, [](const proto::Packet&, uint64_t n) {
+    return n == 13 ? milliseconds(3) : milliseconds(2);
+  });
+  net.RunSlice(1, 64 * 13);
+  EXPECT_EQ(s.counters().srtt, milliseconds(2));
+  EXPECT_EQ(s.counters().rttvar, Nanos{421'875});  // 0.75^3 ms
+  EXPECT_EQ(s.counters().rto, Nanos{3'687'500});
+  net.RunSlice(2, 64);                             // packet 13: 3 ms
+  EXPECT_EQ(s.counters().rttvar, Nanos{566'406});  // 3/4 0.421875 + 1/4 ms
+  EXPECT_EQ(s.counters().srtt, Nanos{2'125'000});  // 7/8 2 + 3/8 ms
 }
 
 // Given a packet that timed out and was re-sent, Expect its result, however quick, not to be a
