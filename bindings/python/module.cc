@@ -1,0 +1,403 @@
+// switchml._core: the worker library for Python (pybind11). The public Python API is the package
+// bindings/python/switchml/, which re-exports these names; docs/python.md describes it.
+//
+// Buffers: any object with the buffer protocol (NumPy arrays, bytearray, memoryview, array.array)
+// of float32 ('f'), int32 ('i', or 'l' when 4 bytes) or float16 ('e'). A C-contiguous float32 or
+// int32 buffer is used in place, without a copy; a strided or float16 one goes through a
+// contiguous staging copy (float16 widened to float32 and narrowed back).
+// The GIL: released while a context is set up and while an all-reduce is waited for; a Python
+// buffer is touched (staging, results) only with the GIL held.
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bindings/python/half.h"
+#include "runtime/switch_daemon.h"
+#include "switchml/context.h"
+
+namespace py = pybind11;
+
+namespace switchml::python {
+namespace {
+
+py::object& ErrorType() {
+  static py::object* type = nullptr;  // created at import, lives as long as the interpreter
+  if (type == nullptr) type = new py::object();
+  return *type;
+}
+
+// Raises switchml.SwitchMLError carrying the library's message, with .code ("DEADLINE_EXCEEDED").
+[[noreturn]] void Raise(const Status& st) {
+  py::object e = ErrorType()(st.ToString());
+  e.attr("code") = StatusCodeName(st.code());
+  e.attr("message") = st.message();
+  PyErr_SetObject(ErrorType().ptr(), e.ptr());
+  throw py::error_already_set();
+}
+
+void Check(const Status& st) {
+  if (!st.ok()) Raise(st);
+}
+
+enum class Element { kFloat32, kInt32, kFloat16 };
+
+Element ElementOf(const py::buffer_info& b) {
+  const std::string& f = b.format;
+  const char c = f.empty() ? '?' : f.back();  // skip byte-order prefixes such as '<' and '='
+  if (f.size() <= 2 && c == 'f' && b.itemsize == 4) return Element::kFloat32;
+  if (f.size() <= 2 && (c == 'i' || c == 'l') && b.itemsize == 4) return Element::kInt32;
+  if (f.size() <= 2 && c == 'e' && b.itemsize == 2) return Element::kFloat16;
+  throw py::type_error(
+      "switchml: all-reduce needs float32, int32 or float16 elements; got format '" + f + "' of " +
+      std::to_string(b.itemsize) + " bytes (convert, e.g. numpy's astype)");
+}
+
+bool IsCContiguous(const py::buffer_info& b) {
+  py::ssize_t expect = b.itemsize;
+  for (py::ssize_t d = b.ndim - 1; d >= 0; --d) {
+    if (b.shape[d] != 1 && b.strides[d] != expect) return false;
+    expect *= b.shape[d];
+  }
+  return true;
+}
+
+// Calls fn(element_pointer) for every element of b in C order.
+template <typename Fn>
+void ForEachElement(const py::buffer_info& b, Fn fn) {
+  if (b.size == 0) return;
+  std::vector<py::ssize_t> index(b.ndim, 0);
+  auto* base = static_cast<uint8_t*>(b.ptr);
+  for (py::ssize_t i = 0; i < b.size; ++i) {
+    py::ssize_t offset = 0;
+    for (py::ssize_t d = 0; d < b.ndim; ++d) offset += index[d] * b.strides[d];
+    fn(base + offset);
+    for (py::ssize_t d = b.ndim - 1; d >= 0; --d) {
+      if (++index[d] < b.shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+// One all-reduce's operands: the caller's input and output buffers and, when they cannot be used
+// directly, contiguous 4-byte staging. Destroy with the GIL held (it releases Python buffers).
+struct Operation {
+  py::object out_object;  // what allreduce returns
+  py::buffer_info in, out;
+  Element element = Element::kFloat32;
+  std::vector<uint32_t> staging;  // 4-byte elements; empty when the buffers are used directly
+  const void* in_ptr = nullptr;
+  void* out_ptr = nullptr;
+  bool finished = false;
+
+  DataType dtype() const {
+    return element == Element::kInt32 ? DataType::kInt32 : DataType::kFloat32;
+  }
+  size_t count() const { return static_cast<size_t>(in.size); }
+
+  // Points in_ptr/out_ptr at the buffers themselves, or fills the staging copy from `in`.
+  void Prepare() {
+    const bool direct = element != Element::kFloat16 && IsCContiguous(in) && IsCContiguous(out);
+    if (direct) {
+      in_ptr = in.ptr;
+      out_ptr = out.ptr;
+      return;
+    }
+    staging.resize(count());
+    uint32_t* s = staging.data();
+    if (element == Element::kFloat16) {
+      ForEachElement(in, [&](uint8_t* p) {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        const float f = HalfToFloat(h);
+        std::memcpy(s++, &f, 4);
+      });
+    } else {
+      ForEachElement(in, [&](uint8_t* p) { std::memcpy(s++, p, 4); });
+    }
+    in_ptr = out_ptr = staging.data();
+  }
+
+  // Copies the staged result into `out` (once).
+  void Finish() {
+    if (finished) return;
+    finished = true;
+    if (staging.empty()) return;
+    const uint32_t* s = staging.data();
+    if (element == Element::kFloat16) {
+      ForEachElement(out, [&](uint8_t* p) {
+        float f;
+        std::memcpy(&f, s++, 4);
+        const uint16_t h = FloatToHalf(f);
+        std::memcpy(p, &h, 2);
+      });
+    } else {
+      ForEachElement(out, [&](uint8_t* p) { std::memcpy(p, s++, 4); });
+    }
+  }
+};
+
+std::unique_ptr<Operation> MakeOperation(const py::buffer& x, const py::object& out) {
+  auto op = std::make_unique<Operation>();
+  op->in = x.request();
+  op->element = ElementOf(op->in);
+  if (out.is_none()) {
+    // A new C-contiguous array of x's shape and element type (NumPy when there is one).
+    py::object numpy = py::module_::import("numpy");
+    const char* dt = op->element == Element::kFloat32 ? "float32"
+                     : op->element == Element::kInt32 ? "int32"
+                                                      : "float16";
+    py::tuple shape(op->in.ndim);
+    for (py::ssize_t d = 0; d < op->in.ndim; ++d) shape[d] = op->in.shape[d];
+    op->out_object = numpy.attr("empty")(shape, py::arg("dtype") = dt);
+  } else {
+    op->out_object = out;
+  }
+  op->out = py::reinterpret_borrow<py::buffer>(op->out_object).request(/*writable=*/true);
+  if (ElementOf(op->out) != op->element) {
+    throw py::type_error("switchml: out has format '" + op->out.format +
+                         "' but the input has format '" + op->in.format + "'");
+  }
+  if (op->out.size != op->in.size) {
+    throw py::value_error("switchml: out has " + std::to_string(op->out.size) +
+                          " elements but the input has " + std::to_string(op->in.size));
+  }
+  op->Prepare();
+  return op;
+}
+
+// The handle of an asynchronous all-reduce; keeps its buffers and its context alive.
+class Handle {
+ public:
+  Handle(AllReduceHandle h, std::unique_ptr<Operation> op, py::object context)
+      : handle_(std::move(h)), op_(std::move(op)), context_(std::move(context)) {}
+  Handle(const Handle&) = delete;
+  ~Handle() {
+    // The library may still write into the buffers: never release them before it has ended.
+    if (op_ && !handle_.Test()) {
+      py::gil_scoped_release nogil;
+      handle_.Wait().IgnoreError();
+    }
+  }
+
+  bool is_completed() const { return handle_.Test(); }
+
+  // Blocks (without the GIL) until the all-reduce ends; returns the output or raises.
+  py::object Wait() {
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = handle_.Wait();
+    }
+    Check(st);
+    op_->Finish();
+    return op_->out_object;
+  }
+
+ private:
+  AllReduceHandle handle_;
+  std::unique_ptr<Operation> op_;
+  py::object context_;
+};
+
+class WorkerContext {
+ public:
+  explicit WorkerContext(std::unique_ptr<Context> ctx) : ctx_(std::move(ctx)) {}
+
+  py::object AllReduce(const py::buffer& x, const py::object& out) {
+    std::unique_ptr<Operation> op = MakeOperation(x, out);
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = ctx_->AllReduce(op->in_ptr, op->out_ptr, op->count(), op->dtype());
+    }
+    Check(st);
+    op->Finish();
+    return op->out_object;
+  }
+
+  std::unique_ptr<Handle> AllReduceAsync(py::object self, const py::buffer& x,
+                                         const py::object& out) {
+    std::unique_ptr<Operation> op = MakeOperation(x, out);
+    Result<AllReduceHandle> h =
+        ctx_->AllReduceAsync(op->in_ptr, op->out_ptr, op->count(), op->dtype());
+    if (!h.ok()) Raise(h.status());
+    return std::make_unique<Handle>(std::move(h).value(), std::move(op), std::move(self));
+  }
+
+  void Barrier() {
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = ctx_->Barrier();
+    }
+    Check(st);
+  }
+
+  void WaitForAll() {
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = ctx_->WaitForAll();
+    }
+    Check(st);
+  }
+
+  Context& context() { return *ctx_; }
+
+ private:
+  std::unique_ptr<Context> ctx_;
+};
+
+std::unique_ptr<WorkerContext> CreateContext(const py::object& config, const py::kwargs& kwargs) {
+  Config c = config.is_none() ? Config() : config.cast<Config>();
+  py::object view = py::cast(&c, py::return_value_policy::reference);
+  for (auto [key, value] : kwargs) {
+    const std::string name = py::str(key);
+    if (name.starts_with("_") || !py::hasattr(view, key)) {
+      throw py::type_error("switchml.Context: unknown option '" + name +
+                           "' (the options are the fields of switchml.Config)");
+    }
+    py::setattr(view, key, value);
+  }
+  Result<std::unique_ptr<Context>> ctx = Status();
+  {
+    py::gil_scoped_release nogil;
+    ctx = Context::Create(c);
+  }
+  if (!ctx.ok()) Raise(ctx.status());
+  return std::make_unique<WorkerContext>(std::move(ctx).value());
+}
+
+// An in-process software switch, for tests and single-machine jobs (the `switchml switch`
+// command is the same daemon as a process).
+class InProcessSwitch {
+ public:
+  InProcessSwitch(const std::string& bind_address, uint16_t data_port, uint16_t control_port) {
+    runtime::SwitchDaemonOptions o;
+    o.bind_address = bind_address;
+    o.data_port = data_port;
+    o.control_port = control_port;
+    auto d = runtime::SwitchDaemon::Start(o);
+    if (!d.ok()) Raise(d.status());
+    daemon_ = std::move(d).value();
+  }
+  uint16_t data_port() const { return Get().data_port(); }
+  uint16_t control_port() const { return Get().control_port(); }
+  void Stop() {
+    py::gil_scoped_release nogil;
+    daemon_.reset();
+  }
+
+ private:
+  const runtime::SwitchDaemon& Get() const {
+    if (!daemon_) throw py::value_error("switchml.Switch: stopped");
+    return *daemon_;
+  }
+  std::unique_ptr<runtime::SwitchDaemon> daemon_;
+};
+
+}  // namespace
+}  // namespace switchml::python
+
+PYBIND11_MODULE(_core, m) {
+  using namespace switchml;
+  using namespace switchml::python;
+  m.doc() = "SwitchML worker library (in-network aggregation); see the switchml package";
+
+  ErrorType() = py::reinterpret_steal<py::object>(
+      PyErr_NewExceptionWithDoc("switchml.SwitchMLError",
+                                "An error from the SwitchML library; .code names its kind "
+                                "(e.g. 'DEADLINE_EXCEEDED', 'UNAVAILABLE'), str() says what to do.",
+                                PyExc_RuntimeError, nullptr));
+  m.attr("SwitchMLError") = ErrorType();
+
+  py::class_<Config> config(m, "Config",
+                            "Everything a worker needs to join a job (switchml::Config). Every "
+                            "field is also a keyword argument of Context(). Durations are "
+                            "datetime.timedelta or float seconds.");
+  config.def(py::init<>());
+  config.def_readwrite("rank", &Config::rank, "this worker's rank in [0, num_workers)");
+  config.def_readwrite("num_workers", &Config::num_workers, "the job's number of workers");
+  config.def_readwrite("switch_host", &Config::switch_host, "the switch's control-plane host");
+  config.def_readwrite("control_port", &Config::control_port, "the switch's control-plane port");
+  config.def_readwrite("session_id", &Config::session_id,
+                       "the job's id on the switch (0: rank 0 picks one)");
+  config.def_readwrite("num_worker_threads", &Config::num_worker_threads, "worker threads");
+  config.def_readwrite("max_outstanding_packets", &Config::max_outstanding_packets,
+                       "packets in flight per worker (switch slots)");
+  config.def_readwrite("packet_numel", &Config::packet_numel, "elements per packet: 64 or 256");
+  config.def_readwrite("bind_address", &Config::bind_address, "local IPv4 address to bind");
+  config.def_readwrite("udp_port", &Config::udp_port, "first local UDP port (0: any)");
+  config.def_readwrite("transport", &Config::transport,
+                       "data-plane transport ('udp', 'udp-plain')");
+  config.def_readwrite("busy_poll", &Config::busy_poll, "poll without sleeping");
+  config.def_readwrite("timeout", &Config::timeout, "a packet's retransmission timeout");
+  config.def_readwrite("timeout_threshold", &Config::timeout_threshold, "back-off threshold");
+  config.def_readwrite("timeout_threshold_increment", &Config::timeout_threshold_increment,
+                       "back-off threshold increment");
+  config.def_readwrite("peer_timeout", &Config::peer_timeout,
+                       "an all-reduce fails when no result arrives for this long");
+  config.def_readwrite("setup_timeout", &Config::setup_timeout,
+                       "session setup and barrier timeout");
+  config.def(
+      "validate", [](const Config& c) { Check(c.Validate()); },
+      "Raises SwitchMLError saying which field is wrong.");
+
+  py::class_<Handle>(m, "Handle", "An asynchronous all-reduce in flight.")
+      .def("wait", &Handle::Wait,
+           "Blocks until the all-reduce ends (the GIL released); returns its output array or "
+           "raises SwitchMLError.")
+      .def("is_completed", &Handle::is_completed,
+           "True once the all-reduce has ended (wait() then returns at once).");
+
+  py::class_<WorkerContext>(m, "Context",
+                            "One worker's membership in a SwitchML job. Context(config=None, "
+                            "**options): options are Config fields; blocks until every worker "
+                            "joined.")
+      .def(py::init(&CreateContext), py::arg("config") = py::none())
+      .def("allreduce", &WorkerContext::AllReduce, py::arg("x"), py::arg("out") = py::none(),
+           "Sums x over the job's workers into out (a new array when None; out may be x). "
+           "Blocks without the GIL. int32 sums are exact; float32 and float16 are quantized.")
+      .def(
+          "allreduce_async",
+          [](py::object self, const py::buffer& x, const py::object& out) {
+            return self.cast<WorkerContext&>().AllReduceAsync(self, x, out);
+          },
+          py::arg("x"), py::arg("out") = py::none(),
+          "Starts an all-reduce and returns a Handle; x and out must not change until it ends.")
+      .def("barrier", &WorkerContext::Barrier, "Waits until every worker of the job arrives.")
+      .def("wait_for_all", &WorkerContext::WaitForAll, "Waits for every all-reduce started so far.")
+      .def_property_readonly("session_id",
+                             [](WorkerContext& c) { return c.context().session_id(); })
+      .def_property_readonly("rank", [](WorkerContext& c) { return c.context().config().rank; })
+      .def_property_readonly("num_workers",
+                             [](WorkerContext& c) { return c.context().config().num_workers; })
+      .def("stats", [](WorkerContext& c) {
+        const ContextStats s = c.context().stats();
+        py::dict d;
+        d["packets_sent"] = s.packets_sent;
+        d["packets_retransmitted"] = s.packets_retransmitted;
+        d["timeouts"] = s.timeouts;
+        d["results"] = s.results;
+        d["duplicates_dropped"] = s.duplicates_dropped;
+        d["stale_dropped"] = s.stale_dropped;
+        d["malformed_dropped"] = s.malformed_dropped;
+        return d;
+      });
+
+  py::class_<InProcessSwitch>(
+      m, "Switch",
+      "An in-process software switch (as `switchml switch`); port 0 picks a "
+      "free one.")
+      .def(py::init<const std::string&, uint16_t, uint16_t>(),
+           py::arg("bind_address") = "127.0.0.1", py::arg("data_port") = 0,
+           py::arg("control_port") = 0)
+      .def_property_readonly("data_port", &InProcessSwitch::data_port)
+      .def_property_readonly("control_port", &InProcessSwitch::control_port)
+      .def("stop", &InProcessSwitch::Stop, "Stops the switch.");
+}

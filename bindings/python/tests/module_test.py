@@ -1,0 +1,190 @@
+"""Tests of the switchml Python module: several workers as threads of one process (which needs
+the GIL released while they wait), against an in-process switch on loopback."""
+import array
+import datetime
+import threading
+import time
+import unittest
+
+import numpy as np
+
+import switchml
+
+
+def run_workers(switch, n, body, session_id, **options):
+    """Creates n contexts concurrently and runs body(ctx, rank) in each; returns the results
+    by rank and re-raises the first exception."""
+    results, errors = [None] * n, []
+
+    def worker(rank):
+        try:
+            ctx = switchml.Context(rank=rank, num_workers=n, control_port=switch.control_port,
+                                   session_id=session_id, setup_timeout=10.0, **options)
+            results[rank] = body(ctx, rank)
+        except BaseException as e:  # noqa: B902 - re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def inputs(rank, count, dtype, seed=0):
+    rng = np.random.default_rng(seed + rank)
+    if dtype == np.int32:
+        return rng.integers(-1000, 1000, count, dtype=np.int32)
+    return rng.standard_normal(count).astype(dtype)
+
+
+class ConfigTest(unittest.TestCase):
+    def test_unknown_option_is_a_type_error(self):
+        with self.assertRaisesRegex(TypeError, "unknown option 'num_wrokers'"):
+            switchml.Context(num_wrokers=2)
+
+    def test_invalid_config_raises_the_library_message(self):
+        with self.assertRaises(switchml.SwitchMLError) as cm:
+            switchml.Context(rank=3, num_workers=2)
+        self.assertEqual(cm.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("use ranks 0 to 1", str(cm.exception))
+
+    def test_config_fields_and_durations(self):
+        c = switchml.Config()
+        c.peer_timeout = datetime.timedelta(seconds=3)
+        c.setup_timeout = 1.5
+        self.assertEqual(c.peer_timeout, datetime.timedelta(seconds=3))
+        self.assertEqual(c.setup_timeout, datetime.timedelta(seconds=1.5))
+        c.packet_numel = 100
+        with self.assertRaisesRegex(switchml.SwitchMLError, "use 64 or 256"):
+            c.validate()
+
+    def test_unreachable_switch_raises_within_the_setup_timeout(self):
+        sw = switchml.Switch()
+        port = sw.control_port
+        sw.stop()  # nothing listens there any more
+        start = time.monotonic()
+        with self.assertRaises(switchml.SwitchMLError) as cm:
+            switchml.Context(rank=0, num_workers=2, control_port=port, setup_timeout=1.0)
+        self.assertLess(time.monotonic() - start, 10)
+        self.assertIn(cm.exception.code, ("DEADLINE_EXCEEDED", "UNAVAILABLE"))
+
+
+class AllReduceTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.switch = switchml.Switch()
+        cls.session = 100
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.switch.stop()
+
+    def run_job(self, n, body, **options):
+        type(self).session += 1
+        return run_workers(self.switch, n, body, self.session, **options)
+
+    def test_int32_is_exact_and_float32_within_the_bound(self):
+        n, count = 3, 10000
+        for dtype in (np.int32, np.float32):
+            out = self.run_job(n, lambda ctx, r: ctx.allreduce(inputs(r, count, dtype)))
+            expect = sum(inputs(r, count, dtype).astype(np.float64) for r in range(n))
+            for r in range(n):
+                self.assertEqual(out[r].dtype, dtype)
+                if dtype == np.int32:
+                    np.testing.assert_array_equal(out[r], expect.astype(np.int32))
+                else:
+                    # docs/architecture.md 5.2: n^2 2^E / (2 (2^31 - 1)) + float32 rounding.
+                    bound = n * n * 2.0 ** np.ceil(np.log2(np.abs(expect).max() + 1)) / 2**32
+                    np.testing.assert_allclose(out[r], expect, rtol=2**-23, atol=bound)
+
+    def test_in_place_is_zero_copy_and_returns_the_same_object(self):
+        def body(ctx, r):
+            x = np.full((4, 100), r + 1, dtype=np.int32)
+            address = x.__array_interface__["data"][0]
+            y = ctx.allreduce(x, out=x)
+            return y is x, x.__array_interface__["data"][0] == address, x
+
+        for same, same_address, x in self.run_job(2, body):
+            self.assertTrue(same)
+            self.assertTrue(same_address)
+            np.testing.assert_array_equal(x, np.full((4, 100), 3, dtype=np.int32))
+
+    def test_strided_views_and_other_buffer_objects(self):
+        def body(ctx, r):
+            base = np.arange(600, dtype=np.float32).reshape(20, 30) * (r + 1)
+            strided = base[::2, 1::3]  # not contiguous
+            out_view = np.zeros((20, 30), np.float32)[::2, 1::3]
+            ctx.allreduce(strided, out=out_view)
+            arr = array.array("i", [r, 2 * r, 3 * r])
+            ctx.allreduce(arr, out=arr)
+            mv = memoryview(bytearray(np.full(5, r + 1, np.int32).tobytes())).cast("i")
+            ctx.allreduce(mv, out=mv)
+            return strided, out_view, list(arr), list(mv)
+
+        expect = (np.arange(600, dtype=np.float32).reshape(20, 30) * 3)[::2, 1::3]
+        for _, out_view, arr, mv in self.run_job(2, body):
+            np.testing.assert_allclose(out_view, expect, rtol=1e-6)
+            self.assertEqual(arr, [1, 2, 3])
+            self.assertEqual(mv, [3] * 5)
+
+    def test_float16_within_its_rounding(self):
+        n, count = 2, 3000
+        out = self.run_job(n, lambda ctx, r: ctx.allreduce(inputs(r, count, np.float16)))
+        expect = sum(inputs(r, count, np.float16).astype(np.float64) for r in range(n))
+        for r in range(n):
+            self.assertEqual(out[r].dtype, np.float16)
+            # One float16 rounding of the result (2^-11 relative) dominates the quantization.
+            np.testing.assert_allclose(out[r].astype(np.float64), expect, rtol=2**-10, atol=1e-3)
+
+    def test_async_handles(self):
+        def body(ctx, r):
+            xs = [np.full(1000 * (i + 1), r + i, np.int32) for i in range(4)]
+            handles = [ctx.allreduce_async(x, out=x) for x in xs]
+            outs = [h.wait() for h in handles]
+            done = all(h.is_completed() for h in handles)
+            ctx.wait_for_all()
+            ctx.barrier()
+            return done, outs, ctx.session_id
+
+        res = self.run_job(2, body)
+        for done, outs, session in res:
+            self.assertTrue(done)
+            self.assertEqual(session, res[0][2])
+            for i, o in enumerate(outs):
+                np.testing.assert_array_equal(o, np.full(1000 * (i + 1), 1 + 2 * i, np.int32))
+
+    def test_wrong_dtype_and_size(self):
+        def body(ctx, r):
+            with self.assertRaisesRegex(TypeError, "float32, int32 or float16"):
+                ctx.allreduce(np.zeros(4, np.float64))
+            with self.assertRaisesRegex(ValueError, "out has 3 elements"):
+                ctx.allreduce(np.zeros(4, np.float32), out=np.zeros(3, np.float32))
+            with self.assertRaisesRegex(TypeError, "out has format"):
+                ctx.allreduce(np.zeros(4, np.float32), out=np.zeros(4, np.int32))
+            with self.assertRaises(BufferError):  # read-only
+                ctx.allreduce(np.zeros(4, np.float32), out=b"0123456789abcdef")
+            return True
+
+        self.assertEqual(self.run_job(1, body), [True])
+
+    def test_a_dead_peer_raises_instead_of_hanging(self):
+        def body(ctx, r):
+            if r == 1:
+                return None  # leaves without all-reducing; its context is destroyed
+            time.sleep(0.5)
+            start = time.monotonic()
+            with self.assertRaises(switchml.SwitchMLError) as cm:
+                ctx.allreduce(np.ones(1000, np.float32))
+            return cm.exception.code, time.monotonic() - start
+
+        code, seconds = self.run_job(2, body, peer_timeout=1.0)[0]
+        self.assertEqual(code, "DEADLINE_EXCEEDED")
+        self.assertLess(seconds, 10)
+
+
+if __name__ == "__main__":
+    unittest.main()
