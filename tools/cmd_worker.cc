@@ -77,13 +77,11 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.control_port = sw->port;
   config.session_id = static_cast<uint64_t>(flags.GetInt("session"));
   config.num_worker_threads = job.threads;
-  config.max_outstanding_packets = job.window;
   config.packet_numel = job.packet_numel;
   config.bind_address = flags.GetString("bind");
   config.udp_port = static_cast<uint16_t>(udp_port);
   config.transport = job.transport;
   config.busy_poll = job.busy_poll;
-  config.timeout = std::chrono::milliseconds(job.timeout_ms);
   config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);
   config.setup_timeout = std::chrono::milliseconds(job.setup_timeout_ms);
   ApplyPacingOptions(job, &config);

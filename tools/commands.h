@@ -50,7 +50,8 @@ void AddJobFlags(Flags* flags);
 std::string TransportHelp();
 // Reads and checks the flags AddJobFlags added; errors say which flag is wrong.
 Status ReadJobFlags(const Flags& flags, JobOptions* out);
-// Copies the window and the timeouts' options into *config.
+// Copies the window (max_outstanding_packets, link_gbps, base_rtt) and the retransmission
+// timeout's options (timeout, min_timeout, max_timeout) into *config.
 void ApplyPacingOptions(const JobOptions& o, Config* config);
 // The flags that reproduce `o` for a `switchml worker` command line.
 std::vector<std::string> JobFlagArgs(const JobOptions& o);
