@@ -44,6 +44,17 @@ void Check(const Status& st) {
   if (!st.ok()) Raise(st);
 }
 
+// Runs fn (returning a Status) with the GIL released, then raises its error, if any.
+template <typename Fn>
+void CheckWithoutGil(Fn fn) {
+  Status st;
+  {
+    py::gil_scoped_release nogil;
+    st = fn();
+  }
+  Check(st);
+}
+
 enum class Element { kFloat32, kInt32, kFloat16 };
 
 Element ElementOf(const py::buffer_info& b) {
@@ -188,12 +199,7 @@ class Handle {
 
   // Blocks (without the GIL) until the all-reduce ends; returns the output or raises.
   py::object Wait() {
-    Status st;
-    {
-      py::gil_scoped_release nogil;
-      st = handle_.Wait();
-    }
-    Check(st);
+    CheckWithoutGil([&] { return handle_.Wait(); });
     op_->Finish();
     return op_->out_object;
   }
@@ -210,12 +216,8 @@ class WorkerContext {
 
   py::object AllReduce(const py::buffer& x, const py::object& out) {
     std::unique_ptr<Operation> op = MakeOperation(x, out);
-    Status st;
-    {
-      py::gil_scoped_release nogil;
-      st = ctx_->AllReduce(op->in_ptr, op->out_ptr, op->count(), op->dtype());
-    }
-    Check(st);
+    CheckWithoutGil(
+        [&] { return ctx_->AllReduce(op->in_ptr, op->out_ptr, op->count(), op->dtype()); });
     op->Finish();
     return op->out_object;
   }
@@ -230,21 +232,10 @@ class WorkerContext {
   }
 
   void Barrier() {
-    Status st;
-    {
-      py::gil_scoped_release nogil;
-      st = ctx_->Barrier();
-    }
-    Check(st);
+    CheckWithoutGil([&] { return ctx_->Barrier(); });
   }
-
   void WaitForAll() {
-    Status st;
-    {
-      py::gil_scoped_release nogil;
-      st = ctx_->WaitForAll();
-    }
-    Check(st);
+    CheckWithoutGil([&] { return ctx_->WaitForAll(); });
   }
 
   Context& context() { return *ctx_; }
@@ -328,15 +319,23 @@ PYBIND11_MODULE(_core, m) {
   config.def_readwrite("session_id", &Config::session_id,
                        "the job's id on the switch (0: rank 0 picks one)");
   config.def_readwrite("num_worker_threads", &Config::num_worker_threads, "worker threads");
-  config.def_readwrite("max_outstanding_packets", &Config::max_outstanding_packets,
-                       "packets in flight per worker (switch slots)");
+  config.def_readwrite(
+      "max_outstanding_packets", &Config::max_outstanding_packets,
+      "packets in flight per worker (switch slots); 0: from link_gbps and base_rtt");
+  config.def_readwrite("link_gbps", &Config::link_gbps,
+                       "link rate (Gbit/s) the automatic window is sized for");
+  config.def_readwrite("base_rtt", &Config::base_rtt,
+                       "round-trip time the automatic window is sized for");
   config.def_readwrite("packet_numel", &Config::packet_numel, "elements per packet: 64 or 256");
   config.def_readwrite("bind_address", &Config::bind_address, "local IPv4 address to bind");
   config.def_readwrite("udp_port", &Config::udp_port, "first local UDP port (0: any)");
   config.def_readwrite("transport", &Config::transport,
                        "data-plane transport ('udp', 'udp-plain')");
   config.def_readwrite("busy_poll", &Config::busy_poll, "poll without sleeping");
-  config.def_readwrite("timeout", &Config::timeout, "a packet's retransmission timeout");
+  config.def_readwrite("timeout", &Config::timeout,
+                       "a packet's retransmission timeout before round trips are measured");
+  config.def_readwrite("min_timeout", &Config::min_timeout, "the retransmission timeout's floor");
+  config.def_readwrite("max_timeout", &Config::max_timeout, "the retransmission timeout's ceiling");
   config.def_readwrite("timeout_threshold", &Config::timeout_threshold, "back-off threshold");
   config.def_readwrite("timeout_threshold_increment", &Config::timeout_threshold_increment,
                        "back-off threshold increment");

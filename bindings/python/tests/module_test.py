@@ -58,6 +58,10 @@ class ConfigTest(unittest.TestCase):
         c.setup_timeout = 1.5
         self.assertEqual(c.peer_timeout, datetime.timedelta(seconds=3))
         self.assertEqual(c.setup_timeout, datetime.timedelta(seconds=1.5))
+        c.base_rtt = datetime.timedelta(microseconds=250)
+        self.assertEqual(c.base_rtt, datetime.timedelta(microseconds=250))
+        for field in ("link_gbps", "min_timeout", "max_timeout", "max_outstanding_packets"):
+            self.assertTrue(hasattr(c, field), field)
         c.packet_numel = 100
         with self.assertRaisesRegex(switchml.SwitchMLError, "use 64 or 256"):
             c.validate()

@@ -1,0 +1,305 @@
+"""Tests of the "switchml" torch.distributed backend: 2 and 3 worker processes on loopback
+against an in-process switch, each result compared with Gloo's (a Gloo group in the same job).
+
+Exits 77 (ctest: skipped) saying so loudly when python3-torch or the backend is missing."""
+import datetime
+import math
+import os
+import socket
+import sys
+import time
+import unittest
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+except ImportError as e:
+    print(f"SKIPPED: the torch backend tests need python3-torch ({e}); install it with "
+          "scripts/setup.sh", file=sys.stderr)
+    sys.exit(77)
+try:
+    import switchml
+    import switchml.torch as swtorch
+except ImportError as e:
+    print(f"SKIPPED: switchml.torch is not built ({e}): configure with libtorch-dev installed",
+          file=sys.stderr)
+    sys.exit(77)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _seeded(rank, world, fn, *args):
+    torch.manual_seed(0)
+    return fn(rank, world, *args)
+
+
+def run_job(test, world, fn, *args, env=None, timeout=90, switch_port=None, required=None):
+    """Runs fn(rank, world, *args) in `world` processes of one switchml job against the test's
+    switch (or `switch_port`); returns results by rank; a failure fails the test."""
+    port = switch_port if switch_port is not None else test.switch.control_port
+    env = dict(env or {}, SWITCHML_SWITCH=f"127.0.0.1:{port}")
+    try:
+        return swtorch.run_local(world, _seeded, fn, *args, env=env, timeout=timeout,
+                                 required=required)
+    except RuntimeError as e:
+        test.fail(str(e))
+
+
+def float_bound(world, exact, dtype):
+    """|switchml - exact| allowed: block floating point (docs/architecture.md 5.2) plus one
+    rounding to the tensor's dtype."""
+    top = exact.abs().max().item()
+    quant = world * world * 2.0 ** math.ceil(math.log2(top + 1e-30)) / 2**31
+    ulp = {torch.float32: 2**-23, torch.float16: 2**-10, torch.bfloat16: 2**-7}[dtype]
+    return quant + exact.abs() * ulp
+
+
+# ---- bodies run in the workers -------------------------------------------------------------
+
+
+def allreduce_body(rank, world):
+    gloo = dist.new_group(backend="gloo")
+    out = {}
+    g = torch.Generator().manual_seed(1000 + rank)
+    x = torch.randint(-10**6, 10**6, (10007,), dtype=torch.int32, generator=g)
+    a, b = x.clone(), x.clone()
+    dist.all_reduce(a)
+    dist.all_reduce(b, group=gloo)
+    out["int32_equal"] = torch.equal(a, b)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x = torch.randn(5003, generator=g).to(dtype)
+        exact = x.double()
+        dist.all_reduce(exact, group=gloo)
+        y = x.clone()
+        dist.all_reduce(y)
+        out[f"{dtype}_dtype_kept"] = y.dtype == dtype
+        out[f"{dtype}_within"] = bool(((y.double() - exact).abs()
+                                       <= float_bound(world, exact, dtype)).all())
+    # A non-contiguous view is reduced in place through its base.
+    base = torch.arange(60, dtype=torch.float32).reshape(6, 10) * (rank + 1)
+    view = base[:, ::3]
+    dist.all_reduce(view)
+    expect = torch.arange(60, dtype=torch.float32).reshape(6, 10)[:, ::3] * (world * (world + 1) / 2)
+    out["view"] = torch.allclose(base[:, ::3], expect)
+    out["view_rest_untouched"] = torch.equal(base[:, 1], torch.arange(1, 60, 10).float() * (rank + 1))
+    # Async: several in flight, waited out of order.
+    ts = [torch.full((1000 * (i + 1),), rank + i, dtype=torch.int32) for i in range(5)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    for w in reversed(works):
+        w.wait()
+    out["async"] = all(torch.equal(t, torch.full_like(t, sum(r + i for r in range(world))))
+                       for i, t in enumerate(ts))
+    out["async_completed"] = all(w.is_completed() for w in works)
+    fut = dist.all_reduce(torch.ones(10), async_op=True).get_future()
+    out["future"] = torch.equal(fut.wait()[0], torch.full((10,), float(world)))
+    empty = torch.zeros(0)
+    dist.all_reduce(empty)
+    pg = dist.group.WORLD
+    out["switch_calls"] = pg.switch_calls
+    out["fallback_calls"] = pg.fallback_calls
+    return out
+
+
+def delegated_body(rank, world):
+    gloo = dist.new_group(backend="gloo")
+    out = {}
+
+    def both(fn):
+        """fn(group) -> value, on the switchml default group and on Gloo."""
+        return fn(None), fn(gloo)
+
+    def reduce_op(op, dtype):
+        def f(group):
+            t = (torch.arange(7) * (rank + 2)).to(dtype)
+            dist.all_reduce(t, op=op, group=group)
+            return t
+        return f
+
+    for op in (dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT):
+        s, g = both(reduce_op(op, torch.float32))
+        out[f"op_{op}"] = torch.equal(s, g)
+    for dtype in (torch.float64, torch.int64, torch.uint8):
+        s, g = both(reduce_op(dist.ReduceOp.SUM, dtype))
+        out[f"sum_{dtype}"] = torch.equal(s, g)
+
+    def broadcast(group):
+        t = torch.full((5,), float(rank))
+        dist.broadcast(t, src=1, group=group)
+        return t
+    s, g = both(broadcast)
+    out["broadcast"] = torch.equal(s, g) and s[0].item() == 1.0
+
+    def all_gather(group):
+        ts = [torch.zeros(3) for _ in range(world)]
+        dist.all_gather(ts, torch.full((3,), float(rank)), group=group)
+        return torch.stack(ts)
+    s, g = both(all_gather)
+    out["all_gather"] = torch.equal(s, g)
+
+    def gather_scatter(group):
+        got = torch.zeros(2)
+        chunks = [torch.full((2,), float(i)) for i in range(world)] if rank == 0 else None
+        dist.scatter(got, chunks, src=0, group=group)
+        return got
+    s, g = both(gather_scatter)
+    out["scatter"] = torch.equal(s, g) and s[0].item() == rank
+
+    def all_to_all(group):
+        inp = torch.arange(world, dtype=torch.float32) + 10 * rank
+        outp = torch.zeros(world)
+        dist.all_to_all_single(outp, inp, group=group)
+        return outp
+    s, g = both(all_to_all)
+    out["all_to_all"] = torch.equal(s, g)
+
+    def objects(group):
+        lst = [None] * world
+        dist.all_gather_object(lst, {"rank": rank}, group=group)
+        return lst
+    s, g = both(objects)
+    out["all_gather_object"] = s == g
+
+    def send_recv(group):
+        t = torch.full((4,), float(rank))
+        if rank == 0:
+            dist.send(t, dst=1, group=group)
+        elif rank == 1:
+            dist.recv(t, src=0, group=group)
+        return t
+    s, g = both(send_recv)
+    out["send_recv"] = torch.equal(s, g)
+    dist.barrier()
+    out["fallback_calls"] = dist.group.WORLD.fallback_calls
+    return out
+
+
+class TinyNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        # 1.1 MB of parameters: more than DDP's first bucket (1 MB) holds.
+        self.body = nn.Sequential(nn.Linear(20, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                                  nn.Linear(512, 5))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def ddp_body(rank, world):
+    gloo = dist.new_group(backend="gloo")
+    models = {}
+    for name, group in (("switchml", None), ("gloo", gloo)):
+        torch.manual_seed(0)
+        net = TinyNet()
+        # Small buckets: several per step, as for a large model.
+        model = DDP(net, process_group=group, bucket_cap_mb=0.25)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        g = torch.Generator().manual_seed(rank)
+        for _ in range(5):
+            x = torch.randn(16, 20, generator=g)
+            y = torch.randint(0, 5, (16,), generator=g)
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        models[name] = [p.detach().clone() for p in net.parameters()]
+    diffs = [(a - b).abs().max().item() for a, b in zip(models["switchml"], models["gloo"])]
+    scale = max(p.abs().max().item() for p in models["gloo"])
+    return {"max_diff": max(diffs), "scale": scale,
+            "switch_calls": dist.group.WORLD.switch_calls}
+
+
+def concurrent_groups_body(rank, world):
+    second = dist.new_group(backend="switchml")
+    sessions = (dist.group.WORLD.session_id, second.session_id)
+    ok = True
+    for i in range(5):
+        a = torch.full((3000,), rank + i, dtype=torch.int32)
+        b = torch.full((2000,), 10 * rank + i, dtype=torch.int32)
+        wa = dist.all_reduce(a, async_op=True)
+        wb = dist.all_reduce(b, group=second, async_op=True)
+        wb.wait()
+        wa.wait()
+        ok = ok and bool((a == sum(r + i for r in range(world))).all())
+        ok = ok and bool((b == sum(10 * r + i for r in range(world))).all())
+    return {"ok": ok, "sessions": sessions}
+
+
+def noop_body(rank, world):
+    return None
+
+
+def peer_dies_body(rank, world):
+    dist.all_reduce(torch.ones(10))
+    if rank == 1:
+        os._exit(0)  # dies without a word
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(100000))
+        return {"raised": False}
+    except RuntimeError as e:
+        return {"raised": True, "message": str(e), "seconds": time.monotonic() - start}
+
+
+# ---- the tests ------------------------------------------------------------------------------
+
+
+class TorchBackendTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.switch = switchml.Switch()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.switch.stop()
+
+    def test_allreduce_three_processes_matches_gloo(self):
+        for rank, out in enumerate(run_job(self, 3, allreduce_body)):
+            calls = (out.pop("switch_calls"), out.pop("fallback_calls"))
+            for key, value in out.items():
+                self.assertTrue(value, f"rank {rank}: {key}")
+            self.assertGreaterEqual(calls[0], 12, "all-reduces through the switch")
+
+    def test_delegated_collectives_and_ops_match_gloo(self):
+        for rank, out in enumerate(run_job(self, 2, delegated_body)):
+            self.assertGreaterEqual(out.pop("fallback_calls"), 6)
+            for key, value in out.items():
+                self.assertTrue(value, f"rank {rank}: {key}")
+
+    def test_ddp_step_matches_gloo(self):
+        for out in run_job(self, 2, ddp_body):
+            # Five steps, the later ones with two buckets each (after DDP rebuilds them).
+            self.assertGreater(out["switch_calls"], 5, "several buckets a step, by the switch")
+            # Five SGD steps: quantization error of the gradient sums, a few times 2^-30 relative.
+            self.assertLessEqual(out["max_diff"], 1e-5 * out["scale"], out)
+
+    def test_concurrent_process_groups(self):
+        res = run_job(self, 2, concurrent_groups_body)
+        for out in res:
+            self.assertTrue(out["ok"])
+        self.assertEqual(res[0]["sessions"], res[1]["sessions"])
+        self.assertNotEqual(res[0]["sessions"][0], res[0]["sessions"][1])
+
+    def test_unreachable_switch_raises(self):
+        start = time.monotonic()
+        with self.assertRaises(AssertionError) as cm:
+            run_job(self, 1, noop_body, switch_port=free_port(), timeout=60,
+                    env={"SWITCHML_SETUP_TIMEOUT": "3"})
+        self.assertIn("RuntimeError", str(cm.exception))
+        self.assertIn("cannot join the switch", str(cm.exception))
+        self.assertLess(time.monotonic() - start, 30)
+
+    def test_dead_peer_raises(self):
+        res = run_job(self, 2, peer_dies_body, env={"SWITCHML_PEER_TIMEOUT": "2"}, timeout=60,
+                      required=[0])
+        self.assertTrue(res[0]["raised"], res[0])
+        self.assertIn("DEADLINE_EXCEEDED", res[0]["message"])
+        self.assertLess(res[0]["seconds"], 20)
+
+
+if __name__ == "__main__":
+    unittest.main()
