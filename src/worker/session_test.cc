@@ -361,6 +361,21 @@ TEST(WorkerSessionTest, NoRttSampleFromRetransmittedPackets) {
   EXPECT_EQ(s.counters().rttvar, before.rttvar);
 }
 
+// Given a slot held up for 50 ms (as when a peer lost its packet and the round waited for the
+// peer's retransmission) while the other slots' later packets come back within 1 ms, Expect its
+// result counted out of order and not sampled: SRTT stays at the path's 1 ms.
+TEST(WorkerSessionTest, ResultHeldUpBehindLaterOnesIsNoSample) {
+  WorkerSession s(EstimatorConfig(4));
+  EchoNetwork net(s, [](const proto::Packet&, uint64_t n) {
+    return n == 0 ? milliseconds(50) : milliseconds(1);
+  });
+  net.RunSlice(1, 64 * 200);
+  EXPECT_EQ(s.counters().rtt_out_of_order, 1u);
+  EXPECT_EQ(s.counters().rtt_samples, 199u);
+  EXPECT_EQ(s.counters().srtt, milliseconds(1));
+  EXPECT_EQ(s.counters().retransmitted, 0u);
+}
+
 // Given round trips far below the floor and far above the ceiling, Expect the RTO clamped to
 // min_timeout and to max_timeout (and to the progress timeout when that is lower), while SRTT
 // still reports the measured round trip.
