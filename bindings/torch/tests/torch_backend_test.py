@@ -6,7 +6,9 @@ import datetime
 import math
 import os
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -299,6 +301,18 @@ class TorchBackendTest(unittest.TestCase):
         self.assertTrue(res[0]["raised"], res[0])
         self.assertIn("DEADLINE_EXCEEDED", res[0]["message"])
         self.assertLess(res[0]["seconds"], 20)
+
+    def test_digits_training_matches_gloo(self):
+        """A short run of the training proof (examples/torch/compare_digits.py)."""
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                              "examples", "torch", "compare_digits.py")
+        with tempfile.TemporaryDirectory() as out:
+            env = dict(os.environ, SWITCHML_SWITCH=f"127.0.0.1:{self.switch.control_port}")
+            r = subprocess.run([sys.executable, script, "--out-dir", out, "--workers", "2",
+                                "--epochs", "2", "--no-plot"], env=env, capture_output=True,
+                               text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("accuracy gap", r.stdout)  # and within 0.5 points: the exit code
 
 
 if __name__ == "__main__":
