@@ -61,7 +61,9 @@ for _ in $(seq 100); do
 done
 [ -n "$port" ] || { echo "FAIL: the switch did not start"; cat "$tmp/switch.log"; exit 1; }
 timeout 60 "$tmp/example/allreduce_example" --port "$port" --workers 3
-timeout 60 "$tmp/example_pc" --port "$port" --workers 2
+# (with a shared libswitchml, a program linked by hand finds it through LD_LIBRARY_PATH)
+LD_LIBRARY_PATH=$(pkg-config --variable=libdir switchml) \
+  timeout 60 "$tmp/example_pc" --port "$port" --workers 2
 
 # The Python module from the installed tree (when it was built).
 pydir=$(find "$prefix" -type d -name dist-packages | head -1)

@@ -100,6 +100,13 @@ def allreduce_body(rank, world):
     out["async_completed"] = all(w.is_completed() for w in works)
     fut = dist.all_reduce(torch.ones(10), async_op=True).get_future()
     out["future"] = torch.equal(fut.wait()[0], torch.full((10,), float(world)))
+    # Several tensors in one call (coalesced): one switch all-reduce, each summed separately.
+    parts = [torch.full((3, 5), float(rank)), torch.arange(7, dtype=torch.float32) * rank,
+             torch.ones(10)[::2]]
+    ref = [p.clone() for p in parts]
+    dist.all_reduce_coalesced(parts)
+    dist.all_reduce_coalesced(ref, group=gloo)
+    out["coalesced"] = all(torch.allclose(a, b) for a, b in zip(parts, ref))
     empty = torch.zeros(0)
     dist.all_reduce(empty)
     pg = dist.group.WORLD
