@@ -19,7 +19,7 @@ class StoreRendezvous final : public Rendezvous {
       : store_(std::move(store)), rank_(rank), size_(size), timeout_(timeout) {}
 
   Status Barrier() override {
-    const std::string key = "switchml/barrier/" + std::to_string(generation_++);
+    const std::string key = "barrier/" + std::to_string(generation_++);
     try {
       if (store_->add(key, 1) == size_) store_->set(key + "/done", {1});
       store_->wait({key + "/done"}, timeout_);
@@ -30,7 +30,7 @@ class StoreRendezvous final : public Rendezvous {
   }
 
   Result<uint64_t> Broadcast(uint64_t value) override {
-    const std::string key = "switchml/broadcast/" + std::to_string(generation_++);
+    const std::string key = "broadcast/" + std::to_string(generation_++);
     try {
       if (rank_ == 0) {
         std::vector<uint8_t> bytes(8);

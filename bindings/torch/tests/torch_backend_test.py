@@ -223,7 +223,8 @@ def ddp_body(rank, world):
 
 
 def concurrent_groups_body(rank, world):
-    second = dist.new_group(backend="switchml")
+    # The second group's options come from pg_options (two worker threads, a 64-packet window).
+    second = dist.new_group(backend="switchml", pg_options=swtorch.Options(threads=2, window=64))
     sessions = (dist.group.WORLD.session_id, second.session_id)
     ok = True
     for i in range(5):
