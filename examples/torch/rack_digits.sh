@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The training proof in the emulated rack of scripts/rack.sh: the software switch in the switch
+# namespace, each DDP rank in its own worker namespace behind a tbf-shaped cable, the same
+# training (train_digits.py) once with gloo and once with switchml; compares rank 0's loss
+# curve, the test accuracy and iterations/s. Needs root (network namespaces); exits 77 where the
+# rack cannot be made.
+#   rack_digits.sh BUILD_DIR [WORKERS (2)] [EPOCHS (5)] [RATE (1gbit)]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+
+if [ "${1:-}" = "--inside" ]; then  # run by rack.sh inside the rack (RACK_* in the environment)
+  build=$2 workers=$3 epochs=$4 out=$5
+  ip netns exec "$RACK_SWITCH_NS" "$build/tools/switchml" switch --bind "$RACK_SWITCH_IP" \
+    >"$out/switch.log" 2>&1 &
+  switch_pid=$!
+  trap 'kill "$switch_pid" 2>/dev/null || true' EXIT
+  read -r -a ips <<<"$RACK_WORKER_IPS"
+  port=29500
+  for backend in gloo switchml; do
+    port=$((port + 1))
+    pids=()
+    for ((r = 0; r < workers; r++)); do
+      ip netns exec "$RACK_NAME-w$r" env PYTHONPATH="$build/python" RANK=$r \
+        WORLD_SIZE="$workers" MASTER_ADDR="${ips[0]}" MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 \
+        SWITCHML_SWITCH="$RACK_SWITCH_IP:50099" /usr/bin/python3 "$here/train_digits.py" \
+        --backend "$backend" --epochs "$epochs" --out "$out/$backend.json" \
+        >"$out/$backend-$r.log" 2>&1 &
+      pids+=($!)
+    done
+    for ((r = 0; r < workers; r++)); do
+      wait "${pids[$r]}" || { echo "FAIL: $backend rank $r:"; tail -20 "$out/$backend-$r.log"; exit 1; }
+    done
+    grep -h "iterations/s" "$out/$backend-0.log"
+  done
+  exit 0
+fi
+
+build=$(cd "${1:?usage: rack_digits.sh BUILD_DIR [WORKERS] [EPOCHS] [RATE]}" && pwd)
+workers=${2:-2} epochs=${3:-5} rate=${4:-1gbit}
+if ! PYTHONPATH="$build/python" /usr/bin/python3 -c "import sklearn, switchml.torch" 2>/dev/null; then
+  echo "SKIPPED: needs python3-torch, python3-sklearn and the switchml backend built in $build"
+  exit 77
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+rc=0
+"$here/../../scripts/rack.sh" run --workers "$workers" --rate "$rate" -- \
+  bash "$0" --inside "$build" "$workers" "$epochs" "$out" || rc=$?
+[ "$rc" = 77 ] && { echo "SKIPPED: the rack cannot be made here (needs root and iproute2)"; exit 77; }
+[ "$rc" = 0 ] || exit "$rc"
+/usr/bin/python3 - "$out" "$workers" "$rate" <<'PY'
+import json, sys
+import numpy as np
+out, workers, rate = sys.argv[1], sys.argv[2], sys.argv[3]
+g, s = (json.load(open(f"{out}/{b}.json")) for b in ("gloo", "switchml"))
+gap = np.abs(np.array(g["losses"]) - np.array(s["losses"]))
+print(f"rack: {workers} workers, {rate} cables, {g['iterations']} iterations: "
+      f"gloo {g['accuracy']:.2f}% {g['iterations_per_s']:.1f} it/s; switchml {s['accuracy']:.2f}% "
+      f"{s['iterations_per_s']:.1f} it/s; rank 0's max |loss gap| {gap.max():.2e}, "
+      f"accuracy gap {abs(g['accuracy'] - s['accuracy']):.2f} points")
+sys.exit(0 if abs(g["accuracy"] - s["accuracy"]) <= 0.5 else 1)
+PY
