@@ -20,6 +20,15 @@
 #include "transport/address.h"
 
 namespace switchml::tools {
+namespace {
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
 
 int WorkerCommand(const std::vector<std::string>& args) {
   Flags flags("worker",
@@ -104,7 +113,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   pattern.num_workers = job.workers;
   pattern.packet_numel = job.packet_numel;
   pattern.dtype = job.dtype;
-  std::vector<double> times;
+  std::vector<double> times, cpu_times;
   const uint32_t total = job.warmup + job.iterations;
   for (uint32_t it = 0; it < total; ++it) {
     pattern.iteration = it;
@@ -112,7 +121,9 @@ int WorkerCommand(const std::vector<std::string>& args) {
     Status b = (*ctx)->Barrier();
     if (!b.ok()) return fail("barrier before iteration " + std::to_string(it) + " failed", b);
     const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = ProcessCpuSeconds();
     Status r = (*ctx)->AllReduce(in.data(), out.data(), job.size, job.dtype);
+    const double cpu = ProcessCpuSeconds() - cpu0;
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!r.ok()) return fail("all-reduce " + std::to_string(it) + " failed", r);
@@ -126,7 +137,10 @@ int WorkerCommand(const std::vector<std::string>& args) {
       verdict = "verified";
     }
     const bool warm = it < job.warmup;
-    if (!warm) times.push_back(secs);
+    if (!warm) {
+      times.push_back(secs);
+      cpu_times.push_back(cpu);
+    }
     if (!quiet) {
       std::fprintf(stderr, "%s: %s %u/%u: %.4f s, %.3g elements/s, %s\n", who.c_str(),
                    warm ? "warm-up" : "iteration", warm ? it + 1 : it - job.warmup + 1,
@@ -150,6 +164,9 @@ int WorkerCommand(const std::vector<std::string>& args) {
     line << "SWITCHML_RESULT rank=" << rank << " status=ok verified=" << (job.verify ? 1 : 0)
          << " sent=" << s.packets_sent << " retransmitted=" << s.packets_retransmitted << " times=";
     for (size_t i = 0; i < times.size(); ++i) line << (i ? "," : "") << times[i];
+    // CPU seconds of this whole process (all its threads) during each timed all-reduce.
+    line << " cpu=";
+    for (size_t i = 0; i < cpu_times.size(); ++i) line << (i ? "," : "") << cpu_times[i];
     std::printf("%s\n", line.str().c_str());
     std::fflush(stdout);
   }

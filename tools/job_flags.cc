@@ -99,7 +99,8 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   o->transport = f.GetString("transport");
   transport::TransportOptions t;
   t.kind = o->transport;
-  if (Status st = t.Validate(); !st.ok()) return InvalidArgumentError("--transport: " + st.message());
+  if (Status st = t.Validate(); !st.ok())
+    return InvalidArgumentError("--transport: " + st.message());
   o->busy_poll = f.GetBool("busy-poll");
   return Status();
 }

@@ -234,8 +234,8 @@ Status Context::Impl::Setup() {
     // Worker thread t talks to the switch's data-plane thread t mod (its threads).
     const Endpoint shard{switch_data.ipv4,
                          static_cast<uint16_t>(switch_data.port + t % reply.num_data_ports)};
-    threads.push_back(std::make_unique<runtime::WorkerThread>(sc, std::move(transports[t]), shard,
-                                                              failure, config.busy_poll));
+    threads.push_back(std::make_unique<runtime::WorkerThread>(
+        sc, std::move(transports[t]), shard, failure, config.busy_poll));
   }
   return Status();
 }
