@@ -9,23 +9,11 @@
 #include <exception>
 #include <sstream>
 
+#include "testing/measure.h"
 #include "testing/pattern.h"
 
 namespace switchml::bench {
 namespace {
-
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // Checks a float32 sum computed in float32 by the baseline (not quantized, so the closed-form
 // check of testing::Verify, whose bound is switchml's quantization error, does not apply): the
@@ -167,11 +155,11 @@ int RunBaseline(const BaselineOptions& o, const std::string& who, const Collecti
     try {
       if (c.prepare) c.prepare(in.data(), out.data(), count);
       c.barrier();
-      const double c0 = ProcessCpuSeconds();
+      const double c0 = testing::ProcessCpuSeconds();
       const auto t0 = std::chrono::steady_clock::now();
       c.allreduce(in.data(), out.data(), count);
       secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      cpu_secs = ProcessCpuSeconds() - c0;
+      cpu_secs = testing::ProcessCpuSeconds() - c0;
     } catch (const std::exception& e) {
       return fail("all-reduce " + std::to_string(it) + " failed: " + e.what());
     }
@@ -206,7 +194,7 @@ int RunBaseline(const BaselineOptions& o, const std::string& who, const Collecti
     }
   }
   if (progress) {
-    const double med = Median(times);
+    const double med = testing::Median(times);
     std::fprintf(stderr, "%s: median %.4f s over %lld iterations: %.4g elements/s (this rank)\n",
                  who.c_str(), med, static_cast<long long>(o.iterations),
                  med > 0 ? static_cast<double>(count) / med : 0.0);

@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "runtime/switch_daemon.h"
+#include "testing/measure.h"
 
 namespace switchml::tools {
 namespace {
@@ -260,7 +261,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
     }
     retransmitted += std::strtoull(kv["retransmitted"].c_str(), nullptr, 10);
   }
-  const double med = Median(per_iteration);
+  const double med = testing::Median(per_iteration);
   const double elems = static_cast<double>(job.size);
   const double per_allreduce = static_cast<double>(dc.received) / (job.warmup + job.iterations);
   const double eps = med > 0 ? elems / med : 0;

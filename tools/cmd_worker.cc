@@ -16,19 +16,11 @@
 #include "flags.h"
 #include "proto/wire.h"
 #include "switchml/context.h"
+#include "testing/measure.h"
 #include "testing/pattern.h"
 #include "transport/address.h"
 
 namespace switchml::tools {
-namespace {
-
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-}  // namespace
 
 int WorkerCommand(const std::vector<std::string>& args) {
   Flags flags("worker",
@@ -121,9 +113,9 @@ int WorkerCommand(const std::vector<std::string>& args) {
     Status b = (*ctx)->Barrier();
     if (!b.ok()) return fail("barrier before iteration " + std::to_string(it) + " failed", b);
     const auto t0 = std::chrono::steady_clock::now();
-    const double cpu0 = ProcessCpuSeconds();
+    const double cpu0 = testing::ProcessCpuSeconds();
     Status r = (*ctx)->AllReduce(in.data(), out.data(), job.size, job.dtype);
-    const double cpu = ProcessCpuSeconds() - cpu0;
+    const double cpu = testing::ProcessCpuSeconds() - cpu0;
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!r.ok()) return fail("all-reduce " + std::to_string(it) + " failed", r);
@@ -149,7 +141,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
     }
   }
   const ContextStats s = (*ctx)->stats();
-  const double med = Median(times);
+  const double med = testing::Median(times);
   if (!quiet) {
     std::fprintf(stderr,
                  "%s: median %.4f s over %u iterations: %.4g elements/s, algorithm bandwidth "

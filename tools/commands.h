@@ -62,7 +62,4 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o);
 int ParseCommandLine(const std::string& command, const std::vector<std::string>& args, Flags* flags,
                      JobOptions* job);
 
-// The median of v (0 for an empty v).
-double Median(std::vector<double> v);
-
 }  // namespace switchml::tools

@@ -171,11 +171,4 @@ int ParseCommandLine(const std::string& command, const std::vector<std::string>&
   return -1;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 }  // namespace switchml::tools
