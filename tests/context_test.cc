@@ -162,7 +162,12 @@ TEST_F(ContextTest, QueuedOperationsAndWaitForAll) {
       EXPECT_TRUE(testing::Verify(p, out[r][i].data(), sizes[i]).ok()) << r << " " << i;
     }
   }
-  EXPECT_GT(ctx[0]->stats().packets_sent, 0u);
+  const ContextStats stats = ctx[0]->stats();
+  EXPECT_GT(stats.packets_sent, 0u);
+  // The round trip was measured and the timeout derived from it (at least its floor).
+  EXPECT_GT(stats.rtt_samples, 0u);
+  EXPECT_GT(stats.srtt_us, 0.0);
+  EXPECT_GE(stats.rto_us, stats.srtt_us);
 }
 
 // Given inputs with an infinity, Expect a clear error on every worker, NaN in the affected

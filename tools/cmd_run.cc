@@ -249,6 +249,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   // Per iteration, the slowest worker's time; then the median over iterations.
   std::vector<double> per_iteration(job.iterations, 0);
   uint64_t retransmitted = 0;
+  double srtt_us = 0, rto_us = 0;  // the largest over the workers
   for (auto& c : children) {
     auto kv = ParseResult(c.result_line);
     if (kv["status"] != "ok") {
@@ -260,6 +261,8 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       per_iteration[i] = std::max(per_iteration[i], t[i]);
     }
     retransmitted += std::strtoull(kv["retransmitted"].c_str(), nullptr, 10);
+    srtt_us = std::max(srtt_us, std::strtod(kv["srtt_us"].c_str(), nullptr));
+    rto_us = std::max(rto_us, std::strtod(kv["rto_us"].c_str(), nullptr));
   }
   const double med = testing::Median(per_iteration);
   const double elems = static_cast<double>(job.size);
@@ -281,6 +284,10 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
               per_allreduce);
   std::printf("  retransmissions:                        %llu (all workers, all iterations)\n",
               static_cast<unsigned long long>(retransmitted));
+  std::printf(
+      "  round trip (smoothed), timeout:         %.0f us, %.0f us (the largest of any "
+      "worker at the end)\n",
+      srtt_us, rto_us);
   std::printf("  wall time:                              %.2f s\n", wall);
   const std::string json = flags.GetString("json");
   if (!json.empty()) {
@@ -292,6 +299,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       << ", \"median_s\": " << med << ", \"min_s\": " << *fastest << ", \"max_s\": " << *slowest
       << ", \"elements_per_s\": " << eps << ", \"algbw_gbps\": " << algbw
       << ", \"switch_rx_pps\": " << pps << ", \"retransmitted\": " << retransmitted
+      << ", \"srtt_us\": " << srtt_us << ", \"rto_us\": " << rto_us
       << ", \"verified\": " << (job.verify ? "true" : "false") << "}\n";
     if (!f) {
       std::cerr << "switchml run: cannot write " << json << "\n";

@@ -145,16 +145,19 @@ int WorkerCommand(const std::vector<std::string>& args) {
   if (!quiet) {
     std::fprintf(stderr,
                  "%s: median %.4f s over %u iterations: %.4g elements/s, algorithm bandwidth "
-                 "%.3f Gbit/s; %llu packets sent, %llu retransmitted\n",
+                 "%.3f Gbit/s; %llu packets sent, %llu retransmitted; round trip %.0f us "
+                 "(variation %.0f us), timeout %.0f us\n",
                  who.c_str(), med, job.iterations, med > 0 ? job.size / med : 0.0,
                  med > 0 ? job.size * 32.0 / med / 1e9 : 0.0,
                  static_cast<unsigned long long>(s.packets_sent),
-                 static_cast<unsigned long long>(s.packets_retransmitted));
+                 static_cast<unsigned long long>(s.packets_retransmitted), s.srtt_us, s.rttvar_us,
+                 s.rto_us);
   }
   if (report) {
     std::ostringstream line;
     line << "SWITCHML_RESULT rank=" << rank << " status=ok verified=" << (job.verify ? 1 : 0)
-         << " sent=" << s.packets_sent << " retransmitted=" << s.packets_retransmitted << " times=";
+         << " sent=" << s.packets_sent << " retransmitted=" << s.packets_retransmitted
+         << " srtt_us=" << s.srtt_us << " rto_us=" << s.rto_us << " times=";
     for (size_t i = 0; i < times.size(); ++i) line << (i ? "," : "") << times[i];
     // CPU seconds of this whole process (all its threads) during each timed all-reduce.
     line << " cpu=";

@@ -386,6 +386,11 @@ PYBIND11_MODULE(_core, m) {
         d["duplicates_dropped"] = s.duplicates_dropped;
         d["stale_dropped"] = s.stale_dropped;
         d["malformed_dropped"] = s.malformed_dropped;
+        d["rtt_samples"] = s.rtt_samples;
+        d["backoffs"] = s.backoffs;
+        d["srtt_us"] = s.srtt_us;
+        d["rttvar_us"] = s.rttvar_us;
+        d["rto_us"] = s.rto_us;
         return d;
       });
 

@@ -47,6 +47,15 @@ struct ContextStats {
   uint64_t duplicates_dropped = 0;
   uint64_t stale_dropped = 0;
   uint64_t malformed_dropped = 0;
+  // Round trips measured (results of packets sent once) and times the retransmission timeout
+  // doubled, summed over the worker threads.
+  uint64_t rtt_samples = 0;
+  uint64_t backoffs = 0;
+  // Gauges, the largest over the worker threads (0 before the first round trip was measured):
+  // the smoothed round trip, its variation and the retransmission timeout now, in microseconds.
+  double srtt_us = 0;
+  double rttvar_us = 0;
+  double rto_us = 0;
 };
 
 class Context {

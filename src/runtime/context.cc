@@ -342,6 +342,12 @@ ContextStats Context::stats() const {
     s.duplicates_dropped += c.duplicates;
     s.stale_dropped += c.stale;
     s.malformed_dropped += c.malformed + c.foreign_slot;
+    s.rtt_samples += c.rtt_samples;
+    s.backoffs += c.backoffs;
+    const auto us = [](worker::Nanos d) { return static_cast<double>(d.count()) / 1e3; };
+    s.srtt_us = std::max(s.srtt_us, us(c.srtt));
+    s.rttvar_us = std::max(s.rttvar_us, us(c.rttvar));
+    s.rto_us = std::max(s.rto_us, us(c.rto));
   }
   return s;
 }
