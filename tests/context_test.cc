@@ -4,12 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <thread>
 #include <vector>
 
+#include "proto/wire.h"
 #include "runtime/switch_daemon.h"
 #include "testing/pattern.h"
+#include "transport/udp.h"
 
 namespace switchml {
 namespace {
@@ -105,6 +108,82 @@ TEST(ConfigTest, AutomaticWindowFromBandwidthDelayProduct) {
   Config c;
   c.max_outstanding_packets = 100;
   EXPECT_EQ(c.OutstandingPackets(), 100u);
+}
+
+// Given a two-worker job whose rank 0 waits for rank 1's late contribution, and a stranger's
+// plain UDP socket spraying well-formed results (the values 42, with the slot, set, tsi and
+// job number rank 0 waits for) at rank 0's data port meanwhile, Expect rank 0 to drop and count
+// them (foreign_source_dropped > 0) and both ranks to get the true sum. (Before the worker
+// checked the source, rank 0 returned the stranger's 42s: issue 7, Found 1.)
+TEST_F(ContextTest, ResultsFromAStrangerAreDroppedAndCounted) {
+  constexpr uint32_t kWindow = 64;
+  constexpr size_t kCount = kWindow * 256;  // one packet per slot: one round
+  // A free port for rank 0, so the stranger knows where to send.
+  uint16_t port0 = 0;
+  {
+    auto probe = transport::OpenUdp(transport::UdpOptions{});
+    ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+    port0 = (*probe)->local_endpoint().port;
+  }
+  std::vector<Config> configs = {MakeConfig(0, 2, 11), MakeConfig(1, 2, 11)};
+  for (Config& c : configs) {
+    c.max_outstanding_packets = kWindow;
+    c.packet_numel = 256;
+  }
+  configs[0].udp_port = port0;
+  auto ctx = CreateAll(configs);
+  ASSERT_TRUE(ctx[0] && ctx[1]);
+
+  auto stranger = transport::OpenUdp(transport::UdpOptions{});
+  ASSERT_TRUE(stranger.ok()) << stranger.status().ToString();
+  std::vector<std::vector<uint8_t>> forged(kWindow, std::vector<uint8_t>(proto::kMaxDatagramBytes));
+  std::vector<transport::TxDatagram> batch;
+  const std::vector<int32_t> values(256, 42);
+  for (uint32_t q = 0; q < kWindow; ++q) {
+    proto::Header h;
+    h.size = proto::SizeCode::k1024B;
+    h.job_number = 1;  // the context's first all-reduce
+    h.tsi = q;         // packet q of the first slice: slot q, set 0, running id q
+    h.slot = proto::SlotId{static_cast<uint16_t>(q), 0};
+    const size_t n = proto::Encode(h, values, forged[q]);
+    batch.push_back({Endpoint{0x7f000001, port0}, std::span<const uint8_t>(forged[q].data(), n)});
+  }
+
+  std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(kCount));
+  std::vector<std::vector<int32_t>> out(2, std::vector<int32_t>(kCount, -1));
+  for (size_t i = 0; i < kCount; ++i) {
+    in[0][i] = static_cast<int32_t>(i);
+    in[1][i] = static_cast<int32_t>(3 * i + 1);
+  }
+  std::atomic<bool> spraying{true};
+  std::thread spray([&] {
+    while (spraying.load()) {
+      auto sent = (*stranger)->Send(batch);
+      EXPECT_TRUE(sent.ok());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  Status st0, st1;
+  std::thread rank0(
+      [&] { st0 = ctx[0]->AllReduce(in[0].data(), out[0].data(), kCount, DataType::kInt32); });
+  // Rank 1 comes late: rank 0's packets wait in the switch while the stranger sprays.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  spraying.store(false);
+  spray.join();
+  st1 = ctx[1]->AllReduce(in[1].data(), out[1].data(), kCount, DataType::kInt32);
+  rank0.join();
+  EXPECT_TRUE(st0.ok()) << st0.ToString();
+  EXPECT_TRUE(st1.ok()) << st1.ToString();
+  size_t wrong0 = 0, wrong1 = 0;
+  for (size_t i = 0; i < kCount; ++i) {
+    const int32_t want = static_cast<int32_t>(4 * i + 1);
+    wrong0 += out[0][i] != want;
+    wrong1 += out[1][i] != want;
+  }
+  EXPECT_EQ(wrong0, 0u) << "rank 0's elements that differ from the true sum (the stranger's won)";
+  EXPECT_EQ(wrong1, 0u);
+  EXPECT_GT(ctx[0]->stats().foreign_source_dropped, 0u);
+  EXPECT_EQ(ctx[1]->stats().foreign_source_dropped, 0u);
 }
 
 // Given two contexts (ranks 0 and 1) in one process, Expect synchronous, asynchronous and

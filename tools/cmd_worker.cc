@@ -157,7 +157,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
     std::ostringstream line;
     line << "SWITCHML_RESULT rank=" << rank << " status=ok verified=" << (job.verify ? 1 : 0)
          << " sent=" << s.packets_sent << " retransmitted=" << s.packets_retransmitted
-         << " srtt_us=" << s.srtt_us << " rto_us=" << s.rto_us << " times=";
+         << " srtt_us=" << s.srtt_us << " rto_us=" << s.rto_us
+         << " foreign_dropped=" << s.foreign_source_dropped << " times=";
     for (size_t i = 0; i < times.size(); ++i) line << (i ? "," : "") << times[i];
     // CPU seconds of this whole process (all its threads) during each timed all-reduce.
     line << " cpu=";

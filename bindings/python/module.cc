@@ -391,6 +391,7 @@ PYBIND11_MODULE(_core, m) {
         d["srtt_us"] = s.srtt_us;
         d["rttvar_us"] = s.rttvar_us;
         d["rto_us"] = s.rto_us;
+        d["foreign_source_dropped"] = s.foreign_source_dropped;
         return d;
       });
 

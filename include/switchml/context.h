@@ -56,6 +56,9 @@ struct ContextStats {
   double srtt_us = 0;
   double rttvar_us = 0;
   double rto_us = 0;
+  // Datagrams from a source other than the switch's data ports (dropped unread: only the switch
+  // may deliver results).
+  uint64_t foreign_source_dropped = 0;
 };
 
 class Context {

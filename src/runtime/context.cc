@@ -235,7 +235,8 @@ Status Context::Impl::Setup() {
     const Endpoint shard{switch_data.ipv4,
                          static_cast<uint16_t>(switch_data.port + t % reply.num_data_ports)};
     threads.push_back(std::make_unique<runtime::WorkerThread>(
-        sc, std::move(transports[t]), shard, failure, config.busy_poll));
+        sc, std::move(transports[t]), shard, failure, config.busy_poll, switch_data.port,
+        reply.num_data_ports));
   }
   return Status();
 }
@@ -348,6 +349,7 @@ ContextStats Context::stats() const {
     s.srtt_us = std::max(s.srtt_us, us(c.srtt));
     s.rttvar_us = std::max(s.rttvar_us, us(c.rttvar));
     s.rto_us = std::max(s.rto_us, us(c.rto));
+    s.foreign_source_dropped += t->foreign_source_dropped();
   }
   return s;
 }

@@ -43,9 +43,12 @@ Status FailureLatch::Get() const {
 
 WorkerThread::WorkerThread(const worker::SessionConfig& config,
                            std::unique_ptr<transport::Transport> transport, Endpoint switch_data,
-                           std::shared_ptr<FailureLatch> failure, bool busy_poll)
+                           std::shared_ptr<FailureLatch> failure, bool busy_poll,
+                           uint16_t switch_ports_first, uint32_t switch_ports)
     : transport_(std::move(transport)),
       switch_data_(switch_data),
+      switch_ports_first_(switch_ports == 0 ? switch_data.port : switch_ports_first),
+      switch_ports_(switch_ports == 0 ? 1 : switch_ports),
       failure_(std::move(failure)),
       session_(config),
       busy_poll_(busy_poll),
@@ -90,6 +93,19 @@ worker::SessionCounters WorkerThread::counters() const {
   return published_;
 }
 
+bool WorkerThread::FromSwitch(const Endpoint& source) const {
+  // A switch bound to every address answers from whichever local address the kernel picks for
+  // the route back: on one host that may be any loopback address (127.0.1.1 for the host name,
+  // 127.0.0.1 for the reply). Loopback sources can only come from this host (the kernel drops
+  // them arriving from outside), and this host's other processes cannot bind the switch's ports.
+  constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
+  const bool loopback = (switch_data_.ipv4 & kLoopbackMask) == kLoopbackNet &&
+                        (source.ipv4 & kLoopbackMask) == kLoopbackNet;
+  if (switch_data_.ipv4 != 0 && source.ipv4 != switch_data_.ipv4 && !loopback) return false;
+  return source.port >= switch_ports_first_ &&
+         uint32_t{source.port} < uint32_t{switch_ports_first_} + switch_ports_;
+}
+
 void WorkerThread::Run() {
   std::array<transport::RxDatagram, 1> idle_rx;
   while (!stop_.load()) {
@@ -106,7 +122,13 @@ void WorkerThread::Run() {
     if (!have) {
       // Idle: late duplicates of finished jobs may still arrive; read and drop them.
       auto r = transport_->Receive(idle_rx, std::chrono::milliseconds(100));
-      if (r.ok() && *r > 0) session_.HandleDatagram(Contents(idle_rx[0]), Now());
+      if (r.ok() && *r > 0) {
+        if (FromSwitch(idle_rx[0].source)) {
+          session_.HandleDatagram(Contents(idle_rx[0]), Now());
+        } else {
+          foreign_source_.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
       continue;
     }
     if (!RunSlice(p)) return;
@@ -167,7 +189,16 @@ bool WorkerThread::RunSlice(const Pending& p) {
       break;
     }
     now = Now();
-    for (size_t i = 0; i < *r; ++i) session_.HandleDatagram(Contents(rx[i]), now);
+    uint64_t foreign = 0;
+    for (size_t i = 0; i < *r; ++i) {
+      // Only the switch sends results: anything else could write chosen values into the output.
+      if (!FromSwitch(rx[i].source)) {
+        ++foreign;
+        continue;
+      }
+      session_.HandleDatagram(Contents(rx[i]), now);
+    }
+    if (foreign > 0) foreign_source_.fetch_add(foreign, std::memory_order_relaxed);
     auto deadline = session_.PollTimeout();
     if (deadline && *deadline <= now) session_.HandleTimeout(now);
   }

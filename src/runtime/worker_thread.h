@@ -40,10 +40,16 @@ class WorkerThread {
  public:
   using SliceDone = std::function<void(const Status&)>;
 
-  // busy_poll: wait for results by polling the transport without sleeping (lower latency at
-  // the price of a core kept busy while a slice runs).
+  // switch_data: where this thread sends its packets. Results are accepted only from the
+  // switch's data endpoints: source address switch_data.ipv4 (any address when it is 0; any
+  // loopback address when it is one) and
+  // source port in [switch_ports_first, switch_ports_first + switch_ports); every other datagram
+  // is dropped and counted (foreign_source_dropped()). switch_ports 0 means switch_data.port
+  // alone. busy_poll: wait for results by polling the transport without sleeping (lower latency
+  // at the price of a core kept busy while a slice runs).
   WorkerThread(const worker::SessionConfig& config, std::unique_ptr<transport::Transport> transport,
-               Endpoint switch_data, std::shared_ptr<FailureLatch> failure, bool busy_poll = false);
+               Endpoint switch_data, std::shared_ptr<FailureLatch> failure, bool busy_poll = false,
+               uint16_t switch_ports_first = 0, uint32_t switch_ports = 0);
   ~WorkerThread();  // Stop()s
 
   // Queues a slice; after Stop() it is reported as CANCELLED at once.
@@ -52,6 +58,11 @@ class WorkerThread {
   void Stop();
 
   worker::SessionCounters counters() const;
+  // Datagrams dropped because their source was not one of the switch's data endpoints (a
+  // stray or hostile sender: never handed to the session).
+  uint64_t foreign_source_dropped() const {
+    return foreign_source_.load(std::memory_order_relaxed);
+  }
 
  private:
   struct Pending {
@@ -61,9 +72,14 @@ class WorkerThread {
   void Run();
   // Runs one slice to its end and reports it; false when stopping.
   bool RunSlice(const Pending& p);
+  // Whether a datagram from source may be a result of the switch.
+  bool FromSwitch(const Endpoint& source) const;
 
   std::unique_ptr<transport::Transport> transport_;
   Endpoint switch_data_;
+  uint16_t switch_ports_first_;  // the switch's data ports: [first, first + count)
+  uint32_t switch_ports_;
+  std::atomic<uint64_t> foreign_source_{0};
   std::shared_ptr<FailureLatch> failure_;
   worker::WorkerSession session_;
   const bool busy_poll_;
