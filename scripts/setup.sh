@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config iproute2
+  build-essential cmake ninja-build pkg-config iproute2 nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   python3-dev pybind11-dev python3-numpy python3-torch libtorch-dev python3-sklearn python3-matplotlib

@@ -1,0 +1,145 @@
+// A discrete-event simulator of SwitchML jobs on a simulated network, running the real data plane
+// (dataplane::Switch) and the real worker protocol (worker::WorkerSession) for every packet: the
+// simulator only moves their datagrams over links in virtual time. Pure: no sockets, threads or
+// wall clocks; the same configuration and seed give the same result bit for bit.
+//
+// The model (docs/simulator.md says why):
+//   - Each directed link is a FIFO transmitter: a packet of d datagram bytes occupies it for
+//     (d + kWireOverheadBytes) * 8 / rate and arrives propagation_ns after its last bit left.
+//     Faults (loss, duplication, reordering) and tail drop at a finite buffer are per link.
+//   - A switch node runs one dataplane::Switch. A datagram addressed to it is processed on
+//     arrival; its replies enter the output links after switch_latency_ns (and, with switch_pps,
+//     after waiting for the pipeline: one packet per 1/switch_pps). A datagram addressed to
+//     another node is forwarded on the shortest path after switch_latency_ns.
+//   - A host node runs the WorkerSessions of its workers (one per worker thread, each with its own
+//     UDP port and slot range, as runtime::WorkerThread). A session's datagrams enter the host's
+//     link host_latency_ns after PollTransmit gives them; datagrams are handed to HandleDatagram
+//     on arrival (plus host_latency_ns of the receive path, folded into the link's delay); its
+//     HandleTimeout runs at the time PollTimeout asks for. The host CPU is otherwise free.
+//   - Events: one heap of (time, sequence) entries holding each link's head-of-line arrival, each
+//     session's next timer, and out-of-order (reordered) deliveries. Packet buffers come from a
+//     pool: no allocation per packet in steady state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dataplane/switch.h"
+#include "proto/wire.h"
+#include "sim/topology.h"
+#include "switchml/status.h"
+#include "switchml/types.h"
+#include "worker/session.h"
+
+namespace switchml::sim {
+
+// Bytes a datagram costs on a link beyond its own: IPv4 + UDP headers (28) and Ethernet header,
+// FCS, preamble and inter-frame gap (38), as docs/architecture.md 4.5 counts them.
+inline constexpr uint32_t kWireOverheadBytes = 66;
+
+// The link-level goodput ceiling of the SwitchML packet format: tensor elements per second one
+// link of `gbps` can carry in packets of `size`.
+double GoodputCeilingElementsPerSecond(double gbps, proto::SizeCode size);
+
+struct Collective {
+  DataType dtype = DataType::kInt32;
+  uint64_t count = 0;  // elements
+};
+
+struct JobConfig {
+  uint64_t session_id = 1;
+  uint32_t switch_node = 0;     // the switch the job's workers send to
+  std::vector<uint32_t> hosts;  // rank r runs on hosts[r]
+  proto::SizeCode size = proto::SizeCode::k1024B;
+  uint32_t window = 256;                // outstanding packets per worker, all threads together
+  uint32_t threads = 1;                 // sessions (ports, slot ranges) per worker
+  std::vector<Collective> collectives;  // all-reduces run back to back
+  double start_ns = 0;
+};
+
+// How the workers' tensors are held.
+enum class PayloadMode : uint8_t {
+  // Each worker has its own input (testing::Pattern, distinct per rank) and output, and every
+  // result of every worker is checked. Memory: 2 x workers x tensor.
+  kVerified,
+  // One input and one output buffer per job, shared by all its workers (identical inputs, so
+  // identical results): memory 2 x tensor whatever the worker count. The output is checked to be
+  // n x input (int32 exactly, float32 within the quantization bound).
+  kShared,
+};
+
+struct Progress {
+  double sim_seconds = 0;
+  uint64_t events = 0;
+  double fraction = 0;  // of all jobs' packets answered, 0..1
+};
+
+struct SimConfig {
+  Topology topology;
+  std::vector<JobConfig> jobs;
+  // Per switch node. slots_per_job bounds each job's window; max_workers_per_job is raised to the
+  // largest job's worker count (the switch refuses more than its bitmap width).
+  dataplane::SwitchConfig switch_config;
+  double switch_latency_ns = 500;  // per-packet pipeline latency
+  double switch_pps = 0;           // pipeline capacity, packets per second (0: unlimited)
+  double host_latency_ns = 0;      // added to every packet a host sends (NIC, stack)
+  // The sessions' timing: timeout policy, RTO bounds, progress timeout. num_workers, slot_start,
+  // window and size are set per job and thread.
+  worker::SessionConfig session;
+  PayloadMode payload = PayloadMode::kShared;
+  uint64_t seed = 1;
+  double max_sim_seconds = 600;  // virtual time limit: jobs still running then fail
+  // Called about every progress_every_events events (and never when null).
+  std::function<void(const Progress&)> progress;
+  uint64_t progress_every_events = uint64_t{1} << 23;
+  Status Validate() const;
+};
+
+struct StallStats {
+  uint64_t rounds = 0;  // slot rounds completed at the switch (first contribution to result)
+  double mean_ns = 0, p50_ns = 0, p99_ns = 0, max_ns = 0;
+  uint64_t stalled = 0;  // rounds longer than 2 x p50 (a contribution was late: lost, re-sent)
+};
+
+struct JobResult {
+  uint64_t session_id = 0;
+  uint32_t workers = 0;
+  Status status;
+  bool verified = false;  // every result checked and correct
+  std::string verify_error;
+  std::vector<double> collective_seconds;  // each all-reduce: first start to last worker done
+  double seconds = 0;                      // all of them, back to back
+  uint64_t elements = 0;                   // sum of the collectives' counts
+  double elements_per_second = 0;
+  // Summed over the job's sessions.
+  uint64_t sent = 0, retransmitted = 0, timeouts = 0, results = 0, duplicates = 0;
+  uint64_t early_retransmits = 0;
+  // From the switch's job counters.
+  uint64_t switch_unicasts = 0, switch_duplicates_dropped = 0;
+  StallStats stalls;
+};
+
+struct LinkResult {
+  uint32_t from = 0, to = 0;
+  uint64_t packets = 0, bytes = 0;  // transmitted (wire bytes), lost ones included
+  uint64_t lost = 0, tail_dropped = 0, duplicated = 0, reordered = 0;
+  double utilisation = 0;  // busy time / simulated time
+  uint64_t max_queue_bytes = 0;
+};
+
+struct SimResult {
+  double sim_seconds = 0;
+  uint64_t events = 0;
+  uint64_t packets_delivered = 0;
+  std::vector<JobResult> jobs;
+  std::vector<LinkResult> links;
+  bool ok() const;  // every job OK and verified
+};
+
+// Runs the configured jobs to completion (or failure, or the time limit).
+Result<SimResult> Simulate(SimConfig config);
+
+}  // namespace switchml::sim

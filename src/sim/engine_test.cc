@@ -1,0 +1,175 @@
+// The simulator at small scale: results verified, throughput near the link's ceiling, loss
+// recovered, the same seed giving the same output bit for bit, forwarding through a switch of a
+// two-level link graph, and the baselines' closed forms.
+#include "sim/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "sim/baselines.h"
+
+namespace switchml::sim {
+namespace {
+
+SimConfig StarConfig(uint32_t workers, uint64_t count, DataType dtype, double loss) {
+  LinkParams lp;
+  lp.gbps = 100;
+  lp.propagation_ns = 500;
+  lp.loss = loss;
+  SimConfig c;
+  c.topology = Topology::Star(workers, lp);
+  JobConfig j;
+  j.switch_node = workers;
+  for (uint32_t i = 0; i < workers; ++i) j.hosts.push_back(i);
+  j.window = 128;
+  j.collectives = {{dtype, count}};
+  c.jobs = {j};
+  c.switch_config.slots_per_job = 1024;
+  c.session.timeout = std::chrono::microseconds(200);
+  // A floor well above the round trip (about 12 us with the window's queue): no spurious
+  // retransmissions without loss.
+  c.session.min_timeout = std::chrono::microseconds(100);
+  c.session.clock_granularity = std::chrono::microseconds(1);
+  c.session.progress_timeout = std::chrono::seconds(1);
+  c.payload = PayloadMode::kVerified;
+  c.seed = 7;
+  return c;
+}
+
+TEST(SimEngineTest, LosslessStarIsVerifiedAndNearTheCeiling) {
+  SimConfig c = StarConfig(8, 256 * 4000, DataType::kInt32, 0);
+  auto r = Simulate(c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->jobs.size(), 1u);
+  const JobResult& j = r->jobs[0];
+  ASSERT_TRUE(j.status.ok()) << j.status.ToString();
+  EXPECT_TRUE(j.verified) << j.verify_error;
+  EXPECT_EQ(j.retransmitted, 0u);
+  const double ceiling = GoodputCeilingElementsPerSecond(100, proto::SizeCode::k1024B);
+  EXPECT_GT(j.elements_per_second, 0.9 * ceiling);
+  EXPECT_LE(j.elements_per_second, ceiling * 1.0001);
+  EXPECT_EQ(j.stalls.rounds, 4000u);
+}
+
+TEST(SimEngineTest, FloatAndSeveralAllReducesAndThreads) {
+  SimConfig c = StarConfig(5, 0, DataType::kFloat32, 0.01);
+  c.jobs[0].threads = 2;
+  c.jobs[0].collectives = {{DataType::kFloat32, 256 * 300 + 17},
+                           {DataType::kInt32, 256 * 100 + 3},
+                           {DataType::kFloat32, 100},
+                           {DataType::kInt32, 0}};
+  auto r = Simulate(c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const JobResult& j = r->jobs[0];
+  ASSERT_TRUE(j.status.ok()) << j.status.ToString();
+  EXPECT_TRUE(j.verified) << j.verify_error;
+  EXPECT_GT(j.retransmitted, 0u);
+  EXPECT_EQ(j.collective_seconds.size(), 4u);
+}
+
+TEST(SimEngineTest, SharedPayloadIsChecked) {
+  for (DataType dt : {DataType::kInt32, DataType::kFloat32}) {
+    SimConfig c = StarConfig(16, 256 * 500 + 9, dt, 0.001);
+    c.payload = PayloadMode::kShared;
+    auto r = Simulate(c);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->ok()) << r->jobs[0].status.ToString() << " " << r->jobs[0].verify_error;
+  }
+}
+
+std::string Fingerprint(const SimResult& r) {
+  std::string s = std::to_string(r.events) + "/" + std::to_string(r.packets_delivered);
+  for (const JobResult& j : r.jobs) {
+    uint64_t bits;
+    std::memcpy(&bits, &j.seconds, 8);
+    s += "/" + std::to_string(bits) + "," + std::to_string(j.retransmitted) + "," +
+         std::to_string(j.timeouts) + "," + std::to_string(j.stalls.stalled);
+  }
+  for (const LinkResult& l : r.links)
+    s += "/" + std::to_string(l.bytes) + "," + std::to_string(l.lost);
+  return s;
+}
+
+TEST(SimEngineTest, SameSeedSameOutputBitForBit) {
+  SimConfig c = StarConfig(6, 256 * 2000, DataType::kFloat32, 0.005);
+  c.topology.mutable_links()[0].params.duplicate = 0.01;
+  c.topology.mutable_links()[1].params.reorder = 0.05;
+  c.topology.mutable_links()[1].params.reorder_ns = 20000;
+  auto a = Simulate(c);
+  auto b = Simulate(c);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(a->ok());
+  EXPECT_EQ(Fingerprint(*a), Fingerprint(*b));
+  c.seed = 8;
+  auto d = Simulate(c);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(d->ok());
+  EXPECT_NE(Fingerprint(*a), Fingerprint(*d));  // the seed does drive the faults
+}
+
+TEST(SimEngineTest, TwoLevelLinkGraphForwardsThroughASwitch) {
+  // Hosts 0-3 on switch A, hosts 4-7 on switch B, A and B joined: the job runs on B, so the
+  // packets of hosts 0-3 cross A (forwarded) and the A-B link in both directions.
+  Topology t;
+  for (int i = 0; i < 8; ++i) t.AddHost("h" + std::to_string(i));
+  const uint32_t a = t.AddSwitch("A"), b = t.AddSwitch("B");
+  LinkParams lp;
+  lp.gbps = 100;
+  for (uint32_t i = 0; i < 8; ++i) t.Connect(i, i < 4 ? a : b, lp);
+  const uint32_t ab = t.Connect(a, b, lp);
+  SimConfig c = StarConfig(1, 256 * 1000, DataType::kInt32, 0);
+  c.topology = t;
+  c.jobs[0].switch_node = b;
+  c.jobs[0].hosts = {0, 1, 2, 3, 4, 5, 6, 7};
+  auto r = Simulate(c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->ok()) << r->jobs[0].status.ToString() << r->jobs[0].verify_error;
+  // A -> B carries 4 workers' packets; B -> A 4 copies of each result.
+  EXPECT_EQ(r->jobs[0].retransmitted, 0u);
+  EXPECT_EQ(r->links[ab].packets, 4u * 1000);
+  EXPECT_EQ(r->links[ab + 1].packets, 4u * 1000);
+}
+
+TEST(SimEngineTest, BadConfigurationsSayWhatIsWrong) {
+  SimConfig c = StarConfig(4, 1000, DataType::kInt32, 0);
+  c.jobs[0].window = 4096;
+  auto r = Simulate(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("slots per job"), std::string::npos);
+  c = StarConfig(4, 1000, DataType::kInt32, 0);
+  c.jobs[0].switch_node = 0;
+  EXPECT_FALSE(Simulate(c).ok());
+  c = StarConfig(4, 1000, DataType::kInt32, 2.0);
+  EXPECT_FALSE(Simulate(c).ok());
+}
+
+TEST(SimBaselinesTest, RingAndHalvingDoublingFollowTheirLaws) {
+  LinkParams lp;
+  lp.gbps = 100;
+  lp.propagation_ns = 0;
+  for (uint32_t n : {4u, 16u, 24u}) {
+    Topology t = Topology::Star(n, lp);
+    ASSERT_TRUE(t.Finalize().ok());
+    BaselineConfig bc;
+    for (uint32_t i = 0; i < n; ++i) bc.hosts.push_back(i);
+    bc.bytes = uint64_t{1} << 30;
+    bc.switch_latency_ns = 0;
+    const double wire = (4096.0 + 78) / 4096;  // framing overhead
+    const double law = 2.0 * (n - 1) / n * static_cast<double>(bc.bytes) * wire * 8 / 100e9;
+    auto ring = SimulateBaseline(Baseline::kRing, t, bc);
+    ASSERT_TRUE(ring.ok());
+    EXPECT_NEAR(ring->seconds / law, 1.0, 0.001) << n;
+    EXPECT_EQ(ring->steps, 2 * (n - 1));
+    auto hd = SimulateBaseline(Baseline::kHalvingDoubling, t, bc);
+    ASSERT_TRUE(hd.ok());
+    if ((n & (n - 1)) == 0) {
+      EXPECT_NEAR(hd->seconds / law, 1.0, 0.001) << n;
+    } else {
+      EXPECT_GT(hd->seconds, law);  // the extra ranks' fold costs two full-tensor steps
+    }
+  }
+}
+
+}  // namespace
+}  // namespace switchml::sim

@@ -1,0 +1,107 @@
+#include "sim/topology.h"
+
+#include <deque>
+
+namespace switchml::sim {
+
+namespace {
+bool Probability(double p) { return p >= 0 && p <= 1; }
+}  // namespace
+
+Status LinkParams::Validate() const {
+  if (!(gbps > 0)) return InvalidArgumentError("link rate must be positive (Gbit/s)");
+  if (!(propagation_ns >= 0)) return InvalidArgumentError("propagation delay must be >= 0");
+  if (!Probability(loss) || !Probability(duplicate) || !Probability(reorder)) {
+    return InvalidArgumentError("loss, duplicate and reorder rates must be within [0, 1]");
+  }
+  if (!(reorder_ns >= 0)) return InvalidArgumentError("reorder delay must be >= 0");
+  return Status();
+}
+
+uint32_t Topology::AddHost(std::string name) {
+  nodes_.push_back(Node{Node::Kind::kHost, std::move(name)});
+  return static_cast<uint32_t>(nodes_.size() - 1);
+}
+
+uint32_t Topology::AddSwitch(std::string name) {
+  nodes_.push_back(Node{Node::Kind::kSwitch, std::move(name)});
+  return static_cast<uint32_t>(nodes_.size() - 1);
+}
+
+uint32_t Topology::AddLink(uint32_t from, uint32_t to, const LinkParams& params) {
+  links_.push_back(Link{from, to, params});
+  return static_cast<uint32_t>(links_.size() - 1);
+}
+
+uint32_t Topology::Connect(uint32_t a, uint32_t b, const LinkParams& params) {
+  const uint32_t id = AddLink(a, b, params);
+  AddLink(b, a, params);
+  return id;
+}
+
+Topology Topology::Star(uint32_t hosts, const LinkParams& params) {
+  Topology t;
+  for (uint32_t i = 0; i < hosts; ++i) t.AddHost("host" + std::to_string(i));
+  const uint32_t sw = t.AddSwitch("switch");
+  for (uint32_t i = 0; i < hosts; ++i) t.Connect(i, sw, params);
+  return t;
+}
+
+Status Topology::Finalize() {
+  const size_t n = nodes_.size();
+  for (size_t i = 0; i < links_.size(); ++i) {
+    const Link& l = links_[i];
+    if (l.from >= n || l.to >= n || l.from == l.to) {
+      return InvalidArgumentError("link " + std::to_string(i) + " joins unknown nodes or a node " +
+                                  "to itself");
+    }
+    Status st = l.params.Validate();
+    if (!st.ok()) return InvalidArgumentError("link " + std::to_string(i) + ": " + st.message());
+  }
+  // Breadth-first search backwards from each destination: the first link found into a node on
+  // the frontier is its next hop (links in id order, so ties go to the lowest id).
+  std::vector<std::vector<uint32_t>> in(n);
+  for (size_t i = 0; i < links_.size(); ++i) in[links_[i].to].push_back(static_cast<uint32_t>(i));
+  next_link_.assign(n * n, UINT32_MAX);
+  std::vector<uint32_t> dist(n);
+  for (size_t dst = 0; dst < n; ++dst) {
+    std::fill(dist.begin(), dist.end(), UINT32_MAX);
+    dist[dst] = 0;
+    std::deque<uint32_t> frontier{static_cast<uint32_t>(dst)};
+    while (!frontier.empty()) {
+      const uint32_t v = frontier.front();
+      frontier.pop_front();
+      for (uint32_t li : in[v]) {
+        const uint32_t u = links_[li].from;
+        if (dist[u] != UINT32_MAX) continue;
+        dist[u] = dist[v] + 1;
+        next_link_[u * n + dst] = li;
+        frontier.push_back(u);
+      }
+    }
+  }
+  for (size_t h = 0; h < n; ++h) {
+    if (nodes_[h].kind != Node::Kind::kHost) continue;
+    for (size_t s = 0; s < n; ++s) {
+      if (nodes_[s].kind != Node::Kind::kSwitch) continue;
+      if (NextLink(h, s) == UINT32_MAX || NextLink(s, h) == UINT32_MAX) {
+        return InvalidArgumentError("host " + nodes_[h].name + " and switch " + nodes_[s].name +
+                                    " are not connected both ways");
+      }
+    }
+  }
+  return Status();
+}
+
+std::vector<uint32_t> Topology::Path(uint32_t a, uint32_t b) const {
+  std::vector<uint32_t> path;
+  while (a != b) {
+    const uint32_t l = NextLink(a, b);
+    if (l == UINT32_MAX) return {};
+    path.push_back(l);
+    a = links_[l].to;
+  }
+  return path;
+}
+
+}  // namespace switchml::sim
