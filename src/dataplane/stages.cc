@@ -96,6 +96,12 @@ void AggregateStage::Apply(PacketMetadata& md) {
   md.result = sums;
 }
 
+std::span<const int32_t> AggregateStage::Store(proto::SlotId s, std::span<const uint8_t> payload) {
+  const std::span<int32_t> sums(values_.get() + RegisterIndex(s) * numel_, numel_);
+  proto::LoadPayload(payload, sums);
+  return sums;
+}
+
 NextStepStage::NextStepStage(uint32_t num_slots) : stored_(size_t{num_slots} * 2) {}
 
 void NextStepStage::Apply(PacketMetadata& md) {

@@ -115,6 +115,13 @@ class WorkerCounterStage {
   // Reads header.slot, num_workers, first, seen; writes contribute, stale, complete.
   void Apply(PacketMetadata& md);
   uint32_t count(proto::SlotId s) const { return counts_[RegisterIndex(s)]; }
+  // Whether set s holds a complete round identified by (job_number, tsi): how a top-of-rack
+  // switch matches a result from its upstream switch with the round it sent up.
+  bool IsCompleteRound(proto::SlotId s, uint8_t job_number, uint32_t tsi) const {
+    const size_t r = RegisterIndex(s);
+    const Round& round = rounds_[r];
+    return counts_[r] == 0 && round.valid && round.job_number == job_number && round.tsi == tsi;
+  }
 
  private:
   struct Round {
@@ -135,6 +142,11 @@ class ExponentMaxStage {
   void Apply(PacketMetadata& md);
   int8_t e0(proto::SlotId s) const { return e0_[RegisterIndex(s)]; }
   int8_t e1(proto::SlotId s) const { return e1_[RegisterIndex(s)]; }
+  // Overwrites set s's exponents (a top-of-rack switch storing its upstream's result).
+  void Store(proto::SlotId s, int8_t e0, int8_t e1) {
+    e0_[RegisterIndex(s)] = e0;
+    e1_[RegisterIndex(s)] = e1;
+  }
 
  private:
   std::vector<int8_t> e0_;
@@ -152,6 +164,9 @@ class AggregateStage {
     return {values_.get() + RegisterIndex(s) * numel_, numel_};
   }
   size_t numel() const { return numel_; }
+  // Overwrites set s's values with a payload of numel wire-order int32 values (a top-of-rack
+  // switch storing its upstream's result) and returns them.
+  std::span<const int32_t> Store(proto::SlotId s, std::span<const uint8_t> payload);
 
  private:
   size_t numel_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/status_macros.h"
 #include "dataplane/stages.h"
 
 namespace switchml::dataplane {
@@ -21,6 +22,9 @@ std::string FormatAddress(const WorkerSpec& w, uint32_t num_ports) {
   if (num_ports > 1) s += "-" + std::to_string(uint32_t{w.port} + num_ports - 1);
   return s;
 }
+
+// The rank a lookup entry carries for a top-of-rack job's upstream switch.
+constexpr uint32_t kUpstreamRank = UINT32_MAX;
 
 std::string SessionName(uint64_t session_id) { return "session " + std::to_string(session_id); }
 
@@ -56,6 +60,8 @@ const char* DropReasonName(DropReason r) {
       return "slot_out_of_range";
     case DropReason::kDuplicate:
       return "duplicate";
+    case DropReason::kStaleResult:
+      return "stale_result";
   }
   return "unknown";
 }
@@ -108,9 +114,31 @@ struct Switch::Job {
   // Which CreateJob made this job (in the master; a mirror copies the master's).
   uint64_t generation = 0;
 
+  // Top-of-rack jobs (SetUpstream): the upstream switch and, per register (slot, set), whether
+  // the set holds the upstream's result of its current round, and where the rack's completer
+  // sent from (its port offset, and its source port for port-0 workers), to route that result.
+  bool has_upstream = false;
+  UpstreamSpec upstream;
+  struct TorSet {
+    bool has_result = false;
+    uint16_t offset = 0;
+    uint16_t source_port = 0;
+  };
+  std::vector<TorSet> tor;
+
   // Reply state, rewritten by each packet that produces a reply.
   std::vector<Endpoint> destinations;  // num_workers entries, for kMulticast
-  Endpoint unicast_destination;
+  Endpoint unicast_destination;        // for kUnicast and kUpstream
+
+  // Fills destinations with every worker's endpoint for a reply to a packet from port p with
+  // port offset `offset` (see WorkerSpec).
+  void FillDestinations(uint16_t offset, uint16_t p) {
+    for (uint32_t w = 0; w < spec.num_workers; ++w) {
+      const WorkerSpec& dst = workers[w];
+      destinations[w] =
+          Endpoint{dst.ipv4, dst.port != 0 ? static_cast<uint16_t>(dst.port + offset) : p};
+    }
+  }
 };
 
 Switch::Switch(SwitchConfig config) : config_(config) {
@@ -235,6 +263,7 @@ void Switch::AddToLookup(Job& job, uint32_t rank) {
 }
 
 void Switch::RemoveFromLookup(const Job& job) {
+  RemoveUpstreamFromLookup(job);
   for (uint32_t r = 0; r < job.spec.num_workers; ++r) {
     if (!job.registered[r]) continue;
     const WorkerSpec& w = job.workers[r];
@@ -256,6 +285,66 @@ void Switch::Evict(uint64_t session_id, std::vector<uint64_t>* evicted) {
   mutations_.fetch_add(1, std::memory_order_release);
   ++counters_.jobs_evicted;
   if (evicted != nullptr) evicted->push_back(session_id);
+}
+
+Status Switch::CheckUpstream(const Job& job, const UpstreamSpec& u) const {
+  for (uint32_t k = 0; k < u.num_ports; ++k) {
+    const Endpoint e{u.ipv4, static_cast<uint16_t>(u.port + k)};
+    auto it = by_endpoint_.find(e);
+    if ((it != by_endpoint_.end() && it->second.second != kUpstreamRank) ||
+        by_address_.contains(u.ipv4)) {
+      return AlreadyExistsError("upstream " + e.ToString() + " of " +
+                                SessionName(job.spec.session_id) + " is a worker's address");
+    }
+  }
+  return Status::Ok();
+}
+
+void Switch::AddUpstreamToLookup(Job& job) {
+  const UpstreamSpec& u = job.upstream;
+  for (uint32_t k = 0; k < u.num_ports; ++k) {
+    by_endpoint_[Endpoint{u.ipv4, static_cast<uint16_t>(u.port + k)}] = {&job, kUpstreamRank};
+  }
+}
+
+void Switch::RemoveUpstreamFromLookup(const Job& job) {
+  if (!job.has_upstream) return;
+  for (uint32_t k = 0; k < job.upstream.num_ports; ++k) {
+    const Endpoint e{job.upstream.ipv4, static_cast<uint16_t>(job.upstream.port + k)};
+    auto it = by_endpoint_.find(e);
+    if (it != by_endpoint_.end() && it->second.first == &job) by_endpoint_.erase(it);
+  }
+}
+
+Status Switch::SetUpstream(uint64_t session_id, const UpstreamSpec& upstream) {
+  const std::string name = SessionName(session_id);
+  auto it = jobs_.find(session_id);
+  if (it == jobs_.end()) return NotFoundError(name + " does not exist");
+  if (upstream.ipv4 == 0 || upstream.port == 0) {
+    return InvalidArgumentError(name + ": the upstream switch needs an IPv4 address and a port");
+  }
+  if (upstream.num_ports < 1 || upstream.num_ports > 64 ||
+      uint32_t{upstream.port} + upstream.num_ports - 1 > 0xffff) {
+    return InvalidArgumentError(name + ": upstream data ports " + std::to_string(upstream.port) +
+                                " + " + std::to_string(upstream.num_ports) +
+                                " must be 1 to 64 ports below 65536");
+  }
+  Job& job = *it->second;
+  RETURN_IF_ERROR(CheckUpstream(job, upstream));
+  RemoveUpstreamFromLookup(job);
+  job.has_upstream = true;
+  job.upstream = upstream;
+  AddUpstreamToLookup(job);
+  job.tor.assign(size_t{config_.slots_per_job} * 2, Job::TorSet{});
+  job.generation = next_generation_++;  // a mirror rebuilds the job with its upstream
+  mutations_.fetch_add(1, std::memory_order_release);
+  return Status::Ok();
+}
+
+const UpstreamSpec* Switch::FindUpstream(uint64_t session_id) const {
+  auto it = jobs_.find(session_id);
+  if (it == jobs_.end() || !it->second->has_upstream) return nullptr;
+  return &it->second->upstream;
 }
 
 Status Switch::RemoveJob(uint64_t session_id) {
@@ -299,6 +388,12 @@ void Switch::MirrorJobs(const Switch& master) {
       j.registered[r] = true;
       ++j.num_registered;
       AddToLookup(j, r);
+    }
+    if (m->has_upstream) {
+      j.has_upstream = true;
+      j.upstream = m->upstream;
+      j.tor.assign(size_t{config_.slots_per_job} * 2, Job::TorSet{});
+      AddUpstreamToLookup(j);
     }
   }
   counters_.jobs_evicted = master.counters_.jobs_evicted;
@@ -378,6 +473,9 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
   }
   SlotCounters& slot = job.slot_counters[md.header.slot.index];
   ++slot.received;
+  if (rank == kUpstreamRank) [[unlikely]] {
+    return ProcessResult(job, md.header, datagram, reply_out);
+  }
 
   md.payload = datagram.subspan(proto::kPrefixBytes);
   md.num_workers = job.spec.num_workers;
@@ -403,19 +501,33 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
       const WorkerSpec& completer = job.workers[rank];
       const uint16_t p = source.port;
       const uint16_t offset = completer.port != 0 ? static_cast<uint16_t>(p - completer.port) : 0;
-      for (uint32_t w = 0; w < job.spec.num_workers; ++w) {
-        const WorkerSpec& dst = job.workers[w];
-        job.destinations[w] =
-            Endpoint{dst.ipv4, dst.port != 0 ? static_cast<uint16_t>(dst.port + offset) : p};
-      }
       ++slot.completed;
       ++job.counters.completed;
+      if (job.has_upstream) [[unlikely]] {
+        // Top-of-rack: the rack's partial sum goes up; the result comes back in ProcessResult.
+        Job::TorSet& t = job.tor[RegisterIndex(md.header.slot)];
+        t = Job::TorSet{false, offset, p};
+        SendUp(job, offset);
+        break;
+      }
+      job.FillDestinations(offset, p);
       job.counters.multicast_packets += job.spec.num_workers;
       action_.kind = Action::Kind::kMulticast;
       action_.destinations = job.destinations;
       break;
     }
     case NextStep::kUnicast:
+      if (job.has_upstream) [[unlikely]] {
+        const Job::TorSet& t = job.tor[RegisterIndex(md.header.slot)];
+        if (!t.has_result) {
+          // Complete here, no result from upstream yet: the partial sum or the result was lost
+          // above this switch. Re-send the partial sum (the upstream answers a retransmission
+          // into a complete set with its stored result).
+          ++job.counters.upstream_resent;
+          SendUp(job, t.offset);
+          break;
+        }
+      }
       job.unicast_destination = source;
       ++slot.retransmitted;
       ++job.counters.retransmitted;
@@ -423,6 +535,43 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
       action_.destinations = {&job.unicast_destination, 1};
       break;
   }
+  const size_t bytes = EncodeReply(md, reply_out);
+  action_.reply = {reply_out.data(), bytes};
+  return action_;
+}
+
+void Switch::SendUp(Job& job, uint16_t offset) {
+  const UpstreamSpec& u = job.upstream;
+  job.unicast_destination = Endpoint{u.ipv4, static_cast<uint16_t>(u.port + offset % u.num_ports)};
+  ++job.counters.upstream_sent;
+  action_.kind = Action::Kind::kUpstream;
+  action_.destinations = {&job.unicast_destination, 1};
+}
+
+const Action& Switch::ProcessResult(Job& job, const proto::Header& header,
+                                    std::span<const uint8_t> datagram,
+                                    std::span<uint8_t> reply_out) {
+  const proto::SlotId s = header.slot;
+  Job::TorSet& t = job.tor[RegisterIndex(s)];
+  // Only the result of the round this set completed and sent up, and only once: anything else
+  // is a duplicate or a late copy, and storing it would corrupt the shadow copy.
+  if (t.has_result || !job.counter.IsCompleteRound(s, header.job_number, header.tsi)) {
+    return DropForJob(job, DropReason::kStaleResult);
+  }
+  PacketMetadata md;
+  md.header = header;
+  md.result = job.aggregate.Store(s, datagram.subspan(proto::kPrefixBytes));
+  job.exponents.Store(s, header.e0, header.e1);
+  md.max_e0 = header.e0;
+  md.max_e1 = header.e1;
+  md.reply_job_number = header.job_number;
+  md.reply_tsi = header.tsi;
+  t.has_result = true;
+  ++job.counters.upstream_results;
+  job.FillDestinations(t.offset, t.source_port);
+  job.counters.multicast_packets += job.spec.num_workers;
+  action_.kind = Action::Kind::kMulticast;
+  action_.destinations = job.destinations;
   const size_t bytes = EncodeReply(md, reply_out);
   action_.reply = {reply_out.data(), bytes};
   return action_;
@@ -458,6 +607,13 @@ std::string Switch::FormatCounters(bool per_slot) const {
     add("  %-26s %12" PRIu64 "\n", "completed", c.completed);
     add("  %-26s %12" PRIu64 "\n", "multicast_packets", c.multicast_packets);
     add("  %-26s %12" PRIu64 "\n", "retransmitted", c.retransmitted);
+    if (job.has_upstream) {
+      add("  %-26s %12s\n", "upstream",
+          (Ipv4ToString(job.upstream.ipv4) + ":" + std::to_string(job.upstream.port)).c_str());
+      add("  %-26s %12" PRIu64 "\n", "upstream_sent", c.upstream_sent);
+      add("  %-26s %12" PRIu64 "\n", "upstream_resent", c.upstream_resent);
+      add("  %-26s %12" PRIu64 "\n", "upstream_results", c.upstream_results);
+    }
     for (int r = 1; r < kNumDropReasons; ++r) {
       if (c.dropped[r] == 0) continue;
       const std::string label =

@@ -57,6 +57,20 @@ struct JobSpec {
   bool running_tsi = false;
 };
 
+// Hierarchical aggregation (docs/hierarchy.md): the upstream (spine) switch of a job on a
+// top-of-rack switch. Such a job aggregates its rack's workers as usual, but a completed set is
+// not multicast: its partial sum goes up to the spine as one worker's contribution (Action kind
+// kUpstream), and the spine's result for it, when it comes down, is stored in the set (the shadow
+// copy the rack's retransmissions are answered from) and multicast to the rack's workers. A
+// worker's retransmission into a set that is complete here but has no result yet re-sends the
+// partial sum up; so loss at both levels is recovered by the workers' timeouts alone.
+struct UpstreamSpec {
+  uint32_t ipv4 = 0;       // the spine's data-plane address
+  uint16_t port = 0;       // its first data port
+  uint32_t num_ports = 1;  // its data ports [port, port + num_ports) (one per spine thread)
+  bool operator==(const UpstreamSpec&) const = default;
+};
+
 // One worker's address. port == 0 means any UDP port from that address (the reference's
 // behaviour: then replies go to the source port of the packet that completed the slot).
 // Otherwise the worker owns ports [port, port + num_ports) and a reply for a packet that came
@@ -75,21 +89,26 @@ enum class DropReason : uint8_t {
   kSlotOutOfRange,  // slot index >= the job's pool
   kDuplicate,       // retransmission into a slot whose set is not complete yet, or a stale
                     // copy of a contribution to a set its sender has already left (stages.h)
+  kStaleResult,     // top-of-rack: a result from upstream for no round waiting for one (a
+                    // duplicate, or a late copy of an earlier round's)
 };
-inline constexpr int kNumDropReasons = 7;
+inline constexpr int kNumDropReasons = 8;
 const char* DropReasonName(DropReason r);
 
 // What the switch does with one datagram. kDrop with reason kNone means the packet was consumed:
 // aggregated into a slot that is not complete yet, nothing to send.
 struct Action {
-  enum class Kind : uint8_t { kDrop, kMulticast, kUnicast };
+  // kUpstream (top-of-rack jobs only): send the reply, a partial sum, to the one destination,
+  // the upstream switch.
+  enum class Kind : uint8_t { kDrop, kMulticast, kUnicast, kUpstream };
   Kind kind = Kind::kDrop;
   DropReason reason = DropReason::kNone;
   // Why decoding failed, for reason kMalformed.
   proto::DecodeError decode_error = proto::DecodeError::kOk;
   // The encoded reply; valid until the next call into the Switch.
   std::span<const uint8_t> reply;
-  // One destination for kUnicast, num_workers for kMulticast; valid until the next call.
+  // One destination for kUnicast and kUpstream, num_workers for kMulticast; valid until the
+  // next call.
   std::span<const Endpoint> destinations;
 };
 
@@ -99,6 +118,10 @@ struct JobCounters {
   uint64_t completed = 0;          // slot rounds completed (each multicast once)
   uint64_t multicast_packets = 0;  // completed * num_workers
   uint64_t retransmitted = 0;      // unicast re-sends of a stored result
+  // Top-of-rack jobs (see UpstreamSpec).
+  uint64_t upstream_sent = 0;     // partial sums sent up, re-sends included
+  uint64_t upstream_resent = 0;   // of those, re-sends on a worker's retransmission
+  uint64_t upstream_results = 0;  // results from upstream stored and multicast to the rack
   uint64_t dropped[kNumDropReasons] = {};
 };
 
@@ -146,6 +169,14 @@ class Switch {
   // their jobs are evicted and the worker is registered.
   Status AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker,
                    std::vector<uint64_t>* evicted = nullptr);
+  // Makes an existing job a top-of-rack job with the given upstream switch (see UpstreamSpec):
+  // the upstream's data ports become a source of results for this job. Another job that had the
+  // same upstream endpoints loses them (one hierarchical job per upstream at a time: the spine's
+  // results carry no session id). Fails on an unknown session, an invalid spec, or upstream
+  // endpoints that are a worker's.
+  Status SetUpstream(uint64_t session_id, const UpstreamSpec& upstream);
+  // The job's upstream, or nullptr when it has none (or does not exist).
+  const UpstreamSpec* FindUpstream(uint64_t session_id) const;
   Status RemoveJob(uint64_t session_id);
   bool HasJob(uint64_t session_id) const;
   // The spec of an existing job, or nullptr.
@@ -190,6 +221,17 @@ class Switch {
  private:
   struct Job;
   const Action& DropForJob(Job& job, DropReason reason);
+  // A datagram from a top-of-rack job's upstream switch: a result for one of its sets.
+  const Action& ProcessResult(Job& job, const proto::Header& header,
+                              std::span<const uint8_t> datagram, std::span<uint8_t> reply_out);
+  // Makes the action a kUpstream send of the reply (to the upstream's port for offset).
+  void SendUp(Job& job, uint16_t offset);
+  // Fails when the upstream's endpoints are a worker's (of any job).
+  Status CheckUpstream(const Job& job, const UpstreamSpec& upstream) const;
+  // Enters (removes) the job's upstream endpoints in the lookup table; an endpoint that another
+  // job's upstream holds is taken over (and left alone on removal).
+  void AddUpstreamToLookup(Job& job);
+  void RemoveUpstreamFromLookup(const Job& job);
   // Enters (removes) a registered worker's addresses (all of the job's) in the lookup tables.
   void AddToLookup(Job& job, uint32_t rank);
   void RemoveFromLookup(const Job& job);
