@@ -4,12 +4,15 @@
 # training (train_digits.py) once with gloo and once with switchml; compares rank 0's loss
 # curve, the test accuracy and iterations/s. Needs root (network namespaces); exits 77 where the
 # rack cannot be made.
-#   rack_digits.sh BUILD_DIR [WORKERS (2)] [EPOCHS (5)] [RATE (1gbit)]
+#   rack_digits.sh BUILD_DIR [WORKERS (2)] [EPOCHS (5)] [RATE (1gbit)] [-- TRAIN_DIGITS_FLAGS...]
+# e.g. `-- --hidden 2048 --warmup 5` trains a 4.35M-parameter MLP (17 MB of gradients a step),
+# where the all-reduce outweighs the computation on 1 Gbit/s cables.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
 if [ "${1:-}" = "--inside" ]; then  # run by rack.sh inside the rack (RACK_* in the environment)
   build=$2 workers=$3 epochs=$4 out=$5
+  shift 5
   ip netns exec "$RACK_SWITCH_NS" "$build/tools/switchml" switch --bind "$RACK_SWITCH_IP" \
     >"$out/switch.log" 2>&1 &
   switch_pid=$!
@@ -23,7 +26,7 @@ if [ "${1:-}" = "--inside" ]; then  # run by rack.sh inside the rack (RACK_* in 
       ip netns exec "$RACK_NAME-w$r" env PYTHONPATH="$build/python" RANK=$r \
         WORLD_SIZE="$workers" MASTER_ADDR="${ips[0]}" MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 \
         SWITCHML_SWITCH="$RACK_SWITCH_IP:50099" /usr/bin/python3 "$here/train_digits.py" \
-        --backend "$backend" --epochs "$epochs" --out "$out/$backend.json" \
+        --backend "$backend" --epochs "$epochs" --out "$out/$backend.json" "$@" \
         >"$out/$backend-$r.log" 2>&1 &
       pids+=($!)
     done
@@ -35,8 +38,16 @@ if [ "${1:-}" = "--inside" ]; then  # run by rack.sh inside the rack (RACK_* in 
   exit 0
 fi
 
-build=$(cd "${1:?usage: rack_digits.sh BUILD_DIR [WORKERS] [EPOCHS] [RATE]}" && pwd)
-workers=${2:-2} epochs=${3:-5} rate=${4:-1gbit}
+usage="usage: rack_digits.sh BUILD_DIR [WORKERS] [EPOCHS] [RATE] [-- TRAIN_DIGITS_FLAGS...]"
+build=$(cd "${1:?$usage}" && pwd)
+positional=()
+shift
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  positional+=("$1")
+  shift
+done
+[ $# -gt 0 ] && shift  # the "--"
+workers=${positional[0]:-2} epochs=${positional[1]:-5} rate=${positional[2]:-1gbit}
 if ! PYTHONPATH="$build/python" /usr/bin/python3 -c "import sklearn, switchml.torch" 2>/dev/null; then
   echo "SKIPPED: needs python3-torch, python3-sklearn and the switchml backend built in $build"
   exit 77
@@ -45,7 +56,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 rc=0
 "$here/../../scripts/rack.sh" run --workers "$workers" --rate "$rate" -- \
-  bash "$0" --inside "$build" "$workers" "$epochs" "$out" || rc=$?
+  bash "$0" --inside "$build" "$workers" "$epochs" "$out" "$@" || rc=$?
 [ "$rc" = 77 ] && { echo "SKIPPED: the rack cannot be made here (needs root and iproute2)"; exit 77; }
 [ "$rc" = 0 ] || exit "$rc"
 /usr/bin/python3 - "$out" "$workers" "$rate" <<'PY'
@@ -54,9 +65,17 @@ import numpy as np
 out, workers, rate = sys.argv[1], sys.argv[2], sys.argv[3]
 g, s = (json.load(open(f"{out}/{b}.json")) for b in ("gloo", "switchml"))
 gap = np.abs(np.array(g["losses"]) - np.array(s["losses"]))
-print(f"rack: {workers} workers, {rate} cables, {g['iterations']} iterations: "
+print(f"rack: {workers} workers, {rate} cables, {g.get('parameters', '?')} parameters, "
+      f"{g['iterations']} iterations: "
       f"gloo {g['accuracy']:.2f}% {g['iterations_per_s']:.1f} it/s; switchml {s['accuracy']:.2f}% "
       f"{s['iterations_per_s']:.1f} it/s; rank 0's max |loss gap| {gap.max():.2e}, "
       f"accuracy gap {abs(g['accuracy'] - s['accuracy']):.2f} points")
+if "step_seconds" in g and "step_seconds" in s:
+    gm, sm = np.median(g["step_seconds"]), np.median(s["step_seconds"])
+    print(f"RACK_TRAIN workers={workers} rate={rate} parameters={g.get('parameters')} "
+          f"gloo_step_s={gm:.5f} switchml_step_s={sm:.5f} gloo_it_s={g['iterations_per_s']:.2f} "
+          f"switchml_it_s={s['iterations_per_s']:.2f} "
+          f"speedup={s['iterations_per_s'] / g['iterations_per_s']:.3f} "
+          f"accuracy_gloo={g['accuracy']:.2f} accuracy_switchml={s['accuracy']:.2f}")
 sys.exit(0 if abs(g["accuracy"] - s["accuracy"]) <= 0.5 else 1)
 PY

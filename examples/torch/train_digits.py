@@ -32,9 +32,15 @@ def load_data(seed):
             torch.from_numpy(x_test), torch.from_numpy(y_test).long())
 
 
-def make_model():
-    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                         nn.Linear(256, 10))
+def make_model(hidden=256, layers=2):
+    """An MLP: 64 inputs, `layers` hidden layers of `hidden` units with ReLU, 10 outputs. The
+    default has 85k parameters (340 KB of gradients a step); hidden=2048 has 4.35M (17 MB), enough
+    that a step's all-reduce outweighs its computation on a 1 Gbit/s cable."""
+    widths = [64] + [hidden] * layers
+    mods = []
+    for a, b in zip(widths, widths[1:]):
+        mods += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*mods, nn.Linear(widths[-1], 10))
 
 
 def perturbed_allreduce_hook(generator, relative):
@@ -54,23 +60,25 @@ def perturbed_allreduce_hook(generator, relative):
     return hook
 
 
-def train(rank, world, backend, epochs=20, batch_size=16, lr=0.05, seed=0, perturb=0.0):
+def train(rank, world, backend, epochs=20, batch_size=16, lr=0.05, seed=0, perturb=0.0, hidden=256,
+          layers=2, warmup=0):
     """Trains on this rank's shard; returns the per-iteration losses (this rank's batch), the
-    test accuracy of the final model and the training loop's iterations per second. perturb > 0
-    adds perturbed_allreduce_hook(perturb)."""
+    test accuracy of the final model and the training loop's iterations per second, not counting
+    the first `warmup` iterations (their time is setup: first touch of buffers, the backend's
+    first all-reduce). perturb > 0 adds perturbed_allreduce_hook(perturb)."""
     if backend == "switchml":
         import switchml.torch  # noqa: F401 - registers the backend
     torch.set_num_threads(1)
     x_train, y_train, x_test, y_test = load_data(seed)
     torch.manual_seed(seed)  # the same initial model on every rank and for every backend
-    model = DDP(make_model())
+    model = DDP(make_model(hidden, layers))
     if perturb > 0:
         model.register_comm_hook(world, perturbed_allreduce_hook(
             torch.Generator().manual_seed(seed + 1), perturb))
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     g = torch.Generator().manual_seed(seed)
     n = len(x_train) // world * world  # every rank runs the same number of iterations
-    losses = []
+    losses, step_seconds = [], []
     dist.barrier()
     start = time.perf_counter()
     for _ in range(epochs):
@@ -78,16 +86,23 @@ def train(rank, world, backend, epochs=20, batch_size=16, lr=0.05, seed=0, pertu
         shard = order[rank::world]
         for i in range(0, len(shard) - batch_size + 1, batch_size):
             idx = shard[i:i + batch_size]
+            if len(losses) == warmup:
+                start = time.perf_counter()
+            step_start = time.perf_counter()
             opt.zero_grad()
             loss = nn.functional.cross_entropy(model(x_train[idx]), y_train[idx])
             loss.backward()
             opt.step()
             losses.append(loss.item())
+            step_seconds.append(time.perf_counter() - step_start)
     seconds = time.perf_counter() - start
     with torch.no_grad():
         accuracy = (model(x_test).argmax(1) == y_test).float().mean().item() * 100
+    timed = max(1, len(losses) - warmup)
     return {"losses": losses, "accuracy": accuracy, "iterations": len(losses),
-            "iterations_per_s": len(losses) / seconds, "seconds": seconds}
+            "iterations_per_s": timed / seconds, "seconds": seconds,
+            "step_seconds": step_seconds[warmup:],
+            "parameters": sum(p.numel() for p in model.parameters())}
 
 
 def main():
@@ -97,15 +112,21 @@ def main():
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hidden", type=int, default=256, help="units per hidden layer")
+    p.add_argument("--layers", type=int, default=2, help="hidden layers")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="iterations left out of iterations/s (still trained)")
     p.add_argument("--out", help="write rank 0's results here (JSON)")
     a = p.parse_args()
     if a.backend == "switchml":
         import switchml.torch  # noqa: F401
     dist.init_process_group(a.backend)  # torchrun's environment
     rank, world = dist.get_rank(), dist.get_world_size()
-    r = train(rank, world, a.backend, a.epochs, a.batch_size, a.lr, a.seed)
+    r = train(rank, world, a.backend, a.epochs, a.batch_size, a.lr, a.seed, hidden=a.hidden,
+              layers=a.layers, warmup=a.warmup)
     if rank == 0:
-        print(f"{a.backend}: {world} processes, {r['iterations']} iterations, final loss "
+        print(f"{a.backend}: {world} processes, {r['parameters']} parameters, "
+              f"{r['iterations']} iterations, final loss "
               f"{r['losses'][-1]:.4f}, test accuracy {r['accuracy']:.2f}%, "
               f"{r['iterations_per_s']:.1f} iterations/s")
         if a.out:
