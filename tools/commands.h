@@ -10,6 +10,7 @@ namespace switchml::tools {
 int SwitchCommand(const std::vector<std::string>& args);
 int WorkerCommand(const std::vector<std::string>& args);
 int RunCommand(const std::vector<std::string>& args, const std::string& self_exe);
+int SimCommand(const std::vector<std::string>& args);
 
 }  // namespace switchml::tools
 

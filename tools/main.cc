@@ -21,6 +21,8 @@ const char kUsage[] =
     "           loopback, results verified, throughput printed\n"
     "  switch   the software switch daemon (UDP data plane, gRPC control plane)\n"
     "  worker   one worker of a job against a switch (one per host)\n"
+    "  sim      simulate jobs at datacenter scale in virtual time (the real switch and worker\n"
+    "           code on simulated links), with ring and halving-doubling baselines\n"
     "\n"
     "`switchml <command> --help` describes each command's flags.\n";
 
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "switch") return switchml::tools::SwitchCommand(args);
   if (cmd == "worker") return switchml::tools::WorkerCommand(args);
+  if (cmd == "sim") return switchml::tools::SimCommand(args);
   if (cmd == "run") return switchml::tools::RunCommand(args, SelfExe(argv[0]));
   std::cerr << "switchml: unknown command '" << cmd << "'\n\n" << kUsage;
   return 2;

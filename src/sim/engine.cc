@@ -792,7 +792,7 @@ SimResult Engine::Run() {
       st.p50_ns = pct(0.5);
       st.p99_ns = pct(0.99);
       st.max_ns = *std::max_element(rt.begin(), rt.end());
-      for (float x : rt) st.stalled += x > 2 * st.p50_ns ? 1 : 0;
+      for (float x : rt) st.stalled += x > 2 * st.p50_ns + 1000 ? 1 : 0;
     }
     out.jobs.push_back(std::move(r));
   }

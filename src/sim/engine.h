@@ -99,9 +99,12 @@ struct SimConfig {
 };
 
 struct StallStats {
-  uint64_t rounds = 0;  // slot rounds completed at the switch (first contribution to result)
+  // Slot rounds completed at the switch, each timed from its first contribution's arrival to the
+  // arrival of the one that completed it (0 when all workers' packets arrive together).
+  uint64_t rounds = 0;
   double mean_ns = 0, p50_ns = 0, p99_ns = 0, max_ns = 0;
-  uint64_t stalled = 0;  // rounds longer than 2 x p50 (a contribution was late: lost, re-sent)
+  // Rounds longer than 2 x p50 + 1 us: a contribution was late (lost and re-sent, or delayed).
+  uint64_t stalled = 0;
 };
 
 struct JobResult {
