@@ -120,6 +120,12 @@ if(NOT SWITCHML_BUILD_SHARED)
     elseif(lib STREQUAL "PkgConfig::PROTOBUF")
       string(APPEND SWITCHML_STATIC_DEPENDENCIES "switchml_pkg_module(PROTOBUF protobuf)\n")
       string(APPEND SWITCHML_PC_REQUIRES_PRIVATE " protobuf")
+    elseif(lib STREQUAL "PkgConfig::LIBXDP")  # the AF_XDP transport
+      string(APPEND SWITCHML_STATIC_DEPENDENCIES "switchml_pkg_module(LIBXDP libxdp)\n")
+      string(APPEND SWITCHML_PC_REQUIRES_PRIVATE " libxdp")
+    elseif(lib STREQUAL "PkgConfig::LIBBPF")
+      string(APPEND SWITCHML_STATIC_DEPENDENCIES "switchml_pkg_module(LIBBPF libbpf)\n")
+      string(APPEND SWITCHML_PC_REQUIRES_PRIVATE " libbpf")
     else()
       message(WARNING "switchml: the installed static library links ${lib}; teach "
                       "cmake/SwitchmlInstall.cmake how its consumers find it")

@@ -49,7 +49,8 @@ struct Config {
   std::string bind_address = "0.0.0.0";
   uint16_t udp_port = 0;
   // The data-plane transport: "udp" (kernel UDP with segmentation offloads, GSO and GRO, where
-  // the kernel has them) or "udp-plain" (kernel UDP without them).
+  // the kernel has them), "udp-plain" (kernel UDP without them) or "xdp" (AF_XDP on the
+  // interface of bind_address, or the only one; needs root; see docs/architecture.md).
   std::string transport = "udp";
   // Wait for results by polling without sleeping: lower latency, a core kept busy per thread.
   bool busy_poll = false;

@@ -3,11 +3,12 @@
 #include "base/status_macros.h"
 #include "transport/lossy.h"
 #include "transport/udp.h"
+#include "transport/xdp.h"
 
 namespace switchml::transport {
 namespace {
 
-constexpr const char* kTransportKinds[] = {"udp", "udp-plain"};
+constexpr const char* kTransportKinds[] = {"udp", "udp-plain", "xdp"};
 
 std::string KindList() {
   std::string list;
@@ -24,6 +25,15 @@ UdpOptions ToUdp(const TransportOptions& o) {
   u.max_datagram_bytes = o.max_datagram_bytes;
   u.gso = u.gro = o.kind == "udp";
   return u;
+}
+
+XdpOptions ToXdp(const TransportOptions& o) {
+  XdpOptions x;
+  x.bind_ipv4 = o.bind_ipv4;
+  x.port = o.port;
+  x.max_datagram_bytes = o.max_datagram_bytes;
+  x.max_batch = o.max_batch;
+  return x;
 }
 
 std::unique_ptr<Transport> MaybeLossy(const TransportOptions& o, std::unique_ptr<Transport> t,
@@ -52,6 +62,10 @@ std::vector<std::string> TransportKinds() {
 
 Result<std::unique_ptr<Transport>> OpenTransport(const TransportOptions& options) {
   RETURN_IF_ERROR(options.Validate());
+  if (options.kind == "xdp") {
+    ASSIGN_OR_RETURN(auto ts, OpenXdpConsecutive(ToXdp(options), 1));
+    return MaybeLossy(options, std::move(ts[0]), 0);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, OpenUdp(ToUdp(options)));
   return MaybeLossy(options, std::move(t), 0);
 }
@@ -60,7 +74,8 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenTransports(const TransportOp
                                                                size_t count) {
   RETURN_IF_ERROR(options.Validate());
   ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Transport>> ts,
-                   OpenUdpConsecutive(ToUdp(options), count));
+                   options.kind == "xdp" ? OpenXdpConsecutive(ToXdp(options), count)
+                                         : OpenUdpConsecutive(ToUdp(options), count));
   for (size_t i = 0; i < ts.size(); ++i) ts[i] = MaybeLossy(options, std::move(ts[i]), i);
   return ts;
 }

@@ -2,8 +2,10 @@
 // worker library and the tools (`--transport`).
 //
 // Kinds: "udp" (kernel UDP with segmentation offloads where the kernel has them, else plain
-// batched I/O) and "udp-plain" (kernel UDP without offloads). Kernel-bypass backends (AF_XDP,
-// DPDK) join this list by adding an entry to kTransportKinds and a case in factory.cc.
+// batched I/O), "udp-plain" (kernel UDP without offloads) and "xdp" (AF_XDP, xdp.h: the
+// interface of bind_ipv4; in builds without libxdp it opens with an error saying so).
+// Kernel-bypass backends join this list by adding an entry to kTransportKinds and a case in
+// factory.cc.
 // With loss > 0 every transport is wrapped in a seeded loss injector (lossy.h).
 #pragma once
 

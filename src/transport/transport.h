@@ -80,8 +80,9 @@ class Transport {
   virtual void Wake() = 0;
 
   // Storage of max_datagram_bytes() for the index-th datagram of the caller's next Send batch,
-  // lent by the transport and stable for its lifetime; index < kTxBuffers. A backend without
-  // packet memory of its own lends plain memory allocated and touched once.
+  // lent by the transport; index < kTxBuffers. Call it again for each batch: a backend with
+  // packet memory (AF_XDP) lends another frame for an index whose last one is still in flight.
+  // A backend without packet memory of its own lends plain memory allocated and touched once.
   static constexpr size_t kTxBuffers = 1024;
   virtual std::span<uint8_t> TxBuffer(size_t index);
 
