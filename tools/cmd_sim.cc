@@ -105,6 +105,9 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   flags.AddDouble("min-timeout-us", 20, "RTO floor, us");
   flags.AddDouble("max-timeout-us", 100000, "RTO ceiling, us");
   flags.AddDouble("clock-granularity-ns", 1000, "RTO = SRTT + max(this, 4 RTTVAR)");
+  flags.AddInt("early-retransmit", 0,
+               "re-send a packet once the results of this many packets sent after it arrived "
+               "(0 = off: only timeouts)");
   flags.AddInt("timeout-threshold", 100, "timeouts (since the last RTT sample) before back-off");
   flags.AddDouble("progress-timeout-ms", 1000, "a slice fails after this long without a result");
   flags.AddString("payload", "shared",
@@ -220,6 +223,8 @@ int SimCommand(const std::vector<std::string>& raw_args) {
       worker::Nanos{static_cast<int64_t>(flags.GetDouble("clock-granularity-ns"))};
   if (flags.GetInt("timeout-threshold") < 1) return fail("--timeout-threshold must be >= 1");
   c.session.timeout_threshold = static_cast<uint32_t>(flags.GetInt("timeout-threshold"));
+  if (flags.GetInt("early-retransmit") < 0) return fail("--early-retransmit must be >= 0");
+  c.session.early_retransmit_after = static_cast<uint32_t>(flags.GetInt("early-retransmit"));
   c.session.progress_timeout = us(flags.GetDouble("progress-timeout-ms") * 1000);
   if (Status st = c.session.Validate(); !st.ok()) return fail(st.message());
   const std::string payload = flags.GetString("payload");
@@ -313,6 +318,7 @@ int SimCommand(const std::vector<std::string>& raw_args) {
                    {"iterations", iterations},
                    {"loss", lp.loss},
                    {"min_timeout_us", flags.GetDouble("min-timeout-us")},
+                   {"early_retransmit", flags.GetInt("early-retransmit")},
                    {"seed", flags.GetInt("seed")}};
   out["goodput_ceiling_elements_per_second"] = ceiling;
   out["sim_seconds"] = result->sim_seconds;

@@ -769,12 +769,17 @@ SimResult Engine::Run() {
       r.timeouts += c.timeouts;
       r.results += c.results;
       r.duplicates += c.duplicates;
+      r.early_retransmits += c.early_retransmits;
+      r.foreign_slot += c.foreign_slot;
+      r.stale += c.stale;
     }
     if (const dataplane::JobCounters* jc =
             switches_[job.config.switch_node]->job_counters(job.config.session_id)) {
       r.switch_unicasts = jc->retransmitted;
-      r.switch_duplicates_dropped =
-          jc->dropped[static_cast<int>(dataplane::DropReason::kDuplicate)];
+      using dataplane::DropReason;
+      r.switch_duplicates_dropped = jc->dropped[static_cast<int>(DropReason::kDuplicate)];
+      r.switch_wrong_size = jc->dropped[static_cast<int>(DropReason::kWrongSize)];
+      r.switch_slot_out_of_range = jc->dropped[static_cast<int>(DropReason::kSlotOutOfRange)];
     }
     std::vector<float>& rt = job.round_ns;
     StallStats& st = r.stalls;
@@ -795,6 +800,9 @@ SimResult Engine::Run() {
       for (float x : rt) st.stalled += x > 2 * st.p50_ns + 1000 ? 1 : 0;
     }
     out.jobs.push_back(std::move(r));
+  }
+  for (const auto& sw : switches_) {
+    if (sw != nullptr) out.switch_unknown_source += sw->counters().dropped_unknown_source;
   }
   const double total = static_cast<double>(now_);
   for (LinkState& l : links_) {

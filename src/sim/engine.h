@@ -120,8 +120,10 @@ struct JobResult {
   // Summed over the job's sessions.
   uint64_t sent = 0, retransmitted = 0, timeouts = 0, results = 0, duplicates = 0;
   uint64_t early_retransmits = 0;
+  uint64_t foreign_slot = 0, stale = 0;  // results a session dropped: not its slot, other job
   // From the switch's job counters.
   uint64_t switch_unicasts = 0, switch_duplicates_dropped = 0;
+  uint64_t switch_wrong_size = 0, switch_slot_out_of_range = 0;
   StallStats stalls;
 };
 
@@ -137,6 +139,7 @@ struct SimResult {
   double sim_seconds = 0;
   uint64_t events = 0;
   uint64_t packets_delivered = 0;
+  uint64_t switch_unknown_source = 0;  // datagrams a switch could not attribute to a job
   std::vector<JobResult> jobs;
   std::vector<LinkResult> links;
   bool ok() const;  // every job OK and verified

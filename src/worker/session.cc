@@ -104,6 +104,7 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
   last_progress_ = now;
   first_non_finite_block_ = UINT64_MAX;
   send_head_ = send_size_ = 0;
+  first_head_ = first_size_ = 0;
   timers_.clear();
   for (Slot& s : slots_) s = Slot{};
   for (uint64_t q = 0; q < w; ++q) {
@@ -167,6 +168,19 @@ size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
     if (s.transmissions++ == 0) {
       ++counters_.sent;
       s.first_sent = now;
+      s.first_seq = next_send_seq_++;
+      if (config_.early_retransmit_after > 0) {
+        if (first_size_ == first_order_.size()) {  // grow the ring (rarely: it holds ~W)
+          std::vector<uint32_t> bigger(std::max<size_t>(64, 2 * first_order_.size()));
+          for (size_t i = 0; i < first_size_; ++i) {
+            bigger[i] = first_order_[(first_head_ + i) % first_order_.size()];
+          }
+          first_order_ = std::move(bigger);
+          first_head_ = 0;
+        }
+        first_order_[(first_head_ + first_size_) % first_order_.size()] = q;
+        ++first_size_;
+      }
     } else {
       ++counters_.retransmitted;
     }
@@ -199,6 +213,7 @@ void WorkerSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now)
   }
   last_progress_ = now;
   OnResult(s, now);
+  if (config_.early_retransmit_after > 0) CountLaterResult(s.first_seq);
   Complete(local, h, datagram.subspan(proto::kPrefixBytes));
 }
 
@@ -233,6 +248,8 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   }
   s.outstanding = false;
   s.transmissions = 0;
+  s.later_results = 0;
+  s.early = false;
   ++completed_packets_;
   const uint64_t next = uint64_t{q} + w;
   if (PacketExists(next)) {
@@ -352,6 +369,34 @@ void WorkerSession::OnTimeout(Nanos now) {
   }
 }
 
+void WorkerSession::CountLaterResult(uint64_t seq) {
+  const size_t cap = first_order_.size();
+  // Entries are still waiting when their slot's outstanding packet is theirs and was sent once.
+  auto waiting = [&](uint32_t q, Slot** slot) {
+    Slot& e = slots_[LocalSlot(q)];
+    *slot = &e;
+    return e.outstanding && e.packet == q && !e.early && e.transmissions == 1;
+  };
+  Slot* e = nullptr;
+  while (first_size_ > 0 && !waiting(first_order_[first_head_], &e)) {
+    first_head_ = (first_head_ + 1) % cap;
+    --first_size_;
+  }
+  // Walk the packets first sent before `seq`. The walk is short: past the front it meets only
+  // held-up packets (each counted at most early_retransmit_after times before it leaves) and
+  // answered ones between them.
+  for (size_t i = 0; i < first_size_; ++i) {
+    const uint32_t q = first_order_[(first_head_ + i) % cap];
+    if (!waiting(q, &e)) continue;
+    if (e->first_seq >= seq) break;
+    if (++e->later_results >= config_.early_retransmit_after) {
+      e->early = true;
+      ++counters_.early_retransmits;
+      Enqueue(LocalSlot(q));
+    }
+  }
+}
+
 std::optional<Nanos> WorkerSession::PollTimeout() const {
   if (state_ != State::kRunning) return std::nullopt;
   Nanos t = last_progress_ + config_.progress_timeout;
@@ -370,6 +415,7 @@ void WorkerSession::Finish(Status status) {
   job_.out = nullptr;
   base_ += span_;
   send_head_ = send_size_ = 0;
+  first_head_ = first_size_ = 0;
   timers_.clear();
 }
 

@@ -66,6 +66,16 @@ struct SessionConfig {
   Nanos clock_granularity = std::chrono::microseconds(100);
   uint32_t timeout_threshold = 100;
   uint32_t timeout_threshold_increment = 100;
+  // Early retransmission (as TCP's fast retransmit), off when 0. A packet sent once whose result
+  // is still missing when the results of this many packets first sent after it have arrived is
+  // re-sent at once, without waiting for its timeout (at most once early; the timer stays). On a
+  // network that keeps each link's order, results come back in send order, so a result overtaken
+  // by later ones was held up: this worker's packet or its result was lost (then the re-send
+  // recovers it within a round trip instead of an RTO), or a peer's was (then the re-send is
+  // dropped by the switch as a duplicate, as a timeout's would be). Early re-sends are
+  // retransmissions (counted in `retransmitted` too and in `early_retransmits`), not timeouts: they
+  // do not back off. docs/architecture.md 4.3 and docs/simulator.md give the measurements.
+  uint32_t early_retransmit_after = 0;
   // A slice fails with kDeadlineExceeded when no result at all arrives for this long.
   Nanos progress_timeout = std::chrono::seconds(10);
   Status Validate() const;
@@ -85,13 +95,14 @@ struct SessionCounters {
   uint64_t sent = 0;           // first transmissions
   uint64_t retransmitted = 0;  // re-sends after a timeout
   uint64_t timeouts = 0;
-  uint64_t results = 0;       // results accepted
-  uint64_t duplicates = 0;    // results for a packet no longer outstanding (dropped)
-  uint64_t stale = 0;         // results of another job (job_number differs; dropped)
-  uint64_t foreign_slot = 0;  // results for a slot outside this session's range (dropped)
-  uint64_t malformed = 0;     // datagrams that failed decoding (dropped)
-  uint64_t rtt_samples = 0;   // round-trip times measured (results of packets sent once)
-  uint64_t backoffs = 0;      // times the RTO doubled
+  uint64_t results = 0;            // results accepted
+  uint64_t duplicates = 0;         // results for a packet no longer outstanding (dropped)
+  uint64_t stale = 0;              // results of another job (job_number differs; dropped)
+  uint64_t foreign_slot = 0;       // results for a slot outside this session's range (dropped)
+  uint64_t malformed = 0;          // datagrams that failed decoding (dropped)
+  uint64_t rtt_samples = 0;        // round-trip times measured (results of packets sent once)
+  uint64_t backoffs = 0;           // times the RTO doubled
+  uint64_t early_retransmits = 0;  // re-sends by early retransmission (also in retransmitted)
   // Results of packets sent once, not sampled: a packet sent later was answered first (the slot
   // was held up, usually by a peer's loss).
   uint64_t rtt_out_of_order = 0;
@@ -140,7 +151,10 @@ class WorkerSession {
     int8_t data_exponent = 0;  // float: max exponent of the data block carried by `packet`
     bool data_non_finite = false;
     uint32_t transmissions = 0;
-    Nanos first_sent{};  // when `packet` was first sent: its round trip, if it is not re-sent
+    Nanos first_sent{};      // when `packet` was first sent: its round trip, if it is not re-sent
+    uint64_t first_seq = 0;  // the order of that first transmission among the session's
+    uint32_t later_results = 0;  // results of packets first sent after it (early retransmission)
+    bool early = false;          // re-sent early already
   };
   struct Timer {
     Nanos deadline;
@@ -161,6 +175,10 @@ class WorkerSession {
   void OnResult(const Slot& slot, Nanos now);
   void OnTimeout(Nanos now);
   Nanos ClampRto(Nanos rto) const;
+  // Early retransmission: a result of the packet first sent as number `seq` arrived; counts it
+  // for the packets first sent before it that are still waiting, and re-sends those that reach
+  // the threshold.
+  void CountLaterResult(uint64_t seq);
 
   SessionConfig config_;
   size_t numel_;
@@ -199,6 +217,11 @@ class WorkerSession {
   // First block whose result was non-finite (float), or UINT64_MAX.
   uint64_t first_non_finite_block_ = UINT64_MAX;
   SessionCounters counters_;
+  // Early retransmission: the packets sent once and not yet answered or re-sent early, in the
+  // order of their first transmission (a ring; answered ones leave lazily from the front).
+  std::vector<uint32_t> first_order_;
+  size_t first_head_ = 0, first_size_ = 0;
+  uint64_t next_send_seq_ = 0;
   // Scratch for one packet's host-order values.
   std::vector<int32_t> scratch_;
 };

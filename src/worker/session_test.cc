@@ -179,6 +179,48 @@ TEST(WorkerSessionTest, RetransmitsUnchangedOnTimeout) {
   EXPECT_EQ(s.state(), WorkerSession::State::kDone);
 }
 
+// Given early retransmission after 2 later results, When packet 0's result is missing and the
+// results of packets 1 and 2 (sent after it) arrive, Expect packet 0 re-sent unchanged at once,
+// before its timeout, and only once early; without the option, nothing until the timeout.
+TEST(WorkerSessionTest, EarlyRetransmissionWhenLaterResultsArrive) {
+  for (uint32_t after : {0u, 2u}) {
+    SCOPED_TRACE("early_retransmit_after " + std::to_string(after));
+    SessionConfig c = SmallConfig(4);
+    c.timeout = milliseconds(10);
+    c.early_retransmit_after = after;
+    WorkerSession s(c);
+    std::vector<int32_t> in(64 * 8, 1), out(64 * 8);
+    s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+    auto sent = DrainTransmit(s, kT0);
+    ASSERT_EQ(sent.size(), 4u);
+    const Nanos t1 = kT0 + milliseconds(1);
+    s.HandleDatagram(Echo(sent[1].packet), t1);
+    auto next = DrainTransmit(s, t1);  // packet 5 on slot 1; packet 0 not yet (1 later result)
+    ASSERT_EQ(next.size(), 1u);
+    EXPECT_EQ(next[0].packet.header.tsi, 5u);
+    s.HandleDatagram(Echo(sent[2].packet), t1);
+    next = DrainTransmit(s, t1);
+    if (after == 0) {
+      ASSERT_EQ(next.size(), 1u);  // packet 6 only
+      EXPECT_EQ(s.counters().retransmitted, 0u);
+      continue;
+    }
+    ASSERT_EQ(next.size(), 2u);
+    EXPECT_EQ(next[0].bytes, sent[0].bytes);  // packet 0 again, unchanged, first in the queue
+    EXPECT_EQ(next[1].packet.header.tsi, 6u);
+    EXPECT_EQ(s.counters().early_retransmits, 1u);
+    EXPECT_EQ(s.counters().retransmitted, 1u);
+    EXPECT_EQ(s.counters().timeouts, 0u);
+    // More later results: no second early re-send of packet 0.
+    s.HandleDatagram(Echo(sent[3].packet), t1);
+    s.HandleDatagram(Echo(next[1].packet), t1);
+    for (const Sent& x : DrainTransmit(s, t1)) EXPECT_NE(x.packet.header.tsi, 0u);
+    EXPECT_EQ(s.counters().early_retransmits, 1u);
+    s.HandleDatagram(Echo(sent[0].packet), t1);
+    EXPECT_EQ(s.counters().results, 5u);
+  }
+}
+
 // Given `timeout_threshold` timeouts with no result in between, Expect the timeout to double.
 TEST(WorkerSessionTest, BacksOffWhileNothingComesBack) {
   SessionConfig c = SmallConfig(8);  // one packet outstanding; the threshold is below the window
