@@ -31,6 +31,14 @@ int SwitchCommand(const std::vector<std::string>& args) {
   flags.AddBool("busy-poll", "poll the data port without sleeping (lower latency, a busy core)");
   flags.AddInt("stats-interval", 0, "print counters every N seconds (0 = only at exit)");
   flags.AddBool("per-slot", "include per-slot counters in the printed tables");
+  flags.AddString("upstream", "",
+                  "hierarchical aggregation: make this a top-of-rack switch under the switch whose "
+                  "control plane is at HOST:PORT (workers keep their global --rank and --workers "
+                  "and use their rack's switch; docs/hierarchy.md)");
+  flags.AddInt("rack-index", 0, "with --upstream: this rack's index, 0..racks-1");
+  flags.AddInt("racks", 0,
+               "with --upstream: the number of racks; rack r holds global ranks "
+               "[r*N/racks, (r+1)*N/racks) of a job of N workers");
   flags.AddString("log-level", "info", "debug, info, warning, error or off");
   if (int code = ParseCommandLine("switch", args, &flags, nullptr); code >= 0) return code;
   runtime::SwitchDaemonOptions o;
@@ -55,6 +63,20 @@ int SwitchCommand(const std::vector<std::string>& args) {
   }
   o.threads = static_cast<uint32_t>(threads);
   o.busy_poll = flags.GetBool("busy-poll");
+  o.upstream = flags.GetString("upstream");
+  const int64_t racks = flags.GetInt("racks"), rack_index = flags.GetInt("rack-index");
+  if (!o.upstream.empty() &&
+      (racks < 1 || racks > 65536 || rack_index < 0 || rack_index >= racks)) {
+    std::cerr << "switchml switch: --upstream needs --racks R (at least 1) and --rack-index in "
+                 "0..R-1\n";
+    return 2;
+  }
+  if (o.upstream.empty() && (racks != 0 || rack_index != 0)) {
+    std::cerr << "switchml switch: --racks and --rack-index need --upstream HOST:PORT\n";
+    return 2;
+  }
+  o.racks = static_cast<uint32_t>(racks);
+  o.rack_index = static_cast<uint32_t>(rack_index);
 
   // Signals are taken synchronously by this thread; block them before any thread starts.
   sigset_t set;
@@ -80,6 +102,10 @@ int SwitchCommand(const std::vector<std::string>& args) {
       o.threads > 1 ? "s" : "", (*daemon)->control_port(), o.bind_address.c_str(),
       o.switch_config.max_workers_per_job, o.switch_config.slots_per_job,
       o.loss > 0 ? ", loss simulator on" : "");
+  if (!o.upstream.empty()) {
+    std::printf("switchml switch: top of rack %u of %u under the upstream switch %s\n",
+                o.rack_index, o.racks, o.upstream.c_str());
+  }
   std::fflush(stdout);
   const bool per_slot = flags.GetBool("per-slot");
   const int64_t interval = flags.GetInt("stats-interval");

@@ -204,6 +204,9 @@ struct ControlServer::Impl {
     explicit SyncService(Impl* impl) : impl_(impl) {}
     grpc::Status Barrier(grpc::ServerContext* ctx, const switchml_proto::BarrierRequest* req,
                          switchml_proto::BarrierResponse*) override {
+      if (impl_->options.hooks != nullptr) {
+        if (auto st = impl_->options.hooks->Barrier(*req)) return ToGrpc(*st);
+      }
       SyncCall call;
       call.key = {SyncKind::kBarrier, req->session_id(),
                   req->session_id() == 0 ? req->num_workers() : 0};
@@ -213,6 +216,12 @@ struct ControlServer::Impl {
     }
     grpc::Status Broadcast(grpc::ServerContext* ctx, const switchml_proto::BroadcastRequest* req,
                            switchml_proto::BroadcastResponse* resp) override {
+      if (impl_->options.hooks != nullptr) {
+        if (auto r = impl_->options.hooks->Broadcast(*req)) {
+          if (r->ok()) resp->set_value(r->value());
+          return ToGrpc(r->status());
+        }
+      }
       SyncCall call;
       call.key = {SyncKind::kBroadcast, req->session_id(),
                   req->session_id() == 0 ? req->num_workers() : 0};
@@ -271,8 +280,9 @@ struct ControlServer::Impl {
 };
 
 grpc::Status ControlServer::Impl::UdpSession(grpc::ServerContext* ctx,
-                                             const switchml_proto::UdpSessionRequest& req,
+                                             const switchml_proto::UdpSessionRequest& request,
                                              switchml_proto::UdpSessionResponse* resp) {
+  switchml_proto::UdpSessionRequest req = request;  // the hooks may rewrite it
   {
     std::lock_guard lock(mu);
     if (shutting_down) {
@@ -280,7 +290,10 @@ grpc::Status ControlServer::Impl::UdpSession(grpc::ServerContext* ctx,
                           "the switch control plane is shutting down");
     }
   }
-  Status st = RegisterUdpWorker(ctx, req);
+  SessionHooks* hooks = options.hooks;
+  Status st = hooks != nullptr ? hooks->BeforeUdpSession(&req) : Status::Ok();
+  if (st.ok()) st = RegisterUdpWorker(ctx, req);
+  if (st.ok() && hooks != nullptr) st = hooks->AfterUdpSession(req);
   if (!st.ok()) {
     LOG(kWarning, kControl) << "session " << req.session_id() << ": rank " << req.rank()
                             << " refused: " << st.ToString();

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "control/session_hooks.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
 
@@ -45,6 +46,9 @@ struct ControlServerOptions {
   // long enough for every worker of that attempt to hear of it; a new attempt with the same
   // session id after that is unaffected (rank 0 re-opening the session clears it at once).
   std::chrono::milliseconds failure_memory{10000};
+  // Hierarchical aggregation: a top-of-rack switch's hooks (session_hooks.h); not owned, must
+  // outlive the server. nullptr: a plain switch.
+  SessionHooks* hooks = nullptr;
   Status Validate() const;
 };
 

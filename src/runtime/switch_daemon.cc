@@ -28,6 +28,9 @@ void Add(dataplane::JobCounters& sum, const dataplane::JobCounters& c) {
   sum.completed += c.completed;
   sum.multicast_packets += c.multicast_packets;
   sum.retransmitted += c.retransmitted;
+  sum.upstream_sent += c.upstream_sent;
+  sum.upstream_resent += c.upstream_resent;
+  sum.upstream_results += c.upstream_results;
   for (int r = 0; r < dataplane::kNumDropReasons; ++r) sum.dropped[r] += c.dropped[r];
 }
 
@@ -96,6 +99,16 @@ Status SwitchDaemonOptions::Validate() const {
   transport::TransportOptions t;
   t.kind = transport;
   RETURN_IF_ERROR(t.Validate());
+  if (!upstream.empty()) {
+    UplinkOptions u;
+    u.upstream = upstream;
+    u.rack_index = rack_index;
+    u.racks = racks;
+    u.data_port = 1;  // checked once known
+    RETURN_IF_ERROR(u.Validate());
+  } else if (racks != 0) {
+    return InvalidArgumentError("racks and a rack index need an upstream switch");
+  }
   return switch_config.Validate();
 }
 
@@ -132,6 +145,20 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   copts.data_port = d->data_port_;
   copts.num_data_ports = options.threads;
   copts.switch_ipv4 = topts.bind_ipv4;
+  if (!options.upstream.empty()) {
+    UplinkOptions u;
+    u.upstream = options.upstream;
+    u.rack_index = options.rack_index;
+    u.racks = options.racks;
+    u.data_ipv4 = topts.bind_ipv4;  // 0 (any): the upstream uses our control connection's address
+    u.data_port = d->data_port_;
+    u.num_data_ports = options.threads;
+    RETURN_IF_ERROR(u.Validate());
+    d->uplink_ = std::make_unique<Uplink>(u, d->switch_.get());
+    copts.hooks = d->uplink_.get();
+    LOG(kInfo, kControl) << "top of rack " << options.rack_index << " of " << options.racks
+                         << " under the upstream switch " << options.upstream;
+  }
   auto c = control::ControlServer::Start(copts, d->switch_.get());
   if (!c.ok()) return c.status();
   d->control_ = std::move(c).value();
@@ -143,6 +170,7 @@ SwitchDaemon::~SwitchDaemon() { Stop(); }
 
 void SwitchDaemon::Stop() {
   if (stop_.exchange(true)) return;
+  if (uplink_) uplink_->Shutdown();
   if (control_) control_->Shutdown();
   for (auto& s : shards_) s->transport->Wake();
   for (auto& s : shards_) {

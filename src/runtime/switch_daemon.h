@@ -25,6 +25,7 @@
 
 #include "control/control_server.h"
 #include "dataplane/switch.h"
+#include "runtime/uplink.h"
 #include "switchml/status.h"
 #include "transport/transport.h"
 
@@ -45,6 +46,12 @@ struct SwitchDaemonOptions {
   // reference P4 program's drop simulator does, to exercise loss recovery.
   double loss = 0;
   uint64_t seed = 1;
+  // Hierarchical aggregation (runtime/uplink.h, docs/hierarchy.md): this switch is the top of
+  // rack rack_index of `racks`, under the switch whose control plane is at `upstream`
+  // ("host:port"). Empty: a plain (single-level or spine) switch.
+  std::string upstream;
+  uint32_t rack_index = 0;
+  uint32_t racks = 0;
   Status Validate() const;
 };
 
@@ -83,6 +90,8 @@ class SwitchDaemon {
   std::optional<dataplane::JobCounters> job_counters(uint64_t session_id) const;
   // The daemon's counters plus each shard's per-job (and optionally per-slot) tables.
   std::string FormatCounters(bool per_slot) const;
+  // The upstream switch's control plane, or "" (a plain switch).
+  const std::string& upstream() const { return options_.upstream; }
   // The control plane's master switch (jobs and workers; its data counters stay zero).
   dataplane::LockedSwitch& locked_switch() { return *switch_; }
 
@@ -94,6 +103,7 @@ class SwitchDaemon {
   SwitchDaemonOptions options_;
   std::unique_ptr<dataplane::LockedSwitch> switch_;
   std::vector<std::unique_ptr<Shard>> shards_;
+  std::unique_ptr<Uplink> uplink_;  // the control server's hooks: declared (destroyed) before it
   std::unique_ptr<control::ControlServer> control_;
   uint16_t data_port_ = 0;
   std::atomic<bool> stop_{false};

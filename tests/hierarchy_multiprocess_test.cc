@@ -1,0 +1,123 @@
+// Hierarchical aggregation over loopback, all in separate processes: one spine `switchml switch`,
+// two top-of-rack `switchml switch --upstream` (racks 0 and 1), and `switchml worker`s with their
+// global ranks, each pointed at its rack's switch. int32 results exact and float32 within the
+// quantizer's bound (the workers verify both), without and with loss on every switch (each drops
+// packets in both directions: every link of the hierarchy loses some).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "process.h"
+
+namespace switchml {
+namespace {
+
+using std::chrono::seconds;
+using testing::Process;
+
+struct SwitchProcess {
+  std::unique_ptr<Process> process;
+  std::string control;  // "127.0.0.1:port"
+};
+
+SwitchProcess StartSwitch(std::vector<std::string> extra) {
+  std::vector<std::string> argv = {
+      testing::SwitchmlBinary(), "switch", "--bind",      "127.0.0.1", "--data-port", "0",
+      "--control-port",          "0",      "--log-level", "warning"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  SwitchProcess s;
+  s.process = std::make_unique<Process>(argv);
+  EXPECT_TRUE(s.process->WaitForOutput("(gRPC)", std::chrono::seconds(20))) << s.process->output();
+  std::smatch m;
+  const std::string out = s.process->output();
+  if (std::regex_search(out, m, std::regex("control port ([0-9]+) \\(gRPC\\)"))) {
+    s.control = "127.0.0.1:" + m[1].str();
+  }
+  EXPECT_FALSE(s.control.empty()) << out;
+  return s;
+}
+
+struct Case {
+  const char* dtype;
+  const char* size;
+  const char* loss;
+  std::vector<uint32_t> racks;  // workers per rack: rack r has ranks [r*N/R, (r+1)*N/R)
+  std::vector<std::string> worker_extra;
+};
+
+class HierarchyProcessTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(HierarchyProcessTest, JobThroughTwoTorsAndASpine) {
+  const Case& c = GetParam();
+  const uint32_t racks = static_cast<uint32_t>(c.racks.size());
+  SwitchProcess spine = StartSwitch({"--loss", c.loss, "--seed", "7"});
+  ASSERT_FALSE(spine.control.empty());
+  std::vector<SwitchProcess> tors;
+  for (uint32_t r = 0; r < racks; ++r) {
+    tors.push_back(
+        StartSwitch({"--upstream", spine.control, "--racks", std::to_string(racks), "--rack-index",
+                     std::to_string(r), "--loss", c.loss, "--seed", std::to_string(11 + r)}));
+    ASSERT_FALSE(tors.back().control.empty());
+  }
+  uint32_t n = 0;
+  for (uint32_t k : c.racks) n += k;
+  std::vector<std::unique_ptr<Process>> workers;
+  uint32_t rank = 0;
+  for (uint32_t r = 0; r < racks; ++r) {
+    for (uint32_t i = 0; i < c.racks[r]; ++i, ++rank) {
+      std::vector<std::string> argv = {testing::SwitchmlBinary(),
+                                       "worker",
+                                       "--switch",
+                                       tors[r].control,
+                                       "--rank",
+                                       std::to_string(rank),
+                                       "--workers",
+                                       std::to_string(n),
+                                       "--size",
+                                       c.size,
+                                       "--dtype",
+                                       c.dtype,
+                                       "--iterations",
+                                       "2",
+                                       "--warmup",
+                                       "0",
+                                       "--report",
+                                       "--setup-timeout-ms",
+                                       "20000"};
+      argv.insert(argv.end(), c.worker_extra.begin(), c.worker_extra.end());
+      workers.push_back(std::make_unique<Process>(argv));
+    }
+  }
+  for (uint32_t w = 0; w < n; ++w) {
+    ASSERT_TRUE(workers[w]->Wait(seconds(120))) << "rank " << w << " still running:\n"
+                                                << workers[w]->output();
+    EXPECT_EQ(workers[w]->exit_code(), 0) << "rank " << w << ":\n" << workers[w]->output();
+    EXPECT_NE(workers[w]->output().find("status=ok verified=1"), std::string::npos)
+        << workers[w]->output();
+  }
+  // The results came down from the spine through both ToRs (their exit counters say so).
+  for (uint32_t r = 0; r < racks; ++r) {
+    tors[r].process->Kill(SIGTERM);
+    ASSERT_TRUE(tors[r].process->Wait(seconds(20)));
+    const std::string out = tors[r].process->output();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex("upstream_results +([0-9]+)"))) << out;
+    EXPECT_GT(std::stoull(m[1].str()), 0u) << out;
+  }
+  spine.process->Kill(SIGTERM);
+  ASSERT_TRUE(spine.process->Wait(seconds(20)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Loopback, HierarchyProcessTest,
+    ::testing::Values(Case{"int32", "300007", "0", {2, 2}, {}},
+                      Case{"float32", "300007", "0", {1, 2}, {"--threads", "2"}},
+                      Case{"int32", "100003", "0.01", {2, 2}, {}},
+                      Case{"float32", "100003", "0.01", {1, 2}, {}}));
+
+}  // namespace
+}  // namespace switchml
