@@ -24,9 +24,10 @@ import sys
 import tempfile
 import time
 
-SYSTEMS = ["switchml", "gloo-ring", "gloo-hd", "mpi-tcp", "mpi-shm"]
+SYSTEMS = ["switchml", "switchml-xdp", "gloo-ring", "gloo-hd", "mpi-tcp", "mpi-shm"]
 SYSTEM_LABELS = {
     "switchml": "SwitchML (software switch, UDP)",
+    "switchml-xdp": "SwitchML over AF_XDP (--transport xdp; rack only)",
     "gloo-ring": "Gloo ring (TCP)",
     "gloo-hd": "Gloo halving-doubling (TCP)",
     "mpi-tcp": "Open MPI MPI_Allreduce (btl tcp)",
@@ -74,7 +75,7 @@ def link_limit_s(setting, system, n, nbytes):
     hosts 2(n-1)/n times. None on loopback."""
     if not setting.startswith("rack:"):
         return None
-    wire = nbytes * (1 + 10 / 1024) if system == "switchml" else nbytes * 2 * (n - 1) / n
+    wire = nbytes * (1 + 10 / 1024) if system.startswith("switchml") else nbytes * 2 * (n - 1) / n
     return wire * 8 / rate_bps(setting.split(":", 1)[1])
 
 
@@ -243,7 +244,7 @@ class Bench:
              str(self.args.iterations), "--warmup", str(self.args.warmup), "--report"]
         return a + (["--quiet"] if quiet else [])
 
-    def run_switchml(self, tag, n, elements):
+    def run_switchml(self, tag, n, elements, transport="udp"):
         a = self.args
         if self.rack is None:
             bind, data_port, control_port = "127.0.0.1", "0", "0"
@@ -251,7 +252,8 @@ class Bench:
             bind, data_port, control_port = self.rack["RACK_SWITCH_IP"], "48864", "50099"
         switch = self.runner.start(
             self.ns_prefix("sw") + [a.switchml, "switch", "--bind", bind, "--data-port", data_port,
-                                    "--control-port", control_port, "--log-level", "warning"],
+                                    "--control-port", control_port, "--log-level", "warning",
+                                    "--transport", transport],
             f"{self.logs}/{tag}-switch.out", f"{self.logs}/{tag}-switch.err")
         try:
             # The switch says which ports it got once it listens.
@@ -269,7 +271,8 @@ class Bench:
             for r in range(n):
                 argv = self.ns_prefix(r) + [
                     a.switchml, "worker", "--switch", f"{bind}:{port}", "--rank", str(r),
-                    "--workers", str(n), "--session", "1", "--setup-timeout-ms", "60000"]
+                    "--workers", str(n), "--session", "1", "--setup-timeout-ms", "60000",
+                    "--transport", transport]
                 if self.rack is not None:
                     argv += ["--bind", self.host_ip(r)]
                 argv += self.job_args(n, elements, r != 0) + self.switchml_extra_args()
@@ -376,6 +379,8 @@ class Bench:
         t0 = time.monotonic()
         if system == "switchml":
             r = self.run_switchml(tag, n, elements)
+        elif system == "switchml-xdp":
+            r = self.run_switchml(tag, n, elements, transport="xdp")
         elif system == "gloo-ring":
             r = self.run_gloo(tag, n, elements, "ring")
         elif system == "gloo-hd":
@@ -425,6 +430,10 @@ class Bench:
         name = self.rack_name = f"smlbench{os.getpid()}"
         argv = [a.rack_script, "up", "--name", name, "--workers", str(workers), "--rate", rate,
                 "--mtu", str(a.mtu)]
+        if "switchml-xdp" in a.systems:
+            # AF_XDP bypasses the sender's qdisc: every system of this run then has its uplink
+            # shaped at the switch end, so that all cross the same cables.
+            argv.append("--ingress-shaping")
         p = subprocess.run(argv, capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed (exit {p.returncode}): "
@@ -468,6 +477,8 @@ class Bench:
                         for system in a.systems:
                             if system == "mpi-shm" and self.rack is not None:
                                 continue  # shared memory would not cross the rack's cables
+                            if system == "switchml-xdp" and self.rack is None:
+                                continue  # AF_XDP needs an interface per process: rack only
                             if system.startswith("mpi") and not a.mpi:
                                 rows.append({"setting": setting, "system": system, "workers": n,
                                              "bytes": nbytes, "error": "mpi_allreduce not built"})

@@ -36,6 +36,10 @@ Options:
                    1gbit, 8mb at 10gbit; much smaller buckets collapse throughput at 10gbit)
   --latency L      tbf queue, as the longest a packet may wait (default 20ms)
   --mtu M          MTU of every interface (default 9000)
+  --ingress-shaping
+                   shape the worker-to-switch direction at the switch end (port p<i>'s ingress,
+                   through an ifb device) instead of at the worker's eth0 egress: for traffic
+                   that bypasses the sender's qdisc, such as AF_XDP (switchml --transport xdp)
   --in WHERE       for exec: sw (switch namespace) or a worker index
 
 Environment given to `run`'s command (and printed by `env`): RACK_NAME, RACK_WORKERS,
@@ -84,6 +88,7 @@ rate=1gbit
 burst=""
 latency=20ms
 mtu=9000
+ingress_shaping=0
 where=""
 command_args=()
 while [ $# -gt 0 ]; do
@@ -94,6 +99,7 @@ while [ $# -gt 0 ]; do
     --burst) burst="${2:?--burst needs a value}"; shift 2 ;;
     --latency) latency="${2:?--latency needs a value}"; shift 2 ;;
     --mtu) mtu="${2:?--mtu needs a value}"; shift 2 ;;
+    --ingress-shaping) ingress_shaping=1; shift ;;
     --in) where="${2:?--in needs a value}"; shift 2 ;;
     --)
       shift
@@ -207,7 +213,21 @@ rack_up() {
     ip -n "$ns_sw" link set "p$i" mtu "$mtu" master br0 up
     ip -n "$ns" addr add "$(worker_ip "$i")/24" dev eth0
     ip -n "$ns" link set eth0 up
-    shape "$ns" eth0
+    if [ "$ingress_shaping" = 1 ] && [ "$rate" != none ]; then
+      # Worker i's uplink is shaped where it enters the switch: p<i>'s ingress, redirected
+      # through ifb<i>, whose egress carries the tbf.
+      if ! ip -n "$ns_sw" link add "ifb$i" type ifb 2>/dev/null; then
+        echo "rack: SKIP: --ingress-shaping needs ifb devices (modprobe ifb)" >&2
+        exit "$kNoNamespaces"
+      fi
+      ip -n "$ns_sw" link set "ifb$i" up
+      shape "$ns_sw" "ifb$i"
+      ip netns exec "$ns_sw" tc qdisc add dev "p$i" handle ffff: ingress
+      ip netns exec "$ns_sw" tc filter add dev "p$i" parent ffff: protocol all u32 \
+        match u32 0 0 action mirred egress redirect dev "ifb$i"
+    else
+      shape "$ns" eth0
+    fi
     shape "$ns_sw" "p$i"
   done
   # Every cable is up at both ends before anyone uses the rack (no ping needed).

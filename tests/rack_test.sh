@@ -2,9 +2,14 @@
 # A small SwitchML job in the emulated rack of scripts/rack.sh: the switch in the switch
 # namespace on the bridge, two workers each in its own namespace behind a 500 Mbit/s tbf-shaped
 # cable (MTU 9000), 4 MiB float32 and int32 all-reduces, every result verified. Exits 77
-# (skipped) where namespaces cannot be created. Usage: rack_test.sh PATH_TO_SWITCHML
+# (skipped) where namespaces cannot be created. Usage: rack_test.sh PATH_TO_SWITCHML [TRANSPORT]
+# (TRANSPORT: udp (default) or xdp: AF_XDP on the switch's bridge and the workers' veth ends,
+# with the uplinks shaped at the switch end, as AF_XDP bypasses the sender's qdisc; skipped,
+# saying why, where the build or the kernel has no AF_XDP)
 set -euo pipefail
 bin="$(realpath "$1")"
+transport="${RACK_TEST_TRANSPORT:-${2:-udp}}"
+export RACK_TEST_TRANSPORT="$transport"
 here="$(cd "$(dirname "$0")" && pwd)"
 rack="$here/../scripts/rack.sh"
 
@@ -12,8 +17,17 @@ rack="$here/../scripts/rack.sh"
 if [ "${2:-}" = "--inside" ]; then
   log="$(mktemp -d)"
   trap 'kill "$switch_pid" 2>/dev/null || true; rm -rf "$log"' EXIT
-  ip netns exec "$RACK_SWITCH_NS" "$bin" switch --bind "$RACK_SWITCH_IP" >"$log/switch" 2>&1 &
+  ip netns exec "$RACK_SWITCH_NS" "$bin" switch --bind "$RACK_SWITCH_IP" \
+    --transport "$transport" >"$log/switch" 2>&1 &
   switch_pid=$!
+  sleep 0.5
+  if ! kill -0 "$switch_pid" 2>/dev/null && [ "$transport" != udp ] &&
+    grep -q "not compiled into this build\|AF_XDP: cannot\|AF_XDP: the kernel refused" \
+      "$log/switch"; then
+    echo "SKIPPED: transport $transport cannot run here:"
+    cat "$log/switch"
+    exit 77
+  fi
   read -r -a ips <<<"$RACK_WORKER_IPS"
   status=0
   for dtype in float32 int32; do
@@ -21,7 +35,7 @@ if [ "${2:-}" = "--inside" ]; then
     for r in 0 1; do
       ip netns exec "$RACK_NAME-w$r" "$bin" worker --switch "$RACK_SWITCH_IP" --bind "${ips[$r]}" \
         --rank "$r" --workers 2 --size 1M --dtype "$dtype" --iterations 2 --warmup 1 \
-        --session 5 --setup-timeout-ms 20000 --report >"$log/w$r" 2>&1 &
+        --session 5 --setup-timeout-ms 20000 --transport "$transport" --report >"$log/w$r" 2>&1 &
       pids+=($!)
     done
     for r in 0 1; do
@@ -47,7 +61,9 @@ if [ "${2:-}" = "--inside" ]; then
 fi
 
 rc=0
-timeout 50 "$rack" run --name "smltest$$" --workers 2 --rate 500mbit --mtu 9000 -- \
+shaping=()
+[ "$transport" = udp ] || shaping=(--ingress-shaping)
+timeout 50 "$rack" run --name "smltest$$" --workers 2 --rate 500mbit --mtu 9000 "${shaping[@]}" -- \
   bash "$0" "$bin" --inside || rc=$?
 case "$rc" in
   0) echo "1 passed, 0 failed" ;;

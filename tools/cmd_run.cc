@@ -108,6 +108,13 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
   JobOptions job;
   if (int code = ParseCommandLine("run", args, &flags, &job); code >= 0) return code;
+  if (job.transport == "xdp") {
+    std::cerr << "switchml run: --transport xdp is not available here: run's switch and worker "
+                 "processes share loopback, and AF_XDP takes one process per interface queue. Run "
+                 "`switchml switch` and `switchml worker` with --transport xdp on interfaces of "
+                 "their own (network namespaces: scripts/rack.sh, tests/netns_test.sh)\n";
+    return 2;
+  }
   runtime::SwitchDaemonOptions o;
   o.bind_address = "127.0.0.1";
   o.data_port = 0;
