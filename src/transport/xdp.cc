@@ -679,6 +679,17 @@ class XdpTransport final : public Transport {
 
   ~XdpTransport() override {
     if (xsk_ != nullptr) {
+      xdp_statistics st{};
+      socklen_t len = sizeof st;
+      if (::getsockopt(xsk_fd_, SOL_XDP, XDP_STATISTICS, &st, &len) == 0) {
+        LOG(kInfo, kTransport) << "AF_XDP " << local_endpoint().ToString() << " closing: sent "
+                               << datagrams_sent_.Get() << ", received "
+                               << datagrams_received_.Get() << ", kernel dropped " << st.rx_dropped
+                               << " (RX ring full " << st.rx_ring_full << ", fill ring empty "
+                               << st.rx_fill_ring_empty_descs << "), TX invalid "
+                               << st.tx_invalid_descs << ", TX ring full "
+                               << send_buffer_full_.Get() << ", not parsed " << dropped_.Get();
+      }
       port_->Unsteer(udp_port_, slot_);
       Kick().IgnoreError();
       // Let frames in flight complete before the slot's partition can be reused.
