@@ -9,6 +9,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libxdp-dev libbpf-dev clang  # the AF_XDP transport and its XDP program (optional at configure time)
   python3-dev pybind11-dev python3-numpy python3-torch libtorch-dev python3-sklearn python3-matplotlib
+  libdpdk-dev
 )
 
 missing=()

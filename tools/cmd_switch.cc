@@ -29,6 +29,7 @@ int SwitchCommand(const std::vector<std::string>& args) {
                "use a multiple of this many --threads)");
   flags.AddString("transport", "udp", TransportHelp());
   flags.AddBool("busy-poll", "poll the data port without sleeping (lower latency, a busy core)");
+  AddDpdkFlags(&flags);
   flags.AddInt("stats-interval", 0, "print counters every N seconds (0 = only at exit)");
   flags.AddBool("per-slot", "include per-slot counters in the printed tables");
   flags.AddString("upstream", "",
@@ -77,6 +78,7 @@ int SwitchCommand(const std::vector<std::string>& args) {
   }
   o.racks = static_cast<uint32_t>(racks);
   o.rack_index = static_cast<uint32_t>(rack_index);
+  ApplyDpdkFlags(flags);
 
   // Signals are taken synchronously by this thread; block them before any thread starts.
   sigset_t set;

@@ -49,6 +49,10 @@ struct JobOptions {
 void AddJobFlags(Flags* flags);
 // The help line of --transport, listing the kinds.
 std::string TransportHelp();
+// --dpdk-eal and --dpdk-device (the dpdk transport's EAL arguments and device), and applying them:
+// they set SWITCHML_DPDK_EAL / SWITCHML_DPDK_DEVICE, which the processes `run` starts inherit.
+void AddDpdkFlags(Flags* flags);
+void ApplyDpdkFlags(const Flags& flags);
 // Reads and checks the flags AddJobFlags added; errors say which flag is wrong.
 Status ReadJobFlags(const Flags& flags, JobOptions* out);
 // Copies the window (max_outstanding_packets, link_gbps, base_rtt) and the retransmission

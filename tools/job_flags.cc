@@ -1,3 +1,5 @@
+#include <stdlib.h>
+
 #include <algorithm>
 #include <iostream>
 
@@ -12,7 +14,25 @@ std::string TransportHelp() {
   std::string kinds;
   for (const std::string& k : transport::TransportKinds()) kinds += (kinds.empty() ? "" : ", ") + k;
   return "data-plane transport: " + kinds +
-         " (udp uses the kernel's UDP segmentation offloads, GSO/GRO, where it has them)";
+         " (udp uses the kernel's UDP segmentation offloads, GSO/GRO, where it has them; dpdk "
+         "bypasses the kernel, see --dpdk-device)";
+}
+
+void AddDpdkFlags(Flags* f) {
+  f->AddString("dpdk-eal", "",
+               "--transport dpdk: EAL arguments (default: SWITCHML_DPDK_EAL, else --no-huge "
+               "--no-pci --no-shconf -m 512, virtual devices only)");
+  f->AddString("dpdk-device", "",
+               "--transport dpdk: memif (shared memory between the processes of this host, the "
+               "default), a PCI address or a virtual device such as net_af_packet0,iface=veth0");
+}
+
+void ApplyDpdkFlags(const Flags& f) {
+  if (!f.GetString("dpdk-eal").empty())
+    setenv("SWITCHML_DPDK_EAL", f.GetString("dpdk-eal").c_str(), 1);
+  if (!f.GetString("dpdk-device").empty()) {
+    setenv("SWITCHML_DPDK_DEVICE", f.GetString("dpdk-device").c_str(), 1);
+  }
 }
 
 void AddJobFlags(Flags* f) {
@@ -38,6 +58,7 @@ void AddJobFlags(Flags* f) {
   f->AddBool("no-verify", "skip checking each result against the exact sum");
   f->AddString("transport", transport::kDefaultTransportKind, TransportHelp());
   f->AddBool("busy-poll", "poll for packets without sleeping (lower latency, busy cores)");
+  AddDpdkFlags(f);
 }
 
 Status ReadJobFlags(const Flags& f, JobOptions* o) {
@@ -102,6 +123,7 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   if (Status st = t.Validate(); !st.ok())
     return InvalidArgumentError("--transport: " + st.message());
   o->busy_poll = f.GetBool("busy-poll");
+  ApplyDpdkFlags(f);
   return Status();
 }
 

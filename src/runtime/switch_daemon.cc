@@ -125,6 +125,7 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   topts.port = options.data_port;
   topts.max_datagram_bytes = proto::kMaxDatagramBytes;
   topts.socket_buffer_bytes = 16 << 20;  // room for every worker's window at once
+  topts.switch_side = true;
   topts.loss = options.loss;
   topts.loss_seed = options.seed;
   auto ts = transport::OpenTransports(topts, options.threads);

@@ -1,7 +1,10 @@
 // The transport conformance suite: every backend the factory opens must pass these, over a path
 // where it can run: kernel UDP ("udp", "udp-plain") on loopback; AF_XDP ("xdp") between the two
 // ends of a veth pair in a network namespace of the test's own (made with unshare(CLONE_NEWNET);
-// skipped, saying why, where that is refused or the build has no AF_XDP).
+// skipped, saying why, where that is refused or the build has no AF_XDP); DPDK ("dpdk") over
+// memif inside the test process (skipped, saying why, where EAL cannot start or the build has no
+// DPDK). Tests say which side is the switch: a memif worker reaches one switch, and a switch
+// answers only workers it heard from, so for such a backend the workers speak first.
 // A backend joins by adding a Backend to Backends() below.
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -15,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "transport/dpdk.h"
 #include "transport/factory.h"
 #include "transport/transport.h"
 #include "transport/xdp.h"
@@ -30,7 +34,23 @@ struct Backend {
   uint32_t ip_b = kLoopbackIpv4;  // where the "b" transports bind
   // OK, or why the backend cannot run here (the tests are skipped with that message).
   std::function<Status()> prepare = [] { return Status(); };
+  // The switch side sends only to workers that sent to it first (dpdk memif).
+  bool workers_speak_first = false;
 };
+
+// DPDK: EAL starts and a memif server opens (once per process).
+Status DpdkReady() {
+  static const Status status = []() -> Status {
+    if (!DpdkAvailable()) return UnimplementedError("this build has no DPDK (libdpdk-dev missing)");
+    TransportOptions o;
+    o.kind = "dpdk";
+    o.bind_ipv4 = kLoopbackIpv4;
+    o.switch_side = true;
+    auto t = OpenTransport(o);
+    return t.ok() ? Status() : t.status();
+  }();
+  return status;
+}
 
 // A network namespace of the test process's own with the veth pair xa (10.201.0.1/24) -- xb
 // (10.201.0.2/24), made once; the main thread (and every thread it starts later) lives in it.
@@ -59,6 +79,7 @@ std::vector<Backend> Backends() {
   b.push_back({"udp"});
   b.push_back({"udp-plain"});
   b.push_back({"xdp", 0x0ac90001, 0x0ac90002, VethNamespace});
+  b.push_back({"dpdk", kLoopbackIpv4, kLoopbackIpv4, DpdkReady, true});
   return b;
 }
 
@@ -69,9 +90,12 @@ class TransportConformanceTest : public ::testing::TestWithParam<Backend> {
     if (!ready.ok()) GTEST_SKIP() << GetParam().kind << ": " << ready.ToString();
   }
 
+  // switch_side: these transports play the switch (see the top of the file).
   std::vector<std::unique_ptr<Transport>> Open(bool side_b, size_t count,
-                                               size_t max_datagram = 2048) {
+                                               size_t max_datagram = 2048,
+                                               bool switch_side = false) {
     TransportOptions o;
+    o.switch_side = switch_side;
     o.kind = GetParam().kind;
     o.bind_ipv4 = side_b ? GetParam().ip_b : GetParam().ip_a;
     o.max_datagram_bytes = max_datagram;
@@ -112,7 +136,7 @@ class TransportConformanceTest : public ::testing::TestWithParam<Backend> {
 };
 
 TEST_P(TransportConformanceTest, CarriesDatagramsBothWaysFromItsLocalEndpoint) {
-  auto a = Open(false, 1), b = Open(true, 1);
+  auto a = Open(false, 1), b = Open(true, 1, 2048, true);
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(b.size(), 1u);
   const std::vector<uint8_t> ping = {1, 2, 3, 4, 5};
@@ -136,14 +160,14 @@ TEST_P(TransportConformanceTest, CarriesDatagramsBothWaysFromItsLocalEndpoint) {
 }
 
 TEST_P(TransportConformanceTest, OpensConsecutivePorts) {
-  auto ts = Open(true, 3);
+  auto ts = Open(true, 3, 2048, true);
   ASSERT_EQ(ts.size(), 3u);
   EXPECT_EQ(ts[1]->local_endpoint().port, ts[0]->local_endpoint().port + 1);
   EXPECT_EQ(ts[2]->local_endpoint().port, ts[0]->local_endpoint().port + 2);
 }
 
 TEST_P(TransportConformanceTest, ManyTxBuffersInOneSendArriveIntactAndInOrder) {
-  auto a = Open(false, 1), b = Open(true, 1);
+  auto a = Open(false, 1), b = Open(true, 1, 2048, true);
   ASSERT_FALSE(a.empty() || b.empty());
   constexpr size_t kCount = 600;
   constexpr size_t kLen = 1034;
@@ -164,7 +188,7 @@ TEST_P(TransportConformanceTest, ManyTxBuffersInOneSendArriveIntactAndInOrder) {
 }
 
 TEST_P(TransportConformanceTest, TxBufferRewrittenRightAfterSendDoesNotChangeWhatWasSent) {
-  auto a = Open(false, 1), b = Open(true, 1);
+  auto a = Open(false, 1), b = Open(true, 1, 2048, true);
   ASSERT_FALSE(a.empty() || b.empty());
   constexpr size_t kBatches = 20, kPerBatch = 32, kLen = 500;
   for (size_t batch = 0; batch < kBatches; ++batch) {
@@ -185,9 +209,17 @@ TEST_P(TransportConformanceTest, TxBufferRewrittenRightAfterSendDoesNotChangeWha
 }
 
 TEST_P(TransportConformanceTest, OneBufferToSeveralDestinationsReachesEach) {
-  auto a = Open(false, 1), b = Open(true, 2);
+  auto a = Open(false, 1, 2048, true), b = Open(true, 2);
   ASSERT_EQ(b.size(), 2u);
   ASSERT_FALSE(a.empty());
+  if (GetParam().workers_speak_first) {
+    const uint8_t hello = 1;
+    for (auto& w : b) {
+      const TxDatagram h{a[0]->local_endpoint(), {&hello, 1}};
+      SendAll(*w, {&h, 1});
+    }
+    ASSERT_EQ(ReceiveN(*a[0], 2).size(), 2u);
+  }
   std::span<uint8_t> buf = a[0]->TxBuffer(0).first(300);
   for (size_t k = 0; k < buf.size(); ++k) buf[k] = static_cast<uint8_t>(k);
   // As the switch multicasts: the same reply to each worker, grouped by destination.
@@ -205,7 +237,7 @@ TEST_P(TransportConformanceTest, OneBufferToSeveralDestinationsReachesEach) {
 }
 
 TEST_P(TransportConformanceTest, OversizedDatagramIsCutAndFlagged) {
-  auto a = Open(false, 1), b = Open(true, 1, /*max_datagram=*/100);
+  auto a = Open(false, 1), b = Open(true, 1, /*max_datagram=*/100, true);
   ASSERT_FALSE(a.empty() || b.empty());
   EXPECT_EQ(b[0]->max_datagram_bytes(), 100u);
   const std::vector<uint8_t> big(300, 9), small(50, 8);
@@ -234,7 +266,7 @@ TEST_P(TransportConformanceTest, OversizedDatagramIsCutAndFlagged) {
 }
 
 TEST_P(TransportConformanceTest, ReceiveWaitsForItsTimeoutAndWakeEndsAWaitEarly) {
-  auto b = Open(true, 1);
+  auto b = Open(true, 1, 2048, true);
   ASSERT_FALSE(b.empty());
   std::vector<RxDatagram> rx(4);
   auto start = std::chrono::steady_clock::now();

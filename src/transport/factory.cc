@@ -1,6 +1,7 @@
 #include "transport/factory.h"
 
 #include "base/status_macros.h"
+#include "transport/dpdk.h"
 #include "transport/lossy.h"
 #include "transport/udp.h"
 #include "transport/xdp.h"
@@ -8,7 +9,7 @@
 namespace switchml::transport {
 namespace {
 
-constexpr const char* kTransportKinds[] = {"udp", "udp-plain", "xdp"};
+constexpr const char* kTransportKinds[] = {"udp", "udp-plain", "xdp", "dpdk"};
 
 std::string KindList() {
   std::string list;
@@ -34,6 +35,16 @@ XdpOptions ToXdp(const TransportOptions& o) {
   x.max_datagram_bytes = o.max_datagram_bytes;
   x.max_batch = o.max_batch;
   return x;
+}
+
+DpdkOptions ToDpdk(const TransportOptions& o) {
+  DpdkOptions d;
+  d.bind_ipv4 = o.bind_ipv4;
+  d.port = o.port;
+  d.max_batch = o.max_batch;
+  d.max_datagram_bytes = o.max_datagram_bytes;
+  d.switch_side = o.switch_side;
+  return d;
 }
 
 std::unique_ptr<Transport> MaybeLossy(const TransportOptions& o, std::unique_ptr<Transport> t,
@@ -66,6 +77,10 @@ Result<std::unique_ptr<Transport>> OpenTransport(const TransportOptions& options
     ASSIGN_OR_RETURN(auto ts, OpenXdpConsecutive(ToXdp(options), 1));
     return MaybeLossy(options, std::move(ts[0]), 0);
   }
+  if (options.kind == "dpdk") {
+    ASSIGN_OR_RETURN(auto ts, OpenDpdkConsecutive(ToDpdk(options), 1));
+    return MaybeLossy(options, std::move(ts[0]), 0);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, OpenUdp(ToUdp(options)));
   return MaybeLossy(options, std::move(t), 0);
 }
@@ -73,9 +88,14 @@ Result<std::unique_ptr<Transport>> OpenTransport(const TransportOptions& options
 Result<std::vector<std::unique_ptr<Transport>>> OpenTransports(const TransportOptions& options,
                                                                size_t count) {
   RETURN_IF_ERROR(options.Validate());
-  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Transport>> ts,
-                   options.kind == "xdp" ? OpenXdpConsecutive(ToXdp(options), count)
-                                         : OpenUdpConsecutive(ToUdp(options), count));
+  std::vector<std::unique_ptr<Transport>> ts;
+  if (options.kind == "dpdk") {
+    ASSIGN_OR_RETURN(ts, OpenDpdkConsecutive(ToDpdk(options), count));
+  } else if (options.kind == "xdp") {
+    ASSIGN_OR_RETURN(ts, OpenXdpConsecutive(ToXdp(options), count));
+  } else {
+    ASSIGN_OR_RETURN(ts, OpenUdpConsecutive(ToUdp(options), count));
+  }
   for (size_t i = 0; i < ts.size(); ++i) ts[i] = MaybeLossy(options, std::move(ts[i]), i);
   return ts;
 }

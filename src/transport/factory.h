@@ -2,8 +2,10 @@
 // worker library and the tools (`--transport`).
 //
 // Kinds: "udp" (kernel UDP with segmentation offloads where the kernel has them, else plain
-// batched I/O), "udp-plain" (kernel UDP without offloads) and "xdp" (AF_XDP, xdp.h: the
-// interface of bind_ipv4; in builds without libxdp it opens with an error saying so).
+// batched I/O), "udp-plain" (kernel UDP without offloads), "xdp" (AF_XDP, xdp.h: the
+// interface of bind_ipv4; in builds without libxdp it opens with an error saying so) and "dpdk"
+// (dpdk.h: memif between the processes of a host by default, or a DPDK device; in builds without
+// libdpdk-dev it opens with an error saying so).
 // Kernel-bypass backends join this list by adding an entry to kTransportKinds and a case in
 // factory.cc.
 // With loss > 0 every transport is wrapped in a seeded loss injector (lossy.h).
@@ -29,6 +31,8 @@ struct TransportOptions {
   size_t max_datagram_bytes = 2048;
   size_t max_batch = 64;              // datagrams or messages per system call
   int socket_buffer_bytes = 4 << 20;  // kernel socket buffers; <= 0 keeps the system default
+  // The switch's data plane rather than a worker's (dpdk memif: the server side).
+  bool switch_side = false;
   // Drop this fraction of datagrams in each direction (received, and each sent), seeded: for
   // exercising loss recovery. 0 = no wrapper.
   double loss = 0;

@@ -1,0 +1,993 @@
+#include "transport/dpdk.h"
+
+#ifndef SWITCHML_HAVE_DPDK
+
+namespace switchml::transport {
+
+bool DpdkAvailable() { return false; }
+
+Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOptions&, size_t) {
+  return UnimplementedError(
+      "transport 'dpdk' is not in this build: libdpdk-dev (pkg-config libdpdk) was not found when "
+      "it was configured; install it (scripts/setup.sh) and configure again");
+}
+
+}  // namespace switchml::transport
+
+#else  // SWITCHML_HAVE_DPDK
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <rte_arp.h>
+#include <rte_bus_vdev.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_ether.h>
+#include <rte_flow.h>
+#include <rte_ip.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <rte_udp.h>
+#include <rte_version.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "base/endpoint.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
+#include "transport/udp.h"
+
+namespace switchml::transport {
+namespace {
+
+constexpr size_t kHeaderBytes =
+    sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr);  // 42
+constexpr size_t kMaxPayload = 2048;
+// Each mbuf: headroom, headers, the largest datagram.
+constexpr uint16_t kDataRoom = RTE_PKTMBUF_HEADROOM + kHeaderBytes + kMaxPayload;
+constexpr uint16_t kRingSize = 1024;
+constexpr const char* kDefaultEal =
+    "--no-huge --no-pci --no-shconf -m 512 --no-telemetry --log-level=*:warning "
+    "--log-level=pmd.net.memif:critical";
+constexpr const char* kLockDir = "/tmp/switchml-dpdk";
+constexpr std::chrono::seconds kLinkTimeout{10};
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process-wide state: EAL, the mbuf pool, the devices made so far.
+
+struct Process {
+  std::once_flag once;
+  Status eal_status;
+  std::string eal_args;
+  rte_mempool* pool = nullptr;
+  std::recursive_mutex mu;  // device creation, configuration and removal
+  uint32_t next_vdev = 0;
+  std::unordered_map<std::string, uint16_t> devices_in_use;  // device text -> port (device mode)
+};
+
+Process& Proc() {
+  static Process* p = new Process;  // never destroyed: EAL outlives every transport
+  return *p;
+}
+
+std::vector<std::string> SplitArgs(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string a;
+  while (in >> a) out.push_back(a);
+  return out;
+}
+
+Status InitEal() {
+  Process& p = Proc();
+  std::call_once(p.once, [&p] {
+    std::string args = Env("SWITCHML_DPDK_EAL");
+    if (args.empty()) args = kDefaultEal;
+    p.eal_args = args;
+    std::vector<std::string> words = SplitArgs(args);
+    words.insert(words.begin(), "switchml");
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    cpu_set_t saved;
+    const bool have_saved = sched_getaffinity(0, sizeof(saved), &saved) == 0;
+    const int r = rte_eal_init(static_cast<int>(words.size()), argv.data());
+    // EAL pins the calling thread to its main lcore: give it (and the threads it starts later)
+    // the whole machine back, the transports' threads are not EAL workers.
+    if (have_saved) sched_setaffinity(0, sizeof(saved), &saved);
+    if (r < 0) {
+      const int e = rte_errno;
+      std::string why = rte_strerror(e);
+      StatusCode code = StatusCode::kFailedPrecondition;
+      std::string hint;
+      if (e == EACCES || e == EPERM) hint = " (permissions: run as root or with CAP_SYS_ADMIN)";
+      if (e == EALREADY) hint = " (EAL was initialised by someone else in this process)";
+      p.eal_status =
+          Status(code, "DPDK EAL initialisation failed with arguments '" + args + "': " + why +
+                           hint + " (set SWITCHML_DPDK_EAL or --dpdk-eal to change them)");
+      return;
+    }
+    // One pool per process for every transport: receive rings, transmit buffers, ARP replies.
+    const unsigned n = 32767;
+    p.pool = rte_pktmbuf_pool_create("switchml_mbufs", n, 256, 0, kDataRoom,
+                                     static_cast<int>(rte_socket_id()));
+    if (p.pool == nullptr) {
+      p.eal_status = ResourceExhaustedError(
+          std::string("DPDK: cannot create the mbuf pool (") + rte_strerror(rte_errno) +
+          "): give EAL more memory (-m) in SWITCHML_DPDK_EAL / --dpdk-eal");
+      return;
+    }
+    LOG(kInfo, kTransport) << "DPDK EAL up (" << rte_version() << ") with '" << args << "'";
+  });
+  return p.eal_status;
+}
+
+// A thread that uses a transport registers once, so that the mempool gives it a per-lcore cache.
+void RegisterThread() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  prctl(PR_SET_TIMERSLACK, 1000UL);  // naps of tens of microseconds: 1 us slack, not 50
+  if (rte_lcore_id() == LCORE_ID_ANY) {
+    cpu_set_t saved;
+    const bool have = pthread_getaffinity_np(pthread_self(), sizeof(saved), &saved) == 0;
+    if (rte_thread_register() != 0) {
+      LOG(kDebug, kTransport) << "rte_thread_register: " << rte_strerror(rte_errno)
+                              << " (no mempool cache for this thread)";
+    }
+    if (have) pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
+  }
+}
+
+std::string MacToString(const rte_ether_addr& a) {
+  char buf[RTE_ETHER_ADDR_FMT_SIZE];
+  rte_ether_format_addr(buf, sizeof(buf), &a);
+  return buf;
+}
+
+// Static neighbours from SWITCHML_DPDK_NEIGH: "ip=mac,ip=mac".
+Result<std::unordered_map<uint32_t, rte_ether_addr>> StaticNeighbours() {
+  std::unordered_map<uint32_t, rte_ether_addr> out;
+  std::string text = Env("SWITCHML_DPDK_NEIGH");
+  std::replace(text.begin(), text.end(), ',', ' ');
+  for (const std::string& entry : SplitArgs(text)) {
+    const size_t eq = entry.find('=');
+    uint32_t ip;
+    rte_ether_addr mac;
+    if (eq == std::string::npos || !ParseIpv4(entry.substr(0, eq), &ip) ||
+        rte_ether_unformat_addr(entry.substr(eq + 1).c_str(), &mac) != 0) {
+      return InvalidArgumentError("SWITCHML_DPDK_NEIGH: '" + entry +
+                                  "' is not ipv4=mac (e.g. 10.0.0.1=02:00:00:00:00:01)");
+    }
+    out[ip] = mac;
+  }
+  return out;
+}
+
+Status WaitLinkUp(uint16_t port, const std::string& what, std::chrono::nanoseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (true) {
+    rte_eth_link link{};
+    if (rte_eth_link_get_nowait(port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP) {
+      return Status();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return UnavailableError(
+          what + ": link not up after " +
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(limit).count()) +
+          " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// Configures and starts a port with `queues` rx/tx queue pairs. Offloads: IPv4 and UDP transmit
+// checksums where the device has them. Fills *tx_offloads with what was enabled.
+Status StartPort(uint16_t port, uint16_t queues, const std::string& what, uint64_t* tx_offloads,
+                 uint64_t* rx_offloads) {
+  rte_eth_dev_info info{};
+  if (int r = rte_eth_dev_info_get(port, &info); r != 0) {
+    return InternalError(what + ": rte_eth_dev_info_get: " + rte_strerror(-r));
+  }
+  if (info.max_rx_queues < queues || info.max_tx_queues < queues) {
+    return FailedPreconditionError(what + " (" + info.driver_name + ") has " +
+                                   std::to_string(info.max_rx_queues) + " receive queues, " +
+                                   std::to_string(queues) + " threads need as many: use fewer");
+  }
+  rte_eth_conf conf{};
+  const uint64_t want_tx = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_UDP_CKSUM;
+  const uint64_t want_rx = RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM;
+  conf.txmode.offloads = info.tx_offload_capa & want_tx;
+  conf.rxmode.offloads = info.rx_offload_capa & want_rx;
+  if (conf.txmode.offloads != want_tx) conf.txmode.offloads = 0;  // both or neither
+  *tx_offloads = conf.txmode.offloads;
+  *rx_offloads = conf.rxmode.offloads;
+  if (int r = rte_eth_dev_configure(port, queues, queues, &conf); r != 0) {
+    return FailedPreconditionError(what + ": rte_eth_dev_configure: " + rte_strerror(-r));
+  }
+  uint16_t rx_ring = kRingSize, tx_ring = kRingSize;
+  rte_eth_dev_adjust_nb_rx_tx_desc(port, &rx_ring, &tx_ring);
+  const int socket = rte_eth_dev_socket_id(port);
+  for (uint16_t q = 0; q < queues; ++q) {
+    rte_eth_rxconf rxc = info.default_rxconf;
+    rxc.offloads = conf.rxmode.offloads;
+    if (int r = rte_eth_rx_queue_setup(port, q, rx_ring, socket < 0 ? SOCKET_ID_ANY : socket, &rxc,
+                                       Proc().pool);
+        r != 0) {
+      return FailedPreconditionError(what + ": rx queue " + std::to_string(q) + ": " +
+                                     rte_strerror(-r));
+    }
+    rte_eth_txconf txc = info.default_txconf;
+    txc.offloads = conf.txmode.offloads;
+    if (int r = rte_eth_tx_queue_setup(port, q, tx_ring, socket < 0 ? SOCKET_ID_ANY : socket, &txc);
+        r != 0) {
+      return FailedPreconditionError(what + ": tx queue " + std::to_string(q) + ": " +
+                                     rte_strerror(-r));
+    }
+  }
+  if (int r = rte_eth_dev_start(port); r != 0) {
+    return FailedPreconditionError(what + ": rte_eth_dev_start: " + rte_strerror(-r));
+  }
+  rte_eth_promiscuous_enable(port);  // frames for our IP, whatever MAC the peer used
+  return Status();
+}
+
+// Creates a virtual device "name,args" and returns its port.
+Result<uint16_t> MakeVdev(const std::string& name, const std::string& args,
+                          const std::string& what) {
+  if (int r = rte_vdev_init(name.c_str(), args.c_str()); r != 0) {
+    std::string hint;
+    if (r == -EEXIST) hint = " (exists already)";
+    return FailedPreconditionError(
+        what + ": cannot create DPDK device " + name + "," + args + ": " + rte_strerror(-r) + hint +
+        " (is the driver installed, e.g. librte-net-memif23 / librte-net-af-packet23? the log "
+        "above has the driver's message)");
+  }
+  uint16_t port;
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) {
+    return InternalError(what + ": device " + name + " made but has no port");
+  }
+  return port;
+}
+
+void ClosePort(uint16_t port, const std::string& vdev_name) {
+  rte_eth_dev_stop(port);
+  rte_eth_dev_close(port);
+  if (!vdev_name.empty()) rte_vdev_uninit(vdev_name.c_str());
+}
+
+// An id lock for a memif client: the first free id of socket `sock`.
+struct IdLock {
+  int fd = -1;
+  uint32_t id = 0;
+  std::string path;
+  ~IdLock() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+Result<std::unique_ptr<IdLock>> TakeId(const std::string& sock, uint32_t max_ids) {
+  mkdir(kLockDir, 01777);
+  for (uint32_t id = 0; id < max_ids; ++id) {
+    auto lock = std::make_unique<IdLock>();
+    lock->path = std::string(kLockDir) + "/" + sock + "." + std::to_string(id) + ".lock";
+    lock->fd = open(lock->path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (lock->fd < 0) {
+      return FailedPreconditionError("memif: cannot open " + lock->path + ": " + strerror(errno));
+    }
+    if (flock(lock->fd, LOCK_EX | LOCK_NB) == 0) {
+      lock->id = id;
+      return lock;
+    }
+  }
+  return ResourceExhaustedError("memif: all " + std::to_string(max_ids) + " ids of " + sock +
+                                " are taken by running processes");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// A started port; closed (and a virtual device removed) when the last transport using it goes.
+struct Device {
+  uint16_t port = 0;
+  std::string vdev;  // the virtual device to remove ("" for a PCI port)
+  std::string key;   // its entry in Process::devices_in_use ("" for memif)
+  ~Device() {
+    if (port == RTE_MAX_ETHPORTS) return;  // closed already
+    std::lock_guard<std::recursive_mutex> lock(Proc().mu);
+    ClosePort(port, vdev);
+    if (!key.empty()) Proc().devices_in_use.erase(key);
+  }
+};
+
+struct PortRef {
+  uint16_t port = 0;
+  uint16_t queue = 0;
+  std::shared_ptr<Device> device;
+  bool up = false;  // memif: connected
+  rte_ether_addr mac{};
+  std::unique_ptr<IdLock> id_lock;
+};
+
+class DpdkTransport final : public Transport {
+ public:
+  DpdkTransport(const DpdkOptions& o, uint16_t port, std::unique_ptr<Transport> reservation)
+      : options_(o), port_(port), reservation_(std::move(reservation)) {
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    spin_only_ = Env("SWITCHML_DPDK_POLL") == "spin";
+    if (const std::string e = Env("SWITCHML_DPDK_SPIN"); !e.empty()) {
+      spin_polls_ = static_cast<uint32_t>(std::strtoul(e.c_str(), nullptr, 10));
+    }
+    if (const std::string e = Env("SWITCHML_DPDK_NAP_US"); !e.empty()) {
+      first_nap_ = std::chrono::microseconds(std::max(1ul, std::strtoul(e.c_str(), nullptr, 10)));
+    }
+    if (const std::string e = Env("SWITCHML_DPDK_YIELD_US"); !e.empty()) {
+      yield_for_ = std::chrono::microseconds(std::strtoul(e.c_str(), nullptr, 10));
+    }
+    tx_mbufs_.fill(nullptr);
+    tx_gen_.fill(0);
+  }
+
+  ~DpdkTransport() override {
+    FreeRx();
+    for (rte_mbuf*& m : tx_mbufs_) {
+      if (m != nullptr) rte_pktmbuf_free(m);
+    }
+    ports_.clear();  // the last user of a device closes it
+    if (wake_fd_ >= 0) close(wake_fd_);
+  }
+
+  Status Init(std::vector<PortRef> ports, uint64_t tx_offloads, uint64_t rx_offloads,
+              std::string name) {
+    if (wake_fd_ < 0) return InternalError(std::string("eventfd: ") + strerror(errno));
+    ports_ = std::move(ports);
+    tx_offloads_ = tx_offloads;
+    rx_offloads_ = rx_offloads;
+    name_ = std::move(name);
+    ASSIGN_OR_RETURN(neighbours_, StaticNeighbours());
+    local_ip_ = options_.bind_ipv4;
+    reply_ip_ = local_ip_ != 0 ? local_ip_ : kLoopbackIpv4;
+    return Status();
+  }
+
+  Endpoint local_endpoint() const override { return Endpoint{local_ip_, port_}; }
+  size_t max_datagram_bytes() const override { return options_.max_datagram_bytes; }
+
+  std::span<uint8_t> TxBuffer(size_t index) override {
+    RegisterThread();
+    rte_mbuf*& m = tx_mbufs_.at(index);
+    if (m != nullptr && rte_mbuf_refcnt_read(m) != 1) {  // still with the driver: take another
+      lent_.erase(rte_pktmbuf_mtod_offset(m, uint8_t*, kHeaderBytes));
+      rte_pktmbuf_free(m);
+      m = nullptr;
+    }
+    if (m == nullptr) {
+      m = rte_pktmbuf_alloc(Proc().pool);
+      if (m == nullptr) {  // pool exhausted: lend plain memory (Send copies it)
+        return Transport::TxBuffer(index);
+      }
+      lent_[rte_pktmbuf_mtod_offset(m, uint8_t*, kHeaderBytes)] = static_cast<uint32_t>(index);
+    }
+    return {rte_pktmbuf_mtod_offset(m, uint8_t*, kHeaderBytes), options_.max_datagram_bytes};
+  }
+
+  Result<size_t> Send(std::span<const TxDatagram> batch) override {
+    RegisterThread();
+    ++send_gen_;
+    size_t taken = 0;
+    while (taken < batch.size()) {
+      const size_t chunk = std::min(batch.size() - taken, kBurst);
+      size_t built = 0;     // frames in frames_
+      size_t consumed = 0;  // datagrams of the chunk handled (sent, or skipped as unroutable)
+      int run_port = -1;    // all frames of one tx_burst go out on one port
+      for (; consumed < chunk; ++consumed) {
+        const TxDatagram& d = batch[taken + consumed];
+        ASSIGN_OR_RETURN(int pi, Route(d.destination));
+        if (pi < 0) {  // no way to this destination: counted, skipped
+          if (built == 0) {
+            send_errors_.fetch_add(1, std::memory_order_relaxed);
+            continue;
+          }
+          break;  // send what is built first, count this one in the next round
+        }
+        if (run_port >= 0 && pi != run_port) break;
+        rte_mbuf* m = BuildFrame(d, ports_[pi]);
+        if (m == nullptr) break;  // pool exhausted: send what we have
+        run_port = pi;
+        frames_[built++] = m;
+      }
+      if (built == 0) {
+        if (consumed == 0) {
+          send_buffer_full_.fetch_add(1, std::memory_order_relaxed);
+          return taken;
+        }
+        taken += consumed;
+        continue;
+      }
+      const PortRef& p = ports_[run_port];
+      const uint16_t sent = rte_eth_tx_burst(p.port, p.queue, frames_.data(), built);
+      send_calls_.fetch_add(1, std::memory_order_relaxed);
+      datagrams_sent_.fetch_add(sent, std::memory_order_relaxed);
+      for (size_t i = sent; i < built; ++i) rte_pktmbuf_free(frames_[i]);  // ours keep a ref
+      if (sent < built) {
+        // The ring is full: the caller retries from the first unsent datagram. Every built frame
+        // was one datagram (skipped ones come only before the first frame).
+        send_buffer_full_.fetch_add(1, std::memory_order_relaxed);
+        return taken + (consumed - built) + sent;
+      }
+      taken += consumed;
+    }
+    return taken;
+  }
+
+  Result<size_t> Receive(std::span<RxDatagram> batch, std::chrono::nanoseconds timeout) override {
+    RegisterThread();
+    FreeRx();
+    if (batch.empty()) return size_t{0};
+    const auto start = std::chrono::steady_clock::now();
+    const bool forever = timeout > std::chrono::hours(24);
+    uint32_t idle = 0;
+    std::chrono::microseconds step = first_nap_;
+    while (true) {
+      const size_t n = PollOnce(batch);
+      if (n > 0) {
+        last_rx_ = std::chrono::steady_clock::now();
+        return n;
+      }
+      if (timeout <= std::chrono::nanoseconds::zero()) return size_t{0};
+      if (woken_.exchange(false, std::memory_order_acq_rel)) {
+        DrainWake();
+        return size_t{0};
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (!forever && now - start >= timeout) return size_t{0};
+      ++idle;
+      if (spin_only_ || idle < spin_polls_) {
+        rte_pause();
+        continue;
+      }
+      // Then yield (other processes of a small machine run; alone, this is a spin) for a while
+      // after the last datagram, as traffic of a running all-reduce comes back within that.
+      if (now - last_rx_ < yield_for_) {
+        sched_yield();
+        continue;
+      }
+      // Sleep on the wake eventfd: up to `step`, growing to 1 ms while nothing comes.
+      std::chrono::nanoseconds nap = step;
+      if (!forever) nap = std::min<std::chrono::nanoseconds>(nap, timeout - (now - start));
+      timespec ts{static_cast<time_t>(nap.count() / 1000000000),
+                  static_cast<long>(nap.count() % 1000000000)};
+      pollfd pfd{wake_fd_, POLLIN, 0};
+      ppoll(&pfd, 1, &ts, nullptr);
+      step = std::min<std::chrono::microseconds>(step * 2, std::chrono::milliseconds(1));
+    }
+  }
+
+  void Wake() override {
+    woken_.store(true, std::memory_order_release);
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t r = write(wake_fd_, &one, sizeof(one));
+  }
+
+  TransportCounters counters() const override {
+    TransportCounters c;
+    c.datagrams_sent = datagrams_sent_.load(std::memory_order_relaxed);
+    c.datagrams_received = datagrams_received_.load(std::memory_order_relaxed);
+    c.send_errors = send_errors_.load(std::memory_order_relaxed);
+    c.truncated = truncated_.load(std::memory_order_relaxed);
+    c.send_buffer_full = send_buffer_full_.load(std::memory_order_relaxed);
+    c.send_calls = send_calls_.load(std::memory_order_relaxed);
+    c.receive_calls = receive_calls_.load(std::memory_order_relaxed);
+    return c;
+  }
+
+  std::string name() const override { return name_; }
+
+ private:
+  static constexpr size_t kBurst = 64;
+
+  void FreeRx() {
+    if (rx_held_ > 0) {
+      rte_pktmbuf_free_bulk(rx_mbufs_.data(), rx_held_);
+      rx_held_ = 0;
+    }
+  }
+
+  void DrainWake() {
+    uint64_t v;
+    [[maybe_unused]] ssize_t r = read(wake_fd_, &v, sizeof(v));
+  }
+
+  // The port index for a destination; -1 when there is none. A memif client connects on its
+  // first datagram (to the socket of the destination's port).
+  Result<int> Route(const Endpoint& dst) {
+    if (memif_client_) {
+      if (!ports_.empty()) return 0;
+      RETURN_IF_ERROR(ConnectClient(dst));
+      return 0;
+    }
+    if (ports_.size() == 1) return 0;
+    if (dst == last_route_ep_) return last_route_;
+    auto it = routes_.find(dst);
+    if (it == routes_.end()) return -1;  // a memif server answers only those it heard from
+    last_route_ep_ = dst;
+    last_route_ = it->second;
+    return it->second;
+  }
+
+  Status ConnectClient(const Endpoint& dst);
+
+  rte_mbuf* BuildFrame(const TxDatagram& d, const PortRef& p) {
+    const size_t len = d.data.size();
+    rte_mbuf* m = nullptr;
+    auto it = lent_.find(d.data.data());
+    if (it != lent_.end() && tx_gen_[it->second] != send_gen_) {
+      m = tx_mbufs_[it->second];
+      tx_gen_[it->second] = send_gen_;
+      rte_mbuf_refcnt_update(m, 1);  // the driver's reference; the slot keeps its own
+    } else {
+      m = rte_pktmbuf_alloc(Proc().pool);
+      if (m == nullptr) return nullptr;
+      if (len > kMaxPayload) {
+        rte_pktmbuf_free(m);
+        return nullptr;
+      }
+      std::memcpy(rte_pktmbuf_mtod_offset(m, uint8_t*, kHeaderBytes), d.data.data(), len);
+    }
+    m->data_len = static_cast<uint16_t>(kHeaderBytes + len);
+    m->pkt_len = m->data_len;
+    auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(eth + 1);
+    auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
+    eth->src_addr = p.mac;
+    eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
+    if (auto n = neighbours_.find(d.destination.ipv4); n != neighbours_.end()) {
+      eth->dst_addr = n->second;
+    } else {
+      memset(&eth->dst_addr, 0xff, sizeof(eth->dst_addr));
+    }
+    ip->version_ihl = RTE_IPV4_VHL_DEF;
+    ip->type_of_service = 0;
+    ip->total_length = rte_cpu_to_be_16(static_cast<uint16_t>(20 + 8 + len));
+    ip->packet_id = 0;
+    ip->fragment_offset = rte_cpu_to_be_16(RTE_IPV4_HDR_DF_FLAG);
+    ip->time_to_live = 64;
+    ip->next_proto_id = IPPROTO_UDP;
+    ip->hdr_checksum = 0;
+    ip->src_addr = rte_cpu_to_be_32(reply_ip_);
+    ip->dst_addr = rte_cpu_to_be_32(d.destination.ipv4);
+    udp->src_port = rte_cpu_to_be_16(port_);
+    udp->dst_port = rte_cpu_to_be_16(d.destination.port);
+    udp->dgram_len = rte_cpu_to_be_16(static_cast<uint16_t>(8 + len));
+    udp->dgram_cksum = 0;
+    if (tx_offloads_ != 0) {
+      m->l2_len = sizeof(rte_ether_hdr);
+      m->l3_len = sizeof(rte_ipv4_hdr);
+      m->ol_flags = RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
+      udp->dgram_cksum = rte_ipv4_phdr_cksum(ip, m->ol_flags);
+    } else {
+      m->ol_flags = 0;
+      ip->hdr_checksum = rte_ipv4_cksum(ip);
+      uint16_t c = rte_ipv4_udptcp_cksum(ip, udp);
+      udp->dgram_cksum = c == 0 ? 0xffff : c;
+    }
+    return m;
+  }
+
+  // Answers an ARP request for our address on port p.
+  void AnswerArp(rte_mbuf* in, const PortRef& p) {
+    if (in->data_len < sizeof(rte_ether_hdr) + sizeof(rte_arp_hdr)) return;
+    const auto* eth = rte_pktmbuf_mtod(in, const rte_ether_hdr*);
+    const auto* arp = reinterpret_cast<const rte_arp_hdr*>(eth + 1);
+    if (arp->arp_opcode != rte_cpu_to_be_16(RTE_ARP_OP_REQUEST)) return;
+    const uint32_t sender = rte_be_to_cpu_32(arp->arp_data.arp_sip);
+    neighbours_[sender] = arp->arp_data.arp_sha;
+    const uint32_t target = rte_be_to_cpu_32(arp->arp_data.arp_tip);
+    if (target != reply_ip_ && target != local_ip_) return;
+    rte_mbuf* m = rte_pktmbuf_alloc(Proc().pool);
+    if (m == nullptr) return;
+    auto* oeth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+    auto* oarp = reinterpret_cast<rte_arp_hdr*>(oeth + 1);
+    oeth->dst_addr = eth->src_addr;
+    oeth->src_addr = p.mac;
+    oeth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_ARP);
+    *oarp = *arp;
+    oarp->arp_opcode = rte_cpu_to_be_16(RTE_ARP_OP_REPLY);
+    oarp->arp_data.arp_tha = arp->arp_data.arp_sha;
+    oarp->arp_data.arp_tip = arp->arp_data.arp_sip;
+    oarp->arp_data.arp_sha = p.mac;
+    oarp->arp_data.arp_sip = rte_cpu_to_be_32(target);
+    m->data_len = m->pkt_len = sizeof(rte_ether_hdr) + sizeof(rte_arp_hdr);
+    if (rte_eth_tx_burst(p.port, p.queue, &m, 1) != 1) rte_pktmbuf_free(m);
+  }
+
+  // One pass over the ports: fills batch with the datagrams for us.
+  size_t PollOnce(std::span<RxDatagram> batch) {
+    size_t n = 0;
+    const size_t nports = ports_.size();
+    for (size_t k = 0; k < nports && n < batch.size(); ++k) {
+      const size_t pi = (rx_next_port_ + k) % nports;
+      PortRef& p = ports_[pi];
+      const uint16_t want =
+          static_cast<uint16_t>(std::min({batch.size() - n, kBurst, rx_mbufs_.size() - rx_held_}));
+      if (want == 0) break;
+      rte_mbuf** into = rx_mbufs_.data() + rx_held_;
+      const uint16_t got = rte_eth_rx_burst(p.port, p.queue, into, want);
+      if (got == 0) continue;
+      receive_calls_.fetch_add(1, std::memory_order_relaxed);
+      for (uint16_t i = 0; i < got; ++i) {
+        rte_mbuf* m = into[i];
+        if (Parse(m, p, static_cast<int>(pi), &batch[n])) {
+          ++n;
+          rx_mbufs_[rx_held_++] = m;
+        } else {
+          rte_pktmbuf_free(m);
+        }
+      }
+    }
+    rx_next_port_ = nports == 0 ? 0 : (rx_next_port_ + 1) % nports;
+    if (n > 0) datagrams_received_.fetch_add(n, std::memory_order_relaxed);
+    return n;
+  }
+
+  // True when m is a UDP datagram for us; fills d with a view of its payload.
+  bool Parse(rte_mbuf* m, PortRef& p, int port_index, RxDatagram* d) {
+    const size_t frame = m->data_len;
+    if (frame < sizeof(rte_ether_hdr)) return false;
+    const auto* eth = rte_pktmbuf_mtod(m, const rte_ether_hdr*);
+    if (eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_ARP)) {
+      AnswerArp(m, p);
+      return false;
+    }
+    if (eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4)) return false;
+    if (frame < kHeaderBytes) return false;
+    const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(eth + 1);
+    if (ip->version_ihl != RTE_IPV4_VHL_DEF || ip->next_proto_id != IPPROTO_UDP) return false;
+    if ((rte_be_to_cpu_16(ip->fragment_offset) &
+         (RTE_IPV4_HDR_MF_FLAG | RTE_IPV4_HDR_OFFSET_MASK)) != 0) {
+      return false;  // fragments: never SwitchML's
+    }
+    const auto* udp = reinterpret_cast<const rte_udp_hdr*>(ip + 1);
+    if (rte_be_to_cpu_16(udp->dst_port) != port_) return false;
+    const uint32_t dst_ip = rte_be_to_cpu_32(ip->dst_addr);
+    if (local_ip_ != 0 && dst_ip != local_ip_) return false;
+    const size_t udp_len = rte_be_to_cpu_16(udp->dgram_len);
+    const size_t ip_len = rte_be_to_cpu_16(ip->total_length);
+    if (udp_len < 8 || ip_len != udp_len + 20 || 14 + ip_len > m->pkt_len) return false;
+    const uint64_t l3 = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
+    const uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+    if (l3 == RTE_MBUF_F_RX_IP_CKSUM_BAD || l4 == RTE_MBUF_F_RX_L4_CKSUM_BAD) return false;
+    const size_t len = udp_len - 8;
+    const bool whole = m->nb_segs == 1 && 14 + ip_len <= frame;
+    if (whole && l3 != RTE_MBUF_F_RX_IP_CKSUM_GOOD && rte_ipv4_cksum(ip) != 0) return false;
+    if (whole && l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD && udp->dgram_cksum != 0 &&
+        rte_ipv4_udptcp_cksum_verify(ip, udp) != 0) {
+      return false;
+    }
+    const uint32_t src_ip = rte_be_to_cpu_32(ip->src_addr);
+    d->source = Endpoint{src_ip, rte_be_to_cpu_16(udp->src_port)};
+    const uint8_t* payload = reinterpret_cast<const uint8_t*>(udp + 1);
+    const size_t have = whole ? len : frame - kHeaderBytes;
+    d->truncated = !whole || len > options_.max_datagram_bytes;
+    d->data = {payload, std::min(have, options_.max_datagram_bytes)};
+    if (d->truncated) truncated_.fetch_add(1, std::memory_order_relaxed);
+    // Learn the way back: the sender's MAC, and (several ports) its port.
+    if (src_ip != last_src_ip_ || !rte_is_same_ether_addr(&eth->src_addr, &last_src_mac_)) {
+      last_src_ip_ = src_ip;
+      last_src_mac_ = eth->src_addr;
+      neighbours_[src_ip] = eth->src_addr;
+    }
+    if (ports_.size() > 1 && !(d->source == last_route_ep_ && last_route_ == port_index)) {
+      routes_[d->source] = port_index;
+      last_route_ep_ = d->source;
+      last_route_ = port_index;
+    }
+    if (local_ip_ == 0) reply_ip_ = dst_ip;  // answer from the address we were sent to
+    return true;
+  }
+
+ public:
+  bool memif_client_ = false;
+  std::string memif_prefix_;
+  uint32_t memif_max_ids_ = 64;
+
+ private:
+  DpdkOptions options_;
+  uint16_t port_;
+  std::unique_ptr<Transport> reservation_;  // the kernel UDP port kept so no one else takes it
+  std::vector<PortRef> ports_;
+  uint64_t tx_offloads_ = 0, rx_offloads_ = 0;
+  std::string name_;
+  uint32_t local_ip_ = 0, reply_ip_ = 0;
+  int wake_fd_ = -1;
+  bool spin_only_ = false;
+  std::chrono::steady_clock::time_point last_rx_{};
+  uint32_t spin_polls_ = 0;                  // SWITCHML_DPDK_SPIN (polls)
+  std::chrono::microseconds yield_for_{0};   // SWITCHML_DPDK_YIELD_US
+  std::chrono::microseconds first_nap_{20};  // SWITCHML_DPDK_NAP_US
+  std::atomic<bool> woken_{false};
+  // Receive side.
+  std::array<rte_mbuf*, 1024> rx_mbufs_{};
+  size_t rx_held_ = 0;
+  size_t rx_next_port_ = 0;
+  // Transmit side: the lent mbufs by slot, payload address -> slot, the Send each was last used
+  // in (a second destination of one buffer in one Send gets a copy).
+  std::array<rte_mbuf*, kTxBuffers> tx_mbufs_;
+  std::array<uint64_t, kTxBuffers> tx_gen_;
+  uint64_t send_gen_ = 0;
+  std::unordered_map<const uint8_t*, uint32_t> lent_;
+  std::array<rte_mbuf*, kBurst> frames_{};
+  // Neighbours and (memif server) the port each source came in on.
+  std::unordered_map<uint32_t, rte_ether_addr> neighbours_;
+  uint32_t last_src_ip_ = 0;
+  rte_ether_addr last_src_mac_{};
+  std::unordered_map<Endpoint, int> routes_;
+  Endpoint last_route_ep_{};
+  int last_route_ = -1;
+  std::atomic<uint64_t> datagrams_sent_{0}, datagrams_received_{0}, send_errors_{0}, truncated_{0},
+      send_buffer_full_{0}, send_calls_{0}, receive_calls_{0};
+};
+
+Status DpdkTransport::ConnectClient(const Endpoint& dst) {
+  const std::string sock = memif_prefix_ + "-" + std::to_string(dst.port);
+  const std::string what = "dpdk memif client of " + sock;
+  ASSIGN_OR_RETURN(std::unique_ptr<IdLock> id, TakeId(sock, memif_max_ids_));
+  PortRef p;
+  {
+    std::lock_guard<std::recursive_mutex> lock(Proc().mu);
+    const std::string vdev =
+        "net_memif_c" + std::to_string(getpid()) + "_" + std::to_string(Proc().next_vdev++);
+    ASSIGN_OR_RETURN(p.port, MakeVdev(vdev,
+                                      "role=client,id=" + std::to_string(id->id) +
+                                          ",socket=" + sock + ",socket-abstract=yes",
+                                      what));
+    uint64_t tx_off = 0, rx_off = 0;
+    if (Status st = StartPort(p.port, 1, what, &tx_off, &rx_off); !st.ok()) {
+      ClosePort(p.port, vdev);
+      return st;
+    }
+    rte_eth_macaddr_get(p.port, &p.mac);
+    p.device = std::make_shared<Device>();
+    p.device->port = p.port;
+    p.device->vdev = vdev;
+  }
+  if (Status st = WaitLinkUp(p.port, what + " (id " + std::to_string(id->id) + ")", kLinkTimeout);
+      !st.ok()) {
+    return UnavailableError(st.message() +
+                            ": is a switch with --transport dpdk serving data port " +
+                            std::to_string(dst.port) +
+                            " on this host, with enough memif "
+                            "interfaces (SWITCHML_DPDK_MEMIF_INTERFACES)?");
+  }
+  // A memif client grants the server its receive ring's buffers when it polls: poll once now, so
+  // the switch can answer before our first Receive.
+  std::array<rte_mbuf*, 32> early;
+  const uint16_t got = rte_eth_rx_burst(p.port, 0, early.data(), early.size());
+  rte_pktmbuf_free_bulk(early.data(), got);
+  p.up = true;
+  p.id_lock = std::move(id);
+  LOG(kInfo, kTransport) << what << " connected as id " << p.id_lock->id;
+  ports_.push_back(std::move(p));
+  return Status();
+}
+
+}  // namespace
+
+bool DpdkAvailable() { return true; }
+
+Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOptions& options,
+                                                                    size_t count) {
+  if (count == 0) return InvalidArgumentError("OpenDpdkConsecutive: count must be at least 1");
+  if (options.max_datagram_bytes > kMaxPayload || options.max_datagram_bytes == 0) {
+    return InvalidArgumentError("dpdk transport: max datagram bytes must be in 1.." +
+                                std::to_string(kMaxPayload));
+  }
+  std::string device = options.device;
+  if (device.empty()) device = Env("SWITCHML_DPDK_DEVICE");
+  if (device.empty()) device = "memif";
+  uint32_t interfaces = options.memif_interfaces;
+  if (interfaces == 0) {
+    const std::string e = Env("SWITCHML_DPDK_MEMIF_INTERFACES");
+    interfaces = e.empty() ? 8 : static_cast<uint32_t>(std::strtoul(e.c_str(), nullptr, 10));
+    if (interfaces < 1 || interfaces > 256) {
+      return InvalidArgumentError("SWITCHML_DPDK_MEMIF_INTERFACES must be in 1..256, not '" + e +
+                                  "'");
+    }
+  }
+  std::string prefix = Env("SWITCHML_DPDK_MEMIF_SOCKET");
+  if (prefix.empty()) prefix = "switchml-memif";
+
+  RETURN_IF_ERROR(InitEal());
+  RegisterThread();
+  std::vector<std::unique_ptr<Transport>> out;
+  const bool memif = device == "memif";
+  if (memif) {
+    // Reserve the ports in the kernel: consecutive, free, unique on this host.
+    UdpOptions u;
+    u.bind_ipv4 = 0;
+    u.port = options.port;
+    u.gso = u.gro = false;
+    u.socket_buffer_bytes = 1;
+    u.max_batch = 1;
+    auto reserved = OpenUdpConsecutive(u, count);
+    if (!reserved.ok()) {
+      return Status(reserved.status().code(),
+                    "dpdk (memif): reserving ports: " + reserved.status().message());
+    }
+    for (size_t t = 0; t < count; ++t) {
+      const uint16_t port = (*reserved)[t]->local_endpoint().port;
+      auto tr = std::make_unique<DpdkTransport>(options, port, std::move((*reserved)[t]));
+      tr->memif_prefix_ = prefix;
+      tr->memif_max_ids_ = 256;
+      std::vector<PortRef> ports;
+      std::string name;
+      if (options.switch_side) {
+        const std::string sock = prefix + "-" + std::to_string(port);
+        std::lock_guard<std::recursive_mutex> lock(Proc().mu);
+        for (uint32_t id = 0; id < interfaces; ++id) {
+          PortRef p;
+          const std::string vdev =
+              "net_memif_s" + std::to_string(getpid()) + "_" + std::to_string(Proc().next_vdev++);
+          const std::string what = "dpdk memif server " + sock + " id " + std::to_string(id);
+          auto made = MakeVdev(
+              vdev,
+              "role=server,id=" + std::to_string(id) + ",socket=" + sock + ",socket-abstract=yes",
+              what);
+          Status st = made.status();
+          if (made.ok()) {
+            p.port = *made;
+            uint64_t tx_off, rx_off;
+            st = StartPort(p.port, 1, what, &tx_off, &rx_off);
+            if (!st.ok()) ClosePort(p.port, vdev);
+          }
+          if (!st.ok()) {
+            for (PortRef& q : ports) {  // close them here: we hold the lock Device takes
+              ClosePort(q.port, q.device->vdev);
+              q.device->vdev.clear();
+              q.device->port = RTE_MAX_ETHPORTS;
+            }
+            return st;
+          }
+          rte_eth_macaddr_get(p.port, &p.mac);
+          p.device = std::make_shared<Device>();
+          p.device->port = p.port;
+          p.device->vdev = vdev;
+          ports.push_back(std::move(p));
+        }
+        name = "dpdk (memif server " + sock + ", " + std::to_string(interfaces) + " interfaces)";
+      } else {
+        tr->memif_client_ = true;
+        name = "dpdk (memif client)";
+      }
+      RETURN_IF_ERROR(tr->Init(std::move(ports), 0, 0, std::move(name)));
+      out.push_back(std::move(tr));
+    }
+    return out;
+  }
+
+  // A device: one port for this process's transports, queue t for transport t.
+  if (options.bind_ipv4 == 0) {
+    return InvalidArgumentError("dpdk transport on device '" + device +
+                                "' needs this host's IPv4 address on it: set the bind address "
+                                "(--bind / Config::bind_address)");
+  }
+  std::lock_guard<std::recursive_mutex> lock(Proc().mu);
+  if (Proc().devices_in_use.count(device) != 0) {
+    return FailedPreconditionError("dpdk device '" + device +
+                                   "' is already used by this process (open it once, with one "
+                                   "transport per thread)");
+  }
+  uint16_t port = 0;
+  std::string vdev;
+  const std::string what = "dpdk device " + device;
+  if (device.rfind("net_", 0) == 0) {
+    const size_t comma = device.find(',');
+    vdev = device.substr(0, comma);
+    ASSIGN_OR_RETURN(
+        port, MakeVdev(vdev, comma == std::string::npos ? "" : device.substr(comma + 1), what));
+  } else if (rte_eth_dev_get_port_by_name(device.c_str(), &port) != 0) {
+    std::string ports;
+    uint16_t pid;
+    RTE_ETH_FOREACH_DEV(pid) {
+      char name[RTE_ETH_NAME_MAX_LEN];
+      if (rte_eth_dev_get_name_by_port(pid, name) == 0) ports += std::string(" ") + name;
+    }
+    return NotFoundError(
+        what + ": no such port (ports EAL found:" + (ports.empty() ? std::string(" none") : ports) +
+        "); a PCI device must be bound to vfio-pci and EAL started without "
+        "--no-pci (SWITCHML_DPDK_EAL / --dpdk-eal)");
+  }
+  uint64_t tx_off = 0, rx_off = 0;
+  if (Status st = StartPort(port, static_cast<uint16_t>(count), what, &tx_off, &rx_off); !st.ok()) {
+    ClosePort(port, vdev);
+    return st;
+  }
+  if (Status st = WaitLinkUp(port, what, std::chrono::seconds(5)); !st.ok()) {
+    ClosePort(port, vdev);
+    return st;
+  }
+  uint16_t base = options.port;
+  if (base == 0) base = static_cast<uint16_t>(20000 + std::random_device{}() % 12000);
+  if (uint32_t{base} + count - 1 > 65535) {
+    ClosePort(port, vdev);
+    return InvalidArgumentError(what + ": ports pass 65535: choose a lower base port");
+  }
+  if (count > 1) {
+    // Steer each transport's UDP port to its queue.
+    for (size_t t = 0; t < count; ++t) {
+      rte_flow_attr attr{};
+      attr.ingress = 1;
+      rte_flow_item_udp udp_spec{}, udp_mask{};
+      udp_spec.hdr.dst_port = rte_cpu_to_be_16(static_cast<uint16_t>(base + t));
+      udp_mask.hdr.dst_port = 0xffff;
+      rte_flow_item pattern[] = {
+          {RTE_FLOW_ITEM_TYPE_ETH, nullptr, nullptr, nullptr},
+          {RTE_FLOW_ITEM_TYPE_IPV4, nullptr, nullptr, nullptr},
+          {RTE_FLOW_ITEM_TYPE_UDP, &udp_spec, nullptr, &udp_mask},
+          {RTE_FLOW_ITEM_TYPE_END, nullptr, nullptr, nullptr},
+      };
+      rte_flow_action_queue queue{static_cast<uint16_t>(t)};
+      rte_flow_action actions[] = {{RTE_FLOW_ACTION_TYPE_QUEUE, &queue},
+                                   {RTE_FLOW_ACTION_TYPE_END, nullptr}};
+      rte_flow_error err{};
+      if (rte_flow_create(port, &attr, pattern, actions, &err) == nullptr) {
+        ClosePort(port, vdev);
+        return FailedPreconditionError(what + " cannot steer UDP port " + std::to_string(base + t) +
+                                       " to queue " + std::to_string(t) +
+                                       " (rte_flow: " + (err.message ? err.message : "no message") +
+                                       "): use one thread (--threads 1)");
+      }
+    }
+  }
+  Proc().devices_in_use[device] = port;
+  auto dev = std::make_shared<Device>();
+  dev->port = port;
+  dev->vdev = vdev;
+  dev->key = device;
+  rte_ether_addr mac;
+  rte_eth_macaddr_get(port, &mac);
+  for (size_t t = 0; t < count; ++t) {
+    auto tr = std::make_unique<DpdkTransport>(options, static_cast<uint16_t>(base + t), nullptr);
+    PortRef p;
+    p.port = port;
+    p.queue = static_cast<uint16_t>(t);
+    p.mac = mac;
+    p.up = true;
+    p.device = dev;
+    std::vector<PortRef> ports;
+    ports.push_back(std::move(p));
+    RETURN_IF_ERROR(tr->Init(
+        std::move(ports), tx_off, rx_off,
+        "dpdk (" + device + " queue " + std::to_string(t) + ", " + MacToString(mac) + ")"));
+    out.push_back(std::move(tr));
+  }
+  return out;
+}
+
+}  // namespace switchml::transport
+
+#endif  // SWITCHML_HAVE_DPDK

@@ -1,0 +1,78 @@
+// The DPDK backend: SwitchML datagrams in full Ethernet/IPv4/UDP frames that the transport builds
+// and parses itself, moved by a DPDK poll-mode driver in bursts, bypassing the kernel.
+//
+// Devices (SWITCHML_DPDK_DEVICE, or the tools' --dpdk-device):
+//   - "memif" (the default): shared memory between the processes of one host (net_memif). The
+//     switch side (DpdkOptions::switch_side) is the memif server: each data port P listens on the
+//     abstract socket "<prefix>-P" with `memif_interfaces` interfaces (ids 0..n-1), one per
+//     worker thread that may connect. A worker transport is a memif client: on its first Send it
+//     connects to the socket of the destination's port with the lowest free id (free ids are
+//     taken with flock on /tmp/switchml-dpdk/<prefix>-P.<id>.lock, released when the process
+//     ends). Ports are reserved in the kernel (an unused UDP socket per port), so that two
+//     processes of one host never claim the same one.
+//   - anything else: one DPDK port per process, by PCI address ("0000:01:00.0") or as a virtual
+//     device ("net_af_packet0,iface=veth0", "net_af_xdp0,iface=veth0"), shared by the transports
+//     of OpenDpdkConsecutive: transport t uses queue t (steered by an rte_flow rule on its UDP
+//     port when there are several; a device without rte_flow then needs one thread).
+//
+// Frames: Ethernet II, IPv4 (no options, DF, TTL 64), UDP, as the reference's DPDK client sends
+// them. IPv4 and UDP checksums are offloaded where the device offers it, else computed; received
+// checksums are checked unless the device already did. Neighbours: each transport answers ARP
+// requests for its address, learns the MAC of every IPv4 source it receives from, takes static
+// entries from SWITCHML_DPDK_NEIGH ("10.0.0.1=02:00:00:00:00:01,10.0.0.2=..."), and sends to the
+// broadcast MAC while a destination is unknown.
+//
+// EAL: initialised once per process, on the first open, with the arguments of SWITCHML_DPDK_EAL
+// (the tools' --dpdk-eal) or, by default, "--no-huge --no-pci --no-shconf -m 512
+// --no-telemetry --log-level=*:warning" (virtual devices only; see docs/architecture.md 2.1 for
+// real NICs). The calling thread's CPU affinity is restored afterwards. Threads that use a
+// transport register with EAL (rte_thread_register) on first use, for mempool caches.
+//
+// Waiting: Receive polls the device; while nothing arrives it spins briefly, then yields, then
+// sleeps in growing steps (50 us .. 1 ms) on an eventfd that Wake() signals, so that poll-mode
+// processes share a small machine (SWITCHML_DPDK_POLL=spin keeps spinning until the timeout).
+//
+// Buffers: Receive lends the payloads inside the received mbufs (freed on the next Receive);
+// TxBuffer(i) lends the payload area of an mbuf that the transport holds, behind room for the
+// headers, so Send writes only the headers (zero copy); the mbuf's reference is kept and the
+// buffer reused once the driver released it. A span from TxBuffer(i) stays valid until the next
+// TxBuffer(i). A datagram of caller memory, or a second destination of the same buffer, is copied.
+// Thread-safety: as Transport. Ownership: the transport owns its devices (closed on destruction).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "switchml/status.h"
+#include "transport/transport.h"
+
+namespace switchml::transport {
+
+struct DpdkOptions {
+  uint32_t bind_ipv4 = 0;  // host order; 0: 127.0.0.1 on memif (the switch answers from the
+                           // address it was sent to); a device needs the interface's address
+  uint16_t port = 0;       // 0: a free consecutive range
+  size_t max_datagram_bytes = 2048;  // at most 2048
+  size_t max_batch = 64;             // frames per rx/tx burst
+  // The switch's data plane: the memif server side. Workers are clients.
+  bool switch_side = false;
+  // Empty: SWITCHML_DPDK_DEVICE, else "memif".
+  std::string device;
+  // memif server interfaces per data port (the worker threads that may connect to one shard);
+  // 0: SWITCHML_DPDK_MEMIF_INTERFACES, else 8.
+  uint32_t memif_interfaces = 0;
+};
+
+// True when this build has DPDK (libdpdk-dev was found at configure time).
+bool DpdkAvailable();
+
+// Opens `count` DPDK transports on consecutive ports (one per thread). Errors say what failed:
+// no DPDK in this build (kUnimplemented), EAL initialisation (its message, with the arguments),
+// a missing device or driver, permissions (kFailedPrecondition / kPermissionDenied).
+Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOptions& options,
+                                                                    size_t count);
+
+}  // namespace switchml::transport
