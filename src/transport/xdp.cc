@@ -745,6 +745,11 @@ class XdpTransport final : public Transport {
 
   Result<size_t> Send(std::span<const TxDatagram> batch) override {
     size_t taken = 0;
+    send_now_ = Clock::now();
+    if (send_now_ - last_ip_checked_ > kNeighbourRecheck) {
+      last_ip_checked_ = send_now_;
+      last_mac_ = nullptr;  // let the next lookup go through the table's recheck
+    }
     ReapCompleted();
     while (taken < batch.size()) {
       const uint32_t want = static_cast<uint32_t>(std::min(batch.size() - taken, kMaxPerSend));
@@ -1025,16 +1030,23 @@ class XdpTransport final : public Transport {
   }
 
   // The MAC address to send to ip; nullptr if it cannot be found (the datagram is dropped).
+  // Entries are looked up again in the kernel's table every kNeighbourRecheck (a host whose
+  // address moved to another MAC), without waiting.
   const Mac* Neighbour(uint32_t ip) {
     if (ip == last_ip_ && last_mac_ != nullptr) return last_mac_;
     auto it = neighbours_.find(ip);
     if (it == neighbours_.end()) {
       std::optional<Mac> m = ResolveNeighbour(ip);
       if (!m) return nullptr;
-      it = neighbours_.emplace(ip, *m).first;
+      it = neighbours_.emplace(ip, NeighbourEntry{*m, send_now_}).first;
+    } else if (send_now_ - it->second.checked > kNeighbourRecheck) {
+      it->second.checked = send_now_;
+      if (const std::optional<uint32_t> hop = NextHop(local_.interface, ip)) {
+        if (auto m = ArpLookup(local_.interface, *hop)) it->second.mac = *m;
+      }
     }
     last_ip_ = ip;
-    last_mac_ = &it->second;
+    last_mac_ = &it->second.mac;
     return last_mac_;
   }
 
@@ -1104,7 +1116,14 @@ class XdpTransport final : public Transport {
   std::vector<uint8_t> fallback_;  // lent when every frame is in flight
   std::vector<uint64_t> lent_;     // received frames lent until the next Receive
   uint16_t ip_id_ = 0;
-  std::unordered_map<uint32_t, Mac> neighbours_;
+  struct NeighbourEntry {
+    Mac mac;
+    Clock::time_point checked;
+  };
+  static constexpr std::chrono::seconds kNeighbourRecheck{5};
+  std::unordered_map<uint32_t, NeighbourEntry> neighbours_;
+  Clock::time_point send_now_{};
+  Clock::time_point last_ip_checked_{};
   uint32_t last_ip_ = 0;
   const Mac* last_mac_ = nullptr;
   std::unordered_set<uint32_t> warned_;
