@@ -100,10 +100,13 @@ def run_once(a, rack, transport, tag):
                 return {"error": f"worker failed (exit {p.returncode}): {text.strip()[-400:]}"}
             results.append(line)
     finally:
-        if switch.poll() is None:
+        usage = None
+        if switch.returncode is None:  # not reaped yet: its resource usage is still there
             switch.send_signal(signal.SIGTERM)
-        _, status, usage = os.wait4(switch.pid, 0)
-        switch.returncode = os.waitstatus_to_exitcode(status)
+            _, status, usage = os.wait4(switch.pid, 0)
+            switch.returncode = os.waitstatus_to_exitcode(status)
+    if usage is None:
+        return {"error": "the switch exited early"}
     sw_out.seek(0)
     text = sw_out.read()
     m = re.search(r"daemon: received (\d+), sent (\d+)", text)
