@@ -42,9 +42,24 @@ for h in "${hosts[@]}"; do
 done
 
 log=$(mktemp)
+# Over AF_XDP the switch runs two shards: two sockets sharing one UMEM, as the workers' two threads.
+switch_threads=1
+[ "$transport" = xdp ] && switch_threads=2
 ip netns exec "$tag-sw" "$bin" switch --bind "$net.1" --data-port 48864 --control-port 50099 \
-  --transport "$transport" >"$log" 2>&1 &
+  --transport "$transport" --threads "$switch_threads" >"$log" 2>&1 &
 switch_pid=$!
+for _ in $(seq 50); do
+  grep -q "control port" "$log" && break
+  kill -0 "$switch_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if ! kill -0 "$switch_pid" 2>/dev/null && [ "$transport" != udp ] &&
+  grep -q "not compiled into this build\\|AF_XDP: cannot\\|AF_XDP: the kernel refused" "$log"; then
+  # The transport cannot start here (the build or the kernel refuses it): skip, saying why.
+  echo "SKIPPED: transport $transport cannot run here:"; cat "$log"; rm -f "$log"
+  switch_pid=""
+  exit 77
+fi
 
 pids=()
 outs=()
@@ -64,12 +79,6 @@ for r in 0 1; do
     echo "FAIL: worker $r reported no verified result:"; cat "${outs[$r]}"; status=1
   fi
 done
-if ! kill -0 "$switch_pid" 2>/dev/null && [ "$transport" != udp ] &&
-  grep -q "not compiled into this build\|AF_XDP: cannot\|AF_XDP: the kernel refused" "$log"; then
-  # The transport could not start here (kernel or build refusing it): skip, saying why.
-  echo "SKIPPED: transport $transport cannot run here:"; cat "$log"; rm -f "$log" "${outs[@]}"
-  exit 77
-fi
 kill -TERM "$switch_pid"
 wait "$switch_pid" || { echo "FAIL: switch exited with an error"; status=1; }
 switch_pid=""
