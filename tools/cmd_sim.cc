@@ -88,6 +88,8 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   flags.AddDouble("switch-latency-ns", 500, "switch pipeline latency per packet, ns");
   flags.AddDouble("switch-mpps", 0, "switch pipeline capacity, Mpackets/s (0 = unlimited)");
   flags.AddDouble("host-latency-ns", 0, "host (NIC, stack) latency per packet sent, ns");
+  flags.AddDouble("timer-granularity-ns", 1000,
+                  "host timer granularity: timeouts run at deadlines rounded up to this");
   flags.AddInt("packet-numel", 256, "elements per packet: 64 or 256");
   flags.AddInt("slots", 8192, "switch slots per job (the most any window may use)");
   flags.AddInt("window", 0,
@@ -188,6 +190,7 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   c.switch_latency_ns = flags.GetDouble("switch-latency-ns");
   c.switch_pps = flags.GetDouble("switch-mpps") * 1e6;
   c.host_latency_ns = flags.GetDouble("host-latency-ns");
+  c.timer_granularity_ns = flags.GetDouble("timer-granularity-ns");
   c.switch_config.slots_per_job = static_cast<uint32_t>(slots);
   if (window == 0) {
     // The documented rule (docs/architecture.md 4.5) with this network's base round trip: two

@@ -56,7 +56,8 @@ Status SimConfig::Validate() const {
     }
   }
   if (jobs.size() > 200) return InvalidArgumentError("at most 200 concurrent jobs");
-  if (!(switch_latency_ns >= 0) || !(host_latency_ns >= 0) || !(switch_pps >= 0)) {
+  if (!(switch_latency_ns >= 0) || !(host_latency_ns >= 0) || !(switch_pps >= 0) ||
+      !(timer_granularity_ns >= 0)) {
     return InvalidArgumentError("latencies and the switch's packet rate must be >= 0");
   }
   if (!(max_sim_seconds > 0)) return InvalidArgumentError("the time limit must be positive");
@@ -244,7 +245,7 @@ class Engine {
   std::vector<LinkState> links_;
   std::vector<std::unique_ptr<dataplane::Switch>> switches_;  // per node (null for hosts)
   std::vector<Time> switch_busy_;
-  Time switch_latency_ = 0, switch_service_ = 0, host_latency_ = 0;
+  Time switch_latency_ = 0, switch_service_ = 0, host_latency_ = 0, timer_granularity_ = 0;
   // Per host node: session index by port - kHostPortBase.
   std::vector<std::vector<uint32_t>> port_table_;
   std::vector<SessionState> sessions_;
@@ -272,6 +273,7 @@ Status Engine::Setup() {
   nodes_ = static_cast<uint32_t>(nodes.size());
   switch_latency_ = Ps(cfg_.switch_latency_ns);
   host_latency_ = Ps(cfg_.host_latency_ns);
+  timer_granularity_ = Ps(cfg_.timer_granularity_ns);
   switch_service_ = cfg_.switch_pps > 0 ? Ps(1e9 / cfg_.switch_pps) : 0;
   for (const Link& l : cfg_.topology.links()) {
     LinkState s;
@@ -540,7 +542,9 @@ void Engine::AfterSession(uint32_t s) {
     return;
   }
   if (auto d = session.PollTimeout()) {
-    const Time t = static_cast<Time>(d->count()) * 1000;
+    Time t = static_cast<Time>(d->count()) * 1000;
+    if (timer_granularity_ > 0)
+      t = (t + timer_granularity_ - 1) / timer_granularity_ * timer_granularity_;
     if (t < ss.timer_at) {
       ss.timer_at = t;
       Push(t, EventKind::kTimer, s);

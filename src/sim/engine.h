@@ -86,6 +86,10 @@ struct SimConfig {
   double switch_latency_ns = 500;  // per-packet pipeline latency
   double switch_pps = 0;           // pipeline capacity, packets per second (0: unlimited)
   double host_latency_ns = 0;      // added to every packet a host sends (NIC, stack)
+  // Host timer granularity: a session's HandleTimeout runs at its PollTimeout deadline rounded up
+  // to a multiple of this (0: exactly then). Coarser timers mean fewer events (a deadline per
+  // packet sent otherwise) and retransmissions up to this much later.
+  double timer_granularity_ns = 1000;
   // The sessions' timing: timeout policy, RTO bounds, progress timeout. num_workers, slot_start,
   // window and size are set per job and thread.
   worker::SessionConfig session;
