@@ -19,7 +19,7 @@ int SwitchCommand(const std::vector<std::string>& args) {
   flags.AddString("bind", "0.0.0.0", "IPv4 address to listen on");
   flags.AddInt("data-port", 48864, "UDP data port (0 = pick a free one)");
   flags.AddInt("control-port", 50099, "gRPC control port (0 = pick a free one)");
-  flags.AddInt("max-workers", 32, "workers per job (at most 64)");
+  flags.AddInt("max-workers", 32, "workers per job (at most 256)");
   flags.AddInt("slots", 8192, "aggregation slots per job (at most 16384)");
   flags.AddInt("max-jobs", 64, "concurrent jobs");
   flags.AddDouble("loss", 0, "drop this fraction of packets in each direction (loss simulator)");

@@ -9,7 +9,8 @@
 // each stage exists per job, so jobs never share state.
 //
 // The stages trust their inputs: the caller (Switch::Process) has already checked that the slot
-// index is inside the pool, the payload has the job's length, and rank < num_workers <= 64.
+// index is inside the pool, the payload has the job's length, and rank < num_workers <=
+// kMaxWorkerBitmapWidth (256).
 //
 // Thread-safety: none; each instance belongs to one job of one Switch. No stage allocates after
 // construction.
@@ -25,9 +26,47 @@
 
 namespace switchml::dataplane {
 
-// One bit per rank of a job (bit r = rank r): the widest bitmap the stages support.
-using WorkerBitmap = uint64_t;
-inline constexpr uint32_t kMaxWorkerBitmapWidth = 64;
+// One bit per rank of a job (bit r = rank r): 256 bits, four 64-bit words (a Tofino keeps such a
+// bitmap in several register arrays), so one switch aggregates up to 256 workers per job.
+class WorkerBitmap {
+ public:
+  static constexpr uint32_t kWords = 4;
+  constexpr WorkerBitmap() = default;
+  // Bits 0..63 from `low` (so 0 and 1 convert, as for an integer bitmap).
+  constexpr WorkerBitmap(uint64_t low) : w_{low, 0, 0, 0} {}  // NOLINT: implicit on purpose
+  // This bitmap shifted left by n < 256 bits.
+  constexpr WorkerBitmap operator<<(uint32_t n) const {
+    WorkerBitmap r;
+    const uint32_t words = n / 64, bits = n % 64;
+    for (uint32_t i = kWords; i-- > words;) {
+      uint64_t v = w_[i - words] << bits;
+      if (bits != 0 && i > words) v |= w_[i - words - 1] >> (64 - bits);
+      r.w_[i] = v;
+    }
+    return r;
+  }
+  constexpr WorkerBitmap& operator|=(const WorkerBitmap& o) {
+    for (uint32_t i = 0; i < kWords; ++i) w_[i] |= o.w_[i];
+    return *this;
+  }
+  constexpr WorkerBitmap& operator&=(const WorkerBitmap& o) {
+    for (uint32_t i = 0; i < kWords; ++i) w_[i] &= o.w_[i];
+    return *this;
+  }
+  constexpr WorkerBitmap operator~() const {
+    WorkerBitmap r;
+    for (uint32_t i = 0; i < kWords; ++i) r.w_[i] = ~w_[i];
+    return r;
+  }
+  friend constexpr WorkerBitmap operator&(WorkerBitmap a, const WorkerBitmap& b) { return a &= b; }
+  friend constexpr WorkerBitmap operator|(WorkerBitmap a, const WorkerBitmap& b) { return a |= b; }
+  friend constexpr bool operator==(const WorkerBitmap& a, const WorkerBitmap& b) = default;
+  uint64_t word(uint32_t i) const { return w_[i]; }
+
+ private:
+  uint64_t w_[kWords] = {};
+};
+inline constexpr uint32_t kMaxWorkerBitmapWidth = 64 * WorkerBitmap::kWords;
 
 // The register entry of a (slot, set): slot * 2 + set.
 constexpr size_t RegisterIndex(proto::SlotId s) { return size_t{s.index} * 2 + s.set; }

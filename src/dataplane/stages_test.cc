@@ -76,6 +76,28 @@ TEST(WorkerBitmapStageTest, HighestRankOf64) {
   EXPECT_EQ(stage.bitmap({0, 1}), WorkerBitmap{1} << 63);
 }
 
+TEST(WorkerBitmapStageTest, HighestRankOf256AndWordBoundaries) {
+  EXPECT_EQ((WorkerBitmap{1} << 64).word(1), 1u);
+  EXPECT_EQ((WorkerBitmap{1} << 64).word(0), 0u);
+  EXPECT_EQ((WorkerBitmap{0x8000000000000001ull} << 1).word(1), 1u);
+  EXPECT_EQ((WorkerBitmap{0x8000000000000001ull} << 1).word(0), 2u);
+  EXPECT_EQ((WorkerBitmap{1} << 255).word(3), uint64_t{1} << 63);
+  WorkerBitmapStage stage(1);
+  for (uint32_t r : {255u, 64u, 63u}) {
+    PacketMetadata md = Md({0, 1}, r, 256);
+    stage.Apply(md);
+    EXPECT_FALSE(md.seen);
+  }
+  EXPECT_EQ(stage.bitmap({0, 1}),
+            (WorkerBitmap{1} << 255) | (WorkerBitmap{1} << 64) | (WorkerBitmap{1} << 63));
+  PacketMetadata again = Md({0, 1}, 64, 256);
+  stage.Apply(again);
+  EXPECT_TRUE(again.seen);
+  PacketMetadata other = Md({0, 0}, 255, 256);  // moving on clears rank 255 in set 1
+  stage.Apply(other);
+  EXPECT_EQ(stage.bitmap({0, 1}), (WorkerBitmap{1} << 64) | (WorkerBitmap{1} << 63));
+}
+
 TEST(WorkerBitmapStageTest, RestoreUndoesBothSets) {
   WorkerBitmapStage stage(1);
   PacketMetadata a = Md({0, 0}, 0, 2);

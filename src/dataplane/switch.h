@@ -31,7 +31,7 @@
 namespace switchml::dataplane {
 
 struct SwitchConfig {
-  // Workers per job; the worker bitmap is 64 bits wide, so at most 64.
+  // Workers per job; the worker bitmap is 256 bits wide, so at most 256.
   uint32_t max_workers_per_job = 32;
   // Slots in each job's pool (two sets each). At most proto::kMaxSlots.
   uint32_t slots_per_job = 8192;

@@ -86,11 +86,11 @@ uint64_t Dropped(const JobCounters& c, DropReason r) { return c.dropped[static_c
 TEST(SwitchConfigTest, Validate) {
   EXPECT_TRUE(SwitchConfig{}.Validate().ok());
   SwitchConfig c;
-  c.max_workers_per_job = 64;
+  c.max_workers_per_job = 256;
   EXPECT_TRUE(c.Validate().ok());
-  c.max_workers_per_job = 65;
+  c.max_workers_per_job = 257;
   EXPECT_EQ(c.Validate().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(c.Validate().message().find("max_workers_per_job must be in 1..64"), std::string::npos)
+  EXPECT_NE(c.Validate().message().find("max_workers_per_job must be in 1..256"), std::string::npos)
       << c.Validate().message();
   c.max_workers_per_job = 0;
   EXPECT_FALSE(c.Validate().ok());
@@ -108,8 +108,8 @@ TEST(SwitchConfigTest, Validate) {
 
 TEST(SwitchConfigDeathTest, SwitchRequiresValidConfig) {
   SwitchConfig c;
-  c.max_workers_per_job = 65;
-  EXPECT_DEATH({ Switch sw(c); }, "max_workers_per_job must be in 1..64");
+  c.max_workers_per_job = 257;
+  EXPECT_DEATH({ Switch sw(c); }, "max_workers_per_job must be in 1..256");
 }
 
 TEST(SwitchTest, DropReasonNames) {
@@ -626,24 +626,35 @@ TEST(SwitchSpecialCaseTest, SingleWorkerJobCompletesEveryPacket) {
   EXPECT_EQ(Reply(a).header.tsi, 3u);
 }
 
-TEST(SwitchSpecialCaseTest, SixtyFourWorkers) {
-  SwitchConfig config = SmallConfig();
-  config.max_workers_per_job = 64;
-  Switch sw(config);
-  ASSERT_TRUE(sw.CreateJob(Spec(1, 64)).ok());
-  for (uint32_t r = 0; r < 64; ++r)
-    ASSERT_TRUE(sw.AddWorker(1, r, {kIpA, uint16_t(1000 + r)}).ok());
-  for (uint32_t r = 0; r < 63; ++r) {
-    EXPECT_EQ(sw.Process({kIpA, uint16_t(1000 + r)}, Datagram({0, 0}, Fill(r))).reason,
-              DropReason::kNone);
+// Every bitmap word: 64 workers (one word) and 256 (four; ranks cross word boundaries).
+TEST(SwitchSpecialCaseTest, SixtyFourAndTwoHundredFiftySixWorkers) {
+  for (uint32_t n : {64u, 256u}) {
+    SCOPED_TRACE(std::to_string(n) + " workers");
+    SwitchConfig config = SmallConfig();
+    config.max_workers_per_job = n;
+    Switch sw(config);
+    ASSERT_TRUE(sw.CreateJob(Spec(1, n)).ok());
+    for (uint32_t r = 0; r < n; ++r)
+      ASSERT_TRUE(sw.AddWorker(1, r, {kIpA, uint16_t(1000 + r)}).ok());
+    for (uint32_t r = 0; r + 1 < n; ++r) {
+      EXPECT_EQ(sw.Process({kIpA, uint16_t(1000 + r)}, Datagram({0, 0}, Fill(r))).reason,
+                DropReason::kNone);
+    }
+    // The last rank (the bitmap's top bit) retransmits nothing yet; ranks 0 and 64 (the first
+    // bit of a word) are duplicates.
+    EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(0))).reason, DropReason::kDuplicate);
+    if (n > 64) {
+      EXPECT_EQ(sw.Process({kIpA, 1064}, Datagram({0, 0}, Fill(64))).reason,
+                DropReason::kDuplicate);
+    }
+    const uint16_t last = uint16_t(1000 + n - 1);
+    const Action& a = sw.Process({kIpA, last}, Datagram({0, 0}, Fill(int32_t(n - 1))));
+    ASSERT_EQ(a.kind, Action::Kind::kMulticast);
+    EXPECT_EQ(a.destinations.size(), n);
+    EXPECT_EQ(Reply(a).values[0], int32_t((n - 1) * n / 2));
+    EXPECT_EQ(sw.Process({kIpA, last}, Datagram({0, 0}, Fill(int32_t(n - 1)))).kind,
+              Action::Kind::kUnicast);
   }
-  // Rank 63 (the bitmap's top bit) retransmits nothing yet; rank 0 is a duplicate.
-  EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram({0, 0}, Fill(0))).reason, DropReason::kDuplicate);
-  const Action& a = sw.Process({kIpA, 1063}, Datagram({0, 0}, Fill(63)));
-  ASSERT_EQ(a.kind, Action::Kind::kMulticast);
-  EXPECT_EQ(a.destinations.size(), 64u);
-  EXPECT_EQ(Reply(a).values[0], 63 * 64 / 2);
-  EXPECT_EQ(sw.Process({kIpA, 1063}, Datagram({0, 0}, Fill(63))).kind, Action::Kind::kUnicast);
 }
 
 // Given: 2 workers complete round 0 on slot 0 set 0; worker 0 receives the result and sends
