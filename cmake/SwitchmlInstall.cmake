@@ -123,6 +123,9 @@ if(NOT SWITCHML_BUILD_SHARED)
     elseif(lib STREQUAL "PkgConfig::LIBXDP")  # the AF_XDP transport
       string(APPEND SWITCHML_STATIC_DEPENDENCIES "switchml_pkg_module(LIBXDP libxdp)\n")
       string(APPEND SWITCHML_PC_REQUIRES_PRIVATE " libxdp")
+    elseif(lib STREQUAL "PkgConfig::DPDK")  # the DPDK transport
+      string(APPEND SWITCHML_STATIC_DEPENDENCIES "switchml_pkg_module(DPDK libdpdk)\n")
+      string(APPEND SWITCHML_PC_REQUIRES_PRIVATE " libdpdk")
     elseif(lib STREQUAL "PkgConfig::LIBBPF")
       string(APPEND SWITCHML_STATIC_DEPENDENCIES "switchml_pkg_module(LIBBPF libbpf)\n")
       string(APPEND SWITCHML_PC_REQUIRES_PRIVATE " libbpf")

@@ -20,7 +20,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include <poll.h>
 #include <pthread.h>
 #include <rte_arp.h>
-#include <rte_bus_vdev.h>
+#include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -260,7 +260,7 @@ Status StartPort(uint16_t port, uint16_t queues, const std::string& what, uint64
 // Creates a virtual device "name,args" and returns its port.
 Result<uint16_t> MakeVdev(const std::string& name, const std::string& args,
                           const std::string& what) {
-  if (int r = rte_vdev_init(name.c_str(), args.c_str()); r != 0) {
+  if (int r = rte_eal_hotplug_add("vdev", name.c_str(), args.c_str()); r != 0) {
     std::string hint;
     if (r == -EEXIST) hint = " (exists already)";
     return FailedPreconditionError(
@@ -278,7 +278,7 @@ Result<uint16_t> MakeVdev(const std::string& name, const std::string& args,
 void ClosePort(uint16_t port, const std::string& vdev_name) {
   rte_eth_dev_stop(port);
   rte_eth_dev_close(port);
-  if (!vdev_name.empty()) rte_vdev_uninit(vdev_name.c_str());
+  if (!vdev_name.empty()) rte_eal_hotplug_remove("vdev", vdev_name.c_str());
 }
 
 // An id lock for a memif client: the first free id of socket `sock`.
@@ -752,6 +752,12 @@ class DpdkTransport final : public Transport {
       send_buffer_full_{0}, send_calls_{0}, receive_calls_{0};
 };
 
+std::string NoServerHint(uint16_t port) {
+  return ": is a switch with --transport dpdk serving data port " + std::to_string(port) +
+         " on this host (in this network namespace), with enough memif interfaces "
+         "(SWITCHML_DPDK_MEMIF_INTERFACES)?";
+}
+
 Status DpdkTransport::ConnectClient(const Endpoint& dst) {
   const std::string sock = memif_prefix_ + "-" + std::to_string(dst.port);
   const std::string what = "dpdk memif client of " + sock;
@@ -767,8 +773,8 @@ Status DpdkTransport::ConnectClient(const Endpoint& dst) {
                                       what));
     uint64_t tx_off = 0, rx_off = 0;
     if (Status st = StartPort(p.port, 1, what, &tx_off, &rx_off); !st.ok()) {
-      ClosePort(p.port, vdev);
-      return st;
+      ClosePort(p.port, vdev);  // memif's client connects when it starts: most likely no server
+      return UnavailableError(st.message() + NoServerHint(dst.port));
     }
     rte_eth_macaddr_get(p.port, &p.mac);
     p.device = std::make_shared<Device>();
