@@ -78,7 +78,10 @@ int SimCommand(const std::vector<std::string>& raw_args) {
       "give the same output. Flags may also come from a JSON file (--config), which the command\n"
       "line overrides. See docs/simulator.md.");
   flags.AddString("config", "", "JSON file of flag values, e.g. {\"workers\": 64, \"loss\": 0.01}");
-  flags.AddString("topology", "star", "star: every worker on one switch");
+  flags.AddString("topology", "star",
+                  "star: every worker on one switch; two-level: --racks top-of-rack switches "
+                  "under one spine, the workers spread evenly over them (docs/hierarchy.md)");
+  flags.AddInt("racks", 2, "with --topology two-level: top-of-rack switches (racks)");
   flags.AddInt("workers", 8, "workers per job");
   flags.AddInt("jobs", 1, "concurrent jobs, each with its own workers, all on the one switch");
   flags.AddBool("share-pool", "split --slots among the jobs: each job's window is slots / jobs");
@@ -152,7 +155,16 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   const int64_t numel = flags.GetInt("packet-numel"), threads = flags.GetInt("threads");
   const int64_t iterations = flags.GetInt("iterations"), slots = flags.GetInt("slots");
   int64_t window = flags.GetInt("window");
-  if (flags.GetString("topology") != "star") return fail("--topology must be star");
+  const std::string topology_name = flags.GetString("topology");
+  const bool two_level = topology_name == "two-level";
+  if (topology_name != "star" && !two_level) return fail("--topology must be star or two-level");
+  const int64_t racks = two_level ? flags.GetInt("racks") : 1;
+  if (two_level) {
+    if (jobs != 1) return fail("--topology two-level runs one job (--jobs 1)");
+    if (racks < 1 || racks > 64 || workers % racks != 0 || workers / racks > 64) {
+      return fail("--racks must be in 1..64 and divide --workers into racks of at most 64");
+    }
+  }
   if (workers < 1 || workers > 4096) return fail("--workers must be in 1..4096");
   if (jobs < 1 || jobs > 200) return fail("--jobs must be in 1..200");
   if (numel != 64 && numel != 256) return fail("--packet-numel must be 64 or 256");
@@ -186,7 +198,10 @@ int SimCommand(const std::vector<std::string>& raw_args) {
 
   sim::SimConfig c;
   const uint32_t hosts = static_cast<uint32_t>(workers * jobs);
-  c.topology = sim::Topology::Star(hosts, lp);
+  const uint32_t per_rack = static_cast<uint32_t>(hosts / racks);
+  const uint32_t spine = hosts + static_cast<uint32_t>(racks);  // two-level only
+  c.topology = two_level ? sim::Topology::TwoLevel(static_cast<uint32_t>(racks), per_rack, lp, lp)
+                         : sim::Topology::Star(hosts, lp);
   c.switch_latency_ns = flags.GetDouble("switch-latency-ns");
   c.switch_pps = flags.GetDouble("switch-mpps") * 1e6;
   c.host_latency_ns = flags.GetDouble("host-latency-ns");
@@ -197,8 +212,9 @@ int SimCommand(const std::vector<std::string>& raw_args) {
     // links each way (serialization and propagation), the switch and the host latencies.
     const double wire = static_cast<double>(proto::DatagramBytes(code) + sim::kWireOverheadBytes);
     const double ser_ns = wire * 8 / lp.gbps;
+    const double levels = two_level ? 2 : 1;  // hops each way: 1 (star) or 2 (host-ToR-spine)
     const double rtt_ns =
-        2 * (ser_ns + lp.propagation_ns) + c.switch_latency_ns + c.host_latency_ns;
+        levels * (2 * (ser_ns + lp.propagation_ns) + c.switch_latency_ns) + c.host_latency_ns;
     window = static_cast<int64_t>(std::ceil(2 * lp.gbps * rtt_ns / 8 / wire));
     window = std::max<int64_t>(64, (window + 31) / 32 * 32);
     window = (window + threads - 1) / threads * threads;
@@ -209,9 +225,11 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   for (int64_t j = 0; j < jobs; ++j) {
     sim::JobConfig job;
     job.session_id = static_cast<uint64_t>(j + 1);
-    job.switch_node = hosts;
-    for (int64_t r = 0; r < workers; ++r)
+    job.switch_node = two_level ? spine : hosts;
+    for (int64_t r = 0; r < workers; ++r) {
       job.hosts.push_back(static_cast<uint32_t>(j * workers + r));
+      if (two_level) job.tors.push_back(hosts + static_cast<uint32_t>(r) / per_rack);
+    }
     job.size = code;
     job.window = static_cast<uint32_t>(window);
     job.threads = static_cast<uint32_t>(threads);
@@ -295,8 +313,9 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   LinkSummary up, down;
   size_t nup = 0, ndown = 0;
   for (const sim::LinkResult& l : result->links) {
-    LinkSummary& s = l.from < hosts ? up : down;
-    (l.from < hosts ? nup : ndown)++;
+    const bool is_up = l.from < hosts || (two_level && l.to == spine);  // toward the aggregator
+    LinkSummary& s = is_up ? up : down;
+    (is_up ? nup : ndown)++;
     s.mean += l.utilisation;
     s.max = std::max(s.max, l.utilisation);
     s.lost += l.lost;
@@ -306,7 +325,8 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   if (ndown > 0) down.mean /= static_cast<double>(ndown);
 
   json out;
-  out["config"] = {{"topology", "star"},
+  out["config"] = {{"topology", topology_name},
+                   {"racks", racks},
                    {"workers", workers},
                    {"jobs", jobs},
                    {"gbps", lp.gbps},

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <numeric>
 #include <queue>
 
 #include "base/check.h"
@@ -31,6 +33,25 @@ Status SimConfig::Validate() const {
       if (h >= nodes.size() || nodes[h].kind != Node::Kind::kHost) {
         return InvalidArgumentError(what + "worker on node " + std::to_string(h) +
                                     ", which is not a host");
+      }
+    }
+    if (!job.tors.empty()) {
+      if (job.tors.size() != job.hosts.size()) {
+        return InvalidArgumentError(what + "tors must name one top-of-rack switch per rank");
+      }
+      for (uint32_t t : job.tors) {
+        if (t >= nodes.size() || nodes[t].kind != Node::Kind::kSwitch || t == job.switch_node) {
+          return InvalidArgumentError(what + "top-of-rack node " + std::to_string(t) +
+                                      " is not a switch other than the spine");
+        }
+        for (size_t k = 0; k < j; ++k) {
+          if (jobs[k].switch_node == job.switch_node &&
+              std::find(jobs[k].tors.begin(), jobs[k].tors.end(), t) != jobs[k].tors.end()) {
+            return InvalidArgumentError(what + "shares top-of-rack switch " + std::to_string(t) +
+                                        " and its spine with job " + std::to_string(k) +
+                                        ": one two-level job per ToR and spine at a time");
+          }
+        }
       }
     }
     if (job.threads == 0 || job.threads > 64) {
@@ -291,7 +312,15 @@ Status Engine::Setup() {
   }
   uint32_t max_workers = 1;
   for (const JobConfig& j : cfg_.jobs) {
-    max_workers = std::max<uint32_t>(max_workers, static_cast<uint32_t>(j.hosts.size()));
+    if (j.tors.empty()) {
+      max_workers = std::max<uint32_t>(max_workers, static_cast<uint32_t>(j.hosts.size()));
+      continue;
+    }
+    // Two levels: a ToR's job has its rack's ranks, the spine's one member per rack.
+    std::map<uint32_t, uint32_t> rack_size;
+    for (uint32_t t : j.tors) ++rack_size[t];
+    max_workers = std::max<uint32_t>(max_workers, static_cast<uint32_t>(rack_size.size()));
+    for (const auto& [t, k] : rack_size) max_workers = std::max(max_workers, k);
   }
   dataplane::SwitchConfig sc = cfg_.switch_config;
   sc.max_workers_per_job = std::max(sc.max_workers_per_job, max_workers);
@@ -315,8 +344,34 @@ Status Engine::Setup() {
     const uint32_t W = jc.window / T;
     job.result.session_id = jc.session_id;
     job.result.workers = n;
-    dataplane::Switch& sw = *switches_[jc.switch_node];
-    RETURN_IF_ERROR(sw.CreateJob({jc.session_id, n, jc.size, T, jc.window, /*running_tsi=*/true}));
+    // The switch each rank registers with and its rank there: switch_node and r (one level), or
+    // its ToR and its place in the rack (two levels; the ToRs join the spine as its members).
+    std::vector<uint32_t> rank_switch(n, jc.switch_node), rank_local(n);
+    std::iota(rank_local.begin(), rank_local.end(), 0u);
+    if (jc.tors.empty()) {
+      RETURN_IF_ERROR(switches_[jc.switch_node]->CreateJob(
+          {jc.session_id, n, jc.size, T, jc.window, /*running_tsi=*/true}));
+    } else {
+      std::vector<uint32_t> racks;  // ToR nodes in order of first appearance
+      std::map<uint32_t, uint32_t> rack_size;
+      for (uint32_t r = 0; r < n; ++r) {
+        const uint32_t t = jc.tors[r];
+        if (rack_size[t] == 0) racks.push_back(t);
+        rank_switch[r] = t;
+        rank_local[r] = rack_size[t]++;
+      }
+      dataplane::Switch& spine = *switches_[jc.switch_node];
+      RETURN_IF_ERROR(spine.CreateJob({jc.session_id, static_cast<uint32_t>(racks.size()), jc.size,
+                                       T, jc.window, /*running_tsi=*/true}));
+      for (uint32_t k = 0; k < racks.size(); ++k) {
+        dataplane::Switch& tor = *switches_[racks[k]];
+        RETURN_IF_ERROR(tor.CreateJob(
+            {jc.session_id, rack_size[racks[k]], jc.size, T, jc.window, /*running_tsi=*/true}));
+        RETURN_IF_ERROR(tor.SetUpstream(
+            jc.session_id, {Topology::Ip(jc.switch_node), kSwitchPort, /*num_ports=*/1}));
+        RETURN_IF_ERROR(spine.AddWorker(jc.session_id, k, {Topology::Ip(racks[k]), kSwitchPort}));
+      }
+    }
     const uint16_t port = static_cast<uint16_t>(kHostPortBase + kPortsPerJob * j);
     job.ranks.resize(n);
     uint64_t max_count = 0;
@@ -341,12 +396,13 @@ Status Engine::Setup() {
         }
       }
       jobs_on_host[host].push_back(j);
-      RETURN_IF_ERROR(sw.AddWorker(jc.session_id, r, {Topology::Ip(host), port}));
+      RETURN_IF_ERROR(switches_[rank_switch[r]]->AddWorker(jc.session_id, rank_local[r],
+                                                           {Topology::Ip(host), port}));
       auto& table = port_table_[host];
       if (table.size() < (j + 1) * kPortsPerJob) table.resize((j + 1) * kPortsPerJob, kNoSession);
       for (uint32_t t = 0; t < T; ++t) {
         worker::SessionConfig wc = cfg_.session;
-        wc.num_workers = n;
+        wc.num_workers = n;  // the global count, also with two levels
         wc.window = W;
         wc.slot_start = t * W;
         wc.size = jc.size;
@@ -357,9 +413,9 @@ Status Engine::Setup() {
         s.rank = r;
         s.thread = t;
         s.host = host;
-        s.uplink = cfg_.topology.NextLink(host, jc.switch_node);
+        s.uplink = cfg_.topology.NextLink(host, rank_switch[r]);
         s.self = Endpoint{Topology::Ip(host), static_cast<uint16_t>(port + t)};
-        s.switch_ep = Endpoint{Topology::Ip(jc.switch_node), kSwitchPort};
+        s.switch_ep = Endpoint{Topology::Ip(rank_switch[r]), kSwitchPort};
         table[j * kPortsPerJob + t] = static_cast<uint32_t>(sessions_.size());
         job.sessions.push_back(static_cast<uint32_t>(sessions_.size()));
         sessions_.push_back(std::move(s));
@@ -473,6 +529,9 @@ void Engine::SwitchReceive(uint32_t node, uint32_t p) {
       const uint32_t idx = in.source.port - kHostPortBase;
       if (idx < table.size() && table[idx] != kNoSession) {
         job = &jobs_[sessions_[table[idx]].job];
+        if (!job->config.tors.empty()) job = nullptr;  // round times: one level only
+      }
+      if (job != nullptr) {
         proto::Header h;
         if (proto::DecodeHeader({in.data, in.len}, &h) == proto::DecodeError::kOk) {
           reg = size_t{h.slot.index} * 2 + h.slot.set;

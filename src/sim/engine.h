@@ -53,6 +53,12 @@ struct JobConfig {
   uint64_t session_id = 1;
   uint32_t switch_node = 0;     // the switch the job's workers send to
   std::vector<uint32_t> hosts;  // rank r runs on hosts[r]
+  // Two levels (docs/hierarchy.md): rank r sends to the top-of-rack switch tors[r], whose
+  // job (the ranks with that ToR, in rank order) has switch_node, the spine, as its upstream; the
+  // spine's job has one member per distinct ToR (racks in order of first appearance). Every
+  // worker quantizes for the global worker count. Empty: one level, every rank on switch_node.
+  // (A ToR-spine pair carries one two-level job at a time: dataplane::Switch::SetUpstream.)
+  std::vector<uint32_t> tors;
   proto::SizeCode size = proto::SizeCode::k1024B;
   uint32_t window = 256;                // outstanding packets per worker, all threads together
   uint32_t threads = 1;                 // sessions (ports, slot ranges) per worker

@@ -47,6 +47,20 @@ Topology Topology::Star(uint32_t hosts, const LinkParams& params) {
   return t;
 }
 
+Topology Topology::TwoLevel(uint32_t racks, uint32_t hosts_per_rack, const LinkParams& host,
+                            const LinkParams& uplink) {
+  Topology t;
+  for (uint32_t i = 0; i < racks * hosts_per_rack; ++i) t.AddHost("host" + std::to_string(i));
+  for (uint32_t r = 0; r < racks; ++r) t.AddSwitch("tor" + std::to_string(r));
+  const uint32_t spine = t.AddSwitch("spine");
+  for (uint32_t r = 0; r < racks; ++r) {
+    const uint32_t tor = racks * hosts_per_rack + r;
+    for (uint32_t i = 0; i < hosts_per_rack; ++i) t.Connect(r * hosts_per_rack + i, tor, host);
+    t.Connect(tor, spine, uplink);
+  }
+  return t;
+}
+
 Status Topology::Finalize() {
   const size_t n = nodes_.size();
   for (size_t i = 0; i < links_.size(); ++i) {

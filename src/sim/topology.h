@@ -58,6 +58,11 @@ class Topology {
 
   // One switch (node `hosts`) with `hosts` hosts (nodes 0 .. hosts-1) on links of `params`.
   static Topology Star(uint32_t hosts, const LinkParams& params);
+  // Two levels: racks x hosts_per_rack hosts (nodes 0 .. racks * hosts_per_rack - 1, rack by
+  // rack), each rack's hosts on its top-of-rack switch (node racks * hosts_per_rack + r) by `host`
+  // links, every ToR on one spine (the last node) by an `uplink` link.
+  static Topology TwoLevel(uint32_t racks, uint32_t hosts_per_rack, const LinkParams& host,
+                           const LinkParams& uplink);
 
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<Link>& links() const { return links_; }
