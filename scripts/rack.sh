@@ -273,7 +273,8 @@ existing_rack() {
     exit 1
   fi
   workers=$n
-  rate=$(ip netns exec "$(ns_w 0)" tc qdisc show dev eth0 | sed -n 's/.* rate \([^ ]*\).*/\1/p')
+  # Port p0 is shaped in both modes (its egress; eth0 is not with --ingress-shaping).
+  rate=$(ip netns exec "$ns_sw" tc qdisc show dev p0 | sed -n 's/.* rate \([^ ]*\).*/\1/p')
   rate=${rate:-none}
   mtu=$(ip -n "$(ns_w 0)" -o link show eth0 | sed -n 's/.* mtu \([0-9]*\).*/\1/p')
 }
