@@ -1,0 +1,86 @@
+// Uplink without a network: rack placement and the rewriting (or refusal) of a worker's
+// registration at a top-of-rack switch.
+#include "runtime/uplink.h"
+
+#include <gtest/gtest.h>
+
+namespace switchml::runtime {
+namespace {
+
+TEST(PlaceRackTest, ContiguousRanksSizesDifferingByAtMostOne) {
+  // 5 workers over 2 racks: 0-1 and 2-4.
+  auto r0 = PlaceRack(5, 2, 0), r1 = PlaceRack(5, 2, 1);
+  ASSERT_TRUE(r0.ok() && r1.ok());
+  EXPECT_EQ(r0->first_rank, 0u);
+  EXPECT_EQ(r0->num_workers, 2u);
+  EXPECT_EQ(r1->first_rank, 2u);
+  EXPECT_EQ(r1->num_workers, 3u);
+  // Every rank in exactly one rack, for many shapes.
+  for (uint32_t n = 1; n <= 70; ++n) {
+    for (uint32_t racks = 1; racks <= n; ++racks) {
+      uint32_t next = 0;
+      for (uint32_t r = 0; r < racks; ++r) {
+        auto p = PlaceRack(n, racks, r);
+        ASSERT_TRUE(p.ok());
+        EXPECT_EQ(p->first_rank, next);
+        EXPECT_GE(p->num_workers, n / racks);
+        EXPECT_LE(p->num_workers, n / racks + 1);
+        next += p->num_workers;
+      }
+      EXPECT_EQ(next, n);
+    }
+  }
+  EXPECT_FALSE(PlaceRack(3, 4, 0).ok());  // fewer workers than racks
+  EXPECT_FALSE(PlaceRack(8, 2, 2).ok());  // no such rack
+}
+
+TEST(UplinkTest, MapsGlobalRanksToTheRackAndRefusesOtherRacks) {
+  dataplane::LockedSwitch sw(dataplane::SwitchConfig{});
+  UplinkOptions o;
+  o.upstream = "127.0.0.1:1";  // never contacted here
+  o.racks = 3;
+  o.rack_index = 1;
+  o.data_port = 48864;
+  o.timeout = std::chrono::milliseconds(50);
+  ASSERT_TRUE(o.Validate().ok());
+  Uplink uplink(o, &sw);
+  // 7 workers over 3 racks: 0-1, 2-3, 4-6. Rank 2 is rack 1's local rank 0.
+  switchml_proto::UdpSessionRequest req;
+  req.set_session_id(5);
+  req.set_rank(2);
+  req.set_num_workers(7);
+  ASSERT_TRUE(uplink.BeforeUdpSession(&req).ok());
+  EXPECT_EQ(req.rank(), 0u);
+  EXPECT_EQ(req.num_workers(), 2u);
+  // Rank 5 belongs to rack 2: refused, naming its rack.
+  req.set_rank(5);
+  req.set_num_workers(7);
+  const Status st = uplink.BeforeUdpSession(&req);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("belongs to rack 2"), std::string::npos) << st.message();
+  // Rank 3 (local rank 1) waits for local rank 0's upstream registration, which never comes.
+  req.set_rank(3);
+  req.set_num_workers(7);
+  EXPECT_EQ(uplink.BeforeUdpSession(&req).code(), StatusCode::kDeadlineExceeded);
+  // After shutdown, waiting ones fail at once.
+  uplink.Shutdown();
+  req.set_rank(3);
+  req.set_num_workers(7);
+  EXPECT_EQ(uplink.BeforeUdpSession(&req).code(), StatusCode::kUnavailable);
+}
+
+TEST(UplinkTest, OptionsAreValidated) {
+  UplinkOptions o;
+  o.upstream = "spine:50099";
+  o.racks = 2;
+  o.rack_index = 2;
+  o.data_port = 1;
+  EXPECT_FALSE(o.Validate().ok());
+  o.rack_index = 1;
+  EXPECT_TRUE(o.Validate().ok());
+  o.upstream = "";
+  EXPECT_FALSE(o.Validate().ok());
+}
+
+}  // namespace
+}  // namespace switchml::runtime
