@@ -345,6 +345,9 @@ class DpdkTransport final : public Transport {
     if (const std::string e = Env("SWITCHML_DPDK_NAP_US"); !e.empty()) {
       first_nap_ = std::chrono::microseconds(std::max(1ul, std::strtoul(e.c_str(), nullptr, 10)));
     }
+    if (const std::string e = Env("SWITCHML_DPDK_MAX_NAP_US"); !e.empty()) {
+      max_nap_ = std::chrono::microseconds(std::max(1ul, std::strtoul(e.c_str(), nullptr, 10)));
+    }
     if (const std::string e = Env("SWITCHML_DPDK_YIELD_US"); !e.empty()) {
       yield_for_ = std::chrono::microseconds(std::strtoul(e.c_str(), nullptr, 10));
     }
@@ -483,7 +486,7 @@ class DpdkTransport final : public Transport {
                   static_cast<long>(nap.count() % 1000000000)};
       pollfd pfd{wake_fd_, POLLIN, 0};
       ppoll(&pfd, 1, &ts, nullptr);
-      step = std::min<std::chrono::microseconds>(step * 2, std::chrono::milliseconds(1));
+      step = std::min<std::chrono::microseconds>(step * 2, max_nap_);
     }
   }
 
@@ -729,6 +732,7 @@ class DpdkTransport final : public Transport {
   uint32_t spin_polls_ = 0;                  // SWITCHML_DPDK_SPIN (polls)
   std::chrono::microseconds yield_for_{0};   // SWITCHML_DPDK_YIELD_US
   std::chrono::microseconds first_nap_{20};  // SWITCHML_DPDK_NAP_US
+  std::chrono::microseconds max_nap_{1000};  // SWITCHML_DPDK_MAX_NAP_US
   std::atomic<bool> woken_{false};
   // Receive side.
   std::array<rte_mbuf*, 1024> rx_mbufs_{};
@@ -783,11 +787,7 @@ Status DpdkTransport::ConnectClient(const Endpoint& dst) {
   }
   if (Status st = WaitLinkUp(p.port, what + " (id " + std::to_string(id->id) + ")", kLinkTimeout);
       !st.ok()) {
-    return UnavailableError(st.message() +
-                            ": is a switch with --transport dpdk serving data port " +
-                            std::to_string(dst.port) +
-                            " on this host, with enough memif "
-                            "interfaces (SWITCHML_DPDK_MEMIF_INTERFACES)?");
+    return UnavailableError(st.message() + NoServerHint(dst.port));
   }
   // A memif client grants the server its receive ring's buffers when it polls: poll once now, so
   // the switch can answer before our first Receive.
