@@ -4,7 +4,8 @@
 # 10.77.<n>.1-3. Needs root (CI runs as root); exits 77 (skipped) without it.
 # Usage: netns_test.sh PATH_TO_SWITCHML [TRANSPORT]   (TRANSPORT: udp (default), xdp, ...; with
 # xdp the switch and each worker use AF_XDP on their veth end; skipped, saying why, when the
-# build has no AF_XDP or the kernel refuses it)
+# build has no AF_XDP or the kernel refuses it; with dpdk each uses DPDK's net_af_packet on its
+# veth end, one thread, skipped, saying why, when the build has no DPDK or EAL refuses)
 set -euo pipefail
 bin="$1"
 transport="${2:-udp}"
@@ -45,8 +46,14 @@ log=$(mktemp)
 # Over AF_XDP the switch runs two shards: two sockets sharing one UMEM, as the workers' two threads.
 switch_threads=1
 [ "$transport" = xdp ] && switch_threads=2
+worker_threads=2
+dev_args=()
+if [ "$transport" = dpdk ]; then  # a DPDK device per host: net_af_packet (no rte_flow: 1 thread)
+  dev_args=(--dpdk-device net_af_packet0,iface=eth0)
+  worker_threads=1
+fi
 ip netns exec "$tag-sw" "$bin" switch --bind "$net.1" --data-port 48864 --control-port 50099 \
-  --transport "$transport" --threads "$switch_threads" >"$log" 2>&1 &
+  --transport "$transport" --threads "$switch_threads" "${dev_args[@]}" >"$log" 2>&1 &
 switch_pid=$!
 for _ in $(seq 50); do
   grep -q "control port" "$log" && break
@@ -54,7 +61,7 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 if ! kill -0 "$switch_pid" 2>/dev/null && [ "$transport" != udp ] &&
-  grep -q "not compiled into this build\\|AF_XDP: cannot\\|AF_XDP: the kernel refused" "$log"; then
+  grep -q "not compiled into this build\\|AF_XDP: cannot\\|AF_XDP: the kernel refused\\|not in this build\\|EAL initialisation failed" "$log"; then
   # The transport cannot start here (the build or the kernel refuses it): skip, saying why.
   echo "SKIPPED: transport $transport cannot run here:"; cat "$log"; rm -f "$log"
   switch_pid=""
@@ -67,8 +74,9 @@ for r in 0 1; do
   out=$(mktemp)
   outs+=("$out")
   ip netns exec "$tag-w$r" "$bin" worker --switch "$net.1" --rank "$r" --workers 2 \
-    --size 1000003 --dtype float32 --iterations 3 --session 77 --threads 2 \
-    --setup-timeout-ms 20000 --transport "$transport" --report >"$out" 2>&1 &
+    --size 1000003 --dtype float32 --iterations 3 --session 77 --threads "$worker_threads" \
+    --setup-timeout-ms 20000 --transport "$transport" --report "${dev_args[@]}" \
+    $([ "$transport" = dpdk ] && echo --bind "$net.$((r + 2))") >"$out" 2>&1 &
   pids+=($!)
 done
 status=0
