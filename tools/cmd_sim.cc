@@ -161,8 +161,8 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   const int64_t racks = two_level ? flags.GetInt("racks") : 1;
   if (two_level) {
     if (jobs != 1) return fail("--topology two-level runs one job (--jobs 1)");
-    if (racks < 1 || racks > 64 || workers % racks != 0 || workers / racks > 64) {
-      return fail("--racks must be in 1..64 and divide --workers into racks of at most 64");
+    if (racks < 1 || racks > 256 || workers % racks != 0 || workers / racks > 256) {
+      return fail("--racks must be in 1..256 and divide --workers into racks of at most 256");
     }
   }
   if (workers < 1 || workers > 4096) return fail("--workers must be in 1..4096");

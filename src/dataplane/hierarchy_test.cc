@@ -157,8 +157,14 @@ TEST_F(TorScenarioTest, UpstreamValidationAndMirror) {
   EXPECT_FALSE(tor_.SetUpstream(kSession + 1, UpstreamSpec{1, 2, 1}).ok());
   EXPECT_FALSE(tor_.SetUpstream(kSession, UpstreamSpec{0, 2, 1}).ok());
   EXPECT_FALSE(tor_.SetUpstream(kSession, UpstreamSpec{1, 65535, 2}).ok());
-  // A worker's address cannot be the upstream.
+  // A worker's address cannot be the upstream, nor the upstream a worker's.
   EXPECT_FALSE(tor_.SetUpstream(kSession, UpstreamSpec{Worker(1).ipv4, 40000, 1}).ok());
+  JobSpec other = *tor_.FindJob(kSession);
+  other.session_id = kSession + 1;
+  ASSERT_TRUE(tor_.CreateJob(other).ok());
+  EXPECT_EQ(tor_.AddWorker(kSession + 1, 0, WorkerSpec{kSpine.ipv4, kSpine.port}).code(),
+            StatusCode::kAlreadyExists);
+  ASSERT_TRUE(tor_.RemoveJob(kSession + 1).ok());
   ASSERT_NE(tor_.FindUpstream(kSession), nullptr);
   EXPECT_EQ(*tor_.FindUpstream(kSession), (UpstreamSpec{kSpine.ipv4, kSpine.port, 1}));
 

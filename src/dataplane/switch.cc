@@ -240,6 +240,17 @@ Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& w
                                 SessionName(other_id) + " (" + FormatAddress(w, other_ports) + ")");
     }
   }
+  // A top-of-rack job's upstream endpoints are not a worker's.
+  if (worker.port != 0) {
+    for (uint32_t k = 0; k < num_ports; ++k) {
+      const Endpoint e{worker.ipv4, static_cast<uint16_t>(worker.port + k)};
+      if (auto it = by_endpoint_.find(e);
+          it != by_endpoint_.end() && it->second.second == kUpstreamRank) {
+        return AlreadyExistsError("address " + e.ToString() + " is the upstream switch of " +
+                                  SessionName(it->second.first->spec.session_id));
+      }
+    }
+  }
   // Only now that the registration cannot fail: a refused call evicts nothing.
   std::sort(dead.begin(), dead.end());
   for (uint64_t id : dead) Evict(id, evicted);
