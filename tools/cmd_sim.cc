@@ -84,7 +84,8 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   flags.AddInt("racks", 2, "with --topology two-level: top-of-rack switches (racks)");
   flags.AddInt("workers", 8, "workers per job");
   flags.AddInt("jobs", 1, "concurrent jobs, each with its own workers, all on the one switch");
-  flags.AddBool("share-pool", "split --slots among the jobs: each job's window is slots / jobs");
+  flags.AddBool("share-pool",
+                "split --slots among the jobs: each job's window is at most slots / jobs");
   flags.AddDouble("gbps", 100, "link rate, Gbit/s (every link)");
   flags.AddDouble("propagation-ns", 500, "one-way propagation delay of each link, ns");
   flags.AddInt("buffer-kb", 0, "output buffer per link, KiB, tail drop beyond (0 = unbounded)");
@@ -219,8 +220,9 @@ int SimCommand(const std::vector<std::string>& raw_args) {
     window = std::max<int64_t>(64, (window + 31) / 32 * 32);
     window = (window + threads - 1) / threads * threads;
   }
-  if (flags.GetBool("share-pool"))
-    window = std::max<int64_t>(threads, slots / jobs / threads * threads);
+  if (flags.GetBool("share-pool")) {
+    window = std::min(window, std::max<int64_t>(threads, slots / jobs / threads * threads));
+  }
   if (window > slots) window = slots / threads * threads;
   for (int64_t j = 0; j < jobs; ++j) {
     sim::JobConfig job;

@@ -1,0 +1,303 @@
+#!/usr/bin/python3
+"""Regenerates the simulator's plots and tables under docs/sim/ (see docs/simulator.md).
+
+Runs `switchml sim` (build/tools/switchml, or --binary) for each experiment, one process at a time:
+  scaling  aggregated elements/s vs workers (4..256 on one switch) at 10 and 100 Gbit/s,
+           switchml vs ring vs halving-doubling
+  loss     all-reduce time vs loss rate (0, 0.01 %, 0.1 %, 1 %) of a 100 MB tensor, with and
+           without early retransmission
+  pool     throughput vs pool size (window) for several round-trip times, and the window the
+           documented rule (docs/architecture.md 4.5) picks
+  jobs     several jobs sharing one switch's slots
+  speed    the simulator's own speed (events per CPU second; median of 3 runs after a warm-up)
+Writes docs/sim/<experiment>.png, docs/sim/<experiment>.csv and docs/sim/results.md.
+
+usage: /usr/bin/python3 scripts/sim_experiments.py [--quick] [--only scaling,loss,...]
+"""
+import argparse
+import csv
+import io
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "docs", "sim")
+
+
+def run_sim(binary, flags):
+    """Runs one simulation; returns (CSV rows as dicts, the stderr speed line's numbers)."""
+    args = [binary, "sim", "--csv", "-", "--quiet"]
+    for k, v in flags.items():
+        if v is True:
+            args.append("--" + k)
+        elif v is not False and v is not None:
+            args.append("--%s=%s" % (k, v))
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode not in (0, 1):
+        sys.exit("failed: %s\n%s" % (" ".join(args), p.stderr))
+    rows = list(csv.DictReader(io.StringIO(p.stdout)))
+    m = re.search(r"(\d+) events in ([\d.]+) s wall, ([\d.]+) s CPU", p.stderr)
+    speed = {"events": int(m.group(1)), "wall": float(m.group(2)), "cpu": float(m.group(3))}
+    print("  %s -> %s" % (" ".join(args[2:]), ", ".join(
+        "%s %.4g el/s" % (r["algorithm"], float(r["elements_per_second"])) for r in rows)),
+        flush=True)
+    return rows, speed
+
+
+def ceiling(gbps, numel=256):
+    wire = 10 + 4 * numel + 66
+    return gbps * 1e9 / (8 * wire) * numel
+
+
+def write_csv(name, rows):
+    if not rows:
+        return
+    keys = list(rows[0].keys())
+    with open(os.path.join(OUT, name + ".csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in keys})
+
+
+def md_table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        out.append("| " + " | ".join(str(x) for x in r) + " |")
+    return "\n".join(out) + "\n"
+
+
+def scaling(binary, quick):
+    size = "16M" if quick else "64M"
+    workers = [4, 8, 16, 32, 64, 128, 256]
+    rows = []
+    for gbps in (10, 100):
+        for n in workers:
+            r, _ = run_sim(binary, {"workers": n, "gbps": gbps, "size": size, "baselines": True})
+            for x in r:
+                x["gbps"] = gbps
+            rows += r
+    write_csv("scaling", rows)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    md = "### Aggregated elements/s vs workers (one switch, %s int32 tensor)\n\n" % size
+    md += ("`switchml sim --workers N --gbps G --size %s --baselines` (100 GbE-like links: 500 ns "
+           "propagation, 500 ns switch latency; window from the rule). Percentages are of the "
+           "SwitchML packet format's goodput ceiling (256 elements in 1100 wire bytes). The ring's "
+           "law: its elements/s = link goodput x n / (2 (n - 1)) (bandwidth term only).\n\n" % size)
+    table = []
+    for ax, gbps in zip(axes, (10, 100)):
+        c = ceiling(gbps)
+        for alg, style in (("switchml", "o-"), ("ring", "s-"), ("halving-doubling", "^-")):
+            pts = [(int(x["workers"]), float(x["elements_per_second"]))
+                   for x in rows if x["algorithm"] == alg and int(x["gbps"]) == gbps]
+            ax.plot([p[0] for p in pts], [p[1] / 1e9 for p in pts], style, label=alg)
+        # The ring's 2(n-1)/n law with the baselines' framing (4096 B payload + 78 B headers).
+        ring_goodput = gbps * 1e9 / 8 * 4096 / (4096 + 78) / 4
+        ax.plot(workers, [ring_goodput * n / (2 * (n - 1)) / 1e9 for n in workers], "k:",
+                label="ring law n/(2(n-1))")
+        ax.axhline(c / 1e9, color="gray", ls="--", label="SwitchML format ceiling")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(workers)
+        ax.set_xticklabels([str(n) for n in workers])
+        ax.set_xlabel("workers")
+        ax.set_ylabel("aggregated elements/s (billions)")
+        ax.set_title("%d Gbit/s links" % gbps)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        for n in workers:
+            by = {x["algorithm"]: x for x in rows if int(x["workers"]) == n and
+                  int(x["gbps"]) == gbps}
+            s, r, h = (float(by[a]["elements_per_second"]) for a in
+                       ("switchml", "ring", "halving-doubling"))
+            law = ring_goodput * n / (2 * (n - 1))
+            table.append([gbps, n, "%.3g" % s, "%.1f %%" % (100 * s / c), "%.3g" % r,
+                          "%.1f %%" % (100 * r / law), "%.3g" % h, "%.2fx" % (s / r),
+                          "%.2fx" % (s / h)])
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, "scaling.png"), dpi=110)
+    md += md_table(["Gbit/s", "workers", "switchml el/s", "of ceiling", "ring el/s",
+                    "ring of its law", "halving-doubling el/s", "vs ring", "vs h-d"], table)
+    return md
+
+
+def loss(binary, quick):
+    size = "16M" if quick else "100M"
+    losses = [0, 0.0001, 0.001, 0.01]
+    rows = []
+    table = []
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for n in (8, 64):
+        for er in (0, 1):
+            pts = []
+            for p in losses:
+                r, _ = run_sim(binary, {"workers": n, "size": size, "loss": p,
+                                        "early-retransmit": er})
+                x = r[0]
+                x["early_retransmit"] = er
+                rows.append(x)
+                pts.append(float(x["seconds"]))
+            base = pts[0]
+            for p, t, x in zip(losses, pts, rows[-len(losses):]):
+                table.append([n, "on" if er else "off", "%g %%" % (100 * p), "%.3f ms" % (1e3 * t),
+                              "%.3fx" % (t / base), x["retransmitted"], x["timeouts"],
+                              x["stalled_rounds"], x["round_p99_ns"]])
+            ax.plot(range(len(losses)), [1e3 * t for t in pts], "o-" if er else "s--",
+                    label="%d workers, early retransmit %s" % (n, "on" if er else "off"))
+    ax.set_xticks(range(len(losses)))
+    ax.set_xticklabels(["0", "0.01 %", "0.1 %", "1 %"])
+    ax.set_xlabel("loss rate per link and packet")
+    ax.set_ylabel("all-reduce time (ms), %s int32" % size)
+    ax.set_title("Loss, 100 Gbit/s, one switch")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, "loss.png"), dpi=110)
+    write_csv("loss", rows)
+    md = "### All-reduce time vs loss (%s int32, 100 Gbit/s)\n\n" % size
+    md += ("`switchml sim --workers N --size %s --loss P --early-retransmit E` (RTO from the "
+           "measured RTT, floor 20 us; loss on every link, both directions). Slowdown is against "
+           "the lossless run of the same row group. Stalled rounds: slot rounds at the switch "
+           "longer than 2 x median + 1 us; p99 of the slot round time in ns.\n\n" % size)
+    md += md_table(["workers", "early retransmit", "loss", "time", "slowdown", "retransmitted",
+                    "timeouts", "stalled rounds", "round p99 ns"], table)
+    return md
+
+
+def pool(binary, quick):
+    size = "8M" if quick else "16M"
+    windows = [16, 32, 64, 128, 256, 512, 1024, 2048]
+    props = [500, 5000, 25000]
+    rows = []
+    table = []
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    c = ceiling(100)
+    for prop in props:
+        pts = []
+        for w in windows:
+            r, _ = run_sim(binary, {"workers": 8, "size": size, "propagation-ns": prop,
+                                    "window": w, "slots": 2048})
+            r[0]["propagation_ns"] = prop
+            rows.append(r[0])
+            pts.append(float(r[0]["elements_per_second"]))
+        rule, _ = run_sim(binary, {"workers": 8, "size": size, "propagation-ns": prop,
+                                   "window": 0, "slots": 8192})
+        rw = int(rule[0]["window"])
+        re_ = float(rule[0]["elements_per_second"])
+        rtt_us = (2 * (1100 * 8 / 100 + prop) + 500) / 1e3
+        line, = ax.plot(windows, [p / 1e9 for p in pts], "o-",
+                        label="base RTT %.1f us" % rtt_us)
+        ax.plot([rw], [re_ / 1e9], "*", ms=14, color=line.get_color())
+        table.append(["%.1f" % rtt_us, rw, "%.1f %%" % (100 * re_ / c)] +
+                     ["%.0f %%" % (100 * p / c) for p in pts])
+    ax.axhline(c / 1e9, color="gray", ls="--", label="ceiling")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(windows)
+    ax.set_xticklabels([str(w) for w in windows])
+    ax.set_xlabel("window = slots per worker (pool size)")
+    ax.set_ylabel("elements/s (billions)")
+    ax.set_title("Pool size vs round trip, 8 workers, 100 Gbit/s (star: the rule's window)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, "pool.png"), dpi=110)
+    write_csv("pool", rows)
+    md = "### Throughput vs pool size for several round trips (8 workers, 100 Gbit/s)\n\n"
+    md += ("`switchml sim --workers 8 --size %s --propagation-ns P --window W` (base RTT = two "
+           "link serializations and propagations each way plus the switch latency). The rule's "
+           "window: `--window 0` (docs/architecture.md 4.5: 2 x bandwidth-delay product, multiple "
+           "of 32, at least 64).\n\n" % size)
+    md += md_table(["base RTT us", "rule's window", "rule's throughput"] +
+                   ["W=%d" % w for w in windows], table)
+    return md
+
+
+def jobs(binary, quick):
+    size = "4M" if quick else "16M"
+    counts = [1, 2, 4, 8]
+    rows = []
+    table = []
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for slots in (512, 8192):
+        pts = []
+        for j in counts:
+            r, _ = run_sim(binary, {"workers": 8, "jobs": j, "size": size, "slots": slots,
+                                    "share-pool": True, "propagation-ns": 5000})
+            total = sum(float(x["elements_per_second"]) for x in r)
+            for x in r:
+                x["slots"] = slots
+            rows += r
+            pts.append(total)
+            table.append([slots, j, r[0]["window"], "%.3g" % total,
+                          "%.3g" % (total / j),
+                          "%.1f %%" % (100 * total / j / ceiling(100))])
+        ax.plot(counts, [p / 1e9 for p in pts], "o-", label="pool of %d slots" % slots)
+    ax.set_xlabel("concurrent jobs (8 workers each, own hosts, one switch)")
+    ax.set_ylabel("aggregated elements/s, all jobs (billions)")
+    ax.set_title("Jobs sharing a switch's slots (100 Gbit/s, base RTT 11.7 us)")
+    ax.set_xticks(counts)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, "jobs.png"), dpi=110)
+    write_csv("jobs", rows)
+    md = "### Several jobs sharing one switch's slots (100 Gbit/s, 8 workers per job)\n\n"
+    md += ("`switchml sim --workers 8 --jobs J --slots S --share-pool --propagation-ns 5000` "
+           "(each job's window = S / J; base RTT 11.7 us, so a window below about 2 x 133 "
+           "packets cannot fill a link).\n\n")
+    md += md_table(["pool slots", "jobs", "window per job", "aggregate el/s", "per job el/s",
+                    "per job of ceiling"], table)
+    return md
+
+
+def speed(binary, quick):
+    size = "16M" if quick else "100M"
+    flags = {"workers": 64, "size": size}
+    run_sim(binary, flags)  # warm-up
+    runs = [run_sim(binary, flags)[1] for _ in range(3)]
+    cpu = statistics.median(r["cpu"] for r in runs)
+    wall = statistics.median(r["wall"] for r in runs)
+    ev = runs[0]["events"]
+    md = "### The simulator's speed\n\n"
+    md += ("`switchml sim --workers 64 --size %s` (100 Gbit/s, lossless), median of 3 runs "
+           "after a warm-up, on the 2-core development machine shared with other work: "
+           "%d events (each a packet's arrival at a node, or a host timer), %.2f s CPU "
+           "(%.2fM events per CPU second), %.2f s wall.\n\n" % (size, ev, cpu, ev / cpu / 1e6, wall))
+    return md
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "tools", "switchml"))
+    ap.add_argument("--quick", action="store_true", help="smaller tensors (a smoke run)")
+    ap.add_argument("--only", default="scaling,loss,pool,jobs,speed")
+    a = ap.parse_args()
+    if not os.access(a.binary, os.X_OK):
+        sys.exit("no switchml binary at %s: build it (scripts/build.sh) or pass --binary" %
+                 a.binary)
+    os.makedirs(OUT, exist_ok=True)
+    parts = []
+    for name in a.only.split(","):
+        print("%s:" % name, flush=True)
+        parts.append(globals()[name](a.binary, a.quick))
+    with open(os.path.join(OUT, "results.md" if not a.quick else "results-quick.md"), "w") as f:
+        f.write("# Simulator results\n\nGenerated by `scripts/sim_experiments.py%s%s` "
+                "(docs/simulator.md describes the model).\n\n" %
+                (" --quick" if a.quick else "",
+                 "" if a.only == ap.get_default("only") else " --only " + a.only))
+        f.write("\n".join(parts))
+
+
+if __name__ == "__main__":
+    main()
