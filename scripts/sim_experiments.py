@@ -10,7 +10,7 @@ Runs `switchml sim` (build/tools/switchml, or --binary) for each experiment, one
            documented rule (docs/architecture.md 4.5) picks
   jobs     several jobs sharing one switch's slots
   speed    the simulator's own speed (events per CPU second; median of 3 runs after a warm-up)
-Writes docs/sim/<experiment>.png, docs/sim/<experiment>.csv and docs/sim/results.md.
+Writes docs/sim/<experiment>.png, .csv and .md, and docs/sim/results.md (all the .md sections).
 
 usage: /usr/bin/python3 scripts/sim_experiments.py [--quick] [--only scaling,loss,...]
 """
@@ -132,43 +132,54 @@ def scaling(binary, quick):
 def loss(binary, quick):
     size = "16M" if quick else "100M"
     losses = [0, 0.0001, 0.001, 0.01]
+    fixed = {"timeout-us": 1000, "min-timeout-us": 1000, "max-timeout-us": 1000}
+    variants = [(8, "RTT-based RTO", {}, "s--"),
+                (8, "RTT-based RTO + early retransmit", {"early-retransmit": 1}, "o-"),
+                (8, "fixed 1 ms RTO (reference-like)", fixed, "x:"),
+                (64, "RTT-based RTO", {}, "s--"),
+                (64, "RTT-based RTO + early retransmit", {"early-retransmit": 1}, "o-")]
     rows = []
     table = []
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for n in (8, 64):
-        for er in (0, 1):
-            pts = []
-            for p in losses:
-                r, _ = run_sim(binary, {"workers": n, "size": size, "loss": p,
-                                        "early-retransmit": er})
-                x = r[0]
-                x["early_retransmit"] = er
-                rows.append(x)
-                pts.append(float(x["seconds"]))
-            base = pts[0]
-            for p, t, x in zip(losses, pts, rows[-len(losses):]):
-                table.append([n, "on" if er else "off", "%g %%" % (100 * p), "%.3f ms" % (1e3 * t),
-                              "%.3fx" % (t / base), x["retransmitted"], x["timeouts"],
-                              x["stalled_rounds"], x["round_p99_ns"]])
-            ax.plot(range(len(losses)), [1e3 * t for t in pts], "o-" if er else "s--",
-                    label="%d workers, early retransmit %s" % (n, "on" if er else "off"))
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for n, label, extra, style in variants:
+        pts = []
+        group = []
+        for p in losses:
+            flags = {"workers": n, "size": size, "loss": p}
+            flags.update(extra)
+            r, _ = run_sim(binary, flags)
+            x = r[0]
+            x["variant"] = label
+            group.append(x)
+            pts.append(float(x["seconds"]))
+        rows += group
+        base = pts[0]
+        for p, t, x in zip(losses, pts, group):
+            table.append([n, label, "%g %%" % (100 * p), "%.3f ms" % (1e3 * t),
+                          "%.3fx" % (t / base), x["retransmitted"], x["timeouts"],
+                          x["stalled_rounds"], x["round_p99_ns"]])
+        ax.plot(range(len(losses)), [t / base for t in pts], style,
+                label="%d workers, %s" % (n, label))
     ax.set_xticks(range(len(losses)))
     ax.set_xticklabels(["0", "0.01 %", "0.1 %", "1 %"])
     ax.set_xlabel("loss rate per link and packet")
-    ax.set_ylabel("all-reduce time (ms), %s int32" % size)
-    ax.set_title("Loss, 100 Gbit/s, one switch")
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel("all-reduce time / lossless time (log)")
+    ax.set_yscale("log")
+    ax.set_title("Loss, %s int32, 100 Gbit/s, one switch" % size)
+    ax.axhline(1.5, color="gray", ls=":", lw=1)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(OUT, "loss.png"), dpi=110)
     write_csv("loss", rows)
     md = "### All-reduce time vs loss (%s int32, 100 Gbit/s)\n\n" % size
-    md += ("`switchml sim --workers N --size %s --loss P --early-retransmit E` (RTO from the "
-           "measured RTT, floor 20 us; loss on every link, both directions). Slowdown is against "
-           "the lossless run of the same row group. Stalled rounds: slot rounds at the switch "
-           "longer than 2 x median + 1 us; p99 of the slot round time in ns.\n\n" % size)
-    md += md_table(["workers", "early retransmit", "loss", "time", "slowdown", "retransmitted",
+    md += ("`switchml sim --workers N --size %s --loss P` plus the variant's flags: "
+           "`--early-retransmit 1`, or `--timeout-us 1000 --min-timeout-us 1000 "
+           "--max-timeout-us 1000` for a fixed 1 ms RTO. The default RTO is from the measured "
+           "RTT (floor 20 us). Loss on every link, both directions. Slowdown is against the "
+           "lossless run of the same variant. Stalled rounds: slot rounds at the switch longer "
+           "than 2 x median + 1 us; p99 of the slot round time in ns.\n\n" % size)
+    md += md_table(["workers", "variant", "loss", "time", "slowdown", "retransmitted",
                     "timeouts", "stalled rounds", "round p99 ns"], table)
     return md
 
@@ -287,16 +298,24 @@ def main():
         sys.exit("no switchml binary at %s: build it (scripts/build.sh) or pass --binary" %
                  a.binary)
     os.makedirs(OUT, exist_ok=True)
-    parts = []
+    names = ["scaling", "loss", "pool", "jobs", "speed"]
     for name in a.only.split(","):
+        if name not in names:
+            sys.exit("unknown experiment %r (one of %s)" % (name, ", ".join(names)))
         print("%s:" % name, flush=True)
-        parts.append(globals()[name](a.binary, a.quick))
-    with open(os.path.join(OUT, "results.md" if not a.quick else "results-quick.md"), "w") as f:
-        f.write("# Simulator results\n\nGenerated by `scripts/sim_experiments.py%s%s` "
-                "(docs/simulator.md describes the model).\n\n" %
-                (" --quick" if a.quick else "",
-                 "" if a.only == ap.get_default("only") else " --only " + a.only))
-        f.write("\n".join(parts))
+        md = globals()[name](a.binary, a.quick)
+        with open(os.path.join(OUT, name + ".md"), "w") as f:
+            f.write("<!-- scripts/sim_experiments.py%s --only %s -->\n" %
+                    (" --quick" if a.quick else "", name) + md)
+    # results.md: every experiment's latest section, in order.
+    with open(os.path.join(OUT, "results.md"), "w") as f:
+        f.write("# Simulator results\n\nGenerated by `scripts/sim_experiments.py` (each section "
+                "by `--only NAME`; docs/simulator.md describes the model).\n\n")
+        for name in names:
+            path = os.path.join(OUT, name + ".md")
+            if os.path.exists(path):
+                with open(path) as part:
+                    f.write(part.read() + "\n")
 
 
 if __name__ == "__main__":
