@@ -255,7 +255,7 @@ def jobs(binary, quick):
         ax.plot(counts, [p / 1e9 for p in pts], "o-", label="pool of %d slots" % slots)
     ax.set_xlabel("concurrent jobs (8 workers each, own hosts, one switch)")
     ax.set_ylabel("aggregated elements/s, all jobs (billions)")
-    ax.set_title("Jobs sharing a switch's slots (100 Gbit/s, base RTT 11.7 us)")
+    ax.set_title("Jobs sharing a switch's slots (100 Gbit/s, base RTT 10.7 us)")
     ax.set_xticks(counts)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
@@ -265,8 +265,8 @@ def jobs(binary, quick):
     write_csv("jobs", rows)
     md = "### Several jobs sharing one switch's slots (100 Gbit/s, 8 workers per job)\n\n"
     md += ("`switchml sim --workers 8 --jobs J --slots S --share-pool --propagation-ns 5000` "
-           "(each job's window = S / J; base RTT 11.7 us, so a window below about 2 x 133 "
-           "packets cannot fill a link).\n\n")
+           "(each job's window = S / J; base RTT 10.7 us: a window below its bandwidth-delay "
+           "product, 121 packets, cannot fill a link).\n\n")
     md += md_table(["pool slots", "jobs", "window per job", "aggregate el/s", "per job el/s",
                     "per job of ceiling"], table)
     return md
