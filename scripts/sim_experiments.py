@@ -4,6 +4,8 @@
 Runs `switchml sim` (build/tools/switchml, or --binary) for each experiment, one process at a time:
   scaling  aggregated elements/s vs workers (4..256 on one switch) at 10 and 100 Gbit/s,
            switchml vs ring vs halving-doubling
+  two_level  aggregated elements/s vs workers (256..4096, racks of 64 on ToR switches under one
+           spine; docs/hierarchy.md) at 10 and 100 Gbit/s, switchml vs ring vs halving-doubling
   loss     all-reduce time vs loss rate (0, 0.01 %, 0.1 %, 1 %) of a 100 MB tensor, with and
            without early retransmission
   pool     throughput vs pool size (window) for several round-trip times, and the window the
@@ -126,6 +128,64 @@ def scaling(binary, quick):
     fig.savefig(os.path.join(OUT, "scaling.png"), dpi=110)
     md += md_table(["Gbit/s", "workers", "switchml el/s", "of ceiling", "ring el/s",
                     "ring of its law", "halving-doubling el/s", "vs ring", "vs h-d"], table)
+    return md
+
+
+def two_level(binary, quick):
+    # Tensors far smaller than scaling's: a 4096-worker run simulates every worker's packets
+    # (about 35M events for 4M at 100 Gbit/s, about a minute of CPU).
+    size = "1M" if quick else "4M"
+    workers = [256, 512, 1024, 2048, 4096]
+    per_rack = 64
+    rows = []
+    for gbps in (10, 100):
+        for n in workers:
+            r, _ = run_sim(binary, {"topology": "two-level", "racks": n // per_rack, "workers": n,
+                                    "gbps": gbps, "size": size, "baselines": True})
+            for x in r:
+                x["gbps"] = gbps
+            rows += r
+    write_csv("two_level", rows)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    md = "### Two levels: aggregated elements/s vs workers (%s int32 tensor)\n\n" % size
+    md += ("`switchml sim --topology two-level --racks N/%d --workers N --gbps G --size %s "
+           "--baselines`: racks of %d workers, each on its top-of-rack switch, the ToRs under one "
+           "spine, every link at G (500 ns propagation, 500 ns per switch; window from the rule "
+           "over two hops each way). The ToRs and the spine run the real hierarchical data plane "
+           "(docs/hierarchy.md). Percentages are of the packet format's goodput ceiling. Ring "
+           "and halving-doubling run on the same links (flow-level); with a tensor this small "
+           "and thousands of workers their per-step latency dominates.\n\n"
+           % (per_rack, size, per_rack))
+    table = []
+    for ax, gbps in zip(axes, (10, 100)):
+        c = ceiling(gbps)
+        for alg, style in (("switchml", "o-"), ("ring", "s-"), ("halving-doubling", "^-")):
+            pts = [(int(x["workers"]), float(x["elements_per_second"]))
+                   for x in rows if x["algorithm"] == alg and int(x["gbps"]) == gbps]
+            ax.plot([p[0] for p in pts], [p[1] / 1e9 for p in pts], style, label=alg)
+        ax.axhline(c / 1e9, color="gray", ls="--", label="SwitchML format ceiling")
+        ax.axhline(0.9 * c / 1e9, color="gray", ls=":", label="90 % of the ceiling")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(workers)
+        ax.set_xticklabels([str(n) for n in workers])
+        ax.set_xlabel("workers (racks of %d)" % per_rack)
+        ax.set_ylabel("aggregated elements/s (billions)")
+        ax.set_title("Two levels, %d Gbit/s links" % gbps)
+        ax.grid(alpha=0.3)
+        for n in workers:
+            by = {x["algorithm"]: x for x in rows if int(x["workers"]) == n and
+                  int(x["gbps"]) == gbps}
+            sw, r, h = (float(by[a]["elements_per_second"]) for a in
+                        ("switchml", "ring", "halving-doubling"))
+            table.append([gbps, n, n // per_rack, "%.3g" % sw, "%.1f %%" % (100 * sw / c),
+                          by["switchml"].get("retransmitted", ""), "%.3g" % r, "%.3g" % h,
+                          "%.0fx" % (sw / r), "%.0fx" % (sw / h)])
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, "two_level.png"), dpi=110)
+    md += md_table(["Gbit/s", "workers", "racks", "switchml el/s", "of ceiling", "retransmitted",
+                    "ring el/s", "halving-doubling el/s", "vs ring", "vs h-d"], table)
     return md
 
 
@@ -292,13 +352,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "tools", "switchml"))
     ap.add_argument("--quick", action="store_true", help="smaller tensors (a smoke run)")
-    ap.add_argument("--only", default="scaling,loss,pool,jobs,speed")
+    ap.add_argument("--only", default="scaling,two_level,loss,pool,jobs,speed")
     a = ap.parse_args()
     if not os.access(a.binary, os.X_OK):
         sys.exit("no switchml binary at %s: build it (scripts/build.sh) or pass --binary" %
                  a.binary)
     os.makedirs(OUT, exist_ok=True)
-    names = ["scaling", "loss", "pool", "jobs", "speed"]
+    names = ["scaling", "two_level", "loss", "pool", "jobs", "speed"]
     for name in a.only.split(","):
         if name not in names:
             sys.exit("unknown experiment %r (one of %s)" % (name, ", ".join(names)))
