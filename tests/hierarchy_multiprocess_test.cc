@@ -47,6 +47,7 @@ struct Case {
   const char* loss;
   std::vector<uint32_t> racks;  // workers per rack: rack r has ranks [r*N/R, (r+1)*N/R)
   std::vector<std::string> worker_extra;
+  std::vector<std::string> switch_extra = {};  // for the spine and both ToRs
 };
 
 class HierarchyProcessTest : public ::testing::TestWithParam<Case> {};
@@ -54,13 +55,17 @@ class HierarchyProcessTest : public ::testing::TestWithParam<Case> {};
 TEST_P(HierarchyProcessTest, JobThroughTwoTorsAndASpine) {
   const Case& c = GetParam();
   const uint32_t racks = static_cast<uint32_t>(c.racks.size());
-  SwitchProcess spine = StartSwitch({"--loss", c.loss, "--seed", "7"});
+  auto with_extra = [&](std::vector<std::string> args) {
+    args.insert(args.end(), c.switch_extra.begin(), c.switch_extra.end());
+    return args;
+  };
+  SwitchProcess spine = StartSwitch(with_extra({"--loss", c.loss, "--seed", "7"}));
   ASSERT_FALSE(spine.control.empty());
   std::vector<SwitchProcess> tors;
   for (uint32_t r = 0; r < racks; ++r) {
-    tors.push_back(
-        StartSwitch({"--upstream", spine.control, "--racks", std::to_string(racks), "--rack-index",
-                     std::to_string(r), "--loss", c.loss, "--seed", std::to_string(11 + r)}));
+    tors.push_back(StartSwitch(
+        with_extra({"--upstream", spine.control, "--racks", std::to_string(racks), "--rack-index",
+                    std::to_string(r), "--loss", c.loss, "--seed", std::to_string(11 + r)})));
     ASSERT_FALSE(tors.back().control.empty());
   }
   uint32_t n = 0;
@@ -114,10 +119,13 @@ TEST_P(HierarchyProcessTest, JobThroughTwoTorsAndASpine) {
 
 INSTANTIATE_TEST_SUITE_P(
     Loopback, HierarchyProcessTest,
-    ::testing::Values(Case{"int32", "300007", "0", {2, 2}, {}},
-                      Case{"float32", "300007", "0", {1, 2}, {"--threads", "2"}},
-                      Case{"int32", "100003", "0.01", {2, 2}, {}},
-                      Case{"float32", "100003", "0.01", {1, 2}, {}}));
+    ::testing::Values(
+        Case{"int32", "300007", "0", {2, 2}, {}},
+        Case{"float32", "300007", "0", {1, 2}, {"--threads", "2"}},
+        Case{"int32", "100003", "0.01", {2, 2}, {}}, Case{"float32", "100003", "0.01", {1, 2}, {}},
+        // Two data-plane threads on every switch, four worker threads: slots of
+        // thread t go through ToR shard t mod 2 to spine shard t mod 2.
+        Case{"int32", "200003", "0.01", {2, 2}, {"--threads", "4"}, {"--threads", "2"}}));
 
 }  // namespace
 }  // namespace switchml
