@@ -104,6 +104,10 @@ TEST_F(TorScenarioTest, PartialGoesUpResultComesDownShadowAnswersRetransmissions
   Out again = Deliver(Worker(0), Packet(0, s, 10, 3));
   ASSERT_EQ(again.kind, Action::Kind::kUpstream);
   EXPECT_EQ(again.reply.values[3], 1016);
+  // Worker 1's retransmission in the same wave of timeouts is not sent up too (the uplink carries
+  // the whole rack); worker 0 asking again means that re-send went unanswered: up once more.
+  EXPECT_EQ(Deliver(Worker(1), Packet(0, s, 1000, 5)).reason, DropReason::kDuplicate);
+  EXPECT_EQ(Deliver(Worker(0), Packet(0, s, 10, 3)).kind, Action::Kind::kUpstream);
 
   // The spine's result (the global sum and max exponent) is multicast to the rack.
   std::vector<uint8_t> result = Packet(0, s, 500000, 9);
@@ -122,8 +126,9 @@ TEST_F(TorScenarioTest, PartialGoesUpResultComesDownShadowAnswersRetransmissions
   EXPECT_EQ(shadow.reply.header.e0, 9);
 
   const JobCounters& c = *tor_.job_counters(kSession);
-  EXPECT_EQ(c.upstream_sent, 2u);
-  EXPECT_EQ(c.upstream_resent, 1u);
+  EXPECT_EQ(c.upstream_sent, 3u);
+  EXPECT_EQ(c.upstream_resent, 2u);
+  EXPECT_EQ(c.upstream_coalesced, 1u);
   EXPECT_EQ(c.upstream_results, 1u);
 }
 

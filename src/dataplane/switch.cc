@@ -123,6 +123,8 @@ struct Switch::Job {
     bool has_result = false;
     uint16_t offset = 0;
     uint16_t source_port = 0;
+    // Workers whose retransmission came since the partial sum was last sent up (see kUnicast).
+    WorkerBitmap asked;
   };
   std::vector<TorSet> tor;
 
@@ -529,14 +531,25 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
     }
     case NextStep::kUnicast:
       if (job.has_upstream) [[unlikely]] {
-        const Job::TorSet& t = job.tor[RegisterIndex(md.header.slot)];
+        Job::TorSet& t = job.tor[RegisterIndex(md.header.slot)];
         if (!t.has_result) {
           // Complete here, no result from upstream yet: the partial sum or the result was lost
-          // above this switch. Re-send the partial sum (the upstream answers a retransmission
-          // into a complete set with its stored result).
-          ++job.counters.upstream_resent;
-          SendUp(job, t.offset);
-          break;
+          // above this switch (or is late). Re-send the partial sum (the upstream answers a
+          // retransmission into a complete set with its stored result) once per wave of the
+          // rack's timeouts: on the first retransmission since the last send, and again when a
+          // worker that already asked asks again (that re-send went unanswered). The others'
+          // retransmissions of the same wave would only load the uplink, which carries one packet
+          // per round of the whole rack.
+          const bool asked_again = (t.asked & md.worker_bit) != WorkerBitmap{};
+          if (t.asked == WorkerBitmap{} || asked_again) {
+            t.asked = md.worker_bit;
+            ++job.counters.upstream_resent;
+            SendUp(job, t.offset);
+            break;
+          }
+          t.asked |= md.worker_bit;
+          ++job.counters.upstream_coalesced;
+          return DropForJob(job, DropReason::kDuplicate);
         }
       }
       job.unicast_destination = source;
@@ -624,6 +637,7 @@ std::string Switch::FormatCounters(bool per_slot) const {
       add("  %-26s %12" PRIu64 "\n", "upstream_sent", c.upstream_sent);
       add("  %-26s %12" PRIu64 "\n", "upstream_resent", c.upstream_resent);
       add("  %-26s %12" PRIu64 "\n", "upstream_results", c.upstream_results);
+      add("  %-26s %12" PRIu64 "\n", "upstream_coalesced", c.upstream_coalesced);
     }
     for (int r = 1; r < kNumDropReasons; ++r) {
       if (c.dropped[r] == 0) continue;

@@ -122,6 +122,9 @@ struct JobCounters {
   uint64_t upstream_sent = 0;     // partial sums sent up, re-sends included
   uint64_t upstream_resent = 0;   // of those, re-sends on a worker's retransmission
   uint64_t upstream_results = 0;  // results from upstream stored and multicast to the rack
+  // Worker retransmissions that did not re-send the partial sum: another worker's had, in the
+  // same wave of timeouts (counted as dropped duplicates too).
+  uint64_t upstream_coalesced = 0;
   uint64_t dropped[kNumDropReasons] = {};
 };
 

@@ -31,6 +31,7 @@ void Add(dataplane::JobCounters& sum, const dataplane::JobCounters& c) {
   sum.upstream_sent += c.upstream_sent;
   sum.upstream_resent += c.upstream_resent;
   sum.upstream_results += c.upstream_results;
+  sum.upstream_coalesced += c.upstream_coalesced;
   for (int r = 0; r < dataplane::kNumDropReasons; ++r) sum.dropped[r] += c.dropped[r];
 }
 
