@@ -27,7 +27,11 @@ measure() {
   local pid=$1; shift
   local c0 c1 out
   c0=$(cpu_of "$pid")
-  out=$("$bench" gen "$@" --seconds "$secs" --window "$window" 2>/dev/null | grep '^pps=')
+  out=$("$bench" gen "$@" --seconds "$secs" --window "$window" 2>"$tmp/gen.err" | grep '^pps=' || true)
+  if [ -z "$out" ]; then  # the generator failed (e.g. the server never came up): say so, count 0
+    echo "transport_bench: generator failed: $(tail -1 "$tmp/gen.err")" >&2
+    out="pps=0 gen_cpu=0"
+  fi
   c1=$(cpu_of "$pid")
   local pps gcpu
   pps=$(sed 's/.*pps=\([0-9.]*\).*/\1/' <<<"$out")
@@ -58,7 +62,7 @@ printf "%-26s %12s %10s %14s %14s %16s\n" server pkts/s "srv cores" "pkts/s/srv-
 for r in $(seq "$runs"); do
   "$bench" fwd --port $port --seconds $((secs + 8)) >"$tmp/fwd.log" 2>&1 &
   fpid=$!
-  for _ in $(seq 100); do grep -q ready "$tmp/fwd.log" && break; sleep 0.1; done
+  for _ in $(seq 300); do grep -q ready "$tmp/fwd.log" && break; sleep 0.1; done
   measure $fpid --kind dpdk --data 127.0.0.1:$port >>"$tmp/fwd"
   kill $fpid 2>/dev/null; wait $fpid 2>/dev/null || true
 done
@@ -72,7 +76,7 @@ switch_rows() {  # <label> <transport> <switch flags...>
       --log-level info "$@" >"$tmp/sw.log" 2>&1 &
     local spid=$!
     local cport=""
-    for _ in $(seq 100); do
+    for _ in $(seq 300); do
       cport=$(grep -o 'control port [0-9]*' "$tmp/sw.log" | awk '{print $3}' | head -1 || true)
       [ -n "$cport" ] && break
       sleep 0.1
