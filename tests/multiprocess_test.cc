@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -171,8 +172,9 @@ TEST(MultiProcessTest, MultiThreadedSwitchServesEachWorkerThreadOnItsShard) {
   EXPECT_NE(table.find("shard 2 (port "), std::string::npos) << table;
   EXPECT_EQ(d->switch_counters().received, d->counters().received - d->counters().truncated);
   EXPECT_EQ(d->switch_counters().dropped_unknown_source, 0u);
-  ASSERT_TRUE(d->job_counters(31).has_value());
-  EXPECT_GT(d->job_counters(31)->completed, 0u);
+  // Its workers closed the job when they finished: the switch no longer holds it.
+  std::lock_guard lock(d->locked_switch().mu);
+  EXPECT_FALSE(d->locked_switch().sw.HasJob(31));
 }
 
 // Given the plain transport (no GSO/GRO) on both sides, Expect the same verified results.
@@ -204,23 +206,22 @@ TEST(MultiProcessTest, TwoConcurrentJobsOnOneSwitch) {
     EXPECT_EQ(p->exit_code(), 0) << p->output();
     EXPECT_NE(p->output().find("status=ok verified=1"), std::string::npos) << p->output();
   }
-  ASSERT_TRUE(d->job_counters(21).has_value());
-  ASSERT_TRUE(d->job_counters(22).has_value());
-  EXPECT_GT(d->job_counters(21)->completed, 0u);
-  EXPECT_GT(d->job_counters(22)->completed, 0u);
+  EXPECT_GT(d->switch_counters().received, 0u);
   EXPECT_EQ(d->switch_counters().dropped_unknown_source, 0u);
+  // Both jobs were closed by their workers at the end (Session.Close): nothing is left behind.
+  std::lock_guard lock(d->locked_switch().mu);
+  EXPECT_FALSE(d->locked_switch().sw.HasJob(21));
+  EXPECT_FALSE(d->locked_switch().sw.HasJob(22));
 }
 
-// Given a worker killed in the middle of a job, Expect every other worker to fail with a clear
-// timeout error within the stated bound: peer timeout (2 s) + 3 s of slack.
-TEST(MultiProcessTest, KilledWorkerMakesOthersFailWithTimeout) {
+// Given a worker killed in the middle of a job (the peer timeout left at its default, 10 s),
+// Expect every other worker to fail within 2 s with an error that names the dead rank: the
+// switch sees the worker's control stream break and fails the job (issue 7, found 5; before,
+// the peers waited for the peer timeout and the rank was never named).
+TEST(MultiProcessTest, KilledWorkerMakesOthersFailFastNamingTheRank) {
   auto d = StartSwitch();
   ASSERT_NE(d, nullptr);
-  WorkerArgs a{3,
-               "4194301",
-               "float32",
-               31,
-               {"--iterations", "1000", "--peer-timeout-ms", "2000", "--setup-timeout-ms", "2000"}};
+  WorkerArgs a{3, "4194301", "float32", 31, {"--iterations", "1000"}};
   std::vector<std::unique_ptr<Process>> ps;
   for (uint32_t r = 0; r < a.workers; ++r) ps.push_back(StartWorker(*d, a, r));
   // Rank 0 prints progress; kill rank 2 once the job is under way.
@@ -231,11 +232,10 @@ TEST(MultiProcessTest, KilledWorkerMakesOthersFailWithTimeout) {
     ASSERT_TRUE(ps[r]->Wait(seconds(5))) << "rank " << r << " did not give up in time";
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-    EXPECT_LE(took, 5.0);
+    EXPECT_LE(took, 2.0) << "rank " << r;
     EXPECT_NE(ps[r]->exit_code(), 0);
     const std::string out = ps[r]->output();
-    EXPECT_NE(out.find("DEADLINE_EXCEEDED"), std::string::npos) << out;
-    EXPECT_TRUE(out.find("peer worker") != std::string::npos) << out;
+    EXPECT_NE(out.find("rank 2 lost its control connection"), std::string::npos) << out;
   }
 }
 

@@ -67,6 +67,20 @@ struct Config {
   std::chrono::milliseconds peer_timeout{10000};
   // Session setup and barriers fail with DEADLINE_EXCEEDED after this long.
   std::chrono::milliseconds setup_timeout{30000};
+  // The job's secret, the same bytes on every worker (at most 64; `switchml run` and the PyTorch
+  // backend make a random one): only requests carrying it can join, fail, re-create or close
+  // the job on the switch (docs/security.md). Empty: an unprotected job.
+  std::string job_secret;
+  // Check with the switch that every worker all-reduces the same element count and type (one
+  // small control message per all-reduce; the result is returned only once the check passed).
+  bool check_tensors = true;
+  // TLS on the control channel (PEM files; docs/security.md). Empty tls_ca_file: plaintext.
+  // tls_cert_file + tls_key_file: this worker's certificate, for a switch that requires one.
+  // tls_server_name: the name the switch's certificate must carry, when not switch_host.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_server_name;
 
   // OK, or a message that says which field is wrong and what to use instead.
   Status Validate() const;

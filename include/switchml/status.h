@@ -23,6 +23,7 @@ enum class StatusCode {
   kUnimplemented,
   kInternal,
   kCancelled,
+  kPermissionDenied,  // the caller may not do this (e.g. a job's secret is missing or wrong)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -70,6 +71,9 @@ inline Status UnimplementedError(std::string m) {
 }
 inline Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 inline Status CancelledError(std::string m) { return Status(StatusCode::kCancelled, std::move(m)); }
+inline Status PermissionDeniedError(std::string m) {
+  return Status(StatusCode::kPermissionDenied, std::move(m));
+}
 
 // Result<T>: a T or a non-OK Status.
 template <typename T>

@@ -3,6 +3,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
 #include <utility>
 
 #include "base/status_macros.h"
@@ -15,6 +21,17 @@ namespace {
 // Reconnect quickly while waiting for a switch that starts after the worker.
 constexpr int kReconnectBackoffMs = 100;
 constexpr int kMaxReconnectBackoffMs = 1000;
+// Keepalive pings while a call (the Attach stream) is open, so that a switch host that vanished
+// is noticed within about two seconds.
+constexpr int kKeepaliveMs = 1000;
+
+Result<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream f(path);
+  if (!f) return InvalidArgumentError(std::string("cannot read the TLS ") + what + " " + path);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
 
 StatusCode FromGrpcCode(grpc::StatusCode code) {
   switch (code) {
@@ -42,6 +59,9 @@ StatusCode FromGrpcCode(grpc::StatusCode code) {
       return StatusCode::kUnimplemented;
     case grpc::StatusCode::UNAVAILABLE:
       return StatusCode::kUnavailable;
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return StatusCode::kPermissionDenied;
     default:
       return StatusCode::kInternal;
   }
@@ -66,6 +86,25 @@ struct ControlClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<switchml_proto::Session::Stub> session;
   std::unique_ptr<switchml_proto::Sync::Stub> sync;
+
+  void Connect(std::string t, std::chrono::milliseconds to,
+               std::shared_ptr<grpc::ChannelCredentials> credentials,
+               const std::string& server_name) {
+    target = std::move(t);
+    timeout = to;
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveMs);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
+    channel = grpc::CreateCustomChannel(target, credentials, args);
+    session = switchml_proto::Session::NewStub(channel);
+    sync = switchml_proto::Sync::NewStub(channel);
+  }
 
   void Prepare(grpc::ClientContext* ctx) const {
     ctx->set_wait_for_ready(true);
@@ -101,18 +140,33 @@ struct ControlClient::Impl {
 
 ControlClient::ControlClient(std::string target, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<Impl>()) {
-  impl_->target = std::move(target);
-  impl_->timeout = timeout;
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
-  impl_->channel =
-      grpc::CreateCustomChannel(impl_->target, grpc::InsecureChannelCredentials(), args);
-  impl_->session = switchml_proto::Session::NewStub(impl_->channel);
-  impl_->sync = switchml_proto::Sync::NewStub(impl_->channel);
+  impl_->Connect(std::move(target), timeout, grpc::InsecureChannelCredentials(), "");
 }
+
+Result<std::unique_ptr<ControlClient>> ControlClient::Create(std::string target,
+                                                             std::chrono::milliseconds timeout,
+                                                             const ControlTlsOptions& tls) {
+  if (tls.ca_file.empty()) {
+    if (!tls.cert_file.empty() || !tls.key_file.empty()) {
+      return InvalidArgumentError("a TLS client certificate needs the CA file too (--tls-ca)");
+    }
+    return std::make_unique<ControlClient>(std::move(target), timeout);
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return InvalidArgumentError("a TLS client certificate needs its key (--tls-cert, --tls-key)");
+  }
+  grpc::SslCredentialsOptions ssl;
+  ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(tls.ca_file, "CA file"));
+  if (!tls.cert_file.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadFile(tls.cert_file, "certificate"));
+    ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFile(tls.key_file, "key"));
+  }
+  std::unique_ptr<ControlClient> client(new ControlClient());
+  client->impl_->Connect(std::move(target), timeout, grpc::SslCredentials(ssl), tls.server_name);
+  return client;
+}
+
+ControlClient::ControlClient() : impl_(std::make_unique<Impl>()) {}
 
 ControlClient::~ControlClient() = default;
 ControlClient::ControlClient(ControlClient&&) noexcept = default;
@@ -131,6 +185,7 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   req.set_num_udp_ports(args.num_udp_ports);
   req.set_max_outstanding_packets(args.max_outstanding_packets);
   req.set_running_tsi(args.running_tsi);
+  req.set_job_secret(args.job_secret);
   switchml_proto::UdpSessionResponse resp;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);
@@ -152,10 +207,13 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   return reply;
 }
 
-Status ControlClient::Barrier(uint64_t session_id, uint32_t num_workers) {
+Status ControlClient::Barrier(uint64_t session_id, uint32_t num_workers,
+                              const std::string& job_secret, std::optional<uint32_t> rank) {
   switchml_proto::BarrierRequest req;
   req.set_session_id(session_id);
   req.set_num_workers(num_workers);
+  req.set_job_secret(job_secret);
+  if (rank) req.set_rank(*rank);
   switchml_proto::BarrierResponse resp;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);
@@ -166,8 +224,10 @@ Status ControlClient::Barrier(uint64_t session_id, uint32_t num_workers) {
 }
 
 Result<uint64_t> ControlClient::Broadcast(uint64_t session_id, uint64_t value, uint32_t rank,
-                                          uint32_t num_workers, uint32_t root) {
+                                          uint32_t num_workers, uint32_t root,
+                                          const std::string& job_secret) {
   switchml_proto::BroadcastRequest req;
+  req.set_job_secret(job_secret);
   req.set_session_id(session_id);
   req.set_value(value);
   req.set_rank(rank);
@@ -182,6 +242,167 @@ Result<uint64_t> ControlClient::Broadcast(uint64_t session_id, uint64_t value, u
       " (" + std::to_string(num_workers) + " workers, root " + std::to_string(root) + ")";
   RETURN_IF_ERROR(impl_->Convert(impl_->sync->Broadcast(&ctx, req, &resp), what));
   return resp.value();
+}
+
+Status ControlClient::Close(uint64_t session_id, const std::string& job_secret,
+                            std::optional<uint32_t> rank, std::chrono::milliseconds timeout) {
+  switchml_proto::CloseRequest req;
+  req.set_session_id(session_id);
+  req.set_job_secret(job_secret);
+  if (rank) req.set_rank(*rank);
+  switchml_proto::CloseResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  return impl_->Convert(impl_->session->Close(&ctx, req, &resp), "");
+}
+
+namespace {
+
+// The client side of an Attach stream, on gRPC's callback API: no thread of its own.
+class AttachStream final
+    : public Attachment,
+      public grpc::ClientBidiReactor<switchml_proto::AttachRequest, switchml_proto::AttachEvent> {
+ public:
+  AttachStream(switchml_proto::Session::Stub* stub, std::string target, uint64_t session_id,
+               uint32_t rank, const std::string& secret,
+               std::function<void(const Status&)> on_failure)
+      : target_(std::move(target)), on_failure_(std::move(on_failure)) {
+    stub->async()->Attach(&ctx_, this);
+    switchml_proto::AttachRequest first;
+    first.set_session_id(session_id);
+    first.set_rank(rank);
+    first.set_job_secret(secret);
+    const switchml_proto::AttachRequest* write;
+    {
+      std::lock_guard lock(mu_);
+      write = Enqueue(std::move(first));
+    }
+    if (write != nullptr) StartWrite(write);
+    StartRead(&event_);
+    StartCall();
+  }
+
+  ~AttachStream() override {
+    {
+      std::lock_guard lock(mu_);
+      closing_ = true;
+    }
+    ctx_.TryCancel();
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+  }
+
+  void Announce(uint64_t op, uint64_t count, uint32_t dtype,
+                std::function<void(const Status&)> checked) override {
+    Status immediate;
+    bool now = false;
+    const switchml_proto::AttachRequest* write = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      if (done_) {
+        now = true;
+        immediate = unsupported_ ? Status::Ok() : final_;
+      } else {
+        checks_[op] = std::move(checked);
+        switchml_proto::AttachRequest m;
+        m.set_op(op);
+        m.set_count(count);
+        m.set_dtype(dtype);
+        write = Enqueue(std::move(m));
+      }
+    }
+    if (write != nullptr) StartWrite(write);
+    if (now) checked(immediate);
+  }
+
+  void OnWriteDone(bool ok) override {
+    const switchml_proto::AttachRequest* next = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      queue_.pop_front();
+      if (ok && !queue_.empty()) {
+        next = &queue_.front();
+      } else {
+        writing_ = false;
+      }
+    }
+    if (next != nullptr) StartWrite(next);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    std::function<void(const Status&)> checked;
+    {
+      std::lock_guard lock(mu_);
+      auto it = checks_.find(event_.op());
+      if (it != checks_.end()) {
+        checked = std::move(it->second);
+        checks_.erase(it);
+      }
+    }
+    if (checked) checked(Status::Ok());
+    StartRead(&event_);
+  }
+
+  void OnDone(const grpc::Status& s) override {
+    std::map<uint64_t, std::function<void(const Status&)>> checks;
+    std::function<void(const Status&)> notify;
+    Status failure;
+    {
+      std::lock_guard lock(mu_);
+      unsupported_ = s.error_code() == grpc::StatusCode::UNIMPLEMENTED;
+      if (unsupported_) {
+        failure = Status::Ok();
+      } else if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                 s.error_code() == grpc::StatusCode::CANCELLED || s.ok()) {
+        failure = UnavailableError(
+            "lost the control connection to the switch at " + target_ +
+            " (the switch stopped, or its host or the network failed): " + s.error_message());
+      } else {
+        failure = Status(FromGrpcCode(s.error_code()), s.error_message());
+      }
+      final_ = failure;
+      checks.swap(checks_);
+      if (!closing_ && !unsupported_) notify = std::move(on_failure_);
+    }
+    if (notify) notify(failure);
+    for (auto& [op, checked] : checks) checked(failure);
+    std::lock_guard lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  // Under mu_. Returns the message to start writing (outside mu_), if no write is under way.
+  const switchml_proto::AttachRequest* Enqueue(switchml_proto::AttachRequest m) {
+    queue_.push_back(std::move(m));
+    if (writing_) return nullptr;
+    writing_ = true;
+    return &queue_.front();
+  }
+
+  const std::string target_;
+  std::function<void(const Status&)> on_failure_;
+  grpc::ClientContext ctx_;
+  switchml_proto::AttachEvent event_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<switchml_proto::AttachRequest> queue_;  // front: being written
+  bool writing_ = false;
+  std::map<uint64_t, std::function<void(const Status&)>> checks_;
+  bool closing_ = false;
+  bool done_ = false;
+  bool unsupported_ = false;
+  Status final_;
+};
+
+}  // namespace
+
+std::unique_ptr<Attachment> ControlClient::Attach(uint64_t session_id, uint32_t rank,
+                                                  const std::string& job_secret,
+                                                  std::function<void(const Status&)> on_failure) {
+  return std::make_unique<AttachStream>(impl_->session.get(), impl_->target, session_id, rank,
+                                        job_secret, std::move(on_failure));
 }
 
 }  // namespace switchml::control

@@ -12,7 +12,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "proto/wire.h"
@@ -35,6 +37,34 @@ struct UdpSessionArgs {
   uint32_t max_outstanding_packets = 256;
   bool running_tsi = true;  // our workers' tsi (see switchml.proto)
   proto::SizeCode size = proto::SizeCode::k1024B;
+  // The job's secret (rank 0 creates the job with it; the others must send the same); empty:
+  // an unprotected job (docs/security.md).
+  std::string job_secret;
+};
+
+// TLS for the control channel (PEM files). Empty ca_file: plaintext. cert_file + key_file: the
+// client certificate for mutual TLS. server_name: the name to check the switch's certificate
+// against, when it differs from the target's host (e.g. the target is an IP address).
+struct ControlTlsOptions {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  std::string server_name;
+};
+
+// A worker's Attach stream (see switchml.proto): its liveness towards the switch, and the
+// per-all-reduce check. Destroying it ends the stream (after the rank closed its session, the
+// switch takes that as a clean end; before, as a dead worker) and waits until it has ended.
+// Thread-safe.
+class Attachment {
+ public:
+  virtual ~Attachment() = default;
+  // Announces all-reduce `op` (1, 2, ... in the same order on every worker) of `count` elements
+  // of type `dtype`. `checked` runs once: OK when every worker announced the same, or the
+  // failure when the job failed first. Against a switch without Attach (a reference switch),
+  // at once with OK.
+  virtual void Announce(uint64_t op, uint64_t count, uint32_t dtype,
+                        std::function<void(const Status&)> checked) = 0;
 };
 
 struct UdpSessionReply {
@@ -55,21 +85,39 @@ class ControlClient {
  public:
   // target: "host:port" of the switch's control plane. Does not connect yet.
   ControlClient(std::string target, std::chrono::milliseconds timeout);
+  // With TLS (tls.ca_file not empty) or without. Fails when a TLS file cannot be read.
+  static Result<std::unique_ptr<ControlClient>> Create(std::string target,
+                                                       std::chrono::milliseconds timeout,
+                                                       const ControlTlsOptions& tls);
   ~ControlClient();
   ControlClient(ControlClient&&) noexcept;
   ControlClient& operator=(ControlClient&&) noexcept;
 
   // Registers this worker; rank 0 (re)creates the session's job, so it must come first.
   Result<UdpSessionReply> UdpSession(const UdpSessionArgs& args);
-  // Returns once num_workers workers called Barrier with the same session_id (0 = unscoped).
-  Status Barrier(uint64_t session_id, uint32_t num_workers);
+  // Returns once num_workers workers called Barrier with the same session_id (0 = unscoped) and
+  // job secret. `rank`, when given, lets the switch refuse two callers with one rank.
+  Status Barrier(uint64_t session_id, uint32_t num_workers, const std::string& job_secret = "",
+                 std::optional<uint32_t> rank = std::nullopt);
   // Returns the value of the caller whose rank == root once num_workers workers called.
   Result<uint64_t> Broadcast(uint64_t session_id, uint64_t value, uint32_t rank,
-                             uint32_t num_workers, uint32_t root);
+                             uint32_t num_workers, uint32_t root,
+                             const std::string& job_secret = "");
+  // Tells the switch that `rank` (absent: the whole job) is done with the session; waits at most
+  // `timeout`. The job's slots are freed once every registered rank closed.
+  Status Close(uint64_t session_id, const std::string& job_secret, std::optional<uint32_t> rank,
+               std::chrono::milliseconds timeout);
+  // Opens this registered worker's Attach stream. `on_failure` runs at most once, from a gRPC
+  // thread, when the stream ends for another reason than the Attachment's destruction: the job
+  // failed on the switch (the status says why, e.g. which rank died) or the switch is gone.
+  std::unique_ptr<Attachment> Attach(uint64_t session_id, uint32_t rank,
+                                     const std::string& job_secret,
+                                     std::function<void(const Status&)> on_failure);
 
   const std::string& target() const;
 
  private:
+  ControlClient();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

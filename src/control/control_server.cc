@@ -8,10 +8,12 @@
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
-#include <map>
+#include <deque>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <string_view>
-#include <unordered_map>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,13 +27,11 @@
 namespace switchml::control {
 namespace {
 
-// How often a waiting Barrier/Broadcast wakes up to look at cancellation and its deadline.
-constexpr auto kWaitSlice = std::chrono::milliseconds(50);
-// Enough threads for many workers blocked in barriers at once.
-constexpr int kMaxServerThreads = 1024;
 // How long Shutdown() lets in-flight RPCs finish before gRPC cancels them.
 constexpr auto kShutdownGrace = std::chrono::seconds(2);
-constexpr uint32_t kDefaultWindow = 256;
+// Keepalive pings on idle connections, so that a worker host that vanishes (no FIN, no RST) is
+// noticed within about two seconds (docs/protocol.md, 4.10).
+constexpr int kKeepaliveMs = 1000;
 
 grpc::StatusCode ToGrpcCode(StatusCode code) {
   switch (code) {
@@ -57,6 +57,8 @@ grpc::StatusCode ToGrpcCode(StatusCode code) {
       return grpc::StatusCode::INTERNAL;
     case StatusCode::kCancelled:
       return grpc::StatusCode::CANCELLED;
+    case StatusCode::kPermissionDenied:
+      return grpc::StatusCode::PERMISSION_DENIED;
   }
   return grpc::StatusCode::UNKNOWN;
 }
@@ -89,50 +91,20 @@ std::string PercentDecode(std::string_view s) {
   return out;
 }
 
-enum class SyncKind : uint8_t { kBarrier, kBroadcast };
-
-// One rendezvous scope: a session's barrier (or broadcast), or the unscoped group of a
-// num_workers (session_id 0).
-struct ScopeKey {
-  SyncKind kind;
-  uint64_t session_id;
-  uint32_t unscoped_num_workers;  // 0 for scoped keys
-  auto operator<=>(const ScopeKey&) const = default;
-};
-
-std::string ScopeName(const ScopeKey& key) {
-  const char* what = key.kind == SyncKind::kBarrier ? "barrier" : "broadcast";
-  if (key.session_id == 0) {
-    return std::string("unscoped ") + what + " of " + std::to_string(key.unscoped_num_workers) +
-           " workers";
-  }
-  return std::string(what) + " of session " + std::to_string(key.session_id);
+Caller CallerOf(const grpc::CallbackServerContext* ctx) {
+  Caller c;
+  c.peer = ctx->peer();
+  c.has_ipv4 = ParsePeerIpv4(c.peer, &c.ipv4);
+  return c;
 }
 
-// The round currently filling in one scope. Shared between the waiting calls so that a call
-// always reads the outcome of its own round, even after the scope has moved on.
-struct Round {
-  uint32_t num_workers = 0;
-  uint32_t arrived = 0;
-  bool done = false;
-  // Set when the round is torn down without completing (session failed, server shutting down).
-  grpc::Status failure;
-  bool failed = false;
-  // Broadcast only.
-  uint32_t root = 0;
-  uint64_t value = 0;
-  std::vector<bool> rank_arrived;
-  std::condition_variable cv;
-};
-
-// One Barrier or Broadcast call.
-struct SyncCall {
-  ScopeKey key;
-  uint32_t num_workers = 0;
-  uint32_t rank = 0;
-  uint32_t root = 0;
-  uint64_t value = 0;
-};
+Result<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream f(path);
+  if (!f) return InvalidArgumentError(std::string("cannot read the TLS ") + what + " " + path);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
 
 }  // namespace
 
@@ -174,438 +146,350 @@ Status ControlServerOptions::Validate() const {
   if (data_port == 0) {
     return InvalidArgumentError("switch data port is 0: the workers need the real UDP port");
   }
-  return Status::Ok();
+  if (tls_cert_file.empty() != tls_key_file.empty()) {
+    return InvalidArgumentError("TLS needs both a certificate and its key (--tls-cert, --tls-key)");
+  }
+  if (!tls_client_ca_file.empty() && tls_cert_file.empty()) {
+    return InvalidArgumentError(
+        "mutual TLS (--tls-client-ca) needs the server's own certificate and key too");
+  }
+  return registry.Validate();
 }
 
 struct ControlServer::Impl {
-  Impl(const ControlServerOptions& o, dataplane::LockedSwitch* s)
-      : options(o), sw(s), session_service(this), sync_service(this) {}
+  Impl(const ControlServerOptions& o, dataplane::LockedSwitch* sw)
+      : options(o),
+        registry(o.registry, sw, {}, o.hooks),
+        session_service(this),
+        sync_service(this) {
+    if (o.job_activity) registry.set_activity(o.job_activity);
+  }
 
-  // Handlers of the two gRPC services; each forwards to the Impl.
-  class SessionService final : public switchml_proto::Session::Service {
+  // Barrier and Broadcast: registered with the registry, finished by its callback.
+  class SyncReactor final : public grpc::ServerUnaryReactor {
+   public:
+    SyncReactor(Impl* impl, grpc::CallbackServerContext* ctx, const SyncRequest& q,
+                switchml_proto::BroadcastResponse* broadcast_response)
+        : impl_(impl), ctx_(ctx), ticket_(impl->registry.NewTicket()) {
+      scope_ = std::string(q.broadcast ? "broadcast" : "barrier") +
+               (q.session_id == 0 ? " (unscoped)" : " of session " + std::to_string(q.session_id));
+      impl->registry.Sync(ticket_, q, CallerOf(ctx),
+                          [this, broadcast_response](const Status& st, uint64_t value) {
+                            if (broadcast_response != nullptr) broadcast_response->set_value(value);
+                            Finish(ToGrpc(st));
+                          });
+    }
+    void OnCancel() override {
+      const bool late = std::chrono::system_clock::now() >= ctx_->deadline();
+      impl_->registry.CancelWait(ticket_, late ? DeadlineExceededError(scope_ + ": deadline passed")
+                                               : CancelledError(scope_ + ": cancelled"));
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    Impl* impl_;
+    grpc::CallbackServerContext* ctx_;
+    const uint64_t ticket_;
+    std::string scope_;
+  };
+
+  // One worker's Attach stream. The registry may end it (job failed or closed) or confirm a
+  // check from any thread, through `Shared`, which outlives the reactor.
+  class AttachReactor final
+      : public grpc::ServerBidiReactor<switchml_proto::AttachRequest, switchml_proto::AttachEvent> {
+   public:
+    AttachReactor(Impl* impl, grpc::CallbackServerContext* ctx)
+        : impl_(impl),
+          caller_(CallerOf(ctx)),
+          ticket_(impl->registry.NewTicket()),
+          shared_(std::make_shared<Shared>()) {
+      shared_->reactor = this;
+      StartSendInitialMetadata();
+      StartRead(&request_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {  // the worker closed its side, or the connection broke
+        impl_->registry.Detach(ticket_);
+        shared_->Finish(grpc::Status::OK);
+        return;
+      }
+      if (!attached_) {
+        AttachRequest q;
+        q.session_id = request_.session_id();
+        q.rank = request_.rank();
+        q.secret = request_.job_secret();
+        std::weak_ptr<Shared> weak = shared_;
+        Status st = impl_->registry.Attach(
+            ticket_, q, caller_,
+            [shared = shared_](const Status& why) { shared->Finish(ToGrpc(why)); },
+            [weak](uint64_t op) {
+              if (auto s = weak.lock()) s->Write(op);
+            });
+        if (!st.ok()) {
+          shared_->Finish(ToGrpc(st));
+          return;
+        }
+        attached_ = true;
+      } else {
+        impl_->registry.Report(ticket_, request_.op(), request_.count(), request_.dtype());
+      }
+      if (!shared_->finished()) StartRead(&request_);
+    }
+    void OnWriteDone(bool ok) override { shared_->WriteDone(ok); }
+    void OnCancel() override {
+      impl_->registry.Detach(ticket_);
+      shared_->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+    }
+    void OnDone() override {
+      {
+        std::lock_guard lock(shared_->mu);
+        shared_->reactor = nullptr;
+      }
+      delete this;
+    }
+
+   private:
+    struct Shared {
+      std::mutex mu;
+      AttachReactor* reactor = nullptr;  // null once done
+      bool is_finished = false;
+      bool writing = false;
+      std::deque<switchml_proto::AttachEvent> queue;  // front: being written
+
+      bool finished() {
+        std::lock_guard lock(mu);
+        return is_finished;
+      }
+      void Finish(const grpc::Status& status) {
+        AttachReactor* r;
+        {
+          std::lock_guard lock(mu);
+          if (is_finished || reactor == nullptr) return;
+          is_finished = true;
+          r = reactor;
+        }
+        // Outside mu (OnDone takes it). r stays valid: only this Finish can lead to OnDone.
+        r->Finish(status);
+      }
+      void Write(uint64_t op) {
+        std::lock_guard lock(mu);
+        if (is_finished || reactor == nullptr) return;
+        queue.emplace_back().set_op(op);
+        if (!writing) {
+          writing = true;
+          reactor->StartWrite(&queue.front());
+        }
+      }
+      void WriteDone(bool ok) {
+        std::lock_guard lock(mu);
+        queue.pop_front();
+        if (!ok || is_finished || queue.empty() || reactor == nullptr) {
+          writing = false;
+          return;
+        }
+        reactor->StartWrite(&queue.front());
+      }
+    };
+
+    Impl* impl_;
+    const Caller caller_;
+    const uint64_t ticket_;
+    std::shared_ptr<Shared> shared_;
+    switchml_proto::AttachRequest request_;
+    bool attached_ = false;
+  };
+
+  class NoAttachReactor final
+      : public grpc::ServerBidiReactor<switchml_proto::AttachRequest, switchml_proto::AttachEvent> {
+   public:
+    NoAttachReactor() {
+      Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                          "a top-of-rack switch does not take worker streams"));
+    }
+    void OnDone() override { delete this; }
+  };
+
+  class SessionService final : public switchml_proto::Session::CallbackService {
    public:
     explicit SessionService(Impl* impl) : impl_(impl) {}
-    grpc::Status RdmaSession(grpc::ServerContext*, const switchml_proto::RdmaSessionRequest*,
-                             switchml_proto::RdmaSessionResponse*) override {
-      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                          "RDMA sessions are not supported by the software switch; use UDP");
+    grpc::ServerUnaryReactor* RdmaSession(grpc::CallbackServerContext* ctx,
+                                          const switchml_proto::RdmaSessionRequest*,
+                                          switchml_proto::RdmaSessionResponse*) override {
+      auto* reactor = ctx->DefaultReactor();
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                   "RDMA sessions are not supported by the software switch; use "
+                                   "UDP"));
+      return reactor;
     }
-    grpc::Status UdpSession(grpc::ServerContext* ctx, const switchml_proto::UdpSessionRequest* req,
-                            switchml_proto::UdpSessionResponse* resp) override {
-      return impl_->UdpSession(ctx, *req, resp);
+    grpc::ServerUnaryReactor* UdpSession(grpc::CallbackServerContext* ctx,
+                                         const switchml_proto::UdpSessionRequest* req,
+                                         switchml_proto::UdpSessionResponse* resp) override {
+      auto* reactor = ctx->DefaultReactor();
+      reactor->Finish(impl_->UdpSession(ctx, *req, resp));
+      return reactor;
+    }
+    grpc::ServerUnaryReactor* Close(grpc::CallbackServerContext* ctx,
+                                    const switchml_proto::CloseRequest* req,
+                                    switchml_proto::CloseResponse*) override {
+      CloseRequest q;
+      q.session_id = req->session_id();
+      q.secret = req->job_secret();
+      q.has_rank = req->has_rank();
+      q.rank = req->rank();
+      auto* reactor = ctx->DefaultReactor();
+      reactor->Finish(ToGrpc(impl_->registry.Close(q, CallerOf(ctx))));
+      return reactor;
+    }
+    grpc::ServerBidiReactor<switchml_proto::AttachRequest, switchml_proto::AttachEvent>* Attach(
+        grpc::CallbackServerContext* ctx) override {
+      if (impl_->options.hooks != nullptr) {
+        // A top-of-rack switch maps its workers' ranks in its hooks, which streams do not go
+        // through yet: answer as a switch without streams does.
+        return new NoAttachReactor();
+      }
+      return new AttachReactor(impl_, ctx);
     }
 
    private:
     Impl* impl_;
   };
 
-  class SyncService final : public switchml_proto::Sync::Service {
+  class SyncService final : public switchml_proto::Sync::CallbackService {
    public:
     explicit SyncService(Impl* impl) : impl_(impl) {}
-    grpc::Status Barrier(grpc::ServerContext* ctx, const switchml_proto::BarrierRequest* req,
-                         switchml_proto::BarrierResponse*) override {
+    grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx,
+                                      const switchml_proto::BarrierRequest* req,
+                                      switchml_proto::BarrierResponse*) override {
       if (impl_->options.hooks != nullptr) {
-        if (auto st = impl_->options.hooks->Barrier(*req)) return ToGrpc(*st);
+        if (auto st = impl_->options.hooks->Barrier(*req)) {
+          auto* reactor = ctx->DefaultReactor();
+          reactor->Finish(ToGrpc(*st));
+          return reactor;
+        }
       }
-      SyncCall call;
-      call.key = {SyncKind::kBarrier, req->session_id(),
-                  req->session_id() == 0 ? req->num_workers() : 0};
-      call.num_workers = req->num_workers();
-      uint64_t unused = 0;
-      return impl_->Rendezvous(ctx, call, &unused);
+      SyncRequest q;
+      q.session_id = req->session_id();
+      q.num_workers = req->num_workers();
+      q.secret = req->job_secret();
+      q.has_rank = req->has_rank();
+      q.rank = req->rank();
+      return new SyncReactor(impl_, ctx, q, nullptr);
     }
-    grpc::Status Broadcast(grpc::ServerContext* ctx, const switchml_proto::BroadcastRequest* req,
-                           switchml_proto::BroadcastResponse* resp) override {
+    grpc::ServerUnaryReactor* Broadcast(grpc::CallbackServerContext* ctx,
+                                        const switchml_proto::BroadcastRequest* req,
+                                        switchml_proto::BroadcastResponse* resp) override {
       if (impl_->options.hooks != nullptr) {
         if (auto r = impl_->options.hooks->Broadcast(*req)) {
           if (r->ok()) resp->set_value(r->value());
-          return ToGrpc(r->status());
+          auto* reactor = ctx->DefaultReactor();
+          reactor->Finish(ToGrpc(r->status()));
+          return reactor;
         }
       }
-      SyncCall call;
-      call.key = {SyncKind::kBroadcast, req->session_id(),
-                  req->session_id() == 0 ? req->num_workers() : 0};
-      call.num_workers = req->num_workers();
-      call.rank = req->rank();
-      call.root = req->root();
-      call.value = req->value();
-      uint64_t value = 0;
-      grpc::Status st = impl_->Rendezvous(ctx, call, &value);
-      if (st.ok()) resp->set_value(value);
-      return st;
+      SyncRequest q;
+      q.broadcast = true;
+      q.session_id = req->session_id();
+      q.num_workers = req->num_workers();
+      q.secret = req->job_secret();
+      q.has_rank = true;
+      q.rank = req->rank();
+      q.root = req->root();
+      q.value = req->value();
+      return new SyncReactor(impl_, ctx, q, resp);
     }
 
    private:
     Impl* impl_;
   };
 
-  grpc::Status UdpSession(grpc::ServerContext* ctx, const switchml_proto::UdpSessionRequest& req,
-                          switchml_proto::UdpSessionResponse* resp);
-  // Registers the worker in the switch; the Status says why it was refused.
-  Status RegisterUdpWorker(grpc::ServerContext* ctx, const switchml_proto::UdpSessionRequest& req);
-  // Marks a session failed (keeping the first reason) and releases its waiting sync calls.
-  void FailSession(uint64_t session_id, const std::string& reason);
-  grpc::Status Rendezvous(grpc::ServerContext* ctx, const SyncCall& call, uint64_t* value);
-  // Tears a round down: its waiting calls return `failure`. Requires mu.
-  void FailRoundLocked(std::map<ScopeKey, std::shared_ptr<Round>>::iterator it,
-                       const grpc::Status& failure);
-  void Shutdown();
-
-  const ControlServerOptions options;
-  dataplane::LockedSwitch* const sw;  // not owned
-  SessionService session_service;
-  SyncService sync_service;
-  // Declared after the services: destroyed (stopped) before them.
-  std::unique_ptr<grpc::Server> server;
-  uint16_t port = 0;
-
-  std::mutex shutdown_mu;  // serializes Shutdown()
-
-  mutable std::mutex mu;  // guards everything below
-  bool shutting_down = false;
-  // Sessions whose setup refused a worker -> the message their sync calls fail with, and when.
-  // A mark fails the session's waiting and later calls for options.failure_memory.
-  struct Failure {
-    std::string message;
-    std::chrono::steady_clock::time_point at;
-  };
-  std::unordered_map<uint64_t, Failure> failed_sessions;
-  // The message of a session's current failure mark, or nullptr (expired marks are removed).
-  const std::string* FailureOf(uint64_t session_id);
-  // Marks a session failed (keeping a current mark's message); returns the message in force.
-  const std::string& MarkFailed(uint64_t session_id, const std::string& message);
-  // The round filling in each scope; erased when it completes, fails or empties.
-  std::map<ScopeKey, std::shared_ptr<Round>> rounds;
-  uint32_t waiting = 0;
-};
-
-grpc::Status ControlServer::Impl::UdpSession(grpc::ServerContext* ctx,
-                                             const switchml_proto::UdpSessionRequest& request,
-                                             switchml_proto::UdpSessionResponse* resp) {
-  switchml_proto::UdpSessionRequest req = request;  // the hooks may rewrite it
-  {
-    std::lock_guard lock(mu);
-    if (shutting_down) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "the switch control plane is shutting down");
-    }
-  }
-  SessionHooks* hooks = options.hooks;
-  Status st = hooks != nullptr ? hooks->BeforeUdpSession(&req) : Status::Ok();
-  if (st.ok()) st = RegisterUdpWorker(ctx, req);
-  if (st.ok() && hooks != nullptr) st = hooks->AfterUdpSession(req);
-  if (!st.ok()) {
-    LOG(kWarning, kControl) << "session " << req.session_id() << ": rank " << req.rank()
-                            << " refused: " << st.ToString();
-    FailSession(req.session_id(), "session " + std::to_string(req.session_id()) +
-                                      " failed at setup: rank " + std::to_string(req.rank()) +
-                                      " was refused: " + st.message());
-    return ToGrpc(st);
-  }
-  resp->set_session_id(req.session_id());
-  resp->set_mac(0);
-  resp->set_ipv4(options.switch_ipv4);
-  resp->set_udp_port(options.data_port);
-  resp->set_num_data_ports(options.num_data_ports);
-  resp->set_max_workers(sw->sw.config().max_workers_per_job);
-  resp->set_num_slots(sw->sw.config().slots_per_job);
-  return grpc::Status::OK;
-}
-
-Status ControlServer::Impl::RegisterUdpWorker(grpc::ServerContext* ctx,
-                                              const switchml_proto::UdpSessionRequest& req) {
-  const uint64_t session = req.session_id();
-  const std::string session_name = "session " + std::to_string(session);
-  const uint32_t rank = req.rank();
-  const uint32_t num_workers = req.num_workers();
-
-  const int packet_size = req.packet_size();
-  if (!switchml_proto::PacketSize_IsValid(packet_size)) {
-    return InvalidArgumentError("packet size " + std::to_string(packet_size) +
-                                " is not a PacketSize; use 64 or 256 elements per packet");
-  }
-  const auto size = static_cast<proto::SizeCode>(packet_size);
-  if (!proto::IsSupportedSize(size)) {
-    return InvalidArgumentError(
-        "packet size " +
-        switchml_proto::PacketSize_Name(static_cast<switchml_proto::PacketSize>(packet_size)) +
-        " is not supported; use 64 or 256 elements per packet");
-  }
-  if (num_workers == 0) {
-    return InvalidArgumentError(session_name + ": num_workers is 0; it must be at least 1");
-  }
-  if (rank >= num_workers) {
-    return InvalidArgumentError("rank " + std::to_string(rank) + " is out of range for " +
-                                std::to_string(num_workers) + " workers (ranks are 0.." +
-                                std::to_string(num_workers - 1) + ")");
-  }
-  const uint32_t num_ports = req.num_udp_ports() == 0 ? 1 : req.num_udp_ports();
-  const uint32_t window =
-      req.max_outstanding_packets() == 0 ? kDefaultWindow : req.max_outstanding_packets();
-  if (req.udp_port() == 0 && num_ports > 1) {
-    return InvalidArgumentError(
-        "udp_port 0 (any port) cannot go with " + std::to_string(num_ports) +
-        " UDP ports per worker: replies are routed by port offset from each worker's base port, "
-        "so register the base port");
-  }
-  if (req.udp_port() > 65535 ||
-      (req.udp_port() != 0 && uint64_t{req.udp_port()} + num_ports > 65536)) {
-    return InvalidArgumentError("UDP ports [" + std::to_string(req.udp_port()) + ", " +
-                                std::to_string(uint64_t{req.udp_port()} + num_ports) +
-                                ") do not fit below 65536");
-  }
-
-  dataplane::WorkerSpec worker;
-  worker.port = static_cast<uint16_t>(req.udp_port());
-  worker.ipv4 = req.ipv4();
-  if (worker.ipv4 == 0 && !ParsePeerIpv4(ctx->peer(), &worker.ipv4)) {
-    return InvalidArgumentError("cannot tell the worker's IPv4 address from the gRPC peer \"" +
-                                ctx->peer() +
-                                "\": send it in UdpSessionRequest.ipv4 (the worker's data-plane "
-                                "address, host byte order)");
-  }
-
-  if (rank != 0) {
-    std::lock_guard lock(mu);
-    if (const std::string* failure = FailureOf(session)) {
-      return FailedPreconditionError(*failure);
-    }
-  }
-
-  dataplane::JobSpec spec;
-  spec.session_id = session;
-  spec.num_workers = num_workers;
-  spec.size = size;
-  spec.num_ports = num_ports;
-  spec.max_outstanding_packets = window;
-  spec.running_tsi = req.running_tsi();
-  std::vector<uint64_t> evicted;  // dead jobs the switch removed to make room (logged below)
-  {
-    std::lock_guard lock(sw->mu);
-    if (rank == 0) {
-      RETURN_IF_ERROR(sw->sw.CreateJob(spec, &evicted));
-      Status added = sw->sw.AddWorker(session, 0, worker, &evicted);
-      if (!added.ok()) {
-        // Without rank 0 the job can never run: do not leave it holding a job entry.
-        sw->sw.RemoveJob(session).IgnoreError();
-        return added;
+  grpc::Status UdpSession(grpc::CallbackServerContext* ctx,
+                          const switchml_proto::UdpSessionRequest& request,
+                          switchml_proto::UdpSessionResponse* resp) {
+    switchml_proto::UdpSessionRequest req = request;  // the hierarchy's hooks may rewrite it
+    SessionHooks* hooks = options.hooks;
+    if (hooks != nullptr) {
+      if (Status st = hooks->BeforeUdpSession(&req); !st.ok()) {
+        registry.Fail(
+            req.session_id(), req.job_secret(),
+            FailedPreconditionError("session " + std::to_string(req.session_id()) +
+                                    " failed at setup: rank " + std::to_string(req.rank()) +
+                                    " was refused: " + st.message()));
+        return ToGrpc(st);
       }
-    } else {
-      const dataplane::JobSpec* job = sw->sw.FindJob(session);
-      if (job == nullptr) {
-        return FailedPreconditionError(session_name +
-                                       " does not exist on the switch: rank 0 must open it "
-                                       "before the other ranks (was rank 0 started, and with the "
-                                       "same session id?)");
-      }
-      auto mismatch = [&](const std::string& field, const std::string& mine,
-                          const std::string& theirs, const std::string& fix) {
-        return InvalidArgumentError(field + " " + mine + " does not match " + session_name + "'s " +
-                                    theirs + " (set by rank 0): " + fix);
-      };
-      if (job->num_workers != num_workers) {
-        return mismatch("num_workers", std::to_string(num_workers),
-                        std::to_string(job->num_workers),
-                        "start every worker with the same --workers");
-      }
-      if (job->size != size) {
-        return mismatch(
-            "packet size",
-            switchml_proto::PacketSize_Name(static_cast<switchml_proto::PacketSize>(size)),
-            switchml_proto::PacketSize_Name(static_cast<switchml_proto::PacketSize>(job->size)),
-            "start every worker with the same elements per packet");
-      }
-      if (job->num_ports != num_ports) {
-        return mismatch("num_udp_ports", std::to_string(num_ports), std::to_string(job->num_ports),
-                        "start every worker with the same number of worker threads");
-      }
-      if (job->max_outstanding_packets != window) {
-        return mismatch("max_outstanding_packets", std::to_string(window),
-                        std::to_string(job->max_outstanding_packets),
-                        "start every worker with the same window (max outstanding packets)");
-      }
-      if (job->running_tsi != spec.running_tsi) {
-        return mismatch("running_tsi", spec.running_tsi ? "true" : "false",
-                        job->running_tsi ? "true" : "false",
-                        "do not mix this project's workers with other clients in one job");
-      }
-      RETURN_IF_ERROR(sw->sw.AddWorker(session, rank, worker, &evicted));
     }
-  }
-  for (uint64_t gone : evicted) {
-    LOG(kInfo, kControl) << "session " << gone << " evicted from the switch to make room for "
-                         << session_name << " (its ports were taken over, or it was the least "
-                         << "recently active job)";
-    std::lock_guard lock(mu);
-    failed_sessions.erase(gone);
-  }
-
-  if (rank == 0) {
-    std::lock_guard lock(mu);
-    failed_sessions.erase(session);
-  }
-  LOG(kInfo, kControl) << session_name << ": rank " << rank << " of " << num_workers
-                       << " registered at " << Ipv4ToString(worker.ipv4) << " ports "
-                       << (worker.port == 0
-                               ? std::string("any")
-                               : std::to_string(worker.port) + "+" + std::to_string(num_ports))
-                       << (rank == 0 ? " (job created)" : "");
-  return Status::Ok();
-}
-
-const std::string* ControlServer::Impl::FailureOf(uint64_t session_id) {
-  auto it = failed_sessions.find(session_id);
-  if (it == failed_sessions.end()) return nullptr;
-  if (std::chrono::steady_clock::now() - it->second.at > options.failure_memory) {
-    failed_sessions.erase(it);
-    return nullptr;
-  }
-  return &it->second.message;
-}
-
-const std::string& ControlServer::Impl::MarkFailed(uint64_t session_id,
-                                                   const std::string& message) {
-  const auto now = std::chrono::steady_clock::now();
-  std::erase_if(failed_sessions,
-                [&](const auto& f) { return now - f.second.at > options.failure_memory; });
-  auto [it, inserted] = failed_sessions.try_emplace(session_id, Failure{message, now});
-  return it->second.message;
-}
-
-void ControlServer::Impl::FailSession(uint64_t session_id, const std::string& reason) {
-  if (session_id == 0) return;  // 0 is the unscoped sync group, never a failed session
-  std::lock_guard lock(mu);
-  const grpc::Status failure(grpc::StatusCode::FAILED_PRECONDITION, MarkFailed(session_id, reason));
-  for (auto it = rounds.begin(); it != rounds.end();) {
-    auto next = std::next(it);
-    if (it->first.session_id == session_id) FailRoundLocked(it, failure);
-    it = next;
-  }
-}
-
-void ControlServer::Impl::FailRoundLocked(std::map<ScopeKey, std::shared_ptr<Round>>::iterator it,
-                                          const grpc::Status& failure) {
-  Round& round = *it->second;
-  round.failed = true;
-  round.failure = failure;
-  round.cv.notify_all();
-  rounds.erase(it);
-}
-
-grpc::Status ControlServer::Impl::Rendezvous(grpc::ServerContext* ctx, const SyncCall& call,
-                                             uint64_t* value) {
-  const bool broadcast = call.key.kind == SyncKind::kBroadcast;
-  const std::string scope = ScopeName(call.key);
-  std::unique_lock lock(mu);
-  if (shutting_down) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the switch control plane is shutting down");
-  }
-  if (call.num_workers == 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        scope + ": num_workers is 0; it must be at least 1");
-  }
-  if (broadcast && (call.rank >= call.num_workers || call.root >= call.num_workers)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        scope + ": rank " + std::to_string(call.rank) + " and root " +
-                            std::to_string(call.root) + " must both be below num_workers " +
-                            std::to_string(call.num_workers));
-  }
-  if (call.key.session_id != 0) {
-    if (const std::string* failure = FailureOf(call.key.session_id)) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, *failure);
+    RegisterRequest q;
+    q.session_id = req.session_id();
+    q.rank = req.rank();
+    q.num_workers = req.num_workers();
+    q.ipv4 = req.ipv4();
+    q.packet_size = req.packet_size();
+    q.udp_port = req.udp_port();
+    q.num_udp_ports = req.num_udp_ports();
+    q.max_outstanding_packets = req.max_outstanding_packets();
+    q.running_tsi = req.running_tsi();
+    q.secret = req.job_secret();
+    Status st = registry.Register(q, CallerOf(ctx));
+    if (!st.ok()) return ToGrpc(st);
+    if (hooks != nullptr) {
+      if (st = hooks->AfterUdpSession(req); !st.ok()) {
+        registry.Fail(
+            req.session_id(), req.job_secret(),
+            FailedPreconditionError("session " + std::to_string(req.session_id()) +
+                                    " failed at setup: rank " + std::to_string(req.rank()) +
+                                    " was refused: " + st.message()));
+        return ToGrpc(st);
+      }
     }
-  }
-
-  std::shared_ptr<Round>& slot = rounds[call.key];
-  if (!slot) {
-    slot = std::make_shared<Round>();
-    slot->num_workers = call.num_workers;
-    slot->root = call.root;
-    if (broadcast) slot->rank_arrived.assign(call.num_workers, false);
-  }
-  const std::shared_ptr<Round> round = slot;
-  if (round->num_workers != call.num_workers) {
-    // The job cannot come together: fail the waiting workers too (and, for a session, every
-    // later call of it), instead of leaving them to time out.
-    const grpc::Status failure(grpc::StatusCode::INVALID_ARGUMENT,
-                               scope + ": num_workers " + std::to_string(call.num_workers) +
-                                   " of one worker does not " + "match the " +
-                                   std::to_string(round->num_workers) +
-                                   " of another: start every worker " + "with the same --workers");
-    if (call.key.session_id != 0) {
-      MarkFailed(call.key.session_id, failure.error_message());
-    }
-    FailRoundLocked(rounds.find(call.key), failure);
-    return failure;
-  }
-  if (broadcast) {
-    if (round->root != call.root) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          scope + ": root " + std::to_string(call.root) + " does not match the " +
-                              std::to_string(round->root) + " of the workers already waiting");
-    }
-    if (round->rank_arrived[call.rank]) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          scope + ": rank " + std::to_string(call.rank) +
-                              " is already waiting in this round: two workers have the same rank");
-    }
-    round->rank_arrived[call.rank] = true;
-    if (call.rank == call.root) round->value = call.value;
-  }
-
-  if (++round->arrived == round->num_workers) {
-    round->done = true;
-    round->cv.notify_all();
-    rounds.erase(call.key);
-    *value = round->value;
+    const dataplane::SwitchConfig& config = registry_switch_config;
+    resp->set_session_id(req.session_id());
+    resp->set_mac(0);
+    resp->set_ipv4(options.switch_ipv4);
+    resp->set_udp_port(options.data_port);
+    resp->set_max_workers(config.max_workers_per_job);
+    resp->set_num_slots(config.slots_per_job);
+    resp->set_num_data_ports(options.num_data_ports);
     return grpc::Status::OK;
   }
 
-  ++waiting;
-  for (;;) {
-    round->cv.wait_for(lock, kWaitSlice);
-    if (round->done) {
-      --waiting;
-      *value = round->value;
-      return grpc::Status::OK;
-    }
-    if (round->failed) {
-      --waiting;
-      return round->failure;
-    }
-    const bool cancelled = ctx->IsCancelled();
-    if (cancelled || std::chrono::system_clock::now() >= ctx->deadline()) {
-      // Withdraw from the round so that it still needs a full set of fresh arrivals.
-      --waiting;
-      --round->arrived;
-      if (broadcast) round->rank_arrived[call.rank] = false;
-      if (round->arrived == 0) {
-        if (auto it = rounds.find(call.key); it != rounds.end() && it->second == round) {
-          rounds.erase(it);
-        }
-      }
-      LOG(kDebug, kControl) << scope << ": a waiting call "
-                            << (cancelled ? "was cancelled" : "passed its deadline")
-                            << " and left the round";
-      return cancelled
-                 ? grpc::Status(grpc::StatusCode::CANCELLED, scope + ": cancelled")
-                 : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, scope + ": deadline passed");
+  void Tick() {
+    std::unique_lock lock(ticker_mu);
+    while (!ticker_stop) {
+      ticker_cv.wait_for(lock, std::chrono::seconds(1));
+      if (ticker_stop) break;
+      lock.unlock();
+      registry.Tick();
+      lock.lock();
     }
   }
-}
 
-void ControlServer::Impl::Shutdown() {
-  std::lock_guard shutdown_lock(shutdown_mu);
-  {
-    std::lock_guard lock(mu);
-    if (shutting_down) return;
-    shutting_down = true;
-    const grpc::Status failure(grpc::StatusCode::UNAVAILABLE,
-                               "the switch control plane is shutting down");
-    while (!rounds.empty()) FailRoundLocked(rounds.begin(), failure);
+  void Shutdown() {
+    std::lock_guard shutdown_lock(shutdown_mu);
+    if (shut_down) return;
+    shut_down = true;
+    {
+      std::lock_guard lock(ticker_mu);
+      ticker_stop = true;
+      ticker_cv.notify_all();
+    }
+    if (ticker.joinable()) ticker.join();
+    registry.Shutdown();
+    if (server) server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   }
-  if (server) server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
-}
+
+  const ControlServerOptions options;
+  dataplane::SwitchConfig registry_switch_config;
+  Registry registry;
+  SessionService session_service;
+  SyncService sync_service;
+  std::unique_ptr<grpc::Server> server;
+  uint16_t port = 0;
+  std::mutex shutdown_mu;
+  bool shut_down = false;
+  std::mutex ticker_mu;
+  std::condition_variable ticker_cv;
+  bool ticker_stop = false;
+  std::thread ticker;
+};
 
 ControlServer::ControlServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -615,27 +499,55 @@ uint16_t ControlServer::port() const { return impl_->port; }
 
 void ControlServer::Shutdown() { impl_->Shutdown(); }
 
-uint32_t ControlServer::waiting_sync_calls() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->waiting;
+uint32_t ControlServer::waiting_sync_calls() const { return impl_->registry.waiting_calls(); }
+
+uint32_t ControlServer::attached_streams() const { return impl_->registry.attached_streams(); }
+
+Registry& ControlServer::registry() { return impl_->registry; }
+
+namespace {
+Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
+    const ControlServerOptions& options) {
+  if (options.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  ASSIGN_OR_RETURN(std::string cert, ReadPem(options.tls_cert_file, "certificate"));
+  ASSIGN_OR_RETURN(std::string key, ReadPem(options.tls_key_file, "key"));
+  const bool mutual = !options.tls_client_ca_file.empty();
+  grpc::SslServerCredentialsOptions ssl(
+      mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+             : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  if (mutual) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(options.tls_client_ca_file, "client CA"));
+  }
+  ssl.pem_key_cert_pairs.push_back({key, cert});
+  return grpc::SslServerCredentials(ssl);
 }
+}  // namespace
 
 Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerOptions& options,
                                                             dataplane::LockedSwitch* sw) {
   RETURN_IF_ERROR(options.Validate());
   if (sw == nullptr) return InvalidArgumentError("ControlServer::Start needs a switch");
+  ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(options));
   auto impl = std::make_unique<Impl>(options, sw);
+  impl->registry_switch_config = sw->sw.config();
   const std::string address = HostPort(options.bind_address, options.port);
 
   grpc::ServerBuilder builder;
   int selected_port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
+  builder.AddListeningPort(address, credentials, &selected_port);
   // gRPC enables SO_REUSEPORT by default, which would let a second switch silently share the
   // port; a port in use must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  grpc::ResourceQuota quota("switchml-control");
-  quota.SetMaxThreads(kMaxServerThreads);
-  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Workers ping every second too (to notice a switch that vanished): allow it.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             kKeepaliveMs / 2);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // Control messages are small: refuse big ones before they are parsed.
+  builder.SetMaxReceiveMessageSize(64 << 10);
   builder.RegisterService(&impl->session_service);
   builder.RegisterService(&impl->sync_service);
   impl->server = builder.BuildAndStart();
@@ -647,8 +559,12 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerO
                             "address not local?): pick another --control-port");
   }
   impl->port = static_cast<uint16_t>(selected_port);
+  impl->ticker = std::thread([p = impl.get()] { p->Tick(); });
   LOG(kInfo, kControl) << "control plane listening on "
-                       << HostPort(options.bind_address, impl->port);
+                       << HostPort(options.bind_address, impl->port)
+                       << (options.tls_cert_file.empty()        ? " (plaintext)"
+                           : options.tls_client_ca_file.empty() ? " (TLS)"
+                                                                : " (mutual TLS)");
   return std::unique_ptr<ControlServer>(new ControlServer(std::move(impl)));
 }
 

@@ -1,21 +1,15 @@
 // ControlServer: the switch's gRPC control plane (package switchml_proto, services Session and
-// Sync; see switchml.proto and docs/protocol.md).
+// Sync; see switchml.proto and docs/protocol.md, section 4), a thin adapter over a
+// control::Registry, which holds every rule (jobs, secrets, rounds, streams, leases, limits).
 //
-// Session.UdpSession registers the workers of a job in a dataplane::LockedSwitch: rank 0
-// (re)creates the job of its session id, every other rank joins it after its arguments were
-// checked against rank 0's. A refused worker marks its session failed, which makes every scoped
-// Barrier/Broadcast of that session fail at once (waiting ones included), so a bad configuration
-// makes the whole job fail fast instead of hanging until a timeout.
+// The server uses gRPC's callback API: a waiting Barrier/Broadcast or an attached worker stream
+// holds no thread; the registry completes it through a callback. A waiting call whose client
+// cancels or whose deadline passes leaves its round at once (OnCancel). A ticker thread expires
+// the leases of jobs whose workers vanished (Registry::Tick, once a second).
 //
-// Sync.Barrier and Sync.Broadcast are rendezvous points scoped by session id (0 = unscoped: one
-// group per num_workers, as the reference). A waiting call whose client cancels or whose deadline
-// passes withdraws from its round, so one failed worker does not corrupt the next round.
-//
-// Ownership: the server does not own the switch; the LockedSwitch must outlive the server. The
-// server locks LockedSwitch::mu around every switch call and never holds it while waiting.
-// Thread-safety: all methods are thread-safe. RPCs run on gRPC's synchronous-server threads (up
-// to 1024, so many workers can block in barriers at once). Shutdown() blocks until every RPC has
-// returned (waiting Barrier/Broadcast calls are released with UNAVAILABLE).
+// Ownership: the server does not own the switch; the LockedSwitch must outlive the server.
+// Thread-safety: all methods are thread-safe. Shutdown() releases waiting calls and streams with
+// UNAVAILABLE and blocks until every RPC has returned.
 #pragma once
 
 #include <chrono>
@@ -23,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "control/registry.h"
 #include "control/session_hooks.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
@@ -42,12 +37,19 @@ struct ControlServerOptions {
   // The switch's data-plane IPv4 (host byte order) returned to workers in
   // UdpSessionResponse.ipv4; 0 tells workers to use the control plane's address.
   uint32_t switch_ipv4 = 0;
-  // How long a session that refused a worker fails its sync calls (and other ranks' setup):
-  // long enough for every worker of that attempt to hear of it; a new attempt with the same
-  // session id after that is unaffected (rank 0 re-opening the session clears it at once).
-  std::chrono::milliseconds failure_memory{10000};
+  // Jobs, secrets, leases and limits (registry.h).
+  RegistryOptions registry;
+  RegistryHooks registry_hooks;
+  // Packets the data plane received for a job so far (keeps its lease alive); may be empty.
+  Registry::Activity job_activity;
+  // TLS: with cert_file and key_file (PEM) the server speaks TLS only; with client_ca_file too,
+  // every client must present a certificate signed by that CA (mutual TLS).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
   // Hierarchical aggregation: a top-of-rack switch's hooks (session_hooks.h); not owned, must
-  // outlive the server. nullptr: a plain switch.
+  // outlive the server. nullptr: a plain switch. With hooks, Session.Attach is answered
+  // UNIMPLEMENTED (workers then run without the stream's liveness and tensor checks).
   SessionHooks* hooks = nullptr;
   Status Validate() const;
 };
@@ -74,6 +76,9 @@ class ControlServer {
 
   // Barrier and Broadcast calls currently waiting for their round (for tests and status pages).
   uint32_t waiting_sync_calls() const;
+  // Worker streams attached (Session.Attach).
+  uint32_t attached_streams() const;
+  Registry& registry();
 
  private:
   struct Impl;

@@ -181,6 +181,9 @@ TEST_F(ControlSyncTest, BroadcastDeliversTheRootsValue) {
   }
 }
 
+// Given a broadcast with a rank or root out of range, Expect it refused. Given a second caller
+// with a rank already waiting (two workers with one rank), Expect the whole round to fail, and
+// the session to be marked failed, instead of a round that completes with the wrong workers.
 TEST_F(ControlSyncTest, BroadcastRefusesBadRanks) {
   ControlClient client(target_, 10s);
   EXPECT_EQ(client.Broadcast(33, 1, 0, 2, 2).status().code(), StatusCode::kInvalidArgument);
@@ -189,12 +192,15 @@ TEST_F(ControlSyncTest, BroadcastRefusesBadRanks) {
   auto dup = client.Broadcast(33, 2, 1, 2, 0);
   EXPECT_EQ(dup.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(dup.status().message().find("rank 1 is already waiting"), std::string::npos);
-  auto root = client.Broadcast(33, 7, 0, 2, 0);
-  ASSERT_TRUE(root.ok());
-  EXPECT_EQ(*root, 7u);
   auto v = first.get();
-  ASSERT_TRUE(v.ok());
-  EXPECT_EQ(*v, 7u);
+  EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client.Broadcast(33, 7, 0, 2, 0).status().code(), StatusCode::kFailedPrecondition);
+  // A broadcast in another session is unaffected.
+  auto other = std::async(std::launch::async, [&] { return client.Broadcast(34, 1, 1, 2, 0); });
+  auto root = client.Broadcast(34, 7, 0, 2, 0);
+  ASSERT_TRUE(root.ok()) << root.status().ToString();
+  EXPECT_EQ(*root, 7u);
+  ASSERT_TRUE(other.get().ok());
 }
 
 TEST_F(ControlSyncTest, ShutdownReleasesWaitingCalls) {

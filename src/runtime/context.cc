@@ -71,6 +71,10 @@ Status Config::Validate() const {
     return InvalidArgumentError("peer_timeout must be at least the retransmission timeout");
   }
   if (setup_timeout.count() <= 0) return InvalidArgumentError("setup_timeout must be positive");
+  if (job_secret.size() > 64) {
+    return InvalidArgumentError("job_secret must be at most 64 bytes, not " +
+                                std::to_string(job_secret.size()));
+  }
   transport::TransportOptions t;
   t.kind = transport;
   RETURN_IF_ERROR(t.Validate());
@@ -98,21 +102,25 @@ uint32_t Config::OutstandingPackets() const {
 struct AllReduceHandle::State {
   std::mutex mu;
   std::condition_variable cv;
-  int remaining = 0;
+  int remaining = 0;           // slices not done yet
+  bool check_pending = false;  // the switch has not confirmed the tensor check yet
   Status status;
+  // Done when every slice is, and the check passed (or something failed: then the check's
+  // outcome no longer matters).
+  bool done() const { return remaining == 0 && (!check_pending || !status.ok()); }
 };
 
 Status AllReduceHandle::Wait() const {
   if (!state_) return FailedPreconditionError("empty AllReduceHandle");
   std::unique_lock<std::mutex> lock(state_->mu);
-  state_->cv.wait(lock, [&] { return state_->remaining == 0; });
+  state_->cv.wait(lock, [&] { return state_->done(); });
   return state_->status;
 }
 
 bool AllReduceHandle::Test() const {
   if (!state_) return true;
   std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->remaining == 0;
+  return state_->done();
 }
 
 namespace {
@@ -123,16 +131,20 @@ namespace {
 class ControlPlaneRendezvous final : public Rendezvous {
  public:
   ControlPlaneRendezvous(control::ControlClient* control, const Config& config)
-      : control_(control), rank_(config.rank), num_workers_(config.num_workers) {}
+      : control_(control),
+        rank_(config.rank),
+        num_workers_(config.num_workers),
+        secret_(config.job_secret) {}
   void set_scope(uint64_t session_id) { scope_ = session_id; }
-  Status Barrier() override { return control_->Barrier(scope_, num_workers_); }
+  Status Barrier() override { return control_->Barrier(scope_, num_workers_, secret_, rank_); }
   Result<uint64_t> Broadcast(uint64_t value) override {
-    return control_->Broadcast(scope_, value, rank_, num_workers_, /*root=*/0);
+    return control_->Broadcast(scope_, value, rank_, num_workers_, /*root=*/0, secret_);
   }
 
  private:
   control::ControlClient* control_;
   const uint32_t rank_, num_workers_;
+  const std::string secret_;
   std::atomic<uint64_t> scope_{0};
 };
 
@@ -143,6 +155,8 @@ class Context::Impl {
   Config config;
   uint64_t session_id = 0;
   std::unique_ptr<control::ControlClient> control;
+  // This worker's stream to the switch (liveness, tensor checks); null before registration.
+  std::unique_ptr<control::Attachment> attachment;
   // How the workers meet: the caller's, or (null until Setup) one through the control plane.
   std::shared_ptr<Rendezvous> rendezvous;
   std::vector<std::unique_ptr<runtime::WorkerThread>> threads;
@@ -154,12 +168,19 @@ class Context::Impl {
   std::shared_ptr<runtime::FailureLatch> failure = std::make_shared<runtime::FailureLatch>();
 
   Status Setup();
+  Status Register(const control::UdpSessionArgs& args, control::UdpSessionReply* reply);
+  void Close();
   Result<AllReduceHandle> Submit(const void* in, void* out, size_t count, DataType dtype);
 };
 
 Status Context::Impl::Setup() {
   const std::string target = config.switch_host + ":" + std::to_string(config.control_port);
-  control = std::make_unique<control::ControlClient>(target, config.setup_timeout);
+  control::ControlTlsOptions tls;
+  tls.ca_file = config.tls_ca_file;
+  tls.cert_file = config.tls_cert_file;
+  tls.key_file = config.tls_key_file;
+  tls.server_name = config.tls_server_name;
+  ASSIGN_OR_RETURN(control, control::ControlClient::Create(target, config.setup_timeout, tls));
   ASSIGN_OR_RETURN(uint32_t switch_ip, transport::ResolveIpv4(config.switch_host));
   uint32_t bind_ip = 0;
   if (!ParseIpv4(config.bind_address, &bind_ip)) {
@@ -200,16 +221,19 @@ Status Context::Impl::Setup() {
   args.num_udp_ports = config.num_worker_threads;
   args.max_outstanding_packets = config.OutstandingPackets();
   args.size = size;
+  args.job_secret = config.job_secret;
   // Rank 0 (re)creates the job first; the others join after a barrier; all meet again.
   control::UdpSessionReply reply;
   if (config.rank == 0) {
-    ASSIGN_OR_RETURN(reply, control->UdpSession(args));
+    RETURN_IF_ERROR(Register(args, &reply));
     RETURN_IF_ERROR(rendezvous->Barrier());
   } else {
     RETURN_IF_ERROR(rendezvous->Barrier());
-    ASSIGN_OR_RETURN(reply, control->UdpSession(args));
+    RETURN_IF_ERROR(Register(args, &reply));
   }
   RETURN_IF_ERROR(rendezvous->Barrier());
+  // The stream may have been refused, or the job failed, meanwhile.
+  if (failure->is_set()) return failure->Get();
   // The switch's data plane: at the address it names, or (0) where its control plane is.
   const Endpoint switch_data{reply.switch_ipv4 != 0 ? reply.switch_ipv4 : switch_ip,
                              reply.data_port};
@@ -241,6 +265,26 @@ Status Context::Impl::Setup() {
   return Status();
 }
 
+// Registers this worker and attaches its stream: from then on the switch notices at once when
+// this worker dies (and fails the job, naming the rank), and this worker when the switch dies
+// or the job fails.
+Status Context::Impl::Register(const control::UdpSessionArgs& args,
+                               control::UdpSessionReply* reply) {
+  ASSIGN_OR_RETURN(*reply, control->UdpSession(args));
+  attachment = control->Attach(session_id, config.rank, config.job_secret,
+                               [latch = failure](const Status& why) { latch->Set(why); });
+  return Status();
+}
+
+// Tells the switch this rank is done (the job's slots are freed when every rank is), then ends
+// the stream. Best effort: the switch may be gone.
+void Context::Impl::Close() {
+  if (control == nullptr || attachment == nullptr) return;
+  control->Close(session_id, config.job_secret, config.rank, std::chrono::milliseconds(1000))
+      .IgnoreError();
+  attachment.reset();
+}
+
 Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t count,
                                               DataType dtype) {
   if (count > 0 && (in == nullptr || out == nullptr)) {
@@ -256,8 +300,26 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
   const size_t numel = config.packet_numel;
   const size_t packets = (count + numel - 1) / numel;
   const size_t nthreads = threads.size();
+  const bool check = config.check_tensors && attachment != nullptr;
   state->remaining = static_cast<int>(nthreads);
+  state->check_pending = check;
   const uint64_t job_id = next_job++;
+  auto slice_done = [state](const Status& st) {
+    std::lock_guard<std::mutex> l(state->mu);
+    if (state->status.ok() && !st.ok()) state->status = st;
+    --state->remaining;
+    state->cv.notify_all();
+  };
+  // The switch compares every worker's count and type for this all-reduce; the result counts
+  // only once they agree.
+  if (check) {
+    attachment->Announce(job_id, count, static_cast<uint32_t>(dtype), [state](const Status& st) {
+      std::lock_guard<std::mutex> l(state->mu);
+      if (state->status.ok() && !st.ok()) state->status = st;
+      state->check_pending = false;
+      state->cv.notify_all();
+    });
+  }
   const size_t esize = DataTypeSize(dtype);
   for (size_t t = 0; t < nthreads; ++t) {
     // Slices of whole packets, the same on every worker of the job.
@@ -270,11 +332,7 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
     job.out = static_cast<uint8_t*>(out) + e0 * esize;
     job.count = e1 - e0;
     job.element_offset = e0;
-    threads[t]->Submit(job, [state](const Status& st) {
-      std::lock_guard<std::mutex> l(state->mu);
-      if (state->status.ok() && !st.ok()) state->status = st;
-      if (--state->remaining == 0) state->cv.notify_all();
-    });
+    threads[t]->Submit(job, slice_done);
   }
   pending.push_back(handle);
   if (pending.size() > 1024) {
@@ -287,6 +345,7 @@ Context::Context(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Context::~Context() {
   for (auto& t : impl_->threads) t->Stop();
+  impl_->Close();
 }
 
 Result<std::unique_ptr<Context>> Context::Create(const Config& config) {

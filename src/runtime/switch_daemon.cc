@@ -141,7 +141,11 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   LOG(kInfo, kDataplane) << "data plane on " << first.local_endpoint().ToString() << " ("
                          << options.threads << " thread" << (options.threads > 1 ? "s" : "")
                          << ") over " << first.name();
-  control::ControlServerOptions copts;
+  control::ControlServerOptions copts = options.control;
+  copts.job_activity = [p = d.get()](uint64_t session_id) -> uint64_t {
+    auto c = p->job_counters(session_id);
+    return c ? c->received : 0;
+  };
   copts.bind_address = options.bind_address;
   copts.port = options.control_port;
   copts.data_port = d->data_port_;

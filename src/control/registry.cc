@@ -1,0 +1,1001 @@
+#include "control/registry.h"
+
+#include <algorithm>
+#include <bitset>
+#include <utility>
+
+#include "base/endpoint.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
+#include "proto/wire.h"
+#include "switchml/types.h"
+
+namespace switchml::control {
+namespace {
+
+constexpr uint32_t kDefaultWindow = 256;
+// Ranks per job at most (the data plane's worker bitmap is 256 bits wide).
+constexpr size_t kMaxRanks = 256;
+using RankSet = std::bitset<kMaxRanks>;
+// Longest job secret accepted (our workers send 32 bytes).
+constexpr size_t kMaxSecretBytes = 64;
+// UDP ports (worker threads) one worker may register.
+constexpr uint32_t kMaxPortsPerWorker = 64;
+// Refusal lines logged per second at most; the rest are counted and summarized.
+constexpr uint32_t kLogLinesPerSecond = 20;
+// Failure marks remembered for sessions that have no job (they only affect callers with the same
+// secret, so they are bounded, not needed).
+constexpr size_t kMaxFailureMarks = 4096;
+
+std::string SessionName(uint64_t id) { return "session " + std::to_string(id); }
+
+std::string PacketSizeName(int value) {
+  static const char* const kNames[] = {"MTU_128", "MTU_256", "MTU_512", "MTU_1024"};
+  return value >= 0 && value < 4 ? kNames[value] : std::to_string(value);
+}
+
+std::string TypeName(uint32_t dtype) {
+  return dtype <= static_cast<uint32_t>(DataType::kFloat32)
+             ? DataTypeName(static_cast<DataType>(dtype))
+             : "type " + std::to_string(dtype);
+}
+
+// Compares secrets in time that does not depend on where they differ.
+bool SameSecret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::string ClientKey(const Caller& c) {
+  if (c.has_ipv4) return Ipv4ToString(c.ipv4);
+  const size_t colon = c.peer.rfind(':');
+  return colon == std::string::npos ? c.peer : c.peer.substr(0, colon);
+}
+
+bool Overlaps(uint32_t port_a, uint32_t n_a, uint32_t port_b, uint32_t n_b) {
+  if (port_a == 0 || port_b == 0) return true;  // "any port" takes the whole address
+  return port_a < port_b + n_b && port_b < port_a + n_a;
+}
+
+std::string PortsText(uint32_t ipv4, uint32_t port, uint32_t n) {
+  if (port == 0) return Ipv4ToString(ipv4) + " (any port)";
+  return Ipv4ToString(ipv4) + ":" + std::to_string(port) +
+         (n > 1 ? "-" + std::to_string(port + n - 1) : "");
+}
+
+}  // namespace
+
+struct Registry::Job {
+  dataplane::JobSpec spec;
+  std::string secret;
+  struct Rank {
+    bool registered = false;
+    uint32_t ipv4 = 0;
+    uint32_t port = 0;
+    std::chrono::steady_clock::time_point registered_at{};
+    uint64_t stream = 0;  // the attached stream's ticket, 0 when none
+    bool closed = false;
+  };
+  std::vector<Rank> ranks;
+  std::chrono::steady_clock::time_point last_activity{};
+  uint64_t packets = 0;  // the data plane's count when last looked at
+  struct Check {
+    uint64_t count = 0;
+    uint32_t dtype = 0;
+    uint32_t first_rank = 0;
+    RankSet ranks;  // the ranks that announced it
+  };
+  std::map<uint64_t, Check> checks;
+};
+
+struct Registry::Round {
+  uint32_t num_workers = 0;
+  uint32_t arrived = 0;
+  RankSet ranks;  // the ranks waiting (of the calls that sent one)
+  uint32_t root = 0;
+  uint64_t value = 0;
+  std::vector<uint64_t> waiters;  // tickets
+};
+
+struct Registry::Wait {
+  RoundKey key;
+  std::shared_ptr<Round> round;
+  bool has_rank = false;
+  uint32_t rank = 0;
+  std::string client;
+  SyncDone done;
+};
+
+struct Registry::Stream {
+  uint64_t session_id = 0;
+  uint32_t rank = 0;
+  std::string client;
+  StreamEnd end;
+  Checked checked;
+};
+
+Status RegistryOptions::Validate() const {
+  if (lease.count() <= 0) return InvalidArgumentError("the job lease must be positive");
+  if (max_calls_per_client == 0 || max_calls_total == 0) {
+    return InvalidArgumentError("the limits on outstanding calls must be at least 1");
+  }
+  return Status::Ok();
+}
+
+Registry::Registry(const RegistryOptions& options, dataplane::LockedSwitch* sw, Clock clock,
+                   RegistryHooks hooks)
+    : options_(options), sw_(sw), clock_(std::move(clock)), hooks_(std::move(hooks)) {}
+
+Registry::~Registry() { Shutdown(); }
+
+void Registry::set_activity(Activity activity) {
+  std::lock_guard lock(mu_);
+  activity_ = std::move(activity);
+}
+
+std::chrono::steady_clock::time_point Registry::Now() const {
+  return clock_ ? clock_() : std::chrono::steady_clock::now();
+}
+
+uint64_t Registry::NewTicket() {
+  std::lock_guard lock(mu_);
+  return next_ticket_++;
+}
+
+uint32_t Registry::waiting_calls() const {
+  std::lock_guard lock(mu_);
+  return static_cast<uint32_t>(waits_.size());
+}
+
+uint32_t Registry::attached_streams() const {
+  std::lock_guard lock(mu_);
+  return static_cast<uint32_t>(streams_.size());
+}
+
+bool Registry::HasJob(uint64_t session_id) const {
+  std::lock_guard lock(mu_);
+  return jobs_.count(session_id) != 0;
+}
+
+void Registry::LogRefusal(const std::string& what, const Caller& caller, const Status& why) {
+  uint64_t suppressed = 0;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = Now();
+    if (now - log_window_ >= std::chrono::seconds(1)) {
+      log_window_ = now;
+      logged_in_window_ = 0;
+      suppressed = std::exchange(suppressed_logs_, 0);
+    }
+    if (logged_in_window_ >= kLogLinesPerSecond) {
+      ++suppressed_logs_;
+      return;
+    }
+    ++logged_in_window_;
+  }
+  if (suppressed > 0) {
+    LOG(kWarning, kControl) << suppressed << " more refusals were not logged (rate limit)";
+  }
+  LOG(kWarning, kControl) << what << " from " << caller.peer << " refused: " << why.ToString();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation (before anything is looked up or allocated).
+
+Status Registry::ValidateRegistration(const RegisterRequest& r, const Caller& caller,
+                                      uint32_t* worker_ipv4) const {
+  const std::string name = SessionName(r.session_id);
+  if (r.secret.size() > kMaxSecretBytes) {
+    return InvalidArgumentError("job secret of " + std::to_string(r.secret.size()) +
+                                " bytes is too long (at most " + std::to_string(kMaxSecretBytes) +
+                                ")");
+  }
+  if (options_.require_secret && r.secret.empty()) {
+    return PermissionDeniedError(
+        "this switch requires a job secret (--require-secret) and the request has none");
+  }
+  if (r.session_id == 0 || r.session_id == UINT64_MAX) {
+    return InvalidArgumentError("session id " + std::to_string(r.session_id) +
+                                " is reserved; use 1 .. 2^64 - 2");
+  }
+  if (r.packet_size < 0 || r.packet_size > 3 ||
+      !proto::IsSupportedSize(static_cast<proto::SizeCode>(r.packet_size))) {
+    return InvalidArgumentError("packet size " + PacketSizeName(r.packet_size) +
+                                " is not supported; use 64 or 256 elements per packet");
+  }
+  const uint32_t max_workers = sw_->sw.config().max_workers_per_job;
+  if (r.num_workers == 0) {
+    return InvalidArgumentError(name + ": num_workers is 0; it must be at least 1");
+  }
+  if (r.num_workers > max_workers) {
+    return InvalidArgumentError(name + ": num_workers " + std::to_string(r.num_workers) +
+                                " exceeds this switch's limit of " + std::to_string(max_workers) +
+                                " workers per job");
+  }
+  if (r.rank >= r.num_workers) {
+    return InvalidArgumentError("rank " + std::to_string(r.rank) + " is out of range for " +
+                                std::to_string(r.num_workers) + " workers (ranks are 0.." +
+                                std::to_string(r.num_workers - 1) + ")");
+  }
+  const uint32_t num_ports = r.num_udp_ports == 0 ? 1 : r.num_udp_ports;
+  if (num_ports > kMaxPortsPerWorker) {
+    return InvalidArgumentError("num_udp_ports " + std::to_string(num_ports) +
+                                " is more than the " + std::to_string(kMaxPortsPerWorker) +
+                                " ports (worker threads) a worker may register");
+  }
+  const uint32_t window =
+      r.max_outstanding_packets == 0 ? kDefaultWindow : r.max_outstanding_packets;
+  const uint32_t slots = sw_->sw.config().slots_per_job;
+  if (window > slots) {
+    return InvalidArgumentError(name + ": max_outstanding_packets " + std::to_string(window) +
+                                " must be in 1.." + std::to_string(slots) +
+                                " (this switch's slots per job)");
+  }
+  if (r.udp_port == 0 && num_ports > 1) {
+    return InvalidArgumentError(
+        "udp_port 0 (any port) cannot go with " + std::to_string(num_ports) +
+        " UDP ports per worker: replies are routed by port offset from each worker's base port, "
+        "so register the base port");
+  }
+  if (r.udp_port > 65535 || (r.udp_port != 0 && uint64_t{r.udp_port} + num_ports > 65536)) {
+    return InvalidArgumentError("UDP ports [" + std::to_string(r.udp_port) + ", " +
+                                std::to_string(uint64_t{r.udp_port} + num_ports) +
+                                ") do not fit below 65536");
+  }
+  uint32_t ipv4 = r.ipv4;
+  if (ipv4 == 0) {
+    if (!caller.has_ipv4) {
+      return InvalidArgumentError("cannot tell the worker's IPv4 address from the gRPC peer \"" +
+                                  caller.peer +
+                                  "\": send it in UdpSessionRequest.ipv4 (the worker's data-plane "
+                                  "address, host byte order)");
+    }
+    ipv4 = caller.ipv4;
+  } else if (ipv4 == 0xffffffffu || (ipv4 >> 28) == 0xe) {
+    return InvalidArgumentError("ipv4 " + Ipv4ToString(ipv4) +
+                                " is a broadcast or multicast address, not a worker's");
+  } else if (!options_.allow_foreign_address && (!caller.has_ipv4 || caller.ipv4 != ipv4)) {
+    return PermissionDeniedError(
+        "a worker may register only the IPv4 its control connection comes from (" +
+        (caller.has_ipv4 ? Ipv4ToString(caller.ipv4) : caller.peer) + "), not " +
+        Ipv4ToString(ipv4) +
+        ": send ipv4 0, connect from the data-plane address, or start the switch with "
+        "--allow-foreign-address");
+  }
+  *worker_ipv4 = ipv4;
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Jobs.
+
+Status Registry::CheckSecretLocked(const Job& job, const std::string& secret,
+                                   uint64_t session_id) const {
+  if (SameSecret(job.secret, secret)) return Status::Ok();
+  return PermissionDeniedError(SessionName(session_id) + " belongs to another job: the request " +
+                               (secret.empty() ? "carries no job secret"
+                                               : "carries another job "
+                                                 "secret") +
+                               " (every worker of a job must use the secret its rank 0 created "
+                               "the job with)");
+}
+
+bool Registry::OwnsLocked(uint64_t session_id, const std::string& secret) const {
+  auto it = jobs_.find(session_id);
+  return it == jobs_.end() || SameSecret(it->second->secret, secret);
+}
+
+void Registry::Touch(Job& job) { job.last_activity = Now(); }
+
+bool Registry::RankAliveLocked(const Job& job, uint32_t rank) const {
+  const Job::Rank& r = job.ranks[rank];
+  if (!r.registered || r.closed) return false;
+  if (r.stream != 0) return true;
+  const bool ours = !job.secret.empty() || job.spec.running_tsi;
+  return ours && Now() - r.registered_at < options_.attach_grace;
+}
+
+bool Registry::ExpiredLocked(const Job& job) const {
+  for (uint32_t r = 0; r < job.ranks.size(); ++r) {
+    if (RankAliveLocked(job, r)) return false;
+  }
+  return Now() - job.last_activity >= options_.lease;
+}
+
+Status Registry::CreateJobLocked(const dataplane::JobSpec& spec, const std::string& secret) {
+  std::vector<uint64_t> evicted;
+  {
+    std::lock_guard lock(sw_->mu);
+    Status st = sw_->sw.CreateJob(spec, &evicted);
+    if (!st.ok()) return st;
+  }
+  // The registry made room first, so the switch never evicts (it would, were it out of room).
+  for (uint64_t gone : evicted) {
+    LOG(kError, kControl) << "the switch evicted " << SessionName(gone)
+                          << " unexpectedly (the registry's job table disagrees with it)";
+  }
+  auto job = std::make_unique<Job>();
+  job->spec = spec;
+  job->secret = secret;
+  job->ranks.resize(spec.num_workers);
+  job->last_activity = Now();
+  jobs_[spec.session_id] = std::move(job);
+  if (hooks_.job_created) hooks_.job_created(spec.session_id);
+  return Status::Ok();
+}
+
+void Registry::RemoveJobLocked(uint64_t session_id, const Status& why, Deferred& deferred) {
+  auto it = jobs_.find(session_id);
+  if (it == jobs_.end()) return;
+  {
+    std::lock_guard lock(sw_->mu);
+    sw_->sw.RemoveJob(session_id).IgnoreError();
+  }
+  if (hooks_.job_removed) hooks_.job_removed(session_id);
+  for (const Job::Rank& r : it->second->ranks) {
+    if (r.stream == 0) continue;
+    auto s = streams_.find(r.stream);
+    if (s == streams_.end()) continue;
+    ReleaseLocked(s->second->client);
+    deferred.push_back([end = std::move(s->second->end), why] { end(why); });
+    streams_.erase(s);
+  }
+  jobs_.erase(it);
+}
+
+Status Registry::MakeRoomLocked(uint64_t session_id, Deferred& deferred) {
+  const uint32_t max_jobs = sw_->sw.config().max_jobs;
+  if (jobs_.size() < max_jobs || jobs_.count(session_id) != 0) return Status::Ok();
+  std::vector<uint64_t> expired;
+  for (const auto& [id, job] : jobs_) {
+    if (ExpiredLocked(*job)) expired.push_back(id);
+  }
+  for (uint64_t id : expired) {
+    LOG(kInfo, kControl) << SessionName(id) << " expired (no worker attached, no activity for "
+                         << options_.lease.count() / 1000 << " s): removed to make room";
+    RemoveJobLocked(id, FailedPreconditionError(SessionName(id) + " expired"), deferred);
+  }
+  if (jobs_.size() < max_jobs) return Status::Ok();
+  return ResourceExhaustedError(
+      "the switch already runs its maximum of " + std::to_string(max_jobs) +
+      " jobs, all of them live (a worker attached or active within the last " +
+      std::to_string(options_.lease.count() / 1000) +
+      " s): retry when jobs finish (workers close their jobs when their context ends), or start "
+      "the switch with a larger --max-jobs");
+}
+
+Status Registry::ClearAddressLocked(uint64_t session_id, uint32_t ipv4, uint32_t port,
+                                    uint32_t num_ports, Deferred& deferred) {
+  std::vector<uint64_t> expired;
+  for (const auto& [id, job] : jobs_) {
+    if (id == session_id) continue;
+    for (uint32_t r = 0; r < job->ranks.size(); ++r) {
+      const Job::Rank& other = job->ranks[r];
+      if (!other.registered || other.ipv4 != ipv4 ||
+          !Overlaps(port, num_ports, other.port, job->spec.num_ports)) {
+        continue;
+      }
+      if (!ExpiredLocked(*job)) {
+        return AlreadyExistsError(
+            "address " + PortsText(ipv4, port, num_ports) + " is registered to rank " +
+            std::to_string(r) + " of " + SessionName(id) + " (" +
+            PortsText(other.ipv4, other.port, job->spec.num_ports) +
+            "), a live job: use other UDP ports, or wait until that job closes or expires");
+      }
+      expired.push_back(id);
+      break;
+    }
+  }
+  for (uint64_t id : expired) {
+    LOG(kInfo, kControl) << SessionName(id) << " expired; removed: its address is taken over";
+    RemoveJobLocked(id, FailedPreconditionError(SessionName(id) + " expired"), deferred);
+  }
+  return Status::Ok();
+}
+
+Status Registry::Register(const RegisterRequest& r, const Caller& caller) {
+  uint32_t worker_ipv4 = 0;
+  Status st = ValidateRegistration(r, caller, &worker_ipv4);
+  Deferred deferred;
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) {
+      st = UnavailableError("the switch control plane is shutting down");
+    } else if (st.ok()) {
+      st = RegisterLocked(r, worker_ipv4, deferred);
+    }
+    // A refusal marks the session failed, so the job fails fast on every worker, unless the
+    // caller does not own the job (an outsider cannot fail someone else's job), or the session
+    // id itself is bad.
+    const bool bad_id = r.session_id == 0 || r.session_id == UINT64_MAX;
+    if (!st.ok() && !bad_id && st.code() != StatusCode::kPermissionDenied &&
+        st.code() != StatusCode::kUnavailable && r.secret.size() <= kMaxSecretBytes &&
+        OwnsLocked(r.session_id, r.secret)) {
+      FailSessionLocked(
+          r.session_id, r.secret,
+          FailedPreconditionError(SessionName(r.session_id) + " failed at setup: rank " +
+                                  std::to_string(r.rank) + " was refused: " + st.message()),
+          deferred);
+    }
+  }
+  for (auto& f : deferred) f();
+  if (!st.ok()) LogRefusal("UdpSession of rank " + std::to_string(r.rank), caller, st);
+  return st;
+}
+
+Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferred& deferred) {
+  const std::string name = SessionName(r.session_id);
+  const uint32_t num_ports = r.num_udp_ports == 0 ? 1 : r.num_udp_ports;
+  dataplane::JobSpec spec;
+  spec.session_id = r.session_id;
+  spec.num_workers = r.num_workers;
+  spec.size = static_cast<proto::SizeCode>(r.packet_size);
+  spec.num_ports = num_ports;
+  spec.max_outstanding_packets =
+      r.max_outstanding_packets == 0 ? kDefaultWindow : r.max_outstanding_packets;
+  spec.running_tsi = r.running_tsi;
+  dataplane::WorkerSpec worker{ipv4, static_cast<uint16_t>(r.udp_port)};
+
+  auto it = jobs_.find(r.session_id);
+  Job* job = it == jobs_.end() ? nullptr : it->second.get();
+  if (r.rank == 0) {
+    if (job != nullptr) {
+      RETURN_IF_ERROR(CheckSecretLocked(*job, r.secret, r.session_id));
+      if (RankAliveLocked(*job, 0)) {
+        const Job::Rank& first = job->ranks[0];
+        return AlreadyExistsError(
+            "rank 0 of " + name + " is already registered by a live worker (at " +
+            PortsText(first.ipv4, first.port, job->spec.num_ports) +
+            "): two workers were started as rank 0, or two jobs use one session id");
+      }
+      RemoveJobLocked(r.session_id,
+                      FailedPreconditionError(name + " was re-created by a new rank 0"), deferred);
+      job = nullptr;
+    }
+    failures_.erase(r.session_id);
+    RETURN_IF_ERROR(MakeRoomLocked(r.session_id, deferred));
+    RETURN_IF_ERROR(ClearAddressLocked(r.session_id, ipv4, r.udp_port, num_ports, deferred));
+    RETURN_IF_ERROR(CreateJobLocked(spec, r.secret));
+    job = jobs_[r.session_id].get();
+  } else {
+    if (const Status* failure = FailureLocked(r.session_id, r.secret)) return *failure;
+    if (job == nullptr) {
+      return FailedPreconditionError(name +
+                                     " does not exist on the switch: rank 0 must open it before "
+                                     "the other ranks (was rank 0 started, and with the same "
+                                     "session id?)");
+    }
+    RETURN_IF_ERROR(CheckSecretLocked(*job, r.secret, r.session_id));
+    auto mismatch = [&](const std::string& field, const std::string& mine,
+                        const std::string& theirs, const std::string& fix) {
+      return InvalidArgumentError(field + " " + mine + " does not match " + name + "'s " + theirs +
+                                  " (set by rank 0): " + fix);
+    };
+    const dataplane::JobSpec& j = job->spec;
+    if (j.num_workers != spec.num_workers) {
+      return mismatch("num_workers", std::to_string(spec.num_workers),
+                      std::to_string(j.num_workers), "start every worker with the same --workers");
+    }
+    if (j.size != spec.size) {
+      return mismatch("packet size", PacketSizeName(r.packet_size),
+                      PacketSizeName(static_cast<int>(j.size)),
+                      "start every worker with the same elements per packet");
+    }
+    if (j.num_ports != spec.num_ports) {
+      return mismatch("num_udp_ports", std::to_string(spec.num_ports), std::to_string(j.num_ports),
+                      "start every worker with the same number of worker threads");
+    }
+    if (j.max_outstanding_packets != spec.max_outstanding_packets) {
+      return mismatch("max_outstanding_packets", std::to_string(spec.max_outstanding_packets),
+                      std::to_string(j.max_outstanding_packets),
+                      "start every worker with the same window (max outstanding packets)");
+    }
+    if (j.running_tsi != spec.running_tsi) {
+      return mismatch("running_tsi", spec.running_tsi ? "true" : "false",
+                      j.running_tsi ? "true" : "false",
+                      "do not mix this project's workers with other clients in one job");
+    }
+    RETURN_IF_ERROR(ClearAddressLocked(r.session_id, ipv4, r.udp_port, num_ports, deferred));
+  }
+
+  std::vector<uint64_t> evicted;
+  Status added;
+  {
+    std::lock_guard lock(sw_->mu);
+    added = sw_->sw.AddWorker(r.session_id, r.rank, worker, &evicted);
+  }
+  for (uint64_t gone : evicted) {
+    LOG(kError, kControl) << "the switch evicted " << SessionName(gone)
+                          << " unexpectedly (the registry's job table disagrees with it)";
+  }
+  if (!added.ok()) {
+    // Without rank 0 the job can never run: do not leave it holding a job entry.
+    if (r.rank == 0) RemoveJobLocked(r.session_id, added, deferred);
+    return added;
+  }
+  Job::Rank& rank = job->ranks[r.rank];
+  rank.registered = true;
+  rank.ipv4 = ipv4;
+  rank.port = r.udp_port;
+  rank.registered_at = Now();
+  Touch(*job);
+  LOG(kInfo, kControl) << name << ": rank " << r.rank << " of " << r.num_workers
+                       << " registered at " << PortsText(ipv4, r.udp_port, num_ports)
+                       << (r.rank == 0 ? " (job created" : "")
+                       << (r.rank == 0 ? (r.secret.empty() ? ", no secret)" : ", with a secret)")
+                                       : "");
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failures.
+
+const Status* Registry::FailureLocked(uint64_t session_id, const std::string& secret) {
+  auto it = failures_.find(session_id);
+  if (it == failures_.end()) return nullptr;
+  if (Now() - it->second.at > options_.failure_memory) {
+    failures_.erase(it);
+    return nullptr;
+  }
+  if (!SameSecret(it->second.secret, secret)) return nullptr;
+  return &it->second.status;
+}
+
+void Registry::FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
+                                 Deferred& deferred) {
+  if (session_id == 0) return;  // 0 is the unscoped sync group, never a failed session
+  const auto now = Now();
+  std::erase_if(failures_,
+                [&](const auto& f) { return now - f.second.at > options_.failure_memory; });
+  const bool has_job = jobs_.count(session_id) != 0;
+  if (has_job || failures_.size() < kMaxFailureMarks) {
+    failures_.try_emplace(session_id, Failure{FailedPreconditionError(why.message()), secret, now});
+  }
+  for (auto it = rounds_.begin(); it != rounds_.end();) {
+    auto next = std::next(it);
+    if (it->first.session_id == session_id && SameSecret(it->first.secret, secret)) {
+      FailRoundLocked(it, why, deferred);
+    }
+    it = next;
+  }
+  if (has_job && OwnsLocked(session_id, secret)) {
+    LOG(kInfo, kControl) << why.message();
+    RemoveJobLocked(session_id, FailedPreconditionError(why.message()), deferred);
+  }
+}
+
+void Registry::FailRoundLocked(std::map<RoundKey, std::shared_ptr<Round>>::iterator it,
+                               const Status& why, Deferred& deferred) {
+  for (uint64_t ticket : it->second->waiters) {
+    auto w = waits_.find(ticket);
+    if (w == waits_.end()) continue;
+    ReleaseLocked(w->second->client);
+    deferred.push_back([done = std::move(w->second->done), why] { done(why, 0); });
+    waits_.erase(w);
+  }
+  rounds_.erase(it);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Limits.
+
+Status Registry::AdmitLocked(const Caller& caller) {
+  const std::string client = ClientKey(caller);
+  uint32_t& mine = per_client_[client];
+  if (mine >= options_.max_calls_per_client) {
+    if (mine == 0) per_client_.erase(client);
+    return ResourceExhaustedError(
+        "client " + client + " already has " + std::to_string(mine) +
+        " calls waiting or streams attached, the most this switch allows per client");
+  }
+  if (total_calls_ >= options_.max_calls_total) {
+    if (mine == 0) per_client_.erase(client);
+    return ResourceExhaustedError("the switch already has " + std::to_string(total_calls_) +
+                                  " calls waiting or streams attached, its limit");
+  }
+  ++mine;
+  ++total_calls_;
+  return Status::Ok();
+}
+
+void Registry::ReleaseLocked(const std::string& client) {
+  auto it = per_client_.find(client);
+  if (it != per_client_.end() && --it->second == 0) per_client_.erase(it);
+  --total_calls_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Barrier and Broadcast.
+
+void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller, SyncDone done) {
+  const char* what = q.broadcast ? "broadcast" : "barrier";
+  const std::string scope =
+      q.session_id == 0
+          ? std::string("unscoped ") + what + " of " + std::to_string(q.num_workers) + " workers"
+          : std::string(what) + " of " + SessionName(q.session_id);
+  const uint32_t max_workers = sw_->sw.config().max_workers_per_job;
+  Status st;
+  if (q.secret.size() > kMaxSecretBytes) {
+    st = InvalidArgumentError(scope + ": job secret too long (at most " +
+                              std::to_string(kMaxSecretBytes) + " bytes)");
+  } else if (options_.require_secret && q.secret.empty()) {
+    st = PermissionDeniedError(scope +
+                               ": this switch requires a job secret (--require-secret) and the "
+                               "request has none");
+  } else if (q.num_workers == 0) {
+    st = InvalidArgumentError(scope + ": num_workers is 0; it must be at least 1");
+  } else if (q.num_workers > max_workers) {
+    st = InvalidArgumentError(scope + ": num_workers " + std::to_string(q.num_workers) +
+                              " exceeds this switch's limit of " + std::to_string(max_workers) +
+                              " workers per job");
+  } else if ((q.broadcast || q.has_rank) && q.rank >= q.num_workers) {
+    st = InvalidArgumentError(scope + ": rank " + std::to_string(q.rank) +
+                              " must be below num_workers " + std::to_string(q.num_workers));
+  } else if (q.broadcast && q.root >= q.num_workers) {
+    st = InvalidArgumentError(scope + ": root " + std::to_string(q.root) +
+                              " must be below num_workers " + std::to_string(q.num_workers));
+  } else if (q.session_id == UINT64_MAX) {
+    st = InvalidArgumentError(scope + ": session id 2^64 - 1 is reserved");
+  }
+  Deferred deferred;
+  bool waiting = false;
+  {
+    std::lock_guard lock(mu_);
+    if (st.ok() && shut_down_) st = UnavailableError("the switch control plane is shutting down");
+    Job* job = nullptr;
+    if (st.ok() && q.session_id != 0) {
+      if (auto it = jobs_.find(q.session_id); it != jobs_.end()) job = it->second.get();
+      if (job != nullptr) st = CheckSecretLocked(*job, q.secret, q.session_id);
+      if (st.ok()) {
+        if (const Status* failure = FailureLocked(q.session_id, q.secret)) st = *failure;
+      }
+    }
+    if (st.ok()) st = AdmitLocked(caller);
+    if (st.ok()) {
+      if (job != nullptr) Touch(*job);
+      RoundKey key{q.broadcast, q.session_id, q.session_id == 0 ? q.num_workers : 0, q.secret};
+      std::shared_ptr<Round>& slot = rounds_[key];
+      if (!slot) {
+        slot = std::make_shared<Round>();
+        slot->num_workers = q.num_workers;
+        slot->root = q.root;
+      }
+      const std::shared_ptr<Round> round = slot;
+      const bool ranked = q.broadcast || q.has_rank;
+      if (round->num_workers != q.num_workers) {
+        // The job cannot come together: fail the waiting workers too (and, for a session, every
+        // later call of it), instead of leaving them to time out.
+        st = InvalidArgumentError(scope + ": num_workers " + std::to_string(q.num_workers) +
+                                  " of one worker does not match the " +
+                                  std::to_string(round->num_workers) +
+                                  " of another: start every worker with the same --workers");
+      } else if (q.broadcast && round->root != q.root) {
+        st = InvalidArgumentError(scope + ": root " + std::to_string(q.root) +
+                                  " does not match the " + std::to_string(round->root) +
+                                  " of the workers already waiting");
+      } else if (ranked && round->ranks.test(q.rank)) {
+        st = InvalidArgumentError(scope + ": rank " + std::to_string(q.rank) +
+                                  " is already waiting in this round: two workers have the same "
+                                  "rank");
+      }
+      if (!st.ok()) {
+        ReleaseLocked(ClientKey(caller));
+        const bool whole_round = st.message().find("--workers") != std::string::npos ||
+                                 st.message().find("same rank") != std::string::npos;
+        if (whole_round) {
+          if (q.session_id != 0) {
+            FailSessionLocked(q.session_id, q.secret, st, deferred);
+          }
+          if (auto it = rounds_.find(key); it != rounds_.end() && it->second == round) {
+            FailRoundLocked(it, st, deferred);
+          }
+        } else if (round->arrived == 0) {
+          rounds_.erase(key);
+        }
+      } else {
+        if (ranked) round->ranks.set(q.rank);
+        if (q.broadcast && q.rank == q.root) round->value = q.value;
+        if (++round->arrived == round->num_workers) {
+          rounds_.erase(key);
+          for (uint64_t t : round->waiters) {
+            auto w = waits_.find(t);
+            if (w == waits_.end()) continue;
+            ReleaseLocked(w->second->client);
+            deferred.push_back(
+                [d = std::move(w->second->done), v = round->value] { d(Status::Ok(), v); });
+            waits_.erase(w);
+          }
+          ReleaseLocked(ClientKey(caller));
+          deferred.push_back([d = std::move(done), v = round->value] { d(Status::Ok(), v); });
+        } else {
+          auto wait = std::make_unique<Wait>();
+          wait->key = key;
+          wait->round = round;
+          wait->has_rank = ranked;
+          wait->rank = q.rank;
+          wait->client = ClientKey(caller);
+          wait->done = std::move(done);
+          waits_[ticket] = std::move(wait);
+          round->waiters.push_back(ticket);
+          waiting = true;
+        }
+      }
+    }
+  }
+  for (auto& f : deferred) f();
+  if (!st.ok()) {
+    LogRefusal(scope, caller, st);
+    if (done) done(st, 0);
+  }
+  (void)waiting;
+}
+
+void Registry::CancelWait(uint64_t ticket, const Status& why) {
+  SyncDone done;
+  {
+    std::lock_guard lock(mu_);
+    auto w = waits_.find(ticket);
+    if (w == waits_.end()) return;
+    Wait& wait = *w->second;
+    Round& round = *wait.round;
+    --round.arrived;
+    if (wait.has_rank) round.ranks.reset(wait.rank);
+    std::erase(round.waiters, ticket);
+    if (round.arrived == 0) {
+      if (auto it = rounds_.find(wait.key); it != rounds_.end() && it->second == wait.round) {
+        rounds_.erase(it);
+      }
+    }
+    ReleaseLocked(wait.client);
+    done = std::move(wait.done);
+    waits_.erase(w);
+  }
+  LOG(kDebug, kControl) << "a waiting call left its round: " << why.ToString();
+  done(why, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Close, streams, checks.
+
+Status Registry::Close(const CloseRequest& q, const Caller& caller) {
+  Status st;
+  Deferred deferred;
+  {
+    std::lock_guard lock(mu_);
+    const std::string name = SessionName(q.session_id);
+    auto it = jobs_.find(q.session_id);
+    if (q.secret.size() > kMaxSecretBytes) {
+      st = InvalidArgumentError("job secret too long");
+    } else if (it == jobs_.end()) {
+      st = NotFoundError(name + " is not open on the switch (closed, expired or never opened)");
+    } else {
+      Job& job = *it->second;
+      st = CheckSecretLocked(job, q.secret, q.session_id);
+      if (st.ok() && q.has_rank && q.rank >= job.ranks.size()) {
+        st = InvalidArgumentError("rank " + std::to_string(q.rank) + " is out of range for " +
+                                  name + "'s " + std::to_string(job.ranks.size()) + " workers");
+      }
+      if (st.ok()) {
+        bool all_closed = !q.has_rank;
+        if (q.has_rank) {
+          job.ranks[q.rank].closed = true;
+          Touch(job);
+          all_closed = std::all_of(job.ranks.begin(), job.ranks.end(),
+                                   [](const Job::Rank& r) { return !r.registered || r.closed; });
+        }
+        if (all_closed) {
+          LOG(kInfo, kControl) << name << " closed" << (q.has_rank ? " by all its ranks" : "");
+          RemoveJobLocked(
+              q.session_id,
+              FailedPreconditionError(name + " was closed by a Close request from " + caller.peer),
+              deferred);
+        }
+      }
+    }
+  }
+  for (auto& f : deferred) f();
+  if (!st.ok() && st.code() != StatusCode::kNotFound) LogRefusal("Close", caller, st);
+  return st;
+}
+
+Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& caller,
+                        StreamEnd end, Checked checked) {
+  Status st;
+  {
+    std::lock_guard lock(mu_);
+    const std::string name = SessionName(q.session_id);
+    auto it = jobs_.find(q.session_id);
+    if (shut_down_) {
+      st = UnavailableError("the switch control plane is shutting down");
+    } else if (q.secret.size() > kMaxSecretBytes) {
+      st = InvalidArgumentError("job secret too long");
+    } else if (it == jobs_.end()) {
+      st = FailedPreconditionError(name +
+                                   " does not exist on the switch: attach after "
+                                   "registering (UdpSession)");
+    } else {
+      Job& job = *it->second;
+      st = CheckSecretLocked(job, q.secret, q.session_id);
+      if (st.ok() && (q.rank >= job.ranks.size() || !job.ranks[q.rank].registered)) {
+        st = FailedPreconditionError("rank " + std::to_string(q.rank) + " is not registered in " +
+                                     name + ": attach after registering (UdpSession)");
+      }
+      if (st.ok() && job.ranks[q.rank].closed) {
+        st = FailedPreconditionError("rank " + std::to_string(q.rank) + " of " + name +
+                                     " has closed its session");
+      }
+      if (st.ok() && job.ranks[q.rank].stream != 0) {
+        st = AlreadyExistsError("rank " + std::to_string(q.rank) + " of " + name +
+                                " already has a stream attached");
+      }
+      if (st.ok()) st = AdmitLocked(caller);
+      if (st.ok()) {
+        auto s = std::make_unique<Stream>();
+        s->session_id = q.session_id;
+        s->rank = q.rank;
+        s->client = ClientKey(caller);
+        s->end = std::move(end);
+        s->checked = std::move(checked);
+        streams_[ticket] = std::move(s);
+        job.ranks[q.rank].stream = ticket;
+        Touch(job);
+      }
+    }
+  }
+  if (!st.ok()) LogRefusal("Attach", caller, st);
+  return st;
+}
+
+void Registry::Report(uint64_t ticket, uint64_t op, uint64_t count, uint32_t dtype) {
+  Deferred deferred;
+  {
+    std::lock_guard lock(mu_);
+    auto s = streams_.find(ticket);
+    if (s == streams_.end() || op == 0) return;
+    const uint64_t session_id = s->second->session_id;
+    const uint32_t rank = s->second->rank;
+    auto j = jobs_.find(session_id);
+    if (j == jobs_.end()) return;
+    Job& job = *j->second;
+    Touch(job);
+    auto c = job.checks.find(op);
+    if (c == job.checks.end()) {
+      if (job.checks.size() >= options_.max_open_checks) {
+        FailSessionLocked(session_id, job.secret,
+                          FailedPreconditionError(SessionName(session_id) + " failed: rank " +
+                                                  std::to_string(rank) + " is " +
+                                                  std::to_string(options_.max_open_checks) +
+                                                  " all-reduces ahead of another rank"),
+                          deferred);
+      } else {
+        c = job.checks.emplace(op, Job::Check{count, dtype, rank, {}}).first;
+      }
+    } else if (c->second.count != count || c->second.dtype != dtype) {
+      const Job::Check& first = c->second;
+      FailSessionLocked(
+          session_id, job.secret,
+          FailedPreconditionError(
+              SessionName(session_id) + " failed: all-reduce " + std::to_string(op) +
+              " does not match across workers: rank " + std::to_string(first.first_rank) +
+              " passed " + std::to_string(first.count) + " " + TypeName(first.dtype) +
+              " elements, rank " + std::to_string(rank) + " " + std::to_string(count) + " " +
+              TypeName(dtype) +
+              " elements; every worker must all-reduce the same count and data type, in the "
+              "same order"),
+          deferred);
+      c = job.checks.end();
+    }
+    if (c != job.checks.end()) {
+      c->second.ranks.set(rank);
+      if (c->second.ranks.count() == job.spec.num_workers) {
+        job.checks.erase(c);
+        for (const Job::Rank& r : job.ranks) {
+          auto peer = streams_.find(r.stream);
+          if (r.stream == 0 || peer == streams_.end() || !peer->second->checked) continue;
+          deferred.push_back([f = peer->second->checked, op] { f(op); });
+        }
+      }
+    }
+  }
+  for (auto& f : deferred) f();
+}
+
+void Registry::Detach(uint64_t ticket) {
+  Deferred deferred;
+  {
+    std::lock_guard lock(mu_);
+    auto s = streams_.find(ticket);
+    if (s == streams_.end()) return;
+    const uint64_t session_id = s->second->session_id;
+    const uint32_t rank = s->second->rank;
+    ReleaseLocked(s->second->client);
+    streams_.erase(s);
+    auto j = jobs_.find(session_id);
+    if (j == jobs_.end()) return;
+    Job& job = *j->second;
+    Job::Rank& r = job.ranks[rank];
+    if (r.stream != ticket) return;
+    r.stream = 0;
+    if (r.closed) return;
+    FailSessionLocked(
+        session_id, job.secret,
+        FailedPreconditionError(SessionName(session_id) + " failed: rank " + std::to_string(rank) +
+                                " lost its control connection to the switch (its process ended "
+                                "without closing the session, or its host or network failed)"),
+        deferred);
+  }
+  for (auto& f : deferred) f();
+}
+
+void Registry::Fail(uint64_t session_id, const std::string& secret, const Status& why) {
+  Deferred deferred;
+  {
+    std::lock_guard lock(mu_);
+    if (session_id != 0 && session_id != UINT64_MAX && secret.size() <= kMaxSecretBytes &&
+        OwnsLocked(session_id, secret)) {
+      FailSessionLocked(session_id, secret, why, deferred);
+    }
+  }
+  for (auto& f : deferred) f();
+}
+
+void Registry::Tick() {
+  std::vector<uint64_t> ids;
+  Activity activity;
+  {
+    std::lock_guard lock(mu_);
+    activity = activity_;
+    if (activity) {
+      for (const auto& [id, job] : jobs_) ids.push_back(id);
+    }
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> packets;
+  for (uint64_t id : ids) packets.emplace_back(id, activity(id));
+  Deferred deferred;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, n] : packets) {
+      auto j = jobs_.find(id);
+      if (j == jobs_.end()) continue;
+      if (n != j->second->packets) {
+        j->second->packets = n;
+        Touch(*j->second);
+      }
+    }
+    std::vector<uint64_t> expired;
+    for (const auto& [id, job] : jobs_) {
+      if (ExpiredLocked(*job)) expired.push_back(id);
+    }
+    for (uint64_t id : expired) {
+      LOG(kInfo, kControl) << SessionName(id) << " expired: no worker attached and no activity for "
+                           << options_.lease.count() << " ms; removed";
+      RemoveJobLocked(id, FailedPreconditionError(SessionName(id) + " expired"), deferred);
+    }
+  }
+  for (auto& f : deferred) f();
+}
+
+void Registry::Shutdown() {
+  Deferred deferred;
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    const Status why = UnavailableError("the switch control plane is shutting down");
+    while (!rounds_.empty()) FailRoundLocked(rounds_.begin(), why, deferred);
+    for (auto& [ticket, s] : streams_) {
+      deferred.push_back([end = std::move(s->end), why] { end(why); });
+    }
+    streams_.clear();
+    for (auto& [id, job] : jobs_) {
+      for (auto& r : job->ranks) r.stream = 0;
+    }
+    per_client_.clear();
+    total_calls_ = 0;
+  }
+  for (auto& f : deferred) f();
+}
+
+}  // namespace switchml::control

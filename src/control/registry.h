@@ -1,0 +1,245 @@
+// Registry: the switch's control-plane state, without gRPC: jobs (who owns them, which ranks are
+// registered, attached and closed), their leases, barrier and broadcast rounds, worker streams
+// and the per-all-reduce tensor check. control::ControlServer is a thin gRPC adapter over it; the
+// unit tests drive it directly (registry_test.cc).
+//
+// Waiting calls hold no thread: Barrier/Broadcast take a completion callback that runs exactly
+// once, when the round completes, fails, or the call is cancelled (CancelWait) or the registry
+// shuts down. Attach registers a worker's stream with callbacks for its end and its checks.
+// Callbacks never run under the registry's lock (they may call back into the registry), but
+// they may run inline, before the call that registered them returns.
+//
+// Security (docs/security.md): every field is validated before anything is allocated; a job
+// created with a secret only accepts requests that carry the same secret (PERMISSION_DENIED
+// otherwise, and nothing about the job changes); a refusal marks a job failed only when the
+// caller proved it belongs to the job; outstanding waits and streams are limited per client
+// address and in total; refusals are logged at a bounded rate.
+//
+// Ownership: the LockedSwitch is not owned and must outlive the registry; the registry locks its
+// mutex around every switch call and never holds it while calling back. Thread-safety: all
+// methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dataplane/switch.h"
+#include "switchml/status.h"
+
+namespace switchml::control {
+
+struct RegistryOptions {
+  // Refuse requests without a job secret (jobs and sync calls alike).
+  bool require_secret = false;
+  // Let a registration claim an IPv4 other than the one its control connection comes from.
+  bool allow_foreign_address = false;
+  // How long a failed job keeps failing its sync calls (4.5 in docs/protocol.md).
+  std::chrono::milliseconds failure_memory{10000};
+  // A job with no attached worker stream and no activity (control calls of the job, data-plane
+  // packets) for this long has expired: it is removed, and its room and ports are free.
+  std::chrono::milliseconds lease{60000};
+  // A rank registered with a secret (or by our workers: running_tsi) counts as alive for this
+  // long before its stream is attached.
+  std::chrono::milliseconds attach_grace{5000};
+  // Waiting Barrier/Broadcast calls plus attached streams, per client IPv4 and in total.
+  uint32_t max_calls_per_client = 256;
+  uint32_t max_calls_total = 16384;
+  // All-reduce checks a job may have open (announced by some ranks, not by all yet).
+  uint32_t max_open_checks = 4096;
+  Status Validate() const;
+};
+
+// Who makes a request: the gRPC peer string and its IPv4 when it has one.
+struct Caller {
+  std::string peer;
+  uint32_t ipv4 = 0;
+  bool has_ipv4 = false;
+};
+
+// UdpSessionRequest, as plain values (0 means the default, as on the wire).
+struct RegisterRequest {
+  uint64_t session_id = 0;
+  uint32_t rank = 0;
+  uint32_t num_workers = 0;
+  uint32_t ipv4 = 0;
+  int packet_size = 0;  // the wire's PacketSize value
+  uint32_t udp_port = 0;
+  uint32_t num_udp_ports = 0;
+  uint32_t max_outstanding_packets = 0;
+  bool running_tsi = false;
+  std::string secret;
+};
+
+// A Barrier (broadcast = false) or Broadcast call.
+struct SyncRequest {
+  bool broadcast = false;
+  uint64_t session_id = 0;  // 0: unscoped
+  uint32_t num_workers = 0;
+  bool has_rank = false;  // Barrier: whether the caller sent its rank; Broadcast: always
+  uint32_t rank = 0;
+  uint32_t root = 0;
+  uint64_t value = 0;
+  std::string secret;
+};
+
+struct CloseRequest {
+  uint64_t session_id = 0;
+  std::string secret;
+  bool has_rank = false;  // false: the whole job
+  uint32_t rank = 0;
+};
+
+struct AttachRequest {
+  uint64_t session_id = 0;
+  uint32_t rank = 0;
+  std::string secret;
+};
+
+// Called when a job is created in (removed from) the switch: the one place where jobs come and
+// go, for per-job resources kept elsewhere (e.g. data-plane keys). Run under the registry's lock:
+// must not call into the registry.
+struct RegistryHooks {
+  std::function<void(uint64_t session_id)> job_created;
+  std::function<void(uint64_t session_id)> job_removed;
+};
+
+class Registry {
+ public:
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  // Completion of a wait: the status, and a Broadcast's value.
+  using SyncDone = std::function<void(const Status&, uint64_t value)>;
+  // The end of an attached stream (always an error status: why the job ended for this worker).
+  using StreamEnd = std::function<void(const Status&)>;
+  // A confirmed all-reduce check.
+  using Checked = std::function<void(uint64_t op)>;
+  // Packets the data plane received for a job so far (its activity); may be empty.
+  using Activity = std::function<uint64_t(uint64_t session_id)>;
+
+  // clock: empty = steady_clock::now.
+  Registry(const RegistryOptions& options, dataplane::LockedSwitch* sw, Clock clock = {},
+           RegistryHooks hooks = {});
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  void set_activity(Activity activity);
+
+  // Session.UdpSession: rank 0 creates (or re-creates) the job, the others join it.
+  Status Register(const RegisterRequest& request, const Caller& caller);
+
+  // A ticket names a wait or a stream for CancelWait / Report / Detach; 0 is never used.
+  uint64_t NewTicket();
+  // Sync.Barrier / Sync.Broadcast under `ticket` (from NewTicket). `done` runs exactly once.
+  void Sync(uint64_t ticket, const SyncRequest& request, const Caller& caller, SyncDone done);
+  // The call's client went away (cancelled, deadline): it leaves its round, and `done` runs with
+  // `why`. No effect when the wait already ended.
+  void CancelWait(uint64_t ticket, const Status& why);
+
+  // Session.Close.
+  Status Close(const CloseRequest& request, const Caller& caller);
+
+  // Session.Attach's first message. On success the stream is attached under `ticket`: `end`
+  // runs at most once, when the job fails, is closed or removed, or the registry shuts down;
+  // `checked` runs for each confirmed all-reduce check. Neither runs after Detach returned.
+  Status Attach(uint64_t ticket, const AttachRequest& request, const Caller& caller, StreamEnd end,
+                Checked checked);
+  // A later message: all-reduce `op` of `count` elements of `dtype`. A disagreement with another
+  // rank fails the job (every stream ends with the reason).
+  void Report(uint64_t ticket, uint64_t op, uint64_t count, uint32_t dtype);
+  // The stream ended on the worker's side (it closed it, or the connection broke). Unless the
+  // rank closed its session first, that is a dead worker: the job fails, naming the rank.
+  void Detach(uint64_t ticket);
+
+  // Fails a session from outside (e.g. a hierarchy hook refused a worker), as a refusal of one of
+  // its own does: only when `secret` is the job's (or there is no job yet).
+  void Fail(uint64_t session_id, const std::string& secret, const Status& why);
+
+  // Removes expired jobs (lease). Call about once a second.
+  void Tick();
+  // Fails every wait and stream with UNAVAILABLE; later calls fail the same way. Idempotent.
+  void Shutdown();
+
+  // For tests and status pages.
+  uint32_t waiting_calls() const;
+  uint32_t attached_streams() const;
+  bool HasJob(uint64_t session_id) const;
+
+ private:
+  struct Job;
+  struct Round;
+  struct Wait;
+  struct Stream;
+  struct RoundKey {
+    bool broadcast;
+    uint64_t session_id;
+    uint32_t unscoped_num_workers;
+    std::string secret;
+    auto operator<=>(const RoundKey&) const = default;
+  };
+  // Callbacks collected under the lock and run after it is released.
+  using Deferred = std::vector<std::function<void()>>;
+
+  std::chrono::steady_clock::time_point Now() const;
+  Status ValidateRegistration(const RegisterRequest& r, const Caller& caller,
+                              uint32_t* worker_ipv4) const;
+  Status RegisterLocked(const RegisterRequest& r, uint32_t worker_ipv4, Deferred& deferred);
+  Status CheckSecretLocked(const Job& job, const std::string& secret, uint64_t session_id) const;
+  bool OwnsLocked(uint64_t session_id, const std::string& secret) const;
+  // Frees whatever blocks a new job or worker: expired jobs in the way. Refuses otherwise.
+  Status MakeRoomLocked(uint64_t session_id, Deferred& deferred);
+  Status ClearAddressLocked(uint64_t session_id, uint32_t ipv4, uint32_t port, uint32_t num_ports,
+                            Deferred& deferred);
+  bool ExpiredLocked(const Job& job) const;
+  bool RankAliveLocked(const Job& job, uint32_t rank) const;
+  // The single places where jobs enter and leave the switch.
+  Status CreateJobLocked(const dataplane::JobSpec& spec, const std::string& secret);
+  void RemoveJobLocked(uint64_t session_id, const Status& why, Deferred& deferred);
+  // Marks the session failed (its sync calls fail for failure_memory), fails its rounds, ends its
+  // streams and removes its job.
+  void FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
+                         Deferred& deferred);
+  const Status* FailureLocked(uint64_t session_id, const std::string& secret);
+  void FailRoundLocked(std::map<RoundKey, std::shared_ptr<Round>>::iterator it, const Status& why,
+                       Deferred& deferred);
+  Status AdmitLocked(const Caller& caller);
+  void ReleaseLocked(const std::string& client);
+  void Touch(Job& job);
+  void LogRefusal(const std::string& what, const Caller& caller, const Status& why);
+
+  const RegistryOptions options_;
+  dataplane::LockedSwitch* const sw_;
+  const Clock clock_;
+  const RegistryHooks hooks_;
+
+  mutable std::mutex mu_;
+  Activity activity_;
+  bool shut_down_ = false;
+  uint64_t next_ticket_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;
+  struct Failure {
+    Status status;
+    std::string secret;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::unordered_map<uint64_t, Failure> failures_;
+  std::map<RoundKey, std::shared_ptr<Round>> rounds_;
+  std::unordered_map<uint64_t, std::unique_ptr<Wait>> waits_;
+  std::unordered_map<uint64_t, std::unique_ptr<Stream>> streams_;
+  // Outstanding waits and streams per client (its IPv4 text, or the peer string).
+  std::unordered_map<std::string, uint32_t> per_client_;
+  uint32_t total_calls_ = 0;
+  // Refusal log rate limit: lines in the current second, and how many were suppressed.
+  std::chrono::steady_clock::time_point log_window_{};
+  uint32_t logged_in_window_ = 0;
+  uint64_t suppressed_logs_ = 0;
+};
+
+}  // namespace switchml::control

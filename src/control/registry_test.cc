@@ -1,0 +1,435 @@
+// Registry scenarios without gRPC: job ownership by secret, validation, limits, life cycle,
+// failure detection and the tensor check. Each "found" case of issue 7 that concerns the control
+// plane has a scenario here (named in its comment); they fail on the registry-less server.
+#include "control/registry.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/logging.h"
+
+namespace switchml::control {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint32_t kLocal = 0x7f000001;     // 127.0.0.1
+constexpr uint32_t kStranger = 0x0a000042;  // 10.0.0.66
+constexpr const char* kSecret = "0123456789abcdef0123456789abcdef";
+
+std::string Ipv4Text(uint32_t ip) {
+  return std::to_string(ip >> 24) + "." + std::to_string((ip >> 16) & 255) + "." +
+         std::to_string((ip >> 8) & 255) + "." + std::to_string(ip & 255);
+}
+
+Caller At(uint32_t ipv4, int port = 40000) {
+  Caller c;
+  c.ipv4 = ipv4;
+  c.has_ipv4 = true;
+  c.peer = "ipv4:" + Ipv4Text(ipv4) + ":" + std::to_string(port);
+  return c;
+}
+
+// The outcome of one Barrier/Broadcast.
+struct Outcome {
+  bool done = false;
+  Status status;
+  uint64_t value = 0;
+};
+
+class RegistryTest : public ::testing::Test {
+ protected:
+  explicit RegistryTest(uint32_t max_jobs = 64) {
+    dataplane::SwitchConfig config;
+    config.max_jobs = max_jobs;
+    sw_ = std::make_unique<dataplane::LockedSwitch>(config);
+  }
+
+  void SetUp() override { Make(RegistryOptions{}); }
+
+  void Make(const RegistryOptions& options) {
+    registry_.reset();
+    registry_ = std::make_unique<Registry>(options, sw_.get(), [this] { return now_; });
+  }
+
+  static RegisterRequest Req(uint64_t session, uint32_t rank, uint32_t n, uint32_t port,
+                             const std::string& secret = kSecret) {
+    RegisterRequest r;
+    r.session_id = session;
+    r.rank = rank;
+    r.num_workers = n;
+    r.packet_size = 3;
+    r.udp_port = port;
+    r.num_udp_ports = 1;
+    r.max_outstanding_packets = 256;
+    r.running_tsi = true;
+    r.secret = secret;
+    return r;
+  }
+
+  // Opens a job of n ranks on ports base, base + 1, ... of 127.0.0.1.
+  void Open(uint64_t session, uint32_t n, uint32_t base, const std::string& secret = kSecret) {
+    for (uint32_t r = 0; r < n; ++r) {
+      ASSERT_TRUE(registry_->Register(Req(session, r, n, base + r, secret), At(kLocal)).ok());
+    }
+  }
+
+  std::shared_ptr<Outcome> Sync(SyncRequest q, const Caller& caller = At(kLocal)) {
+    auto out = std::make_shared<Outcome>();
+    registry_->Sync(registry_->NewTicket(), q, caller, [out](const Status& s, uint64_t v) {
+      EXPECT_FALSE(out->done) << "a completion ran twice";
+      out->done = true;
+      out->status = s;
+      out->value = v;
+    });
+    return out;
+  }
+
+  static SyncRequest Barrier(uint64_t session, uint32_t n, std::optional<uint32_t> rank = {},
+                             const std::string& secret = kSecret) {
+    SyncRequest q;
+    q.session_id = session;
+    q.num_workers = n;
+    q.has_rank = rank.has_value();
+    q.rank = rank.value_or(0);
+    q.secret = secret;
+    return q;
+  }
+
+  static SyncRequest Broadcast(uint64_t session, uint32_t n, uint32_t rank, uint64_t value,
+                               const std::string& secret = kSecret) {
+    SyncRequest q = Barrier(session, n, rank, secret);
+    q.broadcast = true;
+    q.value = value;
+    return q;
+  }
+
+  // Attaches rank's stream; *ended receives the stream's end status.
+  uint64_t Attach(uint64_t session, uint32_t rank, std::shared_ptr<std::optional<Status>> ended,
+                  std::vector<uint64_t>* checked = nullptr) {
+    const uint64_t ticket = registry_->NewTicket();
+    AttachRequest q{session, rank, kSecret};
+    Status st = registry_->Attach(
+        ticket, q, At(kLocal), [ended](const Status& why) { *ended = why; },
+        [checked](uint64_t op) {
+          if (checked != nullptr) checked->push_back(op);
+        });
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return ticket;
+  }
+
+  bool SwitchHasJob(uint64_t session) {
+    std::lock_guard lock(sw_->mu);
+    return sw_->sw.HasJob(session);
+  }
+
+  std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::time_point{} + 1h;
+  std::unique_ptr<dataplane::LockedSwitch> sw_;
+  std::unique_ptr<Registry> registry_;
+};
+
+// Found 2, first case: a stranger's UdpSession(rank 0) for a running job used to re-create it.
+// Given a job created with a secret, Expect a rank-0 request without (or with another) secret to
+// be refused with PERMISSION_DENIED and the job, its workers and its rounds untouched.
+TEST_F(RegistryTest, StrangerCannotRecreateAJob) {
+  Open(7, 2, 40000);
+  auto waiting = Sync(Barrier(7, 2, 0));
+  for (const std::string secret : {"", "guess"}) {
+    Status st = registry_->Register(Req(7, 0, 2, 41000, secret), At(kLocal, 5555));
+    EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st.ToString();
+    EXPECT_NE(st.message().find("belongs to another job"), std::string::npos) << st.message();
+  }
+  EXPECT_TRUE(SwitchHasJob(7));
+  EXPECT_FALSE(waiting->done);
+  auto second = Sync(Barrier(7, 2, 1));
+  ASSERT_TRUE(waiting->done);
+  EXPECT_TRUE(waiting->status.ok()) << waiting->status.ToString();
+  EXPECT_TRUE(second->status.ok());
+}
+
+// Found 2, second case: a deliberately refused UdpSession used to mark the job failed.
+// Given a job with a secret, Expect an outsider's refused requests (wrong num_workers, wrong
+// rank, no secret) to leave the job's barriers working.
+TEST_F(RegistryTest, OutsiderRefusalsNeverFailAnotherJob) {
+  Open(8, 2, 40000);
+  EXPECT_FALSE(registry_->Register(Req(8, 1, 3, 42000, ""), At(kLocal)).ok());
+  EXPECT_FALSE(registry_->Register(Req(8, 5, 3, 42000, "x"), At(kLocal)).ok());
+  EXPECT_FALSE(registry_->Register(Req(8, 1, 2, 42000, "x"), At(kLocal)).ok());
+  auto bad = Sync(Barrier(8, 3, std::nullopt, ""));  // an outsider's mismatching barrier
+  EXPECT_FALSE(bad->status.ok());
+  auto a = Sync(Barrier(8, 2, 0));
+  auto b = Sync(Barrier(8, 2, 1));
+  ASSERT_TRUE(a->done && b->done);
+  EXPECT_TRUE(a->status.ok()) << a->status.ToString();
+  EXPECT_TRUE(b->status.ok()) << b->status.ToString();
+  EXPECT_TRUE(SwitchHasJob(8));
+}
+
+// Found 2, third case: a rank-0 registration of another session that claimed a victim's UDP
+// port used to evict the victim (whose worker then got a one-worker job's wrong sum).
+// Expect it refused with ALREADY_EXISTS while the victim is live, and the victim intact.
+TEST_F(RegistryTest, PortTakeoverOfALiveJobIsRefused) {
+  Open(9, 2, 40000);
+  Status st = registry_->Register(Req(10, 0, 1, 40001, "other"), At(kLocal));
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists) << st.ToString();
+  EXPECT_NE(st.message().find("session 9"), std::string::npos) << st.message();
+  EXPECT_TRUE(SwitchHasJob(9));
+  EXPECT_FALSE(SwitchHasJob(10));
+}
+
+// Found 2, fourth case: new sessions used to evict a live job (least recently active).
+// Given a full job table of live jobs, Expect the next job refused with RESOURCE_EXHAUSTED and
+// a message that says what to do; once one job's lease expired, Expect room for a new one.
+class SmallTableTest : public RegistryTest {
+ protected:
+  SmallTableTest() : RegistryTest(/*max_jobs=*/3) {}
+};
+
+TEST_F(SmallTableTest, LiveJobsAreNeverEvicted) {
+  RegistryOptions o;
+  o.attach_grace = 1s;
+  o.lease = 60s;
+  Make(o);
+  for (uint64_t s = 1; s <= 3; ++s) Open(s, 1, 40000 + 10 * s);
+  Status st = registry_->Register(Req(4, 0, 1, 45000), At(kLocal));
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("--max-jobs"), std::string::npos) << st.message();
+  for (uint64_t s = 1; s <= 3; ++s) EXPECT_TRUE(SwitchHasJob(s));
+  // Job 2 stays active (a barrier of its own); the others' leases run out.
+  now_ += 40s;
+  auto b = Sync(Barrier(2, 1, 0));
+  EXPECT_TRUE(b->status.ok());
+  now_ += 30s;
+  EXPECT_TRUE(registry_->Register(Req(4, 0, 1, 45000), At(kLocal)).ok());
+  EXPECT_TRUE(SwitchHasJob(2));
+  EXPECT_TRUE(SwitchHasJob(4));
+}
+
+// Found 2, fifth case: with the default --session 0, a stranger's unscoped Broadcast used to
+// join (and block) our workers' session-id broadcast. Rounds meet only callers with one secret.
+TEST_F(RegistryTest, StrangerCannotJoinOurUnscopedBroadcast) {
+  auto stranger = Sync(Broadcast(0, 2, 0, 666, ""));
+  auto ours0 = Sync(Broadcast(0, 2, 0, 1234));
+  EXPECT_FALSE(ours0->done);
+  auto ours1 = Sync(Broadcast(0, 2, 1, 0));
+  ASSERT_TRUE(ours0->done && ours1->done);
+  EXPECT_EQ(ours0->value, 1234u);
+  EXPECT_EQ(ours1->value, 1234u);
+  EXPECT_FALSE(stranger->done);
+  registry_->Shutdown();
+  EXPECT_EQ(stranger->status.code(), StatusCode::kUnavailable);
+}
+
+// Found 2, last paragraph: requests claimed any ipv4, session 0 or 2^64 - 1, thousands of ports.
+TEST_F(RegistryTest, RegistrationFieldsAreValidated) {
+  auto code = [&](RegisterRequest r, uint32_t from = kLocal) {
+    return registry_->Register(r, At(from)).code();
+  };
+  RegisterRequest r = Req(11, 0, 2, 40000);
+  r.ipv4 = 0xffffffff;
+  EXPECT_EQ(code(r), StatusCode::kInvalidArgument);
+  r.ipv4 = kStranger;  // another host's address
+  EXPECT_EQ(code(r), StatusCode::kPermissionDenied);
+  r.ipv4 = kLocal;
+  EXPECT_TRUE(registry_->Register(r, At(kLocal)).ok());
+  EXPECT_EQ(code(Req(0, 0, 2, 40100)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Req(UINT64_MAX, 0, 2, 40100)), StatusCode::kInvalidArgument);
+  RegisterRequest ports = Req(12, 0, 2, 1000);
+  ports.num_udp_ports = 5000;
+  EXPECT_EQ(code(ports), StatusCode::kInvalidArgument);
+  RegisterRequest huge = Req(13, 0, 1u << 31, 40200);
+  EXPECT_EQ(code(huge), StatusCode::kInvalidArgument);
+  RegisterRequest long_secret = Req(14, 0, 2, 40300, std::string(65, 'x'));
+  EXPECT_EQ(code(long_secret), StatusCode::kInvalidArgument);
+  // With --allow-foreign-address another host's address is accepted.
+  RegistryOptions o;
+  o.allow_foreign_address = true;
+  Make(o);
+  RegisterRequest foreign = Req(15, 0, 2, 40000);
+  foreign.ipv4 = kStranger;
+  EXPECT_TRUE(registry_->Register(foreign, At(kLocal)).ok());
+}
+
+// --require-secret: requests without a secret are refused, jobs and sync calls alike.
+TEST_F(RegistryTest, RequireSecretRefusesUnprotectedRequests) {
+  RegistryOptions o;
+  o.require_secret = true;
+  Make(o);
+  EXPECT_EQ(registry_->Register(Req(16, 0, 1, 40000, ""), At(kLocal)).code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(Sync(Broadcast(0, 2, 0, 1, ""))->status.code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(registry_->Register(Req(16, 0, 1, 40000), At(kLocal)).ok());
+}
+
+// Found 3, first case: 1,500 waiting Barriers used to fill the server's threads, and a live
+// job's barrier then failed. Waits hold no thread; one client's waits are capped, and another
+// client's job is unaffected.
+TEST_F(RegistryTest, OneClientCannotStarveTheOthers) {
+  std::vector<std::shared_ptr<Outcome>> flood;
+  for (int i = 0; i < 1500; ++i) {
+    flood.push_back(Sync(Barrier(1000 + i, 2, std::nullopt, ""), At(kStranger, 1000 + i)));
+  }
+  int refused = 0;
+  for (auto& f : flood) refused += f->done && f->status.code() == StatusCode::kResourceExhausted;
+  EXPECT_EQ(refused, 1500 - 256);
+  EXPECT_EQ(registry_->waiting_calls(), 256u);
+  Open(17, 2, 40000);
+  auto a = Sync(Barrier(17, 2, 0));
+  auto b = Sync(Barrier(17, 2, 1));
+  EXPECT_TRUE(a->status.ok() && b->status.ok()) << a->status.ToString();
+}
+
+// Found 3, second case: Broadcast with num_workers 2^32 - 1 used to allocate 512 MiB.
+TEST_F(RegistryTest, HugeNumWorkersIsRefusedBeforeAnyAllocation) {
+  auto o = Sync(Broadcast(0, UINT32_MAX, 0, 1));
+  ASSERT_TRUE(o->done);
+  EXPECT_EQ(o->status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(o->status.message().find("limit of 32"), std::string::npos) << o->status.message();
+  EXPECT_EQ(registry_->waiting_calls(), 0u);
+}
+
+// Found 3, third case: refused calls used to log a line each, unthrottled.
+TEST_F(RegistryTest, RefusalsAreLoggedAtABoundedRate) {
+  std::atomic<int> lines{0};
+  SetLogSink([&](LogLevel, LogSubsystem, const std::string&) { ++lines; });
+  for (int i = 0; i < 1000; ++i) Sync(Broadcast(0, 0, 0, 1));
+  SetLogSink(nullptr);
+  EXPECT_GT(lines.load(), 0);
+  EXPECT_LE(lines.load(), 25);
+}
+
+// Found 4, first case: a second rank 0 used to re-create the job silently; both passed setup.
+// Expect it refused while the first rank 0 is alive, and the job failed at once (with the
+// reason) rather than later with a misleading timeout.
+TEST_F(RegistryTest, SecondRankZeroIsRefusedAndFailsTheJob) {
+  ASSERT_TRUE(registry_->Register(Req(18, 0, 2, 40000), At(kLocal)).ok());
+  auto first = Sync(Barrier(18, 2, 0));
+  Status st = registry_->Register(Req(18, 0, 2, 40005), At(kLocal));
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists) << st.ToString();
+  EXPECT_NE(st.message().find("two workers were started as rank 0"), std::string::npos);
+  ASSERT_TRUE(first->done);
+  EXPECT_NE(first->status.message().find("rank 0 was refused"), std::string::npos)
+      << first->status.ToString();
+  // Barriers that carry ranks also refuse a duplicate rank.
+  Open(19, 2, 41000);
+  auto a = Sync(Barrier(19, 2, 1));
+  auto dup = Sync(Barrier(19, 2, 1));
+  EXPECT_EQ(dup->status.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(a->done);
+  EXPECT_FALSE(a->status.ok());
+}
+
+// Found 4, second case: workers that disagreed on the tensor size or type were never told.
+TEST_F(RegistryTest, TensorMismatchFailsTheJobNamingBothRanks) {
+  Open(20, 2, 40000);
+  auto end0 = std::make_shared<std::optional<Status>>();
+  auto end1 = std::make_shared<std::optional<Status>>();
+  std::vector<uint64_t> checked0, checked1;
+  const uint64_t t0 = Attach(20, 0, end0, &checked0);
+  const uint64_t t1 = Attach(20, 1, end1, &checked1);
+  registry_->Report(t0, 1, 1000, 1);
+  registry_->Report(t1, 1, 1000, 1);
+  EXPECT_EQ(checked0, std::vector<uint64_t>{1});
+  EXPECT_EQ(checked1, std::vector<uint64_t>{1});
+  registry_->Report(t0, 2, 1000, 1);  // float32
+  registry_->Report(t1, 2, 1000, 0);  // int32
+  ASSERT_TRUE(end0->has_value() && end1->has_value());
+  for (const auto& e : {end0, end1}) {
+    EXPECT_NE((*e)->message().find("rank 0 passed 1000 float32 elements, rank 1 1000 int32"),
+              std::string::npos)
+        << (*e)->ToString();
+  }
+  EXPECT_FALSE(SwitchHasJob(20));
+}
+
+// Found 5, first case: a killed worker was noticed only after the peer timeout, unnamed.
+// Expect its stream's end to fail the job at once, naming the rank, for every peer: streams and
+// waiting calls alike.
+TEST_F(RegistryTest, LostStreamFailsThePeersNamingTheRank) {
+  Open(21, 3, 40000);
+  auto end0 = std::make_shared<std::optional<Status>>();
+  auto end1 = std::make_shared<std::optional<Status>>();
+  auto end2 = std::make_shared<std::optional<Status>>();
+  Attach(21, 0, end0);
+  Attach(21, 1, end1);
+  const uint64_t t2 = Attach(21, 2, end2);
+  auto waiting = Sync(Barrier(21, 3, 0));
+  registry_->Detach(t2);
+  ASSERT_TRUE(end0->has_value() && end1->has_value());
+  EXPECT_NE((*end0)->message().find("rank 2 lost its control connection"), std::string::npos)
+      << (*end0)->ToString();
+  EXPECT_FALSE(end2->has_value()) << "the detached stream is not called back";
+  ASSERT_TRUE(waiting->done);
+  EXPECT_NE(waiting->status.message().find("rank 2"), std::string::npos);
+  EXPECT_FALSE(SwitchHasJob(21));
+  EXPECT_EQ(registry_->attached_streams(), 0u);
+}
+
+// Found 5, second case: finished jobs were never closed. Expect the job removed once every rank
+// closed (and a rank that closed to detach cleanly), and Close to need the secret.
+TEST_F(RegistryTest, CloseByEveryRankFreesTheJob) {
+  Open(22, 2, 40000);
+  auto end0 = std::make_shared<std::optional<Status>>();
+  auto end1 = std::make_shared<std::optional<Status>>();
+  const uint64_t t0 = Attach(22, 0, end0);
+  const uint64_t t1 = Attach(22, 1, end1);
+  EXPECT_EQ(registry_->Close({22, "", true, 0}, At(kLocal)).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(registry_->Close({22, kSecret, true, 0}, At(kLocal)).ok());
+  registry_->Detach(t0);
+  EXPECT_FALSE(end1->has_value()) << "a rank that closed and left is not a dead rank";
+  EXPECT_TRUE(SwitchHasJob(22));
+  EXPECT_TRUE(registry_->Close({22, kSecret, true, 1}, At(kLocal)).ok());
+  EXPECT_FALSE(SwitchHasJob(22));
+  registry_->Detach(t1);
+  EXPECT_EQ(registry_->Close({22, kSecret, true, 1}, At(kLocal)).code(), StatusCode::kNotFound);
+}
+
+// Leases: a job whose workers vanished (no stream, no activity) expires; one with a stream or
+// data-plane activity does not.
+TEST_F(RegistryTest, LeasesExpireOnlyForVanishedJobs) {
+  RegistryOptions o;
+  o.lease = 10s;
+  Make(o);
+  uint64_t packets = 0;
+  registry_->set_activity([&](uint64_t id) { return id == 24 ? packets : 0; });
+  Open(23, 1, 40000);
+  Open(24, 1, 40100);
+  Open(25, 1, 40200);
+  auto end = std::make_shared<std::optional<Status>>();
+  Attach(25, 0, end);
+  for (int i = 0; i < 4; ++i) {
+    now_ += 4s;
+    packets += 100;
+    registry_->Tick();
+  }
+  EXPECT_FALSE(SwitchHasJob(23));
+  EXPECT_TRUE(SwitchHasJob(24));
+  EXPECT_TRUE(SwitchHasJob(25));
+  EXPECT_FALSE(end->has_value());
+}
+
+// The single place where jobs come and go calls the hooks (for per-job resources elsewhere).
+TEST(RegistryHooksTest, CreatedAndRemovedAreReported) {
+  dataplane::LockedSwitch sw(dataplane::SwitchConfig{});
+  std::vector<std::string> events;
+  RegistryHooks hooks;
+  hooks.job_created = [&](uint64_t id) { events.push_back("+" + std::to_string(id)); };
+  hooks.job_removed = [&](uint64_t id) { events.push_back("-" + std::to_string(id)); };
+  Registry registry(RegistryOptions{}, &sw, {}, hooks);
+  RegisterRequest r;
+  r.session_id = 5;
+  r.num_workers = 1;
+  r.packet_size = 3;
+  r.udp_port = 40000;
+  ASSERT_TRUE(registry.Register(r, At(kLocal)).ok());
+  ASSERT_TRUE(registry.Close({5, "", false, 0}, At(kLocal)).ok());
+  EXPECT_EQ(events, (std::vector<std::string>{"+5", "-5"}));
+}
+
+}  // namespace
+}  // namespace switchml::control
