@@ -20,6 +20,7 @@
 #include "base/endpoint.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "control/session_hooks.h"
 #include "control/switchml.grpc.pb.h"
 #include "control/switchml.pb.h"
 #include "proto/wire.h"
@@ -159,7 +160,7 @@ Status ControlServerOptions::Validate() const {
 struct ControlServer::Impl {
   Impl(const ControlServerOptions& o, dataplane::LockedSwitch* sw)
       : options(o),
-        registry(o.registry, sw, {}, o.hooks),
+        registry(o.registry, sw, {}, o.registry_hooks),
         session_service(this),
         sync_service(this) {
     if (o.job_activity) registry.set_activity(o.job_activity);

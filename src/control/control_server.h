@@ -18,11 +18,12 @@
 #include <string>
 
 #include "control/registry.h"
-#include "control/session_hooks.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
 
 namespace switchml::control {
+
+class SessionHooks;  // session_hooks.h (it includes generated code, which users need not see)
 
 struct ControlServerOptions {
   // The address the gRPC server listens on ("0.0.0.0", "::", "127.0.0.1", ...).
