@@ -239,6 +239,40 @@ TEST(MultiProcessTest, KilledWorkerMakesOthersFailFastNamingTheRank) {
   }
 }
 
+// Given a job whose workers share a secret, and a worker of the same session with another
+// secret (a stranger, or a mistake), Expect the stranger refused with PERMISSION_DENIED at once
+// and the job unharmed: a worker with the right secret then joins and every result verifies
+// (issue 7, found 2: before, a refused request marked the job failed).
+TEST(MultiProcessTest, WorkerWithAnotherSecretIsRefusedAndTheJobRunsOn) {
+  auto d = StartSwitch();
+  ASSERT_NE(d, nullptr);
+  WorkerArgs a{2, "100000", "float32", 61, {"--job-secret", "right-secret"}};
+  auto p0 = StartWorker(*d, a, 0);
+  // Once rank 0 has created the job (before, a stranger's barrier would only wait in a round of
+  // its own secret until its timeout).
+  const auto until = std::chrono::steady_clock::now() + seconds(10);
+  for (;;) {
+    {
+      std::lock_guard lock(d->locked_switch().mu);
+      if (d->locked_switch().sw.HasJob(61)) break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << p0->output();
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  WorkerArgs stranger = a;
+  stranger.extra = {"--job-secret", "wrong-secret"};
+  auto bad = StartWorker(*d, stranger, 1);
+  ASSERT_TRUE(bad->Wait(seconds(10))) << bad->output();
+  EXPECT_NE(bad->exit_code(), 0);
+  EXPECT_NE(bad->output().find("PERMISSION_DENIED"), std::string::npos) << bad->output();
+  auto p1 = StartWorker(*d, a, 1);
+  for (auto* p : {p0.get(), p1.get()}) {
+    ASSERT_TRUE(p->Wait(seconds(30))) << p->output();
+    EXPECT_EQ(p->exit_code(), 0) << p->output();
+    EXPECT_NE(p->output().find("status=ok verified=1"), std::string::npos) << p->output();
+  }
+}
+
 // Given a worker started with another packet size, or another worker count, than rank 0,
 // Expect it to be refused at setup with a message saying what does not match, and rank 0 to
 // fail quickly too (not to hang).

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -152,6 +153,14 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       (static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
        (static_cast<uint64_t>(getpid()) << 32)) |
       1;
+  // The job's secret (docs/security.md), handed to the workers through the environment (not the
+  // command line, which other users can read).
+  {
+    std::random_device rd;
+    char secret[33];
+    for (int i = 0; i < 4; ++i) std::snprintf(secret + 8 * i, 9, "%08x", rd());
+    setenv("SWITCHML_JOB_SECRET", secret, 1);
+  }
   std::vector<Child> children(job.workers);
   for (uint32_t r = 0; r < job.workers; ++r) {
     std::vector<std::string> a = {"switchml",

@@ -1,4 +1,5 @@
 // `switchml switch`: the software switch daemon.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -40,6 +41,16 @@ int SwitchCommand(const std::vector<std::string>& args) {
   flags.AddInt("racks", 0,
                "with --upstream: the number of racks; rack r holds global ranks "
                "[r*N/racks, (r+1)*N/racks) of a job of N workers");
+  flags.AddBool("require-secret",
+                "refuse control requests without a job secret (reference clients send none)");
+  flags.AddBool("allow-foreign-address",
+                "let a worker register an IPv4 other than its control connection's");
+  flags.AddInt("lease-seconds", 60,
+               "remove a job with no worker stream and no activity for this long");
+  flags.AddString("tls-cert", "", "PEM certificate: serve the control plane over TLS only");
+  flags.AddString("tls-key", "", "PEM private key of --tls-cert");
+  flags.AddString("tls-client-ca", "",
+                  "PEM CA: require client certificates signed by it (mutual TLS)");
   flags.AddString("log-level", "info", "debug, info, warning, error or off");
   if (int code = ParseCommandLine("switch", args, &flags, nullptr); code >= 0) return code;
   runtime::SwitchDaemonOptions o;
@@ -64,6 +75,17 @@ int SwitchCommand(const std::vector<std::string>& args) {
   }
   o.threads = static_cast<uint32_t>(threads);
   o.busy_poll = flags.GetBool("busy-poll");
+  o.control.registry.require_secret = flags.GetBool("require-secret");
+  o.control.registry.allow_foreign_address = flags.GetBool("allow-foreign-address");
+  const int64_t lease = flags.GetInt("lease-seconds");
+  if (lease < 1 || lease > 86400) {
+    std::cerr << "switchml switch: --lease-seconds must be in 1..86400\n";
+    return 2;
+  }
+  o.control.registry.lease = std::chrono::seconds(lease);
+  o.control.tls_cert_file = flags.GetString("tls-cert");
+  o.control.tls_key_file = flags.GetString("tls-key");
+  o.control.tls_client_ca_file = flags.GetString("tls-client-ca");
   o.upstream = flags.GetString("upstream");
   const int64_t racks = flags.GetInt("racks"), rack_index = flags.GetInt("rack-index");
   if (!o.upstream.empty() &&

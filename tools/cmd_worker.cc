@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <iostream>
@@ -36,6 +37,14 @@ int WorkerCommand(const std::vector<std::string>& args) {
                "(0 = rank 0 picks one)");
   flags.AddString("bind", "0.0.0.0", "local IPv4 address for the data-plane sockets");
   flags.AddInt("udp-port", 0, "first local UDP port (0 = pick free ones)");
+  flags.AddString("job-secret", "",
+                  "the job's secret, the same on every worker (default: $SWITCHML_JOB_SECRET; "
+                  "none: an unprotected job)");
+  flags.AddString("tls-ca", "", "PEM CA of the switch's certificate: talk TLS to the switch");
+  flags.AddString("tls-cert", "", "PEM client certificate, for a switch that requires one");
+  flags.AddString("tls-key", "", "PEM private key of --tls-cert");
+  flags.AddString("tls-server-name", "",
+                  "the name in the switch's certificate (default: its host)");
   flags.AddBool("report", "print a machine-readable SWITCHML_RESULT line on stdout");
   flags.AddBool("quiet", "no progress output");
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
@@ -86,6 +95,20 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);
   config.setup_timeout = std::chrono::milliseconds(job.setup_timeout_ms);
   ApplyPacingOptions(job, &config);
+  config.job_secret = flags.GetString("job-secret");
+  if (config.job_secret.empty()) {
+    if (const char* env = std::getenv("SWITCHML_JOB_SECRET")) config.job_secret = env;
+  }
+  if (config.job_secret.empty() && !quiet) {
+    std::fprintf(stderr,
+                 "%s: warning: no job secret (--job-secret or SWITCHML_JOB_SECRET): anyone who "
+                 "reaches the switch's control port can disturb this job\n",
+                 who.c_str());
+  }
+  config.tls_ca_file = flags.GetString("tls-ca");
+  config.tls_cert_file = flags.GetString("tls-cert");
+  config.tls_key_file = flags.GetString("tls-key");
+  config.tls_server_name = flags.GetString("tls-server-name");
 
   auto ctx = Context::Create(config);
   if (!ctx.ok()) return fail("setup failed", ctx.status());

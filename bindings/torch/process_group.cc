@@ -3,6 +3,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/ivalue.h>
 
+#include <cstdio>
 #include <random>
 #include <stdexcept>
 
@@ -165,6 +166,18 @@ ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>
     Result<uint64_t> id = rendezvous->Broadcast(pick);
     TORCH_CHECK(id.ok(), "switchml: cannot agree on a session id: ", id.status().ToString());
     config.session_id = *id;
+  }
+  if (config.job_secret.empty()) {
+    // The job's secret (docs/security.md): 128 random bits from rank 0, shared through the
+    // store, which only this job's processes reach.
+    std::random_device rd;
+    char hex[33];
+    for (int half = 0; half < 2; ++half) {
+      Result<uint64_t> part = rendezvous->Broadcast(uint64_t{rd()} << 32 | rd());
+      TORCH_CHECK(part.ok(), "switchml: cannot share the job secret: ", part.status().ToString());
+      std::snprintf(hex + 16 * half, 17, "%016llx", static_cast<unsigned long long>(*part));
+    }
+    config.job_secret.assign(hex, 32);
   }
   Result<std::unique_ptr<Context>> ctx = Context::Create(config, rendezvous);
   TORCH_CHECK(ctx.ok(), "switchml: cannot join the switch at ", config.switch_host, ":",
