@@ -428,7 +428,7 @@ TEST(CommandLineTest, BadFlagsAreRefusedAndHelpWorks) {
                                              {"run", "--threads", "4", "--window", "2"},
                                              {"worker", "--rank", "5", "--workers", "2"},
                                              {"worker", "--udp-port", "70000"},
-                                             {"switch", "--max-workers", "65"},
+                                             {"switch", "--max-workers", "257"},
                                              {"switch", "--loss", "1.5"},
                                              {"nonsense"}}) {
     std::vector<std::string> argv = {testing::SwitchmlBinary()};

@@ -17,8 +17,15 @@
 #include <cstdint>
 #include <optional>
 
-#include "control/switchml.pb.h"
 #include "switchml/status.h"
+
+// Declared, not included: this header reaches code that does not see the generated sources
+// (control_server.h -> runtime -> bindings); implementations include control/switchml.pb.h.
+namespace switchml_proto {
+class UdpSessionRequest;
+class BarrierRequest;
+class BroadcastRequest;
+}  // namespace switchml_proto
 
 namespace switchml::control {
 

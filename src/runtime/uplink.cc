@@ -4,6 +4,7 @@
 
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "control/switchml.pb.h"
 #include "transport/address.h"
 
 namespace switchml::runtime {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "control/switchml.pb.h"
+
 namespace switchml::runtime {
 namespace {
 
