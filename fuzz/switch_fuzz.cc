@@ -93,6 +93,9 @@ struct Fixture {
     }
     FUZZ_CHECK(a.reason != DropReason::kMalformed);
     switch (a.kind) {
+      case Action::Kind::kUpstream:
+        FUZZ_CHECK(false);  // a job without an upstream switch never sends up
+        break;
       case Action::Kind::kDrop:
         if (a.reason == DropReason::kNone) {
           ++consumed;
