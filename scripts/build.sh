@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what is missing, then configures and builds switchml into build/ (or $BUILD_DIR).
+# Extra CMake options in $CMAKE_ARGS (e.g. -DSWITCHML_SANITIZE=thread); targets as arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 build_dir="${BUILD_DIR:-build}"
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" >/dev/null
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
+  ${CMAKE_ARGS:-} >/dev/null
 ninja -C "$build_dir" "$@"
