@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 seconds="${FUZZ_SECONDS:-10}"
-targets="${FUZZ_TARGETS:-codec_fuzz switch_fuzz session_fuzz}"
+targets="${FUZZ_TARGETS:-codec_fuzz switch_fuzz session_fuzz registry_fuzz}"
 build_dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 out="${FUZZ_OUT:-$(mktemp -d /tmp/switchml-fuzz.XXXXXX)}"
 
