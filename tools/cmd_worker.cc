@@ -92,6 +92,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.udp_port = static_cast<uint16_t>(udp_port);
   config.transport = job.transport;
   config.busy_poll = job.busy_poll;
+  config.check_tensors = job.tensor_check;
   config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);
   config.setup_timeout = std::chrono::milliseconds(job.setup_timeout_ms);
   ApplyPacingOptions(job, &config);

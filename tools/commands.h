@@ -44,6 +44,7 @@ struct JobOptions {
   bool verify = true;
   std::string transport = "udp";  // data-plane transport of the workers (and of `run`'s switch)
   bool busy_poll = false;
+  bool tensor_check = true;  // Config::check_tensors
 };
 
 void AddJobFlags(Flags* flags);
