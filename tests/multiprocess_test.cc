@@ -425,6 +425,7 @@ TEST(CommandLineTest, BadFlagsAreRefusedAndHelpWorks) {
        std::vector<std::vector<std::string>>{{"run", "--workers", "0"},
                                              {"run", "--size", "12X"},
                                              {"run", "--dtype", "float16"},
+                                             {"run", "--early-retransmit", "-1"},
                                              {"run", "--threads", "4", "--window", "2"},
                                              {"worker", "--rank", "5", "--workers", "2"},
                                              {"worker", "--udp-port", "70000"},

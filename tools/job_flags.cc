@@ -52,6 +52,9 @@ void AddJobFlags(Flags* f) {
   f->AddInt("min-timeout-us", 10000,
             "floor of the retransmission timeout measured from round trips");
   f->AddInt("max-timeout-ms", 1000, "ceiling of the retransmission timeout, back-off included");
+  f->AddInt("early-retransmit", 0,
+            "re-send a packet at once when the results of this many packets sent after it came "
+            "back first (TCP's fast retransmit; 0 = off, wait for the timeout)");
   f->AddInt("peer-timeout-ms", 10000, "fail when no result arrives for this long");
   f->AddInt("setup-timeout-ms", 30000, "fail when session setup or a barrier takes longer");
   f->AddInt("seed", 1, "seed of the verifiable input pattern");
@@ -102,6 +105,10 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   RETURN_IF_ERROR(positive("timeout-ms", 3600000, &o->timeout_ms));
   RETURN_IF_ERROR(positive("min-timeout-us", 3600000000, &o->min_timeout_us));
   RETURN_IF_ERROR(positive("max-timeout-ms", 3600000, &o->max_timeout_ms));
+  o->early_retransmit = f.GetInt("early-retransmit");
+  if (o->early_retransmit < 0 || o->early_retransmit > 1000000) {
+    return InvalidArgumentError("--early-retransmit must be in [0, 1000000]");
+  }
   if (o->max_timeout_ms * 1000 < o->min_timeout_us) {
     return InvalidArgumentError("--max-timeout-ms must be at least --min-timeout-us");
   }
@@ -155,6 +162,8 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
                                 std::to_string(o.min_timeout_us),
                                 "--max-timeout-ms",
                                 std::to_string(o.max_timeout_ms),
+                                "--early-retransmit",
+                                std::to_string(o.early_retransmit),
                                 "--peer-timeout-ms",
                                 std::to_string(o.peer_timeout_ms),
                                 "--setup-timeout-ms",
@@ -176,6 +185,7 @@ void ApplyPacingOptions(const JobOptions& o, Config* c) {
   c->timeout = std::chrono::milliseconds(o.timeout_ms);
   c->min_timeout = std::chrono::microseconds(o.min_timeout_us);
   c->max_timeout = std::chrono::milliseconds(o.max_timeout_ms);
+  c->early_retransmit_after = static_cast<uint32_t>(o.early_retransmit);
 }
 
 int ParseCommandLine(const std::string& command, const std::vector<std::string>& args, Flags* flags,

@@ -60,6 +60,10 @@ struct Config {
   std::chrono::milliseconds timeout{10};
   std::chrono::microseconds min_timeout{10000};
   std::chrono::milliseconds max_timeout{1000};
+  // Early retransmission (TCP's fast retransmit), off when 0: a packet whose result is still
+  // missing once the results of this many packets sent after it arrived is re-sent at once
+  // instead of at its timeout (docs/architecture.md 4.3, docs/simulator.md).
+  uint32_t early_retransmit_after = 0;
   uint32_t timeout_threshold = 100;
   uint32_t timeout_threshold_increment = 100;
   // An all-reduce fails with DEADLINE_EXCEEDED when no result arrives for this long

@@ -251,6 +251,7 @@ Status Context::Impl::Setup() {
     sc.timeout = config.timeout;
     sc.min_timeout = config.min_timeout;
     sc.max_timeout = config.max_timeout;
+    sc.early_retransmit_after = config.early_retransmit_after;
     sc.timeout_threshold = config.timeout_threshold;
     sc.timeout_threshold_increment = config.timeout_threshold_increment;
     sc.progress_timeout = config.peer_timeout;
