@@ -16,18 +16,11 @@
 #include <cstring>
 #include <vector>
 
+#include "fuzz_check.h"
 #include "proto/wire.h"
 #include "quant/quantizer.h"
 
 namespace {
-
-#define FUZZ_CHECK(cond)                                                                \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      std::fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                     \
-    }                                                                                   \
-  } while (0)
 
 using namespace switchml;
 

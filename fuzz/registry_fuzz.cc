@@ -20,17 +20,10 @@
 
 #include "control/registry.h"
 #include "dataplane/switch.h"
+#include "fuzz_check.h"
 
 namespace switchml::control {
 namespace {
-
-#define FUZZ_CHECK(cond)                                                                \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      std::fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                     \
-    }                                                                                   \
-  } while (0)
 
 constexpr uint64_t kSessions[] = {0, 1, 2, 3, UINT64_MAX};
 const char* const kSecrets[] = {"", "alpha", "bravo"};

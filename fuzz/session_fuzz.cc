@@ -21,19 +21,12 @@
 #include <deque>
 #include <vector>
 
+#include "fuzz_check.h"
 #include "proto/wire.h"
 #include "worker/session.h"
 
 namespace switchml::worker {
 namespace {
-
-#define FUZZ_CHECK(cond)                                                                \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      std::fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                     \
-    }                                                                                   \
-  } while (0)
 
 uint32_t Mix(uint64_t x) {
   x ^= x >> 33;

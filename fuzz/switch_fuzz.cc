@@ -27,18 +27,11 @@
 
 #include "base/endpoint.h"
 #include "dataplane/switch.h"
+#include "fuzz_check.h"
 #include "proto/wire.h"
 
 namespace switchml::dataplane {
 namespace {
-
-#define FUZZ_CHECK(cond)                                                                \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      std::fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                     \
-    }                                                                                   \
-  } while (0)
 
 constexpr uint64_t kSession = 7;
 constexpr uint16_t kBasePort = 40000;
