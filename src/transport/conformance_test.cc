@@ -42,6 +42,13 @@ struct Backend {
 Status DpdkReady() {
   static const Status status = []() -> Status {
     if (!DpdkAvailable()) return UnimplementedError("this build has no DPDK (libdpdk-dev missing)");
+#if defined(__SANITIZE_ADDRESS__)
+    // Measured in CI's ASan build: once EAL has started in this process ("EAL: Error: Invalid
+    // memory"), a later heap write of another transport faults. The DPDK transport runs under
+    // ASan in dpdk_multiprocess_test and netns_dpdk_test (EAL in processes of its own).
+    return UnimplementedError(
+        "DPDK's EAL and AddressSanitizer do not share this test process (ASan build)");
+#endif
     TransportOptions o;
     o.kind = "dpdk";
     o.bind_ipv4 = kLoopbackIpv4;
