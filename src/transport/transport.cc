@@ -12,4 +12,16 @@ std::span<uint8_t> Transport::TxBuffer(size_t index) {
   return {tx_arena_.data() + index * stride, stride};
 }
 
+TransportCounters SingleWriterTransportCounters::Snapshot() const {
+  TransportCounters c;
+  c.datagrams_sent = datagrams_sent.Get();
+  c.datagrams_received = datagrams_received.Get();
+  c.send_errors = send_errors.Get();
+  c.truncated = truncated.Get();
+  c.send_buffer_full = send_buffer_full.Get();
+  c.send_calls = send_calls.Get();
+  c.receive_calls = receive_calls.Get();
+  return c;
+}
+
 }  // namespace switchml::transport

@@ -14,6 +14,7 @@
 // thread may call.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -52,6 +53,26 @@ struct TransportCounters {
   uint64_t coalesced_receives = 0;  // receives that returned several datagrams as one (UDP GRO)
   uint64_t loss_dropped_in = 0;     // dropped on purpose by a loss wrapper, received
   uint64_t loss_dropped_out = 0;    // dropped on purpose by a loss wrapper, sent
+};
+
+// A counter that one thread adds to and any thread reads (relaxed: a snapshot, not a fence).
+class SingleWriterCounter {
+ public:
+  void Add(uint64_t n) {
+    v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  uint64_t Get() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> v_{0};
+};
+
+// The counters that every backend driven by one I/O thread keeps (UDP, AF_XDP), and their
+// snapshot; a backend fills the fields only it keeps into the snapshot itself.
+struct SingleWriterTransportCounters {
+  SingleWriterCounter datagrams_sent, datagrams_received, send_errors, truncated, send_buffer_full,
+      send_calls, receive_calls;
+  TransportCounters Snapshot() const;
 };
 
 class Transport {

@@ -133,14 +133,14 @@ class UdpTransport final : public Transport {
           if (tx_counts_[static_cast<size_t>(i)] > 1) segmented_sends_.Add(1);
         }
         taken += datagrams;
-        datagrams_sent_.Add(datagrams);
-        send_calls_.Add(1);
+        counts_.datagrams_sent.Add(datagrams);
+        counts_.send_calls.Add(1);
         continue;
       }
       const int err = r < 0 ? errno : EAGAIN;
       if (err == EINTR) continue;
       if (err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS) {
-        send_buffer_full_.Add(1);
+        counts_.send_buffer_full.Add(1);
         break;
       }
       if (err == EIO && gso_ && tx_counts_[0] > 1) {
@@ -151,7 +151,7 @@ class UdpTransport final : public Transport {
         continue;
       }
       if (IsPerDatagramSendError(err)) {
-        send_errors_.Add(tx_counts_[0]);
+        counts_.send_errors.Add(tx_counts_[0]);
         taken += tx_counts_[0];  // skip the datagram (or segmented run) that failed
         continue;
       }
@@ -204,14 +204,7 @@ class UdpTransport final : public Transport {
   }
 
   TransportCounters counters() const override {
-    TransportCounters c;
-    c.datagrams_sent = datagrams_sent_.Get();
-    c.datagrams_received = datagrams_received_.Get();
-    c.send_errors = send_errors_.Get();
-    c.truncated = truncated_.Get();
-    c.send_buffer_full = send_buffer_full_.Get();
-    c.send_calls = send_calls_.Get();
-    c.receive_calls = receive_calls_.Get();
+    TransportCounters c = counts_.Snapshot();
     c.segmented_sends = segmented_sends_.Get();
     c.coalesced_receives = coalesced_receives_.Get();
     return c;
@@ -227,17 +220,6 @@ class UdpTransport final : public Transport {
   static constexpr size_t kGroMessages = 16;
   static constexpr size_t kControlBytes = 64;  // CMSG_SPACE of one int or uint16, with room
 
-  // A single-writer counter that other threads may read.
-  class Counter {
-   public:
-    void Add(uint64_t n) {
-      v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-    }
-    uint64_t Get() const { return v_.load(std::memory_order_relaxed); }
-
-   private:
-    std::atomic<uint64_t> v_{0};
-  };
   struct Control {
     alignas(cmsghdr) uint8_t bytes[kControlBytes];
   };
@@ -328,7 +310,7 @@ class UdpTransport final : public Transport {
       return InternalError("UDP receive on " + local_.ToString() + " failed: " + ErrnoText(err));
     }
     if (r == 0) return false;
-    receive_calls_.Add(1);
+    counts_.receive_calls.Add(1);
     for (int i = 0; i < r; ++i) {
       const msghdr& h = rx_headers_[static_cast<size_t>(i)].msg_hdr;
       size_t segment = 0;  // 0: the message is one datagram
@@ -382,8 +364,8 @@ class UdpTransport final : public Transport {
         rx_offset_ = 0;
       }
     }
-    datagrams_received_.Add(n);
-    if (truncated > 0) truncated_.Add(truncated);
+    counts_.datagrams_received.Add(n);
+    if (truncated > 0) counts_.truncated.Add(truncated);
     return n;
   }
 
@@ -412,8 +394,8 @@ class UdpTransport final : public Transport {
   size_t rx_received_ = 0;          // messages the last recvmmsg returned
   size_t rx_message_ = 0;           // the next message to hand out
   size_t rx_offset_ = 0;            // the next datagram's offset in it
-  Counter datagrams_sent_, datagrams_received_, send_errors_, truncated_, send_buffer_full_,
-      send_calls_, receive_calls_, segmented_sends_, coalesced_receives_;
+  SingleWriterTransportCounters counts_;
+  SingleWriterCounter segmented_sends_, coalesced_receives_;
 };
 
 // Sets a socket buffer size, trying the privileged *FORCE variant first (it ignores the

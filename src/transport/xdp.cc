@@ -106,17 +106,6 @@ std::string PermissionHint(int err) {
   return "";
 }
 
-class Counter {
- public:
-  void Add(uint64_t n) {
-    v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  }
-  uint64_t Get() const { return v_.load(std::memory_order_relaxed); }
-
- private:
-  std::atomic<uint64_t> v_{0};
-};
-
 // ---------------------------------------------------------------------------------------------
 // Interfaces, routes and neighbours.
 
@@ -683,12 +672,13 @@ class XdpTransport final : public Transport {
       socklen_t len = sizeof st;
       if (::getsockopt(xsk_fd_, SOL_XDP, XDP_STATISTICS, &st, &len) == 0) {
         LOG(kInfo, kTransport) << "AF_XDP " << local_endpoint().ToString() << " closing: sent "
-                               << datagrams_sent_.Get() << ", received "
-                               << datagrams_received_.Get() << ", kernel dropped " << st.rx_dropped
-                               << " (RX ring full " << st.rx_ring_full << ", fill ring empty "
-                               << st.rx_fill_ring_empty_descs << "), TX invalid "
-                               << st.tx_invalid_descs << ", TX ring full "
-                               << send_buffer_full_.Get() << ", not parsed " << dropped_.Get();
+                               << counts_.datagrams_sent.Get() << ", received "
+                               << counts_.datagrams_received.Get() << ", kernel dropped "
+                               << st.rx_dropped << " (RX ring full " << st.rx_ring_full
+                               << ", fill ring empty " << st.rx_fill_ring_empty_descs
+                               << "), TX invalid " << st.tx_invalid_descs << ", TX ring full "
+                               << counts_.send_buffer_full.Get() << ", not parsed "
+                               << dropped_.Get();
       }
       port_->Unsteer(udp_port_, slot_);
       Kick().IgnoreError();
@@ -757,7 +747,7 @@ class XdpTransport final : public Transport {
       if (room == 0) {
         RETURN_IF_ERROR(Kick());
         if (xsk_prod_nb_free(&tx_, 1) == 0) {
-          send_buffer_full_.Add(1);
+          counts_.send_buffer_full.Add(1);
           break;
         }
         continue;
@@ -768,12 +758,12 @@ class XdpTransport final : public Transport {
       for (; i < batch.size() && desc_.size() < std::min(want, room); ++i) {
         const TxDatagram& d = batch[i];
         if (d.data.size() > kTxPayloadCapacity) {
-          send_errors_.Add(1);
+          counts_.send_errors.Add(1);
           continue;
         }
         const Mac* mac = Neighbour(d.destination.ipv4);
         if (mac == nullptr) {
-          send_errors_.Add(1);
+          counts_.send_errors.Add(1);
           continue;
         }
         uint64_t frame = InPlaceFrame(d.data);
@@ -799,13 +789,13 @@ class XdpTransport final : public Transport {
         CHECK_EQ(xsk_ring_prod__reserve(&tx_, n, &index), n);
         for (uint32_t k = 0; k < n; ++k) *xsk_ring_prod__tx_desc(&tx_, index + k) = desc_[k];
         xsk_ring_prod__submit(&tx_, n);
-        datagrams_sent_.Add(n);
+        counts_.datagrams_sent.Add(n);
       }
       taken = i;
       Status kicked = Kick();
       if (!kicked.ok()) return kicked;
       if (out_of_frames) {
-        send_buffer_full_.Add(1);
+        counts_.send_buffer_full.Add(1);
         break;
       }
     }
@@ -860,17 +850,7 @@ class XdpTransport final : public Transport {
     [[maybe_unused]] ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
   }
 
-  TransportCounters counters() const override {
-    TransportCounters c;
-    c.datagrams_sent = datagrams_sent_.Get();
-    c.datagrams_received = datagrams_received_.Get();
-    c.send_errors = send_errors_.Get();
-    c.truncated = truncated_.Get();
-    c.send_buffer_full = send_buffer_full_.Get();
-    c.send_calls = send_calls_.Get();
-    c.receive_calls = receive_calls_.Get();
-    return c;
-  }
+  TransportCounters counters() const override { return counts_.Snapshot(); }
 
  private:
   static constexpr uint64_t kNoFrame = UINT64_MAX;
@@ -904,7 +884,7 @@ class XdpTransport final : public Transport {
     for (int round = 0; round < 64 && TxOutstanding() > 0; ++round) {
       if (!xsk_ring_prod__needs_wakeup(&tx_) && round > 0) break;
       const ssize_t r = ::sendto(xsk_fd_, nullptr, 0, MSG_DONTWAIT, nullptr, 0);
-      send_calls_.Add(1);
+      counts_.send_calls.Add(1);
       if (r >= 0) continue;
       const int err = errno;
       if (err == EAGAIN || err == EINTR) continue;
@@ -940,7 +920,7 @@ class XdpTransport final : public Transport {
       uint32_t index = 0;
       const uint32_t got = xsk_ring_cons__peek(&rx_, static_cast<uint32_t>(batch.size()), &index);
       if (got == 0) break;
-      receive_calls_.Add(1);
+      counts_.receive_calls.Add(1);
       for (uint32_t k = 0; k < got; ++k) {
         const xdp_desc* d = xsk_ring_cons__rx_desc(&rx_, index + k);
         const uint64_t addr = xsk_umem__extract_addr(d->addr) + xsk_umem__extract_offset(d->addr);
@@ -955,8 +935,8 @@ class XdpTransport final : public Transport {
       }
       xsk_ring_cons__release(&rx_, got);
     }
-    if (n > 0) datagrams_received_.Add(n);
-    if (truncated > 0) truncated_.Add(truncated);
+    if (n > 0) counts_.datagrams_received.Add(n);
+    if (truncated > 0) counts_.truncated.Add(truncated);
     return n;
   }
 
@@ -1127,8 +1107,8 @@ class XdpTransport final : public Transport {
   uint32_t last_ip_ = 0;
   const Mac* last_mac_ = nullptr;
   std::unordered_set<uint32_t> warned_;
-  Counter datagrams_sent_, datagrams_received_, send_errors_, truncated_, send_buffer_full_,
-      send_calls_, receive_calls_, dropped_;
+  SingleWriterTransportCounters counts_;
+  SingleWriterCounter dropped_;
 };
 
 // Binds a kernel UDP socket to ip:port to reserve the port; -1 and *in_use on EADDRINUSE.
