@@ -77,16 +77,42 @@ def md_table(header, rows):
     return "\n".join(out) + "\n"
 
 
-def scaling(binary, quick):
-    size = "16M" if quick else "64M"
-    workers = [4, 8, 16, 32, 64, 128, 256]
+def sweep(binary, workers, flags_of):
+    """Runs flags_of(gbps, n) for 10 and 100 Gbit/s and each worker count; rows tagged gbps."""
     rows = []
     for gbps in (10, 100):
         for n in workers:
-            r, _ = run_sim(binary, {"workers": n, "gbps": gbps, "size": size, "baselines": True})
+            r, _ = run_sim(binary, dict(flags_of(n), gbps=gbps, baselines=True))
             for x in r:
                 x["gbps"] = gbps
             rows += r
+    return rows
+
+
+def plot_algorithms(ax, rows, gbps, workers, xlabel, title):
+    """Elements/s vs workers of switchml, ring and halving-doubling at one link rate."""
+    for alg, style in (("switchml", "o-"), ("ring", "s-"), ("halving-doubling", "^-")):
+        pts = [(int(x["workers"]), float(x["elements_per_second"]))
+               for x in rows if x["algorithm"] == alg and int(x["gbps"]) == gbps]
+        ax.plot([p[0] for p in pts], [p[1] / 1e9 for p in pts], style, label=alg)
+    ax.axhline(ceiling(gbps) / 1e9, color="gray", ls="--", label="SwitchML format ceiling")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(workers)
+    ax.set_xticklabels([str(n) for n in workers])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("aggregated elements/s (billions)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+
+
+def by_algorithm(rows, n, gbps):
+    return {x["algorithm"]: x for x in rows if int(x["workers"]) == n and int(x["gbps"]) == gbps}
+
+
+def scaling(binary, quick):
+    size = "16M" if quick else "64M"
+    workers = [4, 8, 16, 32, 64, 128, 256]
+    rows = sweep(binary, workers, lambda n: {"workers": n, "size": size})
     write_csv("scaling", rows)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     md = "### Aggregated elements/s vs workers (one switch, %s int32 tensor)\n\n" % size
@@ -97,26 +123,14 @@ def scaling(binary, quick):
     table = []
     for ax, gbps in zip(axes, (10, 100)):
         c = ceiling(gbps)
-        for alg, style in (("switchml", "o-"), ("ring", "s-"), ("halving-doubling", "^-")):
-            pts = [(int(x["workers"]), float(x["elements_per_second"]))
-                   for x in rows if x["algorithm"] == alg and int(x["gbps"]) == gbps]
-            ax.plot([p[0] for p in pts], [p[1] / 1e9 for p in pts], style, label=alg)
+        plot_algorithms(ax, rows, gbps, workers, "workers", "%d Gbit/s links" % gbps)
         # The ring's 2(n-1)/n law with the baselines' framing (4096 B payload + 78 B headers).
         ring_goodput = gbps * 1e9 / 8 * 4096 / (4096 + 78) / 4
         ax.plot(workers, [ring_goodput * n / (2 * (n - 1)) / 1e9 for n in workers], "k:",
                 label="ring law n/(2(n-1))")
-        ax.axhline(c / 1e9, color="gray", ls="--", label="SwitchML format ceiling")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(workers)
-        ax.set_xticklabels([str(n) for n in workers])
-        ax.set_xlabel("workers")
-        ax.set_ylabel("aggregated elements/s (billions)")
-        ax.set_title("%d Gbit/s links" % gbps)
         ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
         for n in workers:
-            by = {x["algorithm"]: x for x in rows if int(x["workers"]) == n and
-                  int(x["gbps"]) == gbps}
+            by = by_algorithm(rows, n, gbps)
             s, r, h = (float(by[a]["elements_per_second"]) for a in
                        ("switchml", "ring", "halving-doubling"))
             law = ring_goodput * n / (2 * (n - 1))
@@ -137,14 +151,8 @@ def two_level(binary, quick):
     size = "1M" if quick else "4M"
     workers = [256, 512, 1024, 2048, 4096]
     per_rack = 64
-    rows = []
-    for gbps in (10, 100):
-        for n in workers:
-            r, _ = run_sim(binary, {"topology": "two-level", "racks": n // per_rack, "workers": n,
-                                    "gbps": gbps, "size": size, "baselines": True})
-            for x in r:
-                x["gbps"] = gbps
-            rows += r
+    rows = sweep(binary, workers, lambda n: {"topology": "two-level", "racks": n // per_rack,
+                                             "workers": n, "size": size})
     write_csv("two_level", rows)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     md = "### Two levels: aggregated elements/s vs workers (%s int32 tensor)\n\n" % size
@@ -159,23 +167,12 @@ def two_level(binary, quick):
     table = []
     for ax, gbps in zip(axes, (10, 100)):
         c = ceiling(gbps)
-        for alg, style in (("switchml", "o-"), ("ring", "s-"), ("halving-doubling", "^-")):
-            pts = [(int(x["workers"]), float(x["elements_per_second"]))
-                   for x in rows if x["algorithm"] == alg and int(x["gbps"]) == gbps]
-            ax.plot([p[0] for p in pts], [p[1] / 1e9 for p in pts], style, label=alg)
-        ax.axhline(c / 1e9, color="gray", ls="--", label="SwitchML format ceiling")
+        plot_algorithms(ax, rows, gbps, workers, "workers (racks of %d)" % per_rack,
+                        "Two levels, %d Gbit/s links" % gbps)
         ax.axhline(0.9 * c / 1e9, color="gray", ls=":", label="90 % of the ceiling")
-        ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xticks(workers)
-        ax.set_xticklabels([str(n) for n in workers])
-        ax.set_xlabel("workers (racks of %d)" % per_rack)
-        ax.set_ylabel("aggregated elements/s (billions)")
-        ax.set_title("Two levels, %d Gbit/s links" % gbps)
-        ax.grid(alpha=0.3)
         for n in workers:
-            by = {x["algorithm"]: x for x in rows if int(x["workers"]) == n and
-                  int(x["gbps"]) == gbps}
+            by = by_algorithm(rows, n, gbps)
             sw, r, h = (float(by[a]["elements_per_second"]) for a in
                         ("switchml", "ring", "halving-doubling"))
             table.append([gbps, n, n // per_rack, "%.3g" % sw, "%.1f %%" % (100 * sw / c),
