@@ -20,9 +20,7 @@ import time
 
 import switchml
 import switchml.torch as swtorch
-
-FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-BUCKET_CAP_BYTES = 25 * 1024 * 1024  # DDP's bucket_cap_mb=25
+from step_timing import buckets, numel  # DDP's default bucketing
 
 
 def resnet50():
@@ -60,27 +58,6 @@ def bert_base():
 
 
 MODELS = {"resnet50": resnet50, "vgg16": vgg16, "bert-base": bert_base}
-
-
-def numel(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def buckets(shapes, scale=1.0):
-    """Element counts of DDP's default buckets: reverse parameter order, greedy by size."""
-    out, current, cap = [], 0, FIRST_BUCKET_BYTES
-    for shape in reversed(shapes):
-        n = max(1, int(numel(shape) * scale))
-        current += n
-        if current * 4 >= cap:
-            out.append(current)
-            current, cap = 0, BUCKET_CAP_BYTES
-    if current:
-        out.append(current)
-    return out
 
 
 def bench_worker(rank, world, sizes, iterations):

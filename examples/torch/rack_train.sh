@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Training speed in the emulated rack of scripts/rack.sh, gloo against switchml: for each worker
+# count, one rack (the software switch in the switch namespace, each DDP rank in its own worker
+# namespace behind a tbf-shaped cable), the same training run once with gloo and once with
+# switchml (same seeds, same data); then the median step time of each (the slowest rank's, after
+# warm-up), the speed-up, where the step's time went, the bare all-reduce of the same gradients,
+# the test accuracy and rank 0's loss curves. Needs root (network namespaces); exits 77 where the
+# rack cannot be made.
+#
+#   rack_train.sh BUILD_DIR [--workers 4,8] [--rate 1gbit] [--script train_rec.py]
+#                 [--json FILE] [--plot FILE.png] [-- TRAINING_SCRIPT_FLAGS...]
+#
+# --script: train_rec.py (default; the communication-bound recommendation model) or
+# train_digits.py (the compute-bound MLP; e.g. `-- --hidden 2048 --epochs 1 --warmup 5`).
+# Prints one RACK_TRAIN line per worker count; fails when a run fails or the two backends'
+# accuracies differ by more than 0.5 points. docs/python.md has the measured figures.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+
+if [ "${1:-}" = "--inside" ]; then  # run by rack.sh inside the rack (RACK_* in the environment)
+  build=$2 workers=$3 script=$4 out=$5
+  shift 5
+  ip netns exec "$RACK_SWITCH_NS" "$build/tools/switchml" switch --bind "$RACK_SWITCH_IP" \
+    --log-level warning >"$out/switch-$workers.log" 2>&1 &
+  switch_pid=$!
+  trap 'kill "$switch_pid" 2>/dev/null || true' EXIT
+  read -r -a ips <<<"$RACK_WORKER_IPS"
+  port=29500
+  for backend in gloo switchml; do
+    port=$((port + 1))
+    pids=()
+    for ((r = 0; r < workers; r++)); do
+      ip netns exec "$RACK_NAME-w$r" env PYTHONPATH="$build/python" RANK=$r \
+        WORLD_SIZE="$workers" MASTER_ADDR="${ips[0]}" MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 \
+        SWITCHML_SWITCH="$RACK_SWITCH_IP:50099" /usr/bin/python3 "$here/$script" \
+        --backend "$backend" --out "$out/$backend-$workers.json" "$@" \
+        >"$out/$backend-$workers-$r.log" 2>&1 &
+      pids+=($!)
+    done
+    for ((r = 0; r < workers; r++)); do
+      wait "${pids[$r]}" || {
+        echo "FAIL: $backend rank $r:"
+        tail -20 "$out/$backend-$workers-$r.log"
+        exit 1
+      }
+    done
+    grep -h "^$backend:" "$out/$backend-$workers-0.log" || true
+  done
+  exit 0
+fi
+
+usage="usage: rack_train.sh BUILD_DIR [--workers N[,N...]] [--rate R] [--script S] [--json F] [--plot F] [-- FLAGS...]"
+build=$(cd "${1:?$usage}" && pwd)
+shift
+workers_list=4 rate=1gbit script=train_rec.py json="" plot=""
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  case "$1" in
+    --workers) workers_list=$2 ;;
+    --rate) rate=$2 ;;
+    --script) script=$2 ;;
+    --json) json=$2 ;;
+    --plot) plot=$2 ;;
+    *)
+      echo "$usage" >&2
+      exit 2
+      ;;
+  esac
+  shift 2
+done
+[ $# -gt 0 ] && shift  # the "--"
+[ -f "$here/$script" ] || {
+  echo "rack_train: no training script $here/$script" >&2
+  exit 2
+}
+if ! PYTHONPATH="$build/python" /usr/bin/python3 -c "import switchml.torch" 2>/dev/null; then
+  echo "SKIPPED: needs python3-torch and the switchml backend built in $build"
+  exit 77
+fi
+[ -x "$build/tools/switchml" ] || {
+  echo "rack_train: no $build/tools/switchml" >&2
+  exit 2
+}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+IFS=, read -r -a counts <<<"$workers_list"
+for workers in "${counts[@]}"; do
+  rc=0
+  "$here/../../scripts/rack.sh" run --workers "$workers" --rate "$rate" -- \
+    bash "$0" --inside "$build" "$workers" "$script" "$out" "$@" || rc=$?
+  [ "$rc" = 77 ] && {
+    echo "SKIPPED: the rack cannot be made here (needs root and iproute2)"
+    exit 77
+  }
+  [ "$rc" = 0 ] || exit "$rc"
+done
+/usr/bin/python3 "$here/rack_report.py" "$out" "$workers_list" "$rate" "$script" "$json" "$plot"
