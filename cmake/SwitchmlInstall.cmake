@@ -126,6 +126,9 @@ if(NOT SWITCHML_BUILD_SHARED)
     elseif(lib STREQUAL "PkgConfig::DPDK")  # the DPDK transport
       string(APPEND SWITCHML_STATIC_DEPENDENCIES "switchml_pkg_module(DPDK libdpdk)\n")
       string(APPEND SWITCHML_PC_REQUIRES_PRIVATE " libdpdk")
+    elseif(lib STREQUAL "PkgConfig::SODIUM")  # the authenticated data plane
+      string(APPEND SWITCHML_STATIC_DEPENDENCIES "switchml_pkg_module(SODIUM libsodium)\n")
+      string(APPEND SWITCHML_PC_REQUIRES_PRIVATE " libsodium")
     elseif(lib STREQUAL "PkgConfig::LIBBPF")
       string(APPEND SWITCHML_STATIC_DEPENDENCIES "switchml_pkg_module(LIBBPF libbpf)\n")
       string(APPEND SWITCHML_PC_REQUIRES_PRIVATE " libbpf")

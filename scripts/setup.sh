@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config iproute2 nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libsodium-dev  # SipHash tags of the authenticated data plane (transport/auth.h)
   libxdp-dev libbpf-dev clang  # the AF_XDP transport and its XDP program (optional at configure time)
   python3-dev pybind11-dev python3-numpy python3-torch libtorch-dev python3-sklearn python3-matplotlib
   libdpdk-dev libsystemd-dev  # the DPDK transport; its static pkg-config libs name -lsystemd (install_test)

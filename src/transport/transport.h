@@ -3,7 +3,7 @@
 // One interface; backends are chosen by name through one factory (factory.h: "udp", kernel UDP
 // with segmentation offloads; "udp-plain", kernel UDP without them) or made directly (memory.h:
 // an in-process network with seeded loss, duplication and reordering for tests). Wrappers add
-// behaviour to any backend (lossy.h: seeded loss injection).
+// behaviour to any backend (lossy.h: seeded loss injection; auth.h: per-datagram tags).
 //
 // Buffers are lent by the transport in both directions, so that a backend with its own packet
 // memory (AF_XDP, DPDK) can plug in without copies:
@@ -53,6 +53,7 @@ struct TransportCounters {
   uint64_t coalesced_receives = 0;  // receives that returned several datagrams as one (UDP GRO)
   uint64_t loss_dropped_in = 0;     // dropped on purpose by a loss wrapper, received
   uint64_t loss_dropped_out = 0;    // dropped on purpose by a loss wrapper, sent
+  uint64_t auth_dropped = 0;  // received from a keyed peer with a tag that did not verify (auth.h)
 };
 
 // A counter that one thread adds to and any thread reads (relaxed: a snapshot, not a fence).

@@ -1,0 +1,253 @@
+#include "transport/auth.h"
+
+#include <sodium.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "base/check.h"
+#include "base/status_macros.h"
+
+namespace switchml::transport {
+namespace {
+
+static_assert(crypto_shorthash_BYTES == kAuthTagBytes);
+static_assert(crypto_shorthash_KEYBYTES == kAuthKeyBytes);
+
+void InitSodium() {
+  static const int init = sodium_init();  // thread-safe once; 1 when already initialised
+  CHECK(init >= 0) << "libsodium failed to initialise";
+}
+
+void PutSessionId(uint64_t session_id, uint8_t* out) {
+  for (size_t i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(session_id >> (8 * i));
+}
+
+// Tags the datagram at p[0, len) in place: p[len, len + 8) must be writable.
+void TagInPlace(const AuthPeer& peer, uint8_t* p, size_t len) {
+  PutSessionId(peer.session_id, p + len);
+  uint8_t tag[kAuthTagBytes];
+  crypto_shorthash(tag, p, len + 8, peer.key.data());
+  std::memcpy(p + len, tag, kAuthTagBytes);
+}
+
+// The tag of d (without tag) under peer, computed in scratch (d's size + 8 bytes).
+void TagOf(const AuthPeer& peer, std::span<const uint8_t> d, uint8_t* scratch,
+           uint8_t tag[kAuthTagBytes]) {
+  if (!d.empty()) std::memcpy(scratch, d.data(), d.size());
+  PutSessionId(peer.session_id, scratch + d.size());
+  crypto_shorthash(tag, scratch, d.size() + 8, peer.key.data());
+}
+
+class AuthTransport final : public Transport {
+ public:
+  AuthTransport(std::unique_ptr<Transport> inner, std::optional<AuthPeer> fixed,
+                std::shared_ptr<const AuthKeyTable> table)
+      : inner_(std::move(inner)),
+        fixed_(fixed),
+        table_(std::move(table)),
+        lent_(kTxBuffers),
+        tagged_(kTxBuffers),
+        scratch_(inner_->max_datagram_bytes() + kAuthTagBytes) {
+    CHECK_LT(kAuthTagBytes, inner_->max_datagram_bytes());
+    InitSodium();
+  }
+
+  Endpoint local_endpoint() const override { return inner_->local_endpoint(); }
+  size_t max_datagram_bytes() const override {
+    return inner_->max_datagram_bytes() - kAuthTagBytes;
+  }
+  std::string name() const override { return "auth(" + inner_->name() + ")"; }
+  void Wake() override { inner_->Wake(); }
+
+  std::span<uint8_t> TxBuffer(size_t index) override {
+    const std::span<uint8_t> b = inner_->TxBuffer(index);
+    lent_[index] = b;
+    lent_at_[b.data()] = static_cast<uint32_t>(index);
+    tagged_[index].valid = false;  // the caller writes new contents
+    return b.first(b.size() - kAuthTagBytes);
+  }
+
+  Result<size_t> Send(std::span<const TxDatagram> batch) override {
+    Refresh();
+    if (!fixed_ && peers_.empty()) return inner_->Send(batch);
+    if (out_.size() < batch.size()) out_.resize(batch.size());
+    if (copies_.size() < batch.size()) copies_.resize(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const TxDatagram& d = batch[i];
+      const AuthPeer* peer = PeerFor(d.destination);
+      if (peer == nullptr) {
+        out_[i] = d;
+        continue;
+      }
+      const size_t len = d.data.size();
+      // In place when the datagram starts at a buffer lent by TxBuffer with room for the tag,
+      // and that buffer is not already tagged under another key.
+      auto it = lent_at_.find(d.data.data());
+      if (it != lent_at_.end() && lent_[it->second].data() == d.data.data() &&
+          len + kAuthTagBytes <= lent_[it->second].size()) {
+        Tagged& t = tagged_[it->second];
+        uint8_t* p = lent_[it->second].data();
+        if (!t.valid) {
+          TagInPlace(*peer, p, len);
+          t = Tagged{true, len, *peer};
+        }
+        if (t.len == len && t.peer.session_id == peer->session_id && t.peer.key == peer->key) {
+          out_[i] = TxDatagram{d.destination, std::span<const uint8_t>(p, len + kAuthTagBytes)};
+          continue;
+        }
+      }
+      std::vector<uint8_t>& copy = copies_[i];
+      copy.resize(len + kAuthTagBytes);
+      if (len > 0) std::memcpy(copy.data(), d.data.data(), len);
+      TagInPlace(*peer, copy.data(), len);
+      out_[i] = TxDatagram{d.destination, copy};
+    }
+    return inner_->Send(std::span<const TxDatagram>(out_.data(), batch.size()));
+  }
+
+  Result<size_t> Receive(std::span<RxDatagram> batch, std::chrono::nanoseconds timeout) override {
+    ASSIGN_OR_RETURN(size_t got, inner_->Receive(batch, timeout));
+    Refresh();
+    const size_t max = max_datagram_bytes();
+    size_t kept = 0, bad = 0;
+    for (size_t i = 0; i < got; ++i) {
+      RxDatagram d = batch[i];
+      const AuthPeer* peer = PeerFor(d.source);
+      if (peer == nullptr) {  // an unkeyed peer: as without the wrapper
+        if (d.data.size() > max) {
+          d.data = d.data.first(max);
+          d.truncated = true;
+        }
+        batch[kept++] = d;
+        continue;
+      }
+      if (d.truncated || d.data.size() < kAuthTagBytes) {
+        ++bad;
+        continue;
+      }
+      const std::span<const uint8_t> body = d.data.first(d.data.size() - kAuthTagBytes);
+      uint8_t tag[kAuthTagBytes];
+      TagOf(*peer, body, scratch_.data(), tag);
+      if (sodium_memcmp(tag, d.data.data() + body.size(), kAuthTagBytes) != 0) {
+        ++bad;
+        continue;
+      }
+      d.data = body;
+      batch[kept++] = d;
+    }
+    if (bad > 0) dropped_.Add(bad);
+    return kept;
+  }
+
+  TransportCounters counters() const override {
+    TransportCounters c = inner_->counters();
+    c.auth_dropped = dropped_.Get();
+    return c;
+  }
+
+ private:
+  struct Tagged {
+    bool valid = false;
+    size_t len = 0;
+    AuthPeer peer;
+  };
+
+  const AuthPeer* PeerFor(const Endpoint& e) const {
+    if (fixed_) return &*fixed_;
+    if (peers_.empty()) return nullptr;
+    auto it = peers_.find(e);
+    return it == peers_.end() ? nullptr : &it->second;
+  }
+
+  // Picks up the control plane's changes (only then takes the table's lock).
+  void Refresh() {
+    if (table_ == nullptr || table_->version() == seen_) return;
+    peers_ = table_->Snapshot(&seen_);
+  }
+
+  std::unique_ptr<Transport> inner_;
+  const std::optional<AuthPeer> fixed_;
+  const std::shared_ptr<const AuthKeyTable> table_;
+  uint64_t seen_ = 0;  // the table's version peers_ reflects (the table starts at 0, empty)
+  std::unordered_map<Endpoint, AuthPeer> peers_;
+  // Transmit buffers lent by index, their index by address, and how each is tagged.
+  std::vector<std::span<uint8_t>> lent_;
+  std::unordered_map<const uint8_t*, uint32_t> lent_at_;
+  std::vector<Tagged> tagged_;
+  std::vector<TxDatagram> out_;
+  std::vector<std::vector<uint8_t>> copies_;  // datagrams not in a lent buffer, with their tags
+  std::vector<uint8_t> scratch_;
+  SingleWriterCounter dropped_;
+};
+
+}  // namespace
+
+AuthKey NewAuthKey() {
+  InitSodium();
+  AuthKey key;
+  randombytes_buf(key.data(), key.size());
+  return key;
+}
+
+bool AuthKeyFromBytes(const std::string& bytes, AuthKey* key) {
+  if (bytes.size() != kAuthKeyBytes) return false;
+  std::memcpy(key->data(), bytes.data(), kAuthKeyBytes);
+  return true;
+}
+
+std::string AuthKeyToBytes(const AuthKey& key) {
+  return std::string(reinterpret_cast<const char*>(key.data()), key.size());
+}
+
+uint64_t AuthTag(const AuthKey& key, uint64_t session_id, std::span<const uint8_t> datagram) {
+  InitSodium();
+  std::vector<uint8_t> scratch(datagram.size() + kAuthTagBytes);
+  uint8_t tag[kAuthTagBytes];
+  TagOf(AuthPeer{session_id, key}, datagram, scratch.data(), tag);
+  uint64_t v;
+  std::memcpy(&v, tag, sizeof v);
+  return v;
+}
+
+void AuthKeyTable::Add(uint64_t session_id, const AuthKey& key, uint32_t ipv4, uint16_t port,
+                       uint32_t num_ports) {
+  std::lock_guard lock(mu_);
+  for (uint32_t k = 0; k < num_ports && uint32_t{port} + k <= 65535; ++k) {
+    peers_[Endpoint{ipv4, static_cast<uint16_t>(port + k)}] = AuthPeer{session_id, key};
+  }
+  version_.fetch_add(1, std::memory_order_release);
+}
+
+void AuthKeyTable::RemoveSession(uint64_t session_id) {
+  std::lock_guard lock(mu_);
+  const size_t n =
+      std::erase_if(peers_, [&](const auto& p) { return p.second.session_id == session_id; });
+  if (n > 0) version_.fetch_add(1, std::memory_order_release);
+}
+
+std::unordered_map<Endpoint, AuthPeer> AuthKeyTable::Snapshot(uint64_t* version) const {
+  std::lock_guard lock(mu_);
+  *version = version_.load(std::memory_order_relaxed);
+  return peers_;
+}
+
+size_t AuthKeyTable::size() const {
+  std::lock_guard lock(mu_);
+  return peers_.size();
+}
+
+std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t session_id,
+                                             const AuthKey& key) {
+  return std::make_unique<AuthTransport>(std::move(inner), AuthPeer{session_id, key}, nullptr);
+}
+
+std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner,
+                                             std::shared_ptr<const AuthKeyTable> table) {
+  CHECK(table != nullptr);
+  return std::make_unique<AuthTransport>(std::move(inner), std::nullopt, std::move(table));
+}
+
+}  // namespace switchml::transport

@@ -1,0 +1,90 @@
+// The authenticated data plane (docs/security.md, 4.4): a transport wrapper that appends an
+// 8-byte tag to every datagram it sends to a keyed peer, and verifies and strips the tag of every
+// datagram it receives from one. A datagram from a keyed peer whose tag does not verify (forged,
+// altered, cut short, or tagged with another key) is dropped and counted
+// (TransportCounters::auth_dropped) before the caller sees it.
+//
+// Tag: SipHash-2-4 (libsodium's crypto_shorthash) keyed with the job's 128-bit key, over the
+// datagram followed by the job's session id (8 bytes, little endian). The wire gains 8 bytes per
+// datagram; everything else is the reference format.
+//
+// Two sides:
+//   - a worker knows one peer (the switch) and one key: MakeAuthenticated(inner, session, key)
+//     tags everything it sends and accepts only datagrams that verify;
+//   - the switch keys each registered worker endpoint with its job's key in an AuthKeyTable,
+//     which the control plane changes when jobs come and go; each data-plane thread's wrapper
+//     keeps a copy that it refreshes when the table's version moves (the table's mutex is taken
+//     only then, never per datagram). Endpoints without a key (unauthenticated jobs, strangers)
+//     pass through unchanged in both directions.
+//
+// Transmit memory: the wrapper lends the inner transport's buffers less 8 bytes, and writes the
+// tag in place behind a datagram that starts at a buffer it lent (the daemon and the worker
+// threads always build datagrams there); other datagrams are copied. A buffer sent to several
+// destinations with one key is tagged once.
+//
+// Ownership: owns the inner transport; shares the key table. Thread-safety: as Transport; the
+// key table's methods are thread-safe.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+
+#include "base/endpoint.h"
+#include "transport/transport.h"
+
+namespace switchml::transport {
+
+inline constexpr size_t kAuthTagBytes = 8;
+inline constexpr size_t kAuthKeyBytes = 16;
+using AuthKey = std::array<uint8_t, kAuthKeyBytes>;
+
+// A fresh random key (libsodium's randombytes_buf: the kernel's CSPRNG).
+AuthKey NewAuthKey();
+// The key from its wire form (exactly kAuthKeyBytes bytes); false otherwise.
+bool AuthKeyFromBytes(const std::string& bytes, AuthKey* key);
+std::string AuthKeyToBytes(const AuthKey& key);
+
+// The tag of `datagram` under (key, session_id), as the wrapper computes it.
+uint64_t AuthTag(const AuthKey& key, uint64_t session_id, std::span<const uint8_t> datagram);
+
+// Who a keyed peer is: its job's session id and key.
+struct AuthPeer {
+  uint64_t session_id = 0;
+  AuthKey key{};
+};
+
+// The switch's table of keyed worker endpoints. Written by the control plane, read by the
+// data-plane threads through Snapshot() when version() moved.
+class AuthKeyTable {
+ public:
+  // The endpoints (ipv4, port .. port + num_ports - 1) now belong to session_id, keyed with key.
+  void Add(uint64_t session_id, const AuthKey& key, uint32_t ipv4, uint16_t port,
+           uint32_t num_ports);
+  // Forgets the endpoints of session_id (those another session took over since stay).
+  void RemoveSession(uint64_t session_id);
+  // Moves on every change (acquire/release: a reader that sees a new version sees the change).
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  // A copy of the table and the version it reflects.
+  std::unordered_map<Endpoint, AuthPeer> Snapshot(uint64_t* version) const;
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::atomic<uint64_t> version_{0};
+  std::unordered_map<Endpoint, AuthPeer> peers_;
+};
+
+// The worker's side: every datagram sent is tagged, every datagram received must verify.
+std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t session_id,
+                                             const AuthKey& key);
+// The switch's side: keys by endpoint from `table` (shared; read by this transport's thread).
+std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner,
+                                             std::shared_ptr<const AuthKeyTable> table);
+
+}  // namespace switchml::transport
