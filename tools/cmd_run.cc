@@ -264,7 +264,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
 
   // Per iteration, the slowest worker's time; then the median over iterations.
   std::vector<double> per_iteration(job.iterations, 0);
-  uint64_t retransmitted = 0;
+  uint64_t retransmitted = 0, auth_dropped = 0;
   double srtt_us = 0, rto_us = 0;  // the largest over the workers
   for (auto& c : children) {
     auto kv = ParseResult(c.result_line);
@@ -277,6 +277,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       per_iteration[i] = std::max(per_iteration[i], t[i]);
     }
     retransmitted += std::strtoull(kv["retransmitted"].c_str(), nullptr, 10);
+    auth_dropped += std::strtoull(kv["auth_dropped"].c_str(), nullptr, 10);
     srtt_us = std::max(srtt_us, std::strtod(kv["srtt_us"].c_str(), nullptr));
     rto_us = std::max(rto_us, std::strtod(kv["rto_us"].c_str(), nullptr));
   }
@@ -304,6 +305,13 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       "  round trip (smoothed), timeout:         %.0f us, %.0f us (the largest of any "
       "worker at the end)\n",
       srtt_us, rto_us);
+  if (job.auth_data) {
+    std::printf(
+        "  authenticated data plane:               on; tags that failed: %llu at the "
+        "switch, %llu at the workers\n",
+        static_cast<unsigned long long>(dc.auth_dropped),
+        static_cast<unsigned long long>(auth_dropped));
+  }
   std::printf("  wall time:                              %.2f s\n", wall);
   const std::string json = flags.GetString("json");
   if (!json.empty()) {
@@ -316,6 +324,9 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       << ", \"elements_per_s\": " << eps << ", \"algbw_gbps\": " << algbw
       << ", \"switch_rx_pps\": " << pps << ", \"retransmitted\": " << retransmitted
       << ", \"srtt_us\": " << srtt_us << ", \"rto_us\": " << rto_us
+      << ", \"auth_data\": " << (job.auth_data ? "true" : "false")
+      << ", \"auth_dropped_switch\": " << dc.auth_dropped
+      << ", \"auth_dropped_workers\": " << auth_dropped
       << ", \"verified\": " << (job.verify ? "true" : "false") << "}\n";
     if (!f) {
       std::cerr << "switchml run: cannot write " << json << "\n";

@@ -43,6 +43,9 @@ int SwitchCommand(const std::vector<std::string>& args) {
                "[r*N/racks, (r+1)*N/racks) of a job of N workers");
   flags.AddBool("require-secret",
                 "refuse control requests without a job secret (reference clients send none)");
+  flags.AddBool("require-auth-data",
+                "refuse jobs that do not ask for the authenticated data plane (workers' "
+                "--auth-data; reference clients cannot)");
   flags.AddBool("allow-foreign-address",
                 "let a worker register an IPv4 other than its control connection's");
   flags.AddInt("lease-seconds", 60,
@@ -77,6 +80,7 @@ int SwitchCommand(const std::vector<std::string>& args) {
   o.busy_poll = flags.GetBool("busy-poll");
   o.control.registry.require_secret = flags.GetBool("require-secret");
   o.control.registry.allow_foreign_address = flags.GetBool("allow-foreign-address");
+  o.control.registry.require_authenticated_data = flags.GetBool("require-auth-data");
   const int64_t lease = flags.GetInt("lease-seconds");
   if (lease < 1 || lease > 86400) {
     std::cerr << "switchml switch: --lease-seconds must be in 1..86400\n";

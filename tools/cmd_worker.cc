@@ -93,6 +93,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.transport = job.transport;
   config.busy_poll = job.busy_poll;
   config.check_tensors = job.tensor_check;
+  config.authenticate_data = job.auth_data;
   config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);
   config.setup_timeout = std::chrono::milliseconds(job.setup_timeout_ms);
   ApplyPacingOptions(job, &config);
@@ -182,7 +183,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
     line << "SWITCHML_RESULT rank=" << rank << " status=ok verified=" << (job.verify ? 1 : 0)
          << " sent=" << s.packets_sent << " retransmitted=" << s.packets_retransmitted
          << " srtt_us=" << s.srtt_us << " rto_us=" << s.rto_us
-         << " foreign_dropped=" << s.foreign_source_dropped << " times=";
+         << " foreign_dropped=" << s.foreign_source_dropped << " auth_dropped=" << s.auth_dropped
+         << " times=";
     for (size_t i = 0; i < times.size(); ++i) line << (i ? "," : "") << times[i];
     // CPU seconds of this whole process (all its threads) during each timed all-reduce.
     line << " cpu=";

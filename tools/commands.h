@@ -46,6 +46,7 @@ struct JobOptions {
   std::string transport = "udp";  // data-plane transport of the workers (and of `run`'s switch)
   bool busy_poll = false;
   bool tensor_check = true;  // Config::check_tensors
+  bool auth_data = false;    // Config::authenticate_data
 };
 
 void AddJobFlags(Flags* flags);

@@ -65,6 +65,10 @@ void AddJobFlags(Flags* f) {
              "do not have the switch compare every worker's element count and type for each "
              "all-reduce (saves one control round trip per all-reduce; a mismatch then goes "
              "unnoticed)");
+  f->AddBool("auth-data",
+             "authenticated data plane: every datagram carries an 8-byte tag keyed with a per-job "
+             "key from the switch; forged or altered datagrams are dropped and counted (beyond "
+             "the reference wire format; every worker of a job the same; docs/security.md 4.4)");
   AddDpdkFlags(f);
 }
 
@@ -135,6 +139,7 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
     return InvalidArgumentError("--transport: " + st.message());
   o->busy_poll = f.GetBool("busy-poll");
   o->tensor_check = !f.GetBool("no-tensor-check");
+  o->auth_data = f.GetBool("auth-data");
   ApplyDpdkFlags(f);
   return Status();
 }
@@ -175,6 +180,7 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
   a.push_back(o.transport);
   if (o.busy_poll) a.push_back("--busy-poll");
   if (!o.tensor_check) a.push_back("--no-tensor-check");
+  if (o.auth_data) a.push_back("--auth-data");
   return a;
 }
 

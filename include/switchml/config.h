@@ -75,6 +75,12 @@ struct Config {
   // backend make a random one): only requests carrying it can join, fail, re-create or close
   // the job on the switch (docs/security.md). Empty: an unprotected job.
   std::string job_secret;
+  // The authenticated data plane (docs/security.md 4.4; beyond the reference): every datagram
+  // between this worker and the switch carries an 8-byte tag keyed with a per-job key that the
+  // switch hands out at setup; datagrams that do not verify are dropped and counted
+  // (ContextStats::auth_dropped). Every worker of a job must set the same; off by default (the
+  // reference wire format).
+  bool authenticate_data = false;
   // Check with the switch that every worker all-reduces the same element count and type (one
   // small control message per all-reduce; the result is returned only once the check passed).
   bool check_tensors = true;

@@ -59,6 +59,9 @@ struct ContextStats {
   // Datagrams from a source other than the switch's data ports (dropped unread: only the switch
   // may deliver results).
   uint64_t foreign_source_dropped = 0;
+  // With Config::authenticate_data: datagrams whose tag did not verify under the job's key
+  // (forged, altered or cut short; dropped unread, before the source check).
+  uint64_t auth_dropped = 0;
 };
 
 class Context {

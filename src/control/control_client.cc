@@ -186,6 +186,7 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   req.set_max_outstanding_packets(args.max_outstanding_packets);
   req.set_running_tsi(args.running_tsi);
   req.set_job_secret(args.job_secret);
+  req.set_authenticate_data(args.authenticate_data);
   switchml_proto::UdpSessionResponse resp;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);
@@ -203,6 +204,20 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
     return InternalError("switch control plane at " + impl_->target +
                          " answered with invalid data ports " + std::to_string(resp.udp_port()) +
                          " (" + std::to_string(reply.num_data_ports) + " of them)");
+  }
+  reply.data_key = resp.data_key();
+  if (args.authenticate_data && reply.data_key.size() != 16) {
+    return FailedPreconditionError(
+        "the switch at " + impl_->target +
+        (reply.data_key.empty()
+             ? std::string(" does not support the authenticated data plane (it returned no "
+                           "data-plane key): update the switch, or run without --auth-data")
+             : " returned a data-plane key of " + std::to_string(reply.data_key.size()) +
+                   " bytes, not 16"));
+  }
+  if (!args.authenticate_data && !reply.data_key.empty()) {
+    return InternalError("the switch at " + impl_->target +
+                         " returned a data-plane key the worker did not ask for");
   }
   return reply;
 }

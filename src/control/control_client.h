@@ -40,6 +40,8 @@ struct UdpSessionArgs {
   // The job's secret (rank 0 creates the job with it; the others must send the same); empty:
   // an unprotected job (docs/security.md).
   std::string job_secret;
+  // Ask for the authenticated data plane (docs/security.md 4.4); every worker of a job the same.
+  bool authenticate_data = false;
 };
 
 // TLS for the control channel (PEM files). Empty ca_file: plaintext. cert_file + key_file: the
@@ -79,6 +81,8 @@ struct UdpSessionReply {
   // Data-plane threads of the switch on ports data_port .. data_port + num_data_ports - 1
   // (1 when the switch does not say).
   uint32_t num_data_ports = 1;
+  // The job's data-plane key (16 bytes) when it asked for authenticate_data; else empty.
+  std::string data_key;
 };
 
 class ControlClient {

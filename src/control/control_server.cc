@@ -429,7 +429,9 @@ struct ControlServer::Impl {
     q.max_outstanding_packets = req.max_outstanding_packets();
     q.running_tsi = req.running_tsi();
     q.secret = req.job_secret();
-    Status st = registry.Register(q, CallerOf(ctx));
+    q.authenticate_data = req.authenticate_data();
+    std::string data_key;
+    Status st = registry.Register(q, CallerOf(ctx), &data_key);
     if (!st.ok()) return ToGrpc(st);
     if (hooks != nullptr) {
       if (st = hooks->AfterUdpSession(req); !st.ok()) {
@@ -449,6 +451,7 @@ struct ControlServer::Impl {
     resp->set_max_workers(config.max_workers_per_job);
     resp->set_num_slots(config.slots_per_job);
     resp->set_num_data_ports(options.num_data_ports);
+    resp->set_data_key(data_key);
     return grpc::Status::OK;
   }
 

@@ -1,9 +1,12 @@
 #include "control/registry.h"
 
+#include <sodium.h>
+
 #include <algorithm>
 #include <bitset>
 #include <utility>
 
+#include "base/check.h"
 #include "base/endpoint.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
@@ -65,11 +68,21 @@ std::string PortsText(uint32_t ipv4, uint32_t port, uint32_t n) {
          (n > 1 ? "-" + std::to_string(port + n - 1) : "");
 }
 
+// A fresh 16-byte key for a job's authenticated data plane (the kernel's CSPRNG, by libsodium).
+std::string NewDataKey() {
+  static const int init = sodium_init();
+  CHECK(init >= 0) << "libsodium failed to initialise";
+  std::string key(16, '\0');
+  randombytes_buf(key.data(), key.size());
+  return key;
+}
+
 }  // namespace
 
 struct Registry::Job {
   dataplane::JobSpec spec;
   std::string secret;
+  std::string data_key;  // the authenticated data plane's key; empty: the reference format
   struct Rank {
     bool registered = false;
     uint32_t ipv4 = 0;
@@ -196,6 +209,17 @@ Status Registry::ValidateRegistration(const RegisterRequest& r, const Caller& ca
     return PermissionDeniedError(
         "this switch requires a job secret (--require-secret) and the request has none");
   }
+  if (r.authenticate_data && !options_.authenticated_data_unsupported.empty()) {
+    return FailedPreconditionError("the authenticated data plane (--auth-data) is not available: " +
+                                   options_.authenticated_data_unsupported +
+                                   "; run the job without --auth-data");
+  }
+  if (options_.require_authenticated_data && !r.authenticate_data) {
+    return FailedPreconditionError(
+        "this switch requires the authenticated data plane (--require-auth-data) and the request "
+        "does not ask for it: start every worker with --auth-data "
+        "(Config::authenticate_data)");
+  }
   if (r.session_id == 0 || r.session_id == UINT64_MAX) {
     return InvalidArgumentError("session id " + std::to_string(r.session_id) +
                                 " is reserved; use 1 .. 2^64 - 2");
@@ -238,6 +262,11 @@ Status Registry::ValidateRegistration(const RegisterRequest& r, const Caller& ca
         "udp_port 0 (any port) cannot go with " + std::to_string(num_ports) +
         " UDP ports per worker: replies are routed by port offset from each worker's base port, "
         "so register the base port");
+  }
+  if (r.authenticate_data && r.udp_port == 0) {
+    return InvalidArgumentError(
+        "the authenticated data plane keys each worker by its UDP ports: register the base port "
+        "(udp_port 0, any port, cannot go with authenticate_data)");
   }
   if (r.udp_port > 65535 || (r.udp_port != 0 && uint64_t{r.udp_port} + num_ports > 65536)) {
     return InvalidArgumentError("UDP ports [" + std::to_string(r.udp_port) + ", " +
@@ -395,7 +424,7 @@ Status Registry::ClearAddressLocked(uint64_t session_id, uint32_t ipv4, uint32_t
   return Status::Ok();
 }
 
-Status Registry::Register(const RegisterRequest& r, const Caller& caller) {
+Status Registry::Register(const RegisterRequest& r, const Caller& caller, std::string* data_key) {
   uint32_t worker_ipv4 = 0;
   Status st = ValidateRegistration(r, caller, &worker_ipv4);
   Deferred deferred;
@@ -405,6 +434,7 @@ Status Registry::Register(const RegisterRequest& r, const Caller& caller) {
       st = UnavailableError("the switch control plane is shutting down");
     } else if (st.ok()) {
       st = RegisterLocked(r, worker_ipv4, deferred);
+      if (st.ok() && data_key != nullptr) *data_key = jobs_.at(r.session_id)->data_key;
     }
     // A refusal marks the session failed, so the job fails fast on every worker, unless the
     // caller does not own the job (an outsider cannot fail someone else's job), or the session
@@ -459,6 +489,7 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
     RETURN_IF_ERROR(ClearAddressLocked(r.session_id, ipv4, r.udp_port, num_ports, deferred));
     RETURN_IF_ERROR(CreateJobLocked(spec, r.secret));
     job = jobs_[r.session_id].get();
+    if (r.authenticate_data) job->data_key = NewDataKey();
   } else {
     if (const Status* failure = FailureLocked(r.session_id, r.secret)) return *failure;
     if (job == nullptr) {
@@ -497,6 +528,11 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
                       j.running_tsi ? "true" : "false",
                       "do not mix this project's workers with other clients in one job");
     }
+    if (job->data_key.empty() == r.authenticate_data) {
+      return mismatch("authenticate_data", r.authenticate_data ? "true" : "false",
+                      r.authenticate_data ? "false" : "true",
+                      "start every worker of the job with --auth-data, or none");
+    }
     RETURN_IF_ERROR(ClearAddressLocked(r.session_id, ipv4, r.udp_port, num_ports, deferred));
   }
 
@@ -515,6 +551,9 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
     if (r.rank == 0) RemoveJobLocked(r.session_id, added, deferred);
     return added;
   }
+  if (!job->data_key.empty() && hooks_.data_key_added) {
+    hooks_.data_key_added(r.session_id, job->data_key, ipv4, r.udp_port, num_ports);
+  }
   Job::Rank& rank = job->ranks[r.rank];
   rank.registered = true;
   rank.ipv4 = ipv4;
@@ -524,7 +563,9 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
   LOG(kInfo, kControl) << name << ": rank " << r.rank << " of " << r.num_workers
                        << " registered at " << PortsText(ipv4, r.udp_port, num_ports)
                        << (r.rank == 0 ? " (job created" : "")
-                       << (r.rank == 0 ? (r.secret.empty() ? ", no secret)" : ", with a secret)")
+                       << (r.rank == 0 ? (r.secret.empty() ? ", no secret" : ", with a secret")
+                                       : "")
+                       << (r.rank == 0 ? (job->data_key.empty() ? ")" : ", authenticated data)")
                                        : "");
   return Status::Ok();
 }

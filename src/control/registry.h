@@ -54,6 +54,10 @@ struct RegistryOptions {
   uint32_t max_calls_total = 16384;
   // All-reduce checks a job may have open (announced by some ranks, not by all yet).
   uint32_t max_open_checks = 4096;
+  // The authenticated data plane (docs/security.md 4.4): refuse jobs that do not ask for it; and,
+  // when not empty, why this switch cannot give it (jobs asking for it are refused with that).
+  bool require_authenticated_data = false;
+  std::string authenticated_data_unsupported;
   Status Validate() const;
 };
 
@@ -76,6 +80,7 @@ struct RegisterRequest {
   uint32_t max_outstanding_packets = 0;
   bool running_tsi = false;
   std::string secret;
+  bool authenticate_data = false;
 };
 
 // A Barrier (broadcast = false) or Broadcast call.
@@ -109,6 +114,12 @@ struct AttachRequest {
 struct RegistryHooks {
   std::function<void(uint64_t session_id)> job_created;
   std::function<void(uint64_t session_id)> job_removed;
+  // A worker of a job with an authenticated data plane was registered: its UDP ports
+  // [port, port + num_ports) at ipv4 now speak with the job's key (16 bytes; docs/security.md
+  // 4.4). Removed with the job (job_removed).
+  std::function<void(uint64_t session_id, const std::string& data_key, uint32_t ipv4, uint32_t port,
+                     uint32_t num_ports)>
+      data_key_added;
 };
 
 class Registry {
@@ -132,8 +143,11 @@ class Registry {
 
   void set_activity(Activity activity);
 
-  // Session.UdpSession: rank 0 creates (or re-creates) the job, the others join it.
-  Status Register(const RegisterRequest& request, const Caller& caller);
+  // Session.UdpSession: rank 0 creates (or re-creates) the job, the others join it. A job that
+  // asks for the authenticated data plane gets a random 16-byte key when created; every
+  // registration returns it in *data_key (empty for other jobs).
+  Status Register(const RegisterRequest& request, const Caller& caller,
+                  std::string* data_key = nullptr);
 
   // A ticket names a wait or a stream for CancelWait / Report / Detach; 0 is never used.
   uint64_t NewTicket();

@@ -14,6 +14,7 @@
 #include "proto/wire.h"
 #include "runtime/worker_thread.h"
 #include "transport/address.h"
+#include "transport/auth.h"
 #include "transport/factory.h"
 
 namespace switchml {
@@ -191,7 +192,9 @@ Status Context::Impl::Setup() {
   topts.kind = config.transport;
   topts.bind_ipv4 = bind_ip;
   topts.port = config.udp_port;
-  topts.max_datagram_bytes = proto::kMaxDatagramBytes;
+  // With the authenticated data plane every datagram carries a tag behind it (transport/auth.h).
+  topts.max_datagram_bytes =
+      proto::kMaxDatagramBytes + (config.authenticate_data ? transport::kAuthTagBytes : 0);
   ASSIGN_OR_RETURN(auto transports, transport::OpenTransports(topts, config.num_worker_threads));
   const uint16_t base_port = transports[0]->local_endpoint().port;
 
@@ -222,6 +225,7 @@ Status Context::Impl::Setup() {
   args.max_outstanding_packets = config.OutstandingPackets();
   args.size = size;
   args.job_secret = config.job_secret;
+  args.authenticate_data = config.authenticate_data;
   // Rank 0 (re)creates the job first; the others join after a barrier; all meet again.
   control::UdpSessionReply reply;
   if (config.rank == 0) {
@@ -240,6 +244,14 @@ Status Context::Impl::Setup() {
   LOG(kInfo, kRuntime) << "rank " << config.rank << " joined session " << session_id
                        << "; switch data plane at " << switch_data.ToString() << "; local ports "
                        << base_port << ".." << base_port + config.num_worker_threads - 1;
+
+  if (config.authenticate_data) {
+    transport::AuthKey key;
+    if (!transport::AuthKeyFromBytes(reply.data_key, &key)) {  // the client checked the size
+      return InternalError("the switch's data-plane key is not 16 bytes");
+    }
+    for (auto& t : transports) t = transport::MakeAuthenticated(std::move(t), session_id, key);
+  }
 
   const uint32_t window = args.max_outstanding_packets / config.num_worker_threads;
   for (uint32_t t = 0; t < config.num_worker_threads; ++t) {
@@ -410,6 +422,7 @@ ContextStats Context::stats() const {
     s.rttvar_us = std::max(s.rttvar_us, us(c.rttvar));
     s.rto_us = std::max(s.rto_us, us(c.rto));
     s.foreign_source_dropped += t->foreign_source_dropped();
+    s.auth_dropped += t->transport_counters().auth_dropped;
   }
   return s;
 }

@@ -124,7 +124,8 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   topts.kind = options.transport;
   ParseIpv4(options.bind_address, &topts.bind_ipv4);
   topts.port = options.data_port;
-  topts.max_datagram_bytes = proto::kMaxDatagramBytes;
+  // Room for the tag of the authenticated data plane (the wrapper lends and accepts 8 bytes less).
+  topts.max_datagram_bytes = proto::kMaxDatagramBytes + transport::kAuthTagBytes;
   topts.socket_buffer_bytes = 16 << 20;  // room for every worker's window at once
   topts.switch_side = true;
   topts.loss = options.loss;
@@ -133,7 +134,10 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   if (!ts.ok()) {
     return Status(ts.status().code(), "data port: " + ts.status().message());
   }
+  d->auth_keys_ = std::make_shared<transport::AuthKeyTable>();
   for (auto& t : *ts) {
+    // Datagrams of authenticated jobs are verified and stripped (others pass unchanged).
+    t = transport::MakeAuthenticated(std::move(t), d->auth_keys_);
     d->shards_.push_back(std::make_unique<Shard>(options.switch_config, std::move(t)));
   }
   const transport::Transport& first = *d->shards_[0]->transport;
@@ -151,6 +155,19 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   copts.data_port = d->data_port_;
   copts.num_data_ports = options.threads;
   copts.switch_ipv4 = topts.bind_ipv4;
+  copts.registry_hooks.data_key_added = [keys = d->auth_keys_](
+                                            uint64_t session_id, const std::string& data_key,
+                                            uint32_t ipv4, uint32_t port, uint32_t num_ports) {
+    transport::AuthKey key;
+    if (transport::AuthKeyFromBytes(data_key, &key)) {
+      keys->Add(session_id, key, ipv4, static_cast<uint16_t>(port), num_ports);
+    }
+  };
+  copts.registry_hooks.job_removed = [keys = d->auth_keys_,
+                                      then = copts.registry_hooks.job_removed](uint64_t id) {
+    keys->RemoveSession(id);
+    if (then) then(id);
+  };
   if (!options.upstream.empty()) {
     UplinkOptions u;
     u.upstream = options.upstream;
@@ -162,6 +179,11 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
     RETURN_IF_ERROR(u.Validate());
     d->uplink_ = std::make_unique<Uplink>(u, d->switch_.get());
     copts.hooks = d->uplink_.get();
+    // The tags end at this switch: the partial sums to and from the upstream switch would travel
+    // unauthenticated, so the combination is refused rather than half protected.
+    copts.registry.authenticated_data_unsupported =
+        "this switch is a top-of-rack switch of a two-level hierarchy (--upstream), which does "
+        "not authenticate the partial sums it exchanges with its upstream switch";
     LOG(kInfo, kControl) << "top of rack " << options.rack_index << " of " << options.racks
                          << " under the upstream switch " << options.upstream;
   }
@@ -251,6 +273,7 @@ std::vector<DaemonCounters> SwitchDaemon::shard_counters() const {
     c.send_calls = t.send_calls;
     c.coalesced_receives = t.coalesced_receives;
     c.segmented_sends = t.segmented_sends;
+    c.auth_dropped = t.auth_dropped;
     out.push_back(c);
   }
   return out;
@@ -268,6 +291,7 @@ DaemonCounters SwitchDaemon::counters() const {
     sum.send_calls += c.send_calls;
     sum.coalesced_receives += c.coalesced_receives;
     sum.segmented_sends += c.segmented_sends;
+    sum.auth_dropped += c.auth_dropped;
   }
   return sum;
 }
@@ -313,6 +337,9 @@ std::string SwitchDaemon::FormatCounters(bool per_slot) const {
         << " out";
   }
   if (c.truncated > 0) out << ", oversized " << c.truncated;
+  if (c.auth_dropped > 0 || auth_keys_->size() > 0) {
+    out << ", authentication failed (dropped) " << c.auth_dropped;
+  }
   out << "\n";
   for (size_t k = 0; k < shards_.size(); ++k) {
     if (shards_.size() > 1) out << "shard " << k << " (port " << data_port_ + k << "):\n";

@@ -27,6 +27,7 @@
 #include "dataplane/switch.h"
 #include "runtime/uplink.h"
 #include "switchml/status.h"
+#include "transport/auth.h"
 #include "transport/transport.h"
 
 namespace switchml::runtime {
@@ -70,6 +71,9 @@ struct DaemonCounters {
   uint64_t send_calls = 0;
   uint64_t coalesced_receives = 0;  // receives that returned a run of datagrams (UDP GRO)
   uint64_t segmented_sends = 0;     // sends that carried a run of datagrams (UDP GSO)
+  // Datagrams from a worker of an authenticated job whose tag did not verify (docs/security.md
+  // 4.4): dropped before the data plane.
+  uint64_t auth_dropped = 0;
 };
 
 class SwitchDaemon {
@@ -105,6 +109,9 @@ class SwitchDaemon {
 
   SwitchDaemonOptions options_;
   std::unique_ptr<dataplane::LockedSwitch> switch_;
+  // The authenticated data plane's keys by worker endpoint: written by the control plane's
+  // hooks, read by every shard's transport wrapper (transport/auth.h).
+  std::shared_ptr<transport::AuthKeyTable> auth_keys_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::unique_ptr<Uplink> uplink_;  // the control server's hooks: declared (destroyed) before it
   std::unique_ptr<control::ControlServer> control_;

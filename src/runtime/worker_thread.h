@@ -63,6 +63,7 @@ class WorkerThread {
   uint64_t foreign_source_dropped() const {
     return foreign_source_.load(std::memory_order_relaxed);
   }
+  transport::TransportCounters transport_counters() const { return transport_->counters(); }
 
  private:
   struct Pending {

@@ -65,8 +65,10 @@ class AuthTransport final : public Transport {
   std::span<uint8_t> TxBuffer(size_t index) override {
     const std::span<uint8_t> b = inner_->TxBuffer(index);
     lent_[index] = b;
-    lent_at_[b.data()] = static_cast<uint32_t>(index);
     tagged_[index].valid = false;  // the caller writes new contents
+    // Indexed by address only while some peer is keyed: a switch without authenticated jobs
+    // pays no hash per datagram (Refresh starts the index over when the first key arrives).
+    if (fixed_ || !peers_.empty()) lent_at_[b.data()] = static_cast<uint32_t>(index);
     return b.first(b.size() - kAuthTagBytes);
   }
 
@@ -165,7 +167,12 @@ class AuthTransport final : public Transport {
   // Picks up the control plane's changes (only then takes the table's lock).
   void Refresh() {
     if (table_ == nullptr || table_->version() == seen_) return;
+    const bool was_empty = peers_.empty();
     peers_ = table_->Snapshot(&seen_);
+    // Buffers lent while nothing was keyed are not in the index: forget the index, so that a
+    // stale entry cannot point at a buffer lent since (those datagrams are copied instead).
+    if (was_empty) lent_at_.clear();
+    for (Tagged& t : tagged_) t.valid = false;
   }
 
   std::unique_ptr<Transport> inner_;
