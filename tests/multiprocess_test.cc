@@ -367,6 +367,25 @@ TEST(MultiProcessTest, RunCommandPrintsVerifiedThroughput) {
   EXPECT_NE(out.find("algorithm bandwidth"), std::string::npos) << out;
 }
 
+// Given the authenticated data plane (--auth-data), Expect `run` to verify int32 and float32
+// results over a 2-thread switch with 1 % loss, with no tag failing (docs/security.md 4.4).
+TEST(MultiProcessTest, RunWithAuthenticatedDataVerifies) {
+  for (const char* dtype : {"int32", "float32"}) {
+    Process p({testing::SwitchmlBinary(), "run", "--workers", "3", "--size", "300001", "--dtype",
+               dtype, "--iterations", "2", "--threads", "2", "--switch-threads", "2", "--loss",
+               "0.01", "--auth-data"});
+    ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
+    EXPECT_EQ(p.exit_code(), 0) << p.output();
+    const std::string out = p.output();
+    EXPECT_NE(out.find("switchml run: OK"), std::string::npos) << out;
+    EXPECT_NE(out.find("over auth("), std::string::npos) << out;
+    EXPECT_NE(out.find("authenticated data plane:               on; tags that failed: 0 at the "
+                       "switch, 0 at the workers"),
+              std::string::npos)
+        << out;
+  }
+}
+
 // Given a switch that is not there, Expect a worker to fail with a message naming it, within
 // its setup timeout.
 TEST(MultiProcessTest, MissingSwitchGivesClearError) {
