@@ -19,25 +19,11 @@ namespace {
 using std::chrono::seconds;
 using testing::Process;
 
-struct SwitchProcess {
-  std::unique_ptr<Process> process;
-  std::string control;  // "127.0.0.1:port"
-};
+using testing::SwitchProcess;
 
 SwitchProcess StartSwitch(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {
-      testing::SwitchmlBinary(), "switch", "--bind",      "127.0.0.1", "--data-port", "0",
-      "--control-port",          "0",      "--log-level", "warning"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  SwitchProcess s;
-  s.process = std::make_unique<Process>(argv);
-  EXPECT_TRUE(s.process->WaitForOutput("(gRPC)", std::chrono::seconds(20))) << s.process->output();
-  std::smatch m;
-  const std::string out = s.process->output();
-  if (std::regex_search(out, m, std::regex("control port ([0-9]+) \\(gRPC\\)"))) {
-    s.control = "127.0.0.1:" + m[1].str();
-  }
-  EXPECT_FALSE(s.control.empty()) << out;
+  SwitchProcess s = testing::StartSwitchProcess(extra);
+  EXPECT_FALSE(s.control.empty()) << s.process->output();
   return s;
 }
 

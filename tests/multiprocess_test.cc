@@ -1,6 +1,6 @@
 // Multi-process tests over loopback UDP: a software switch (in this process) and 2 to 8
-// `switchml worker` processes, with loss, concurrent jobs, a killed worker, a misconfigured
-// worker and garbage datagrams.
+// `switchml worker` processes, with loss, concurrent jobs, a misconfigured worker and garbage
+// datagrams.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -214,30 +214,7 @@ TEST(MultiProcessTest, TwoConcurrentJobsOnOneSwitch) {
   EXPECT_FALSE(d->locked_switch().sw.HasJob(22));
 }
 
-// Given a worker killed in the middle of a job (the peer timeout left at its default, 10 s),
-// Expect every other worker to fail within 2 s with an error that names the dead rank: the
-// switch sees the worker's control stream break and fails the job (issue 7, found 5; before,
-// the peers waited for the peer timeout and the rank was never named).
-TEST(MultiProcessTest, KilledWorkerMakesOthersFailFastNamingTheRank) {
-  auto d = StartSwitch();
-  ASSERT_NE(d, nullptr);
-  WorkerArgs a{3, "4194301", "float32", 31, {"--iterations", "1000"}};
-  std::vector<std::unique_ptr<Process>> ps;
-  for (uint32_t r = 0; r < a.workers; ++r) ps.push_back(StartWorker(*d, a, r));
-  // Rank 0 prints progress; kill rank 2 once the job is under way.
-  ASSERT_TRUE(ps[0]->WaitForOutput("iteration 2/1000", seconds(60))) << ps[0]->output();
-  ps[2]->Kill(SIGKILL);
-  const auto killed = std::chrono::steady_clock::now();
-  for (uint32_t r : {0u, 1u}) {
-    ASSERT_TRUE(ps[r]->Wait(seconds(5))) << "rank " << r << " did not give up in time";
-    const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-    EXPECT_LE(took, 2.0) << "rank " << r;
-    EXPECT_NE(ps[r]->exit_code(), 0);
-    const std::string out = ps[r]->output();
-    EXPECT_NE(out.find("rank 2 lost its control connection"), std::string::npos) << out;
-  }
-}
+// (A worker killed in the middle of a job, and a killed switch: failure_multiprocess_test.)
 
 // Given a job whose workers share a secret, and a worker of the same session with another
 // secret (a stranger, or a mistake), Expect the stranger refused with PERMISSION_DENIED at once

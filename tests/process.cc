@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -80,6 +81,22 @@ bool Process::WaitForOutput(const std::string& text, std::chrono::milliseconds t
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
+}
+
+SwitchProcess StartSwitchProcess(const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {SwitchmlBinary(), "switch", "--bind",         "127.0.0.1",
+                                   "--data-port",    "0",      "--control-port", "0",
+                                   "--log-level",    "warning"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  SwitchProcess s;
+  s.process = std::make_unique<Process>(argv);
+  s.process->WaitForOutput("(gRPC)", std::chrono::seconds(20));
+  std::smatch m;
+  const std::string out = s.process->output();
+  if (std::regex_search(out, m, std::regex("control port ([0-9]+) \\(gRPC\\)"))) {
+    s.control = "127.0.0.1:" + m[1].str();
+  }
+  return s;
 }
 
 }  // namespace switchml::testing

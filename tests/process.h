@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,13 @@ class Process {
 
 // The path of the switchml binary under test.
 std::string SwitchmlBinary();
+
+// A `switchml switch` process on 127.0.0.1 with ports picked by the kernel.
+struct SwitchProcess {
+  std::unique_ptr<Process> process;
+  std::string control;  // "127.0.0.1:port", empty when the switch did not start
+};
+// Starts one with `extra` flags and waits (up to 20 s) until it prints its control port.
+SwitchProcess StartSwitchProcess(const std::vector<std::string>& extra);
 
 }  // namespace switchml::testing

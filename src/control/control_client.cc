@@ -3,11 +3,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -86,6 +88,29 @@ struct ControlClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<switchml_proto::Session::Stub> session;
   std::unique_ptr<switchml_proto::Sync::Stub> sync;
+  std::atomic<bool> wait_for_ready{true};
+  // Barrier/Broadcast calls under way, and why they were cancelled (CancelCalls).
+  std::mutex calls_mu;
+  std::set<grpc::ClientContext*> calls;
+  Status cancelled;
+
+  // Registers a call under way; false (and *why set) when calls are cancelled.
+  bool Begin(grpc::ClientContext* ctx, Status* why) {
+    std::lock_guard lock(calls_mu);
+    if (!cancelled.ok()) {
+      *why = cancelled;
+      return false;
+    }
+    calls.insert(ctx);
+    return true;
+  }
+  // Unregisters it; its outcome, or the cancellation's reason when that ended it.
+  Status End(grpc::ClientContext* ctx, Status outcome) {
+    std::lock_guard lock(calls_mu);
+    calls.erase(ctx);
+    if (!outcome.ok() && !cancelled.ok()) return cancelled;
+    return outcome;
+  }
 
   void Connect(std::string t, std::chrono::milliseconds to,
                std::shared_ptr<grpc::ChannelCredentials> credentials,
@@ -106,9 +131,12 @@ struct ControlClient::Impl {
     sync = switchml_proto::Sync::NewStub(channel);
   }
 
-  void Prepare(grpc::ClientContext* ctx) const {
-    ctx->set_wait_for_ready(true);
-    ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  void Prepare(grpc::ClientContext* ctx,
+               std::chrono::system_clock::time_point deadline = {}) const {
+    ctx->set_wait_for_ready(wait_for_ready.load(std::memory_order_relaxed));
+    auto end = std::chrono::system_clock::now() + timeout;
+    if (deadline != std::chrono::system_clock::time_point{}) end = std::min(end, deadline);
+    ctx->set_deadline(end);
   }
 
   std::string Unreachable() const {
@@ -174,6 +202,17 @@ ControlClient& ControlClient::operator=(ControlClient&&) noexcept = default;
 
 const std::string& ControlClient::target() const { return impl_->target; }
 
+void ControlClient::CancelCalls(const Status& why) {
+  std::lock_guard lock(impl_->calls_mu);
+  if (!impl_->cancelled.ok()) return;
+  impl_->cancelled = why.ok() ? CancelledError("cancelled") : why;
+  for (grpc::ClientContext* ctx : impl_->calls) ctx->TryCancel();
+}
+
+void ControlClient::set_wait_for_ready(bool wait) {
+  impl_->wait_for_ready.store(wait, std::memory_order_relaxed);
+}
+
 Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   switchml_proto::UdpSessionRequest req;
   req.set_session_id(args.session_id);
@@ -223,7 +262,8 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
 }
 
 Status ControlClient::Barrier(uint64_t session_id, uint32_t num_workers,
-                              const std::string& job_secret, std::optional<uint32_t> rank) {
+                              const std::string& job_secret, std::optional<uint32_t> rank,
+                              std::chrono::system_clock::time_point deadline) {
   switchml_proto::BarrierRequest req;
   req.set_session_id(session_id);
   req.set_num_workers(num_workers);
@@ -231,16 +271,19 @@ Status ControlClient::Barrier(uint64_t session_id, uint32_t num_workers,
   if (rank) req.set_rank(*rank);
   switchml_proto::BarrierResponse resp;
   grpc::ClientContext ctx;
-  impl_->Prepare(&ctx);
+  impl_->Prepare(&ctx, deadline);
   const std::string what = (session_id == 0 ? std::string("unscoped barrier")
                                             : "barrier of session " + std::to_string(session_id)) +
                            " (" + std::to_string(num_workers) + " workers)";
-  return impl_->Convert(impl_->sync->Barrier(&ctx, req, &resp), what);
+  Status why;
+  if (!impl_->Begin(&ctx, &why)) return why;
+  return impl_->End(&ctx, impl_->Convert(impl_->sync->Barrier(&ctx, req, &resp), what));
 }
 
 Result<uint64_t> ControlClient::Broadcast(uint64_t session_id, uint64_t value, uint32_t rank,
                                           uint32_t num_workers, uint32_t root,
-                                          const std::string& job_secret) {
+                                          const std::string& job_secret,
+                                          std::chrono::system_clock::time_point deadline) {
   switchml_proto::BroadcastRequest req;
   req.set_job_secret(job_secret);
   req.set_session_id(session_id);
@@ -250,12 +293,14 @@ Result<uint64_t> ControlClient::Broadcast(uint64_t session_id, uint64_t value, u
   req.set_root(root);
   switchml_proto::BroadcastResponse resp;
   grpc::ClientContext ctx;
-  impl_->Prepare(&ctx);
+  impl_->Prepare(&ctx, deadline);
   const std::string what =
       (session_id == 0 ? std::string("unscoped broadcast")
                        : "broadcast of session " + std::to_string(session_id)) +
       " (" + std::to_string(num_workers) + " workers, root " + std::to_string(root) + ")";
-  RETURN_IF_ERROR(impl_->Convert(impl_->sync->Broadcast(&ctx, req, &resp), what));
+  Status why;
+  if (!impl_->Begin(&ctx, &why)) return why;
+  RETURN_IF_ERROR(impl_->End(&ctx, impl_->Convert(impl_->sync->Broadcast(&ctx, req, &resp), what)));
   return resp.value();
 }
 
@@ -280,13 +325,14 @@ class AttachStream final
  public:
   AttachStream(switchml_proto::Session::Stub* stub, std::string target, uint64_t session_id,
                uint32_t rank, const std::string& secret,
-               std::function<void(const Status&)> on_failure)
+               std::function<void(const Status&)> on_failure, const std::string& member)
       : target_(std::move(target)), on_failure_(std::move(on_failure)) {
     stub->async()->Attach(&ctx_, this);
     switchml_proto::AttachRequest first;
     first.set_session_id(session_id);
     first.set_rank(rank);
     first.set_job_secret(secret);
+    first.set_member(member);
     const switchml_proto::AttachRequest* write;
     {
       std::lock_guard lock(mu_);
@@ -299,8 +345,11 @@ class AttachStream final
 
   ~AttachStream() override {
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
       closing_ = true;
+      // After Fail: give the switch a moment to read the failure (it then ends the stream)
+      // before cancelling, which could drop it.
+      if (failure_sent_) cv_.wait_for(lock, std::chrono::seconds(2), [&] { return done_; });
     }
     ctx_.TryCancel();
     std::unique_lock lock(mu_);
@@ -328,6 +377,20 @@ class AttachStream final
     }
     if (write != nullptr) StartWrite(write);
     if (now) checked(immediate);
+  }
+
+  void Fail(const Status& why) override {
+    const switchml_proto::AttachRequest* write = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      if (done_ || closing_) return;
+      closing_ = true;  // the job ends because of this side: on_failure is not called
+      failure_sent_ = true;
+      switchml_proto::AttachRequest m;
+      m.set_failure(why.message().empty() ? "a member reported a failure" : why.message());
+      write = Enqueue(std::move(m));
+    }
+    if (write != nullptr) StartWrite(write);
   }
 
   void OnWriteDone(bool ok) override {
@@ -406,6 +469,7 @@ class AttachStream final
   bool writing_ = false;
   std::map<uint64_t, std::function<void(const Status&)>> checks_;
   bool closing_ = false;
+  bool failure_sent_ = false;
   bool done_ = false;
   bool unsupported_ = false;
   Status final_;
@@ -415,9 +479,10 @@ class AttachStream final
 
 std::unique_ptr<Attachment> ControlClient::Attach(uint64_t session_id, uint32_t rank,
                                                   const std::string& job_secret,
-                                                  std::function<void(const Status&)> on_failure) {
+                                                  std::function<void(const Status&)> on_failure,
+                                                  const std::string& member) {
   return std::make_unique<AttachStream>(impl_->session.get(), impl_->target, session_id, rank,
-                                        job_secret, std::move(on_failure));
+                                        job_secret, std::move(on_failure), member);
 }
 
 }  // namespace switchml::control

@@ -67,6 +67,10 @@ class Attachment {
   // at once with OK.
   virtual void Announce(uint64_t op, uint64_t count, uint32_t dtype,
                         std::function<void(const Status&)> checked) = 0;
+  // Tells the switch that the job failed on this side, and why (a top-of-rack switch whose rack
+  // lost a worker): the switch fails the job on every member with that text. The stream then
+  // ends without calling on_failure. Does not block.
+  virtual void Fail(const Status& why) = 0;
 };
 
 struct UdpSessionReply {
@@ -101,22 +105,36 @@ class ControlClient {
   Result<UdpSessionReply> UdpSession(const UdpSessionArgs& args);
   // Returns once num_workers workers called Barrier with the same session_id (0 = unscoped) and
   // job secret. `rank`, when given, lets the switch refuse two callers with one rank.
+  // `deadline`, when given (not the epoch), ends the wait earlier than the client's timeout.
   Status Barrier(uint64_t session_id, uint32_t num_workers, const std::string& job_secret = "",
-                 std::optional<uint32_t> rank = std::nullopt);
+                 std::optional<uint32_t> rank = std::nullopt,
+                 std::chrono::system_clock::time_point deadline = {});
   // Returns the value of the caller whose rank == root once num_workers workers called.
   Result<uint64_t> Broadcast(uint64_t session_id, uint64_t value, uint32_t rank,
                              uint32_t num_workers, uint32_t root,
-                             const std::string& job_secret = "");
+                             const std::string& job_secret = "",
+                             std::chrono::system_clock::time_point deadline = {});
   // Tells the switch that `rank` (absent: the whole job) is done with the session; waits at most
   // `timeout`. The job's slots are freed once every registered rank closed.
   Status Close(uint64_t session_id, const std::string& job_secret, std::optional<uint32_t> rank,
                std::chrono::milliseconds timeout);
   // Opens this registered worker's Attach stream. `on_failure` runs at most once, from a gRPC
-  // thread, when the stream ends for another reason than the Attachment's destruction: the job
-  // failed on the switch (the status says why, e.g. which rank died) or the switch is gone.
+  // thread, when the stream ends for another reason than the Attachment's destruction or Fail:
+  // the job failed on the switch (the status says why, e.g. which rank died) or the switch is
+  // gone. `member`: how the switch's errors name this worker (empty: "rank R").
   std::unique_ptr<Attachment> Attach(uint64_t session_id, uint32_t rank,
                                      const std::string& job_secret,
-                                     std::function<void(const Status&)> on_failure);
+                                     std::function<void(const Status&)> on_failure,
+                                     const std::string& member = "");
+
+  // Whether calls wait for the switch to become reachable (the default, for setup: a switch
+  // that starts after the worker is fine). Once a job runs, a worker turns it off: a switch that
+  // went away then fails a call at once (UNAVAILABLE) instead of after the timeout.
+  void set_wait_for_ready(bool wait);
+  // Ends the Barrier and Broadcast calls under way with `why`, and makes later ones fail with it
+  // at once (a worker whose job failed: a barrier must not wait for peers that will not come,
+  // nor for a switch that is gone). The first reason stays.
+  void CancelCalls(const Status& why);
 
   const std::string& target() const;
 

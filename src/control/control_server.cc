@@ -215,10 +215,17 @@ struct ControlServer::Impl {
         return;
       }
       if (!attached_) {
+        if (SessionHooks* hooks = impl_->options.hooks) {
+          if (Status st = hooks->BeforeAttach(&request_); !st.ok()) {
+            shared_->Finish(ToGrpc(st));
+            return;
+          }
+        }
         AttachRequest q;
         q.session_id = request_.session_id();
         q.rank = request_.rank();
         q.secret = request_.job_secret();
+        q.label = request_.member();
         std::weak_ptr<Shared> weak = shared_;
         Status st = impl_->registry.Attach(
             ticket_, q, caller_,
@@ -231,6 +238,8 @@ struct ControlServer::Impl {
           return;
         }
         attached_ = true;
+      } else if (!request_.failure().empty()) {
+        impl_->registry.ReportFailure(ticket_, request_.failure());
       } else {
         impl_->registry.Report(ticket_, request_.op(), request_.count(), request_.dtype());
       }
@@ -300,16 +309,6 @@ struct ControlServer::Impl {
     bool attached_ = false;
   };
 
-  class NoAttachReactor final
-      : public grpc::ServerBidiReactor<switchml_proto::AttachRequest, switchml_proto::AttachEvent> {
-   public:
-    NoAttachReactor() {
-      Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                          "a top-of-rack switch does not take worker streams"));
-    }
-    void OnDone() override { delete this; }
-  };
-
   class SessionService final : public switchml_proto::Session::CallbackService {
    public:
     explicit SessionService(Impl* impl) : impl_(impl) {}
@@ -332,22 +331,25 @@ struct ControlServer::Impl {
     grpc::ServerUnaryReactor* Close(grpc::CallbackServerContext* ctx,
                                     const switchml_proto::CloseRequest* req,
                                     switchml_proto::CloseResponse*) override {
+      auto* reactor = ctx->DefaultReactor();
+      switchml_proto::CloseRequest mapped = *req;
+      if (SessionHooks* hooks = impl_->options.hooks) {
+        if (Status st = hooks->BeforeClose(&mapped); !st.ok()) {
+          reactor->Finish(ToGrpc(st));
+          return reactor;
+        }
+        req = &mapped;
+      }
       CloseRequest q;
       q.session_id = req->session_id();
       q.secret = req->job_secret();
       q.has_rank = req->has_rank();
       q.rank = req->rank();
-      auto* reactor = ctx->DefaultReactor();
       reactor->Finish(ToGrpc(impl_->registry.Close(q, CallerOf(ctx))));
       return reactor;
     }
     grpc::ServerBidiReactor<switchml_proto::AttachRequest, switchml_proto::AttachEvent>* Attach(
         grpc::CallbackServerContext* ctx) override {
-      if (impl_->options.hooks != nullptr) {
-        // A top-of-rack switch maps its workers' ranks in its hooks, which streams do not go
-        // through yet: answer as a switch without streams does.
-        return new NoAttachReactor();
-      }
       return new AttachReactor(impl_, ctx);
     }
 
@@ -362,7 +364,7 @@ struct ControlServer::Impl {
                                       const switchml_proto::BarrierRequest* req,
                                       switchml_proto::BarrierResponse*) override {
       if (impl_->options.hooks != nullptr) {
-        if (auto st = impl_->options.hooks->Barrier(*req)) {
+        if (auto st = impl_->options.hooks->Barrier(*req, ctx->deadline())) {
           auto* reactor = ctx->DefaultReactor();
           reactor->Finish(ToGrpc(*st));
           return reactor;
@@ -380,7 +382,7 @@ struct ControlServer::Impl {
                                         const switchml_proto::BroadcastRequest* req,
                                         switchml_proto::BroadcastResponse* resp) override {
       if (impl_->options.hooks != nullptr) {
-        if (auto r = impl_->options.hooks->Broadcast(*req)) {
+        if (auto r = impl_->options.hooks->Broadcast(*req, ctx->deadline())) {
           if (r->ok()) resp->set_value(r->value());
           auto* reactor = ctx->DefaultReactor();
           reactor->Finish(ToGrpc(r->status()));
@@ -413,7 +415,7 @@ struct ControlServer::Impl {
         registry.Fail(
             req.session_id(), req.job_secret(),
             FailedPreconditionError("session " + std::to_string(req.session_id()) +
-                                    " failed at setup: rank " + std::to_string(req.rank()) +
+                                    " failed at setup: rank " + std::to_string(request.rank()) +
                                     " was refused: " + st.message()));
         return ToGrpc(st);
       }
@@ -438,7 +440,7 @@ struct ControlServer::Impl {
         registry.Fail(
             req.session_id(), req.job_secret(),
             FailedPreconditionError("session " + std::to_string(req.session_id()) +
-                                    " failed at setup: rank " + std::to_string(req.rank()) +
+                                    " failed at setup: rank " + std::to_string(request.rank()) +
                                     " was refused: " + st.message()));
         return ToGrpc(st);
       }

@@ -49,8 +49,7 @@ struct ControlServerOptions {
   std::string tls_key_file;
   std::string tls_client_ca_file;
   // Hierarchical aggregation: a top-of-rack switch's hooks (session_hooks.h); not owned, must
-  // outlive the server. nullptr: a plain switch. With hooks, Session.Attach is answered
-  // UNIMPLEMENTED (workers then run without the stream's liveness and tensor checks).
+  // outlive the server. nullptr: a plain switch.
   SessionHooks* hooks = nullptr;
   Status Validate() const;
 };

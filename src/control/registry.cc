@@ -77,6 +77,12 @@ std::string NewDataKey() {
   return key;
 }
 
+// Releases the lock, then runs the callbacks collected under it.
+void Run(std::vector<std::function<void()>>& deferred, std::unique_lock<std::mutex>& lock) {
+  lock.unlock();
+  for (auto& f : deferred) f();
+}
+
 }  // namespace
 
 struct Registry::Job {
@@ -97,8 +103,8 @@ struct Registry::Job {
   struct Check {
     uint64_t count = 0;
     uint32_t dtype = 0;
-    uint32_t first_rank = 0;
-    RankSet ranks;  // the ranks that announced it
+    std::string first;  // the rank that announced it first, named as in errors
+    RankSet ranks;      // the ranks that announced it
   };
   std::map<uint64_t, Check> checks;
 };
@@ -124,6 +130,7 @@ struct Registry::Wait {
 struct Registry::Stream {
   uint64_t session_id = 0;
   uint32_t rank = 0;
+  std::string name;  // how errors name its worker
   std::string client;
   StreamEnd end;
   Checked checked;
@@ -355,9 +362,14 @@ Status Registry::CreateJobLocked(const dataplane::JobSpec& spec, const std::stri
   return Status::Ok();
 }
 
-void Registry::RemoveJobLocked(uint64_t session_id, const Status& why, Deferred& deferred) {
+void Registry::RemoveJobLocked(uint64_t session_id, const Status& why, Deferred& deferred,
+                               Ending ending) {
   auto it = jobs_.find(session_id);
   if (it == jobs_.end()) return;
+  if (hooks_.job_ended && ending != Ending::kReplaced) {
+    deferred.push_back([f = hooks_.job_ended, session_id,
+                        st = ending == Ending::kClean ? Status::Ok() : why] { f(session_id, st); });
+  }
   {
     std::lock_guard lock(sw_->mu);
     sw_->sw.RemoveJob(session_id).IgnoreError();
@@ -384,7 +396,8 @@ Status Registry::MakeRoomLocked(uint64_t session_id, Deferred& deferred) {
   for (uint64_t id : expired) {
     LOG(kInfo, kControl) << SessionName(id) << " expired (no worker attached, no activity for "
                          << options_.lease.count() / 1000 << " s): removed to make room";
-    RemoveJobLocked(id, FailedPreconditionError(SessionName(id) + " expired"), deferred);
+    RemoveJobLocked(id, FailedPreconditionError(SessionName(id) + " expired"), deferred,
+                    Ending::kClean);
   }
   if (jobs_.size() < max_jobs) return Status::Ok();
   return ResourceExhaustedError(
@@ -419,7 +432,8 @@ Status Registry::ClearAddressLocked(uint64_t session_id, uint32_t ipv4, uint32_t
   }
   for (uint64_t id : expired) {
     LOG(kInfo, kControl) << SessionName(id) << " expired; removed: its address is taken over";
-    RemoveJobLocked(id, FailedPreconditionError(SessionName(id) + " expired"), deferred);
+    RemoveJobLocked(id, FailedPreconditionError(SessionName(id) + " expired"), deferred,
+                    Ending::kClean);
   }
   return Status::Ok();
 }
@@ -481,7 +495,8 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
             "): two workers were started as rank 0, or two jobs use one session id");
       }
       RemoveJobLocked(r.session_id,
-                      FailedPreconditionError(name + " was re-created by a new rank 0"), deferred);
+                      FailedPreconditionError(name + " was re-created by a new rank 0"), deferred,
+                      Ending::kReplaced);
       job = nullptr;
     }
     failures_.erase(r.session_id);
@@ -548,7 +563,7 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
   }
   if (!added.ok()) {
     // Without rank 0 the job can never run: do not leave it holding a job entry.
-    if (r.rank == 0) RemoveJobLocked(r.session_id, added, deferred);
+    if (r.rank == 0) RemoveJobLocked(r.session_id, added, deferred, Ending::kFailed);
     return added;
   }
   if (!job->data_key.empty() && hooks_.data_key_added) {
@@ -603,7 +618,7 @@ void Registry::FailSessionLocked(uint64_t session_id, const std::string& secret,
   }
   if (has_job && OwnsLocked(session_id, secret)) {
     LOG(kInfo, kControl) << why.message();
-    RemoveJobLocked(session_id, FailedPreconditionError(why.message()), deferred);
+    RemoveJobLocked(session_id, FailedPreconditionError(why.message()), deferred, Ending::kFailed);
   }
 }
 
@@ -831,7 +846,7 @@ Status Registry::Close(const CloseRequest& q, const Caller& caller) {
           RemoveJobLocked(
               q.session_id,
               FailedPreconditionError(name + " was closed by a Close request from " + caller.peer),
-              deferred);
+              deferred, Ending::kClean);
         }
       }
     }
@@ -876,6 +891,7 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
         auto s = std::make_unique<Stream>();
         s->session_id = q.session_id;
         s->rank = q.rank;
+        s->name = q.label.empty() ? "rank " + std::to_string(q.rank) : q.label.substr(0, 128);
         s->client = ClientKey(caller);
         s->end = std::move(end);
         s->checked = std::move(checked);
@@ -892,53 +908,75 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
 void Registry::Report(uint64_t ticket, uint64_t op, uint64_t count, uint32_t dtype) {
   Deferred deferred;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     auto s = streams_.find(ticket);
     if (s == streams_.end() || op == 0) return;
     const uint64_t session_id = s->second->session_id;
     const uint32_t rank = s->second->rank;
+    const std::string& me = s->second->name;
     auto j = jobs_.find(session_id);
     if (j == jobs_.end()) return;
     Job& job = *j->second;
     Touch(job);
+    // A failure removes the job: `job` and `c` must not be used after one.
     auto c = job.checks.find(op);
     if (c == job.checks.end()) {
       if (job.checks.size() >= options_.max_open_checks) {
-        FailSessionLocked(session_id, job.secret,
-                          FailedPreconditionError(SessionName(session_id) + " failed: rank " +
-                                                  std::to_string(rank) + " is " +
-                                                  std::to_string(options_.max_open_checks) +
-                                                  " all-reduces ahead of another rank"),
-                          deferred);
-      } else {
-        c = job.checks.emplace(op, Job::Check{count, dtype, rank, {}}).first;
+        FailSessionLocked(
+            session_id, job.secret,
+            FailedPreconditionError(SessionName(session_id) + " failed: " + me + " is " +
+                                    std::to_string(options_.max_open_checks) +
+                                    " all-reduces ahead of another rank"),
+            deferred);
+        return Run(deferred, lock);
       }
+      c = job.checks.emplace(op, Job::Check{count, dtype, me, {}}).first;
     } else if (c->second.count != count || c->second.dtype != dtype) {
       const Job::Check& first = c->second;
       FailSessionLocked(
           session_id, job.secret,
           FailedPreconditionError(
               SessionName(session_id) + " failed: all-reduce " + std::to_string(op) +
-              " does not match across workers: rank " + std::to_string(first.first_rank) +
-              " passed " + std::to_string(first.count) + " " + TypeName(first.dtype) +
-              " elements, rank " + std::to_string(rank) + " " + std::to_string(count) + " " +
-              TypeName(dtype) +
+              " does not match across workers: " + first.first + " passed " +
+              std::to_string(first.count) + " " + TypeName(first.dtype) + " elements, " + me + " " +
+              std::to_string(count) + " " + TypeName(dtype) +
               " elements; every worker must all-reduce the same count and data type, in the "
               "same order"),
           deferred);
-      c = job.checks.end();
+      return Run(deferred, lock);
     }
-    if (c != job.checks.end()) {
-      c->second.ranks.set(rank);
-      if (c->second.ranks.count() == job.spec.num_workers) {
-        job.checks.erase(c);
-        for (const Job::Rank& r : job.ranks) {
-          auto peer = streams_.find(r.stream);
-          if (r.stream == 0 || peer == streams_.end() || !peer->second->checked) continue;
-          deferred.push_back([f = peer->second->checked, op] { f(op); });
-        }
+    c->second.ranks.set(rank);
+    if (c->second.ranks.count() == job.spec.num_workers) {
+      const uint64_t agreed_count = c->second.count;
+      const uint32_t agreed_dtype = c->second.dtype;
+      job.checks.erase(c);
+      if (hooks_.check_agreed) {
+        deferred.push_back([f = hooks_.check_agreed, session_id, op, agreed_count, agreed_dtype] {
+          f(session_id, op, agreed_count, agreed_dtype);
+        });
+      } else {
+        ConfirmLocked(job, op, deferred);
       }
     }
+  }
+  for (auto& f : deferred) f();
+}
+
+void Registry::ConfirmLocked(const Job& job, uint64_t op, Deferred& deferred) {
+  for (const Job::Rank& r : job.ranks) {
+    auto peer = streams_.find(r.stream);
+    if (r.stream == 0 || peer == streams_.end() || !peer->second->checked) continue;
+    deferred.push_back([f = peer->second->checked, op] { f(op); });
+  }
+}
+
+void Registry::ConfirmCheck(uint64_t session_id, uint64_t op) {
+  Deferred deferred;
+  {
+    std::lock_guard lock(mu_);
+    auto j = jobs_.find(session_id);
+    if (j == jobs_.end()) return;
+    ConfirmLocked(*j->second, op, deferred);
   }
   for (auto& f : deferred) f();
 }
@@ -951,6 +989,7 @@ void Registry::Detach(uint64_t ticket) {
     if (s == streams_.end()) return;
     const uint64_t session_id = s->second->session_id;
     const uint32_t rank = s->second->rank;
+    const std::string name = s->second->name;
     ReleaseLocked(s->second->client);
     streams_.erase(s);
     auto j = jobs_.find(session_id);
@@ -962,10 +1001,29 @@ void Registry::Detach(uint64_t ticket) {
     if (r.closed) return;
     FailSessionLocked(
         session_id, job.secret,
-        FailedPreconditionError(SessionName(session_id) + " failed: rank " + std::to_string(rank) +
+        FailedPreconditionError(SessionName(session_id) + " failed: " + name +
                                 " lost its control connection to the switch (its process ended "
                                 "without closing the session, or its host or network failed)"),
         deferred);
+  }
+  for (auto& f : deferred) f();
+}
+
+void Registry::ReportFailure(uint64_t ticket, const std::string& why) {
+  constexpr size_t kMaxReason = 1024;
+  Deferred deferred;
+  {
+    std::lock_guard lock(mu_);
+    auto s = streams_.find(ticket);
+    if (s == streams_.end()) return;
+    const uint64_t session_id = s->second->session_id;
+    auto j = jobs_.find(session_id);
+    if (j == jobs_.end()) return;
+    std::string reason = why.substr(0, kMaxReason);
+    if (reason.empty()) {
+      reason = SessionName(session_id) + " failed: " + s->second->name + " reported a failure";
+    }
+    FailSessionLocked(session_id, j->second->secret, FailedPreconditionError(reason), deferred);
   }
   for (auto& f : deferred) f();
 }
@@ -1012,7 +1070,8 @@ void Registry::Tick() {
     for (uint64_t id : expired) {
       LOG(kInfo, kControl) << SessionName(id) << " expired: no worker attached and no activity for "
                            << options_.lease.count() << " ms; removed";
-      RemoveJobLocked(id, FailedPreconditionError(SessionName(id) + " expired"), deferred);
+      RemoveJobLocked(id, FailedPreconditionError(SessionName(id) + " expired"), deferred,
+                      Ending::kClean);
     }
   }
   for (auto& f : deferred) f();

@@ -106,6 +106,9 @@ struct AttachRequest {
   uint64_t session_id = 0;
   uint32_t rank = 0;
   std::string secret;
+  // How errors name this stream's worker (a top-of-rack switch: "rack 1 (ranks 2..3)"; a
+  // top-of-rack switch's worker: its global rank); empty: "rank R".
+  std::string label;
 };
 
 // Called when a job is created in (removed from) the switch: the one place where jobs come and
@@ -120,6 +123,16 @@ struct RegistryHooks {
   std::function<void(uint64_t session_id, const std::string& data_key, uint32_t ipv4, uint32_t port,
                      uint32_t num_ports)>
       data_key_added;
+  // The hooks below run outside the registry's lock (they may call into it), from the thread of
+  // the call that caused them.
+  // A job left the switch: `why` is OK when it ended cleanly (every rank closed, or it expired),
+  // else why it failed. Not called when a new rank 0 re-creates the job.
+  std::function<void(uint64_t session_id, const Status& why)> job_ended;
+  // When set, an all-reduce check that every rank agreed on is handed here instead of being
+  // confirmed to the streams at once; ConfirmCheck confirms it later (a top-of-rack switch first
+  // has the upstream switch compare it with the other racks').
+  std::function<void(uint64_t session_id, uint64_t op, uint64_t count, uint32_t dtype)>
+      check_agreed;
 };
 
 class Registry {
@@ -171,6 +184,11 @@ class Registry {
   // The stream ended on the worker's side (it closed it, or the connection broke). Unless the
   // rank closed its session first, that is a dead worker: the job fails, naming the rank.
   void Detach(uint64_t ticket);
+  // The stream's worker reports that the job failed on its side (a top-of-rack switch whose
+  // rack lost a worker): the job fails with `why` (cut to 1 KiB) on every worker.
+  void ReportFailure(uint64_t ticket, const std::string& why);
+  // Confirms all-reduce `op` of a session to its streams (after RegistryHooks::check_agreed).
+  void ConfirmCheck(uint64_t session_id, uint64_t op);
 
   // Fails a session from outside (e.g. a hierarchy hook refused a worker), as a refusal of one of
   // its own does: only when `secret` is the job's (or there is no job yet).
@@ -215,7 +233,9 @@ class Registry {
   bool RankAliveLocked(const Job& job, uint32_t rank) const;
   // The single places where jobs enter and leave the switch.
   Status CreateJobLocked(const dataplane::JobSpec& spec, const std::string& secret);
-  void RemoveJobLocked(uint64_t session_id, const Status& why, Deferred& deferred);
+  // How a job ends, for RegistryHooks::job_ended.
+  enum class Ending { kClean, kFailed, kReplaced };
+  void RemoveJobLocked(uint64_t session_id, const Status& why, Deferred& deferred, Ending ending);
   // Marks the session failed (its sync calls fail for failure_memory), fails its rounds, ends its
   // streams and removes its job.
   void FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
@@ -226,6 +246,8 @@ class Registry {
   Status AdmitLocked(const Caller& caller);
   void ReleaseLocked(const std::string& client);
   void Touch(Job& job);
+  // Confirms all-reduce `op` to every stream of the job.
+  void ConfirmLocked(const Job& job, uint64_t op, Deferred& deferred);
   void LogRefusal(const std::string& what, const Caller& caller, const Status& why);
 
   const RegistryOptions options_;

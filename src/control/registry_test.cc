@@ -54,7 +54,8 @@ class RegistryTest : public ::testing::Test {
 
   void Make(const RegistryOptions& options) {
     registry_.reset();
-    registry_ = std::make_unique<Registry>(options, sw_.get(), [this] { return now_; });
+    registry_ = std::make_unique<Registry>(
+        options, sw_.get(), [this] { return now_; }, hooks_);
   }
 
   static RegisterRequest Req(uint64_t session, uint32_t rank, uint32_t n, uint32_t port,
@@ -111,9 +112,9 @@ class RegistryTest : public ::testing::Test {
 
   // Attaches rank's stream; *ended receives the stream's end status.
   uint64_t Attach(uint64_t session, uint32_t rank, std::shared_ptr<std::optional<Status>> ended,
-                  std::vector<uint64_t>* checked = nullptr) {
+                  std::vector<uint64_t>* checked = nullptr, const std::string& label = "") {
     const uint64_t ticket = registry_->NewTicket();
-    AttachRequest q{session, rank, kSecret};
+    AttachRequest q{session, rank, kSecret, label};
     Status st = registry_->Attach(
         ticket, q, At(kLocal), [ended](const Status& why) { *ended = why; },
         [checked](uint64_t op) {
@@ -130,6 +131,7 @@ class RegistryTest : public ::testing::Test {
 
   std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::time_point{} + 1h;
   std::unique_ptr<dataplane::LockedSwitch> sw_;
+  RegistryHooks hooks_;  // used by Make
   std::unique_ptr<Registry> registry_;
 };
 
@@ -429,6 +431,73 @@ TEST(RegistryHooksTest, CreatedAndRemovedAreReported) {
   ASSERT_TRUE(registry.Register(r, At(kLocal)).ok());
   ASSERT_TRUE(registry.Close({5, "", false, 0}, At(kLocal)).ok());
   EXPECT_EQ(events, (std::vector<std::string>{"+5", "-5"}));
+}
+
+// A top-of-rack switch's registry (runtime/uplink.h): streams named by their global rank, a check
+// its rack agreed on held until the upstream confirms it, a member's reported failure failing
+// the job with its reason, and every end of a job reported (OK for a clean close).
+TEST_F(RegistryTest, TopOfRackHooksHoldChecksAndReportHowJobsEnd) {
+  std::vector<std::string> agreed, ended;
+  hooks_.check_agreed = [&](uint64_t id, uint64_t op, uint64_t count, uint32_t dtype) {
+    agreed.push_back(std::to_string(id) + ":" + std::to_string(op) + ":" + std::to_string(count) +
+                     ":" + std::to_string(dtype));
+  };
+  hooks_.job_ended = [&](uint64_t id, const Status& why) {
+    ended.push_back(std::to_string(id) + ":" + (why.ok() ? "ok" : why.message()));
+  };
+  Make(RegistryOptions{});
+  Open(30, 2, 40000);
+  auto end0 = std::make_shared<std::optional<Status>>();
+  auto end1 = std::make_shared<std::optional<Status>>();
+  std::vector<uint64_t> checked0, checked1;
+  const uint64_t t0 = Attach(30, 0, end0, &checked0, "rank 6");
+  const uint64_t t1 = Attach(30, 1, end1, &checked1, "rank 7");
+  registry_->Report(t0, 1, 500, 1);
+  registry_->Report(t0, 1, 500, 1);  // a repeat counts once
+  EXPECT_TRUE(agreed.empty());
+  registry_->Report(t1, 1, 500, 1);
+  EXPECT_EQ(agreed, std::vector<std::string>{"30:1:500:1"});
+  EXPECT_TRUE(checked0.empty()) << "confirmed before the upstream did";
+  registry_->ConfirmCheck(30, 1);
+  EXPECT_EQ(checked0, std::vector<uint64_t>{1});
+  EXPECT_EQ(checked1, std::vector<uint64_t>{1});
+  // A disagreement names the workers by their labels.
+  registry_->Report(t0, 2, 500, 1);
+  registry_->Report(t1, 2, 600, 1);
+  ASSERT_TRUE(end0->has_value());
+  EXPECT_NE((*end0)->message().find("rank 6 passed 500 float32 elements, rank 7 600"),
+            std::string::npos)
+      << (*end0)->ToString();
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_NE(ended[0].find("30:session 30 failed: all-reduce 2"), std::string::npos) << ended[0];
+
+  // A member's reported failure fails the job on every other member, with its reason.
+  Open(31, 2, 40100);
+  auto end2 = std::make_shared<std::optional<Status>>();
+  auto end3 = std::make_shared<std::optional<Status>>();
+  const uint64_t t2 = Attach(31, 0, end2, nullptr, "rack 0 (ranks 0..1)");
+  Attach(31, 1, end3, nullptr, "rack 1 (ranks 2..3)");
+  registry_->ReportFailure(t2, "session 31 failed: rank 1 lost its control connection");
+  ASSERT_TRUE(end3->has_value());
+  EXPECT_EQ((*end3)->message(), "session 31 failed: rank 1 lost its control connection");
+  EXPECT_FALSE(SwitchHasJob(31));
+  ASSERT_EQ(ended.size(), 2u);
+
+  // A clean close is reported as OK; a lost stream names the label.
+  Open(32, 1, 40200);
+  ASSERT_TRUE(registry_->Close({32, kSecret, true, 0}, At(kLocal)).ok());
+  ASSERT_EQ(ended.size(), 3u);
+  EXPECT_EQ(ended[2], "32:ok");
+  Open(33, 2, 40300);
+  auto end4 = std::make_shared<std::optional<Status>>();
+  auto end5 = std::make_shared<std::optional<Status>>();
+  Attach(33, 0, end4);
+  const uint64_t t5 = Attach(33, 1, end5, nullptr, "rack 1 (ranks 2..3)");
+  registry_->Detach(t5);
+  ASSERT_TRUE(end4->has_value());
+  EXPECT_NE((*end4)->message().find("rack 1 (ranks 2..3) lost its control connection"),
+            std::string::npos)
+      << (*end4)->ToString();
 }
 
 }  // namespace

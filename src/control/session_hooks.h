@@ -7,13 +7,18 @@
 //   - AfterUdpSession once the worker is registered (a top-of-rack switch registers itself with
 //     its upstream switch when its rack's first rank opens the job): an error refuses the worker
 //     as any registration error does;
+//   - BeforeAttach and BeforeClose before a worker's stream is attached or its Close handled: they
+//     may rewrite the request (a top-of-rack switch maps the global rank to its rack's, and names
+//     the worker by its global rank in AttachRequest.member) or refuse it;
 //   - Barrier and Broadcast before the server's own rendezvous: a value (a Status or a result)
 //     answers the call instead (a top-of-rack switch forwards them to the upstream switch, where
-//     the whole job meets); std::nullopt lets the server handle it.
+//     the whole job meets, waiting at most until `deadline`, the caller's); std::nullopt lets the
+//     server handle it.
 // Thread-safety: called concurrently from the server's RPC threads; may block (within the
 // hooks' own timeouts).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 
@@ -25,6 +30,8 @@ namespace switchml_proto {
 class UdpSessionRequest;
 class BarrierRequest;
 class BroadcastRequest;
+class AttachRequest;
+class CloseRequest;
 }  // namespace switchml_proto
 
 namespace switchml::control {
@@ -34,9 +41,13 @@ class SessionHooks {
   virtual ~SessionHooks() = default;
   virtual Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request) = 0;
   virtual Status AfterUdpSession(const switchml_proto::UdpSessionRequest& request) = 0;
-  virtual std::optional<Status> Barrier(const switchml_proto::BarrierRequest& request) = 0;
+  virtual Status BeforeAttach(switchml_proto::AttachRequest* request) = 0;
+  virtual Status BeforeClose(switchml_proto::CloseRequest* request) = 0;
+  virtual std::optional<Status> Barrier(const switchml_proto::BarrierRequest& request,
+                                        std::chrono::system_clock::time_point deadline) = 0;
   virtual std::optional<Result<uint64_t>> Broadcast(
-      const switchml_proto::BroadcastRequest& request) = 0;
+      const switchml_proto::BroadcastRequest& request,
+      std::chrono::system_clock::time_point deadline) = 0;
 };
 
 }  // namespace switchml::control

@@ -238,6 +238,8 @@ Status Context::Impl::Setup() {
   RETURN_IF_ERROR(rendezvous->Barrier());
   // The stream may have been refused, or the job failed, meanwhile.
   if (failure->is_set()) return failure->Get();
+  // From now on a switch that went away fails a barrier at once instead of being waited for.
+  control->set_wait_for_ready(false);
   // The switch's data plane: at the address it names, or (0) where its control plane is.
   const Endpoint switch_data{reply.switch_ipv4 != 0 ? reply.switch_ipv4 : switch_ip,
                              reply.data_port};
@@ -284,8 +286,14 @@ Status Context::Impl::Setup() {
 Status Context::Impl::Register(const control::UdpSessionArgs& args,
                                control::UdpSessionReply* reply) {
   ASSIGN_OR_RETURN(*reply, control->UdpSession(args));
+  // (The stream ends before the control client is destroyed: the callback may use it.)
   attachment = control->Attach(session_id, config.rank, config.job_secret,
-                               [latch = failure](const Status& why) { latch->Set(why); });
+                               [latch = failure, client = control.get()](const Status& why) {
+                                 latch->Set(why);
+                                 // A barrier under way ends too: its peers or the switch are
+                                 // not coming.
+                                 client->CancelCalls(why);
+                               });
   return Status();
 }
 
@@ -399,7 +407,15 @@ Status Context::WaitForAll() {
   return first;
 }
 
-Status Context::Barrier() { return impl_->rendezvous->Barrier(); }
+Status Context::Barrier() {
+  // After a failure (a dead peer or switch, a failed check) the job cannot go on: say why at
+  // once instead of meeting the peers (or a switch that is gone).
+  if (impl_->failure->is_set()) {
+    const Status f = impl_->failure->Get();
+    return Status(f.code(), "this context failed earlier and cannot be used: " + f.message());
+  }
+  return impl_->rendezvous->Barrier();
+}
 
 uint64_t Context::session_id() const { return impl_->session_id; }
 const Config& Context::config() const { return impl_->config; }

@@ -184,12 +184,22 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
     copts.registry.authenticated_data_unsupported =
         "this switch is a top-of-rack switch of a two-level hierarchy (--upstream), which does "
         "not authenticate the partial sums it exchanges with its upstream switch";
+    // Liveness and tensor checks across both levels (uplink.h).
+    Uplink* uplink = d->uplink_.get();
+    copts.registry_hooks.job_ended = [uplink](uint64_t id, const Status& why) {
+      uplink->OnJobEnded(id, why);
+    };
+    copts.registry_hooks.check_agreed = [uplink](uint64_t id, uint64_t op, uint64_t count,
+                                                 uint32_t dtype) {
+      uplink->OnCheckAgreed(id, op, count, dtype);
+    };
     LOG(kInfo, kControl) << "top of rack " << options.rack_index << " of " << options.racks
                          << " under the upstream switch " << options.upstream;
   }
   auto c = control::ControlServer::Start(copts, d->switch_.get());
   if (!c.ok()) return c.status();
   d->control_ = std::move(c).value();
+  if (d->uplink_) d->uplink_->set_registry(&d->control_->registry());
   for (auto& s : d->shards_) s->thread = std::thread([p = d.get(), s = s.get()] { p->Run(*s); });
   return d;
 }
@@ -200,6 +210,9 @@ void SwitchDaemon::Stop() {
   if (stop_.exchange(true)) return;
   if (uplink_) uplink_->Shutdown();
   if (control_) control_->Shutdown();
+  // No RPC runs any more: end the uplink (its task thread may still use the registry).
+  if (uplink_) uplink_->set_registry(nullptr);
+  uplink_.reset();
   for (auto& s : shards_) s->transport->Wake();
   for (auto& s : shards_) {
     if (s->thread.joinable()) s->thread.join();

@@ -56,9 +56,45 @@ Uplink::Uplink(const UplinkOptions& options, dataplane::LockedSwitch* sw)
     : options_(options),
       sw_(sw),
       setup_client_(options.upstream, options.timeout),
-      sync_client_(options.upstream, options.sync_timeout) {}
+      sync_client_(options.upstream, options.sync_timeout) {
+  tasks_thread_ = std::thread([this] { RunTasks(); });
+}
 
-Uplink::~Uplink() = default;
+Uplink::~Uplink() {
+  Shutdown();
+  {
+    std::lock_guard lock(mu_);
+    tasks_stop_ = true;
+  }
+  tasks_cv_.notify_all();
+  if (tasks_thread_.joinable()) tasks_thread_.join();
+}
+
+void Uplink::Post(std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  tasks_cv_.notify_all();
+}
+
+void Uplink::RunTasks() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    tasks_cv_.wait(lock, [&] { return tasks_stop_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;  // stopping, and nothing left to do
+    std::function<void()> task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    task();
+    lock.lock();
+  }
+}
+
+void Uplink::set_registry(control::Registry* registry) {
+  std::lock_guard lock(mu_);
+  registry_ = registry;
+}
 
 Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
   const uint32_t global_rank = request->rank();
@@ -84,6 +120,12 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
   std::unique_lock lock(mu_);
   if (local_rank == 0) {
     opened_.erase(request->session_id());  // (re)opening: wait for this registration
+    Session& s = sessions_[request->session_id()];
+    if (s.upstream) {
+      // A new rank 0 re-creates the job: the old incarnation's stream ends (off this thread).
+      Post([old = std::move(s.upstream)]() mutable { old.reset(); });
+    }
+    s = Session{rack, global_n, request->job_secret(), nullptr};
     return Status::Ok();
   }
   // The rack's local rank 0 creates the ToR's job and opens the upstream: wait for it.
@@ -103,6 +145,34 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
 Status Uplink::AfterUdpSession(const switchml_proto::UdpSessionRequest& request) {
   if (request.rank() != 0) return Status::Ok();
   Status st = OpenUpstream(request);
+  if (st.ok()) {
+    // The ToR's own stream to the spine: the spine fails the job when this ToR goes away, and
+    // this ToR fails its rack's job when the spine fails it (a worker in another rack died).
+    const uint64_t id = request.session_id();
+    const std::string secret = request.job_secret();
+    RackPlacement rack;
+    {
+      std::lock_guard lock(mu_);
+      rack = sessions_[id].rack;
+    }
+    const std::string member = "rack " + std::to_string(options_.rack_index) + " (ranks " +
+                               RankRange(rack.first_rank, rack.num_workers) + ")";
+    std::shared_ptr<control::Attachment> upstream = setup_client_.Attach(
+        id, options_.rack_index, secret,
+        [this, id, secret](const Status& why) {
+          control::Registry* registry;
+          {
+            std::lock_guard lock(mu_);
+            registry = registry_;
+          }
+          if (registry != nullptr) registry->Fail(id, secret, why);
+        },
+        member);
+    std::lock_guard lock(mu_);
+    Session& s = sessions_[id];
+    if (s.upstream) Post([old = std::move(s.upstream)]() mutable { old.reset(); });
+    s.upstream = std::move(upstream);
+  }
   if (!st.ok()) {
     st = Status(st.code(), "rack " + std::to_string(options_.rack_index) +
                                " cannot join the upstream switch " + options_.upstream + ": " +
@@ -128,6 +198,7 @@ Status Uplink::OpenUpstream(const switchml_proto::UdpSessionRequest& request) {
   args.max_outstanding_packets = request.max_outstanding_packets();
   args.running_tsi = request.running_tsi();
   args.size = static_cast<proto::SizeCode>(request.packet_size());
+  args.job_secret = request.job_secret();
   ASSIGN_OR_RETURN(control::UdpSessionReply reply, setup_client_.UdpSession(args));
   dataplane::UpstreamSpec up;
   up.ipv4 = reply.switch_ipv4;
@@ -150,21 +221,128 @@ Status Uplink::OpenUpstream(const switchml_proto::UdpSessionRequest& request) {
   return Status::Ok();
 }
 
+Status Uplink::BeforeAttach(switchml_proto::AttachRequest* request) {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(request->session_id());
+  const std::string session = "session " + std::to_string(request->session_id());
+  if (it == sessions_.end()) {
+    return FailedPreconditionError(session +
+                                   " is not open on this top-of-rack switch: attach after "
+                                   "registering (UdpSession)");
+  }
+  const RackPlacement& rack = it->second.rack;
+  const uint32_t global_rank = request->rank();
+  if (global_rank < rack.first_rank || global_rank - rack.first_rank >= rack.num_workers) {
+    return InvalidArgumentError(session + ": rank " + std::to_string(global_rank) +
+                                " is not in this top-of-rack switch's rack (ranks " +
+                                RankRange(rack.first_rank, rack.num_workers) + ")");
+  }
+  request->set_rank(global_rank - rack.first_rank);
+  request->set_member("rank " + std::to_string(global_rank));
+  return Status::Ok();
+}
+
+Status Uplink::BeforeClose(switchml_proto::CloseRequest* request) {
+  if (!request->has_rank()) return Status::Ok();
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(request->session_id());
+  if (it == sessions_.end()) return Status::Ok();  // the registry says it is not open
+  const RackPlacement& rack = it->second.rack;
+  const uint32_t global_rank = request->rank();
+  if (global_rank < rack.first_rank || global_rank - rack.first_rank >= rack.num_workers) {
+    return InvalidArgumentError("session " + std::to_string(request->session_id()) + ": rank " +
+                                std::to_string(global_rank) +
+                                " is not in this top-of-rack switch's rack (ranks " +
+                                RankRange(rack.first_rank, rack.num_workers) + ")");
+  }
+  request->set_rank(global_rank - rack.first_rank);
+  return Status::Ok();
+}
+
+void Uplink::OnJobEnded(uint64_t session_id, const Status& why) {
+  Session s;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return;
+    s = std::move(it->second);
+    sessions_.erase(it);
+    opened_.erase(session_id);
+  }
+  if (!s.upstream) return;
+  // Off this thread (an RPC's): the upstream calls may block for a moment.
+  Post([this, session_id, why, s = std::move(s)]() mutable {
+    if (why.ok()) {
+      // The rack closed the job: so does this ToR at the spine (the job's slots there are freed
+      // once every rack closed), and then its stream ends cleanly.
+      Status st = setup_client_.Close(session_id, s.secret, options_.rack_index,
+                                      std::chrono::milliseconds(2000));
+      if (!st.ok() && st.code() != StatusCode::kNotFound) {
+        LOG(kWarning, kControl) << "session " << session_id << ": closing it at the upstream "
+                                << options_.upstream << " failed: " << st.ToString();
+      }
+    } else {
+      // The rack's job failed (e.g. a worker died): the spine fails it on every rack, with why.
+      s.upstream->Fail(why);
+    }
+    s.upstream.reset();
+  });
+}
+
+void Uplink::OnCheckAgreed(uint64_t session_id, uint64_t op, uint64_t count, uint32_t dtype) {
+  std::shared_ptr<control::Attachment> upstream;
+  control::Registry* registry;
+  {
+    std::lock_guard lock(mu_);
+    registry = registry_;
+    auto it = sessions_.find(session_id);
+    if (it != sessions_.end()) upstream = it->second.upstream;
+  }
+  if (registry == nullptr) return;
+  if (!upstream) {
+    registry->ConfirmCheck(session_id, op);  // (no upstream job: nothing to compare with)
+    return;
+  }
+  // Confirmed to the rack once every rack agreed; a disagreement fails the job at the spine,
+  // which ends our stream and so fails the rack's job (on_failure).
+  upstream->Announce(op, count, dtype, [this, session_id, op](const Status& st) {
+    if (!st.ok()) return;
+    control::Registry* registry;
+    {
+      std::lock_guard lock(mu_);
+      registry = registry_;
+    }
+    if (registry != nullptr) registry->ConfirmCheck(session_id, op);
+  });
+}
+
 void Uplink::Shutdown() {
+  std::vector<std::shared_ptr<control::Attachment>> streams;
   {
     std::lock_guard lock(mu_);
     shutting_down_ = true;
+    for (auto& [id, s] : sessions_) {
+      if (s.upstream) streams.push_back(std::move(s.upstream));
+    }
+    sessions_.clear();
   }
   cv_.notify_all();
+  streams.clear();  // each waits until its stream has ended
 }
 
-std::optional<Status> Uplink::Barrier(const switchml_proto::BarrierRequest& request) {
-  return sync_client_.Barrier(request.session_id(), request.num_workers());
+std::optional<Status> Uplink::Barrier(const switchml_proto::BarrierRequest& request,
+                                      std::chrono::system_clock::time_point deadline) {
+  std::optional<uint32_t> rank;
+  if (request.has_rank()) rank = request.rank();
+  return sync_client_.Barrier(request.session_id(), request.num_workers(), request.job_secret(),
+                              rank, deadline);
 }
 
-std::optional<Result<uint64_t>> Uplink::Broadcast(const switchml_proto::BroadcastRequest& request) {
+std::optional<Result<uint64_t>> Uplink::Broadcast(const switchml_proto::BroadcastRequest& request,
+                                                  std::chrono::system_clock::time_point deadline) {
   return sync_client_.Broadcast(request.session_id(), request.value(), request.rank(),
-                                request.num_workers(), request.root());
+                                request.num_workers(), request.root(), request.job_secret(),
+                                deadline);
 }
 
 }  // namespace switchml::runtime

@@ -16,7 +16,18 @@
 //     without its upstream. The workers' own handshake orders the spine's registrations: global
 //     rank 0 (rack 0's local rank 0) registers alone first, and its UdpSession returns only once
 //     rack 0's ToR has opened the spine's job.
-//   - Barrier and Broadcast are forwarded to the spine, where the whole job meets.
+//   - Barrier and Broadcast are forwarded to the spine, where the whole job meets (with the job's
+//     secret and the caller's rank), waiting no longer than the caller does.
+//   - Liveness and tensor checks span both levels: the ToR attaches its own stream to the spine
+//     (as "rack r (ranks a..b)") when it opens the upstream job, and takes its workers' Attach
+//     streams (global rank mapped to the rack's, errors naming the global rank). An all-reduce
+//     check its rack agreed on is announced up and confirmed to the rack only when the spine
+//     confirms it (every rack agreed). A failure of the ToR's job (a worker's stream broke, a
+//     check failed in the rack) is reported up the stream with its reason, and the spine fails
+//     the job on every rack with it; a failure at the spine ends the ToR's stream, and the ToR
+//     fails its job with the spine's reason. A job its rack closed is closed at the spine too.
+//     (The ControlServer calls OnJobEnded and OnCheckAgreed through its RegistryHooks; the
+//     Uplink reaches the ToR's registry through set_registry.)
 // A switch with an uplink serves hierarchical jobs only.
 //
 // Thread-safety: all methods are thread-safe (called from the ControlServer's RPC threads).
@@ -25,13 +36,18 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "control/control_client.h"
+#include "control/registry.h"
 #include "control/session_hooks.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
@@ -51,7 +67,8 @@ struct UplinkOptions {
   uint32_t num_data_ports = 1;
   // Session setup calls to the upstream, and the wait of a rack's ranks for its local rank 0.
   std::chrono::milliseconds timeout{30000};
-  // Forwarded barriers and broadcasts (they wait for the whole job).
+  // Forwarded barriers and broadcasts (they wait for the whole job), at most: a call waits no
+  // longer than its caller's deadline either.
   std::chrono::milliseconds sync_timeout{std::chrono::minutes(10)};
   Status Validate() const;
 };
@@ -72,15 +89,39 @@ class Uplink final : public control::SessionHooks {
 
   Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request) override;
   Status AfterUdpSession(const switchml_proto::UdpSessionRequest& request) override;
-  std::optional<Status> Barrier(const switchml_proto::BarrierRequest& request) override;
+  Status BeforeAttach(switchml_proto::AttachRequest* request) override;
+  Status BeforeClose(switchml_proto::CloseRequest* request) override;
+  std::optional<Status> Barrier(const switchml_proto::BarrierRequest& request,
+                                std::chrono::system_clock::time_point deadline) override;
   std::optional<Result<uint64_t>> Broadcast(
-      const switchml_proto::BroadcastRequest& request) override;
-  // Releases calls waiting for their rack's first rank (they fail with UNAVAILABLE) and makes
-  // later ones fail at once: call before shutting the control server down.
+      const switchml_proto::BroadcastRequest& request,
+      std::chrono::system_clock::time_point deadline) override;
+
+  // The ToR's registry (the ControlServer's), once it runs; not owned, must outlive the Uplink
+  // or be reset to nullptr first.
+  void set_registry(control::Registry* registry);
+  // RegistryHooks of the ToR's registry: its job for `session_id` ended (OK: closed or expired;
+  // else the failure), and its rack agreed on all-reduce `op`.
+  void OnJobEnded(uint64_t session_id, const Status& why);
+  void OnCheckAgreed(uint64_t session_id, uint64_t op, uint64_t count, uint32_t dtype);
+
+  // Releases calls waiting for their rack's first rank (they fail with UNAVAILABLE), makes later
+  // ones fail at once and ends the upstream streams (the spine fails those jobs): call before
+  // shutting the control server down.
   void Shutdown();
 
  private:
+  struct Session {
+    RackPlacement rack;
+    uint32_t global_workers = 0;
+    std::string secret;
+    std::shared_ptr<control::Attachment> upstream;  // the ToR's stream to the spine
+  };
   Status OpenUpstream(const switchml_proto::UdpSessionRequest& request);
+  // Runs `task` on the Uplink's own thread (calls to the spine that may block, and the end of
+  // upstream streams, which waits for gRPC).
+  void Post(std::function<void()> task);
+  void RunTasks();
 
   const UplinkOptions options_;
   dataplane::LockedSwitch* const sw_;
@@ -90,7 +131,14 @@ class Uplink final : public control::SessionHooks {
   std::condition_variable cv_;
   // Sessions whose local rank 0 registered: OK once the upstream is set, or why it failed.
   std::map<uint64_t, Status> opened_;
+  // Sessions with a job on this ToR (created when a rank registers).
+  std::map<uint64_t, Session> sessions_;
+  control::Registry* registry_ = nullptr;
   bool shutting_down_ = false;
+  std::deque<std::function<void()>> tasks_;
+  bool tasks_stop_ = false;
+  std::condition_variable tasks_cv_;
+  std::thread tasks_thread_;
 };
 
 }  // namespace switchml::runtime
