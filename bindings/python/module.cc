@@ -336,6 +336,9 @@ PYBIND11_MODULE(_core, m) {
                        "a packet's retransmission timeout before round trips are measured");
   config.def_readwrite("min_timeout", &Config::min_timeout, "the retransmission timeout's floor");
   config.def_readwrite("max_timeout", &Config::max_timeout, "the retransmission timeout's ceiling");
+  config.def_readwrite("early_retransmit_after", &Config::early_retransmit_after,
+                       "re-send a packet whose result is still missing once the results of "
+                       "this many packets sent after it arrived (TCP's fast retransmit); 0: off");
   config.def_readwrite("timeout_threshold", &Config::timeout_threshold, "back-off threshold");
   config.def_readwrite("timeout_threshold_increment", &Config::timeout_threshold_increment,
                        "back-off threshold increment");
@@ -376,6 +379,9 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("rank", [](WorkerContext& c) { return c.context().config().rank; })
       .def_property_readonly("num_workers",
                              [](WorkerContext& c) { return c.context().config().num_workers; })
+      .def_property_readonly(
+          "config", [](WorkerContext& c) { return c.context().config(); },
+          "A copy of the Config this context runs with (session_id as given, 0 if picked).")
       .def("stats", [](WorkerContext& c) {
         const ContextStats s = c.context().stats();
         py::dict d;

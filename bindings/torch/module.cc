@@ -12,10 +12,44 @@
 namespace py = pybind11;
 using switchml::torch_backend::ProcessGroupSwitchML;
 
+namespace {
+
+// The Python object's reference to the process group, dropped without the GIL: destroying the
+// group destroys its Gloo fallback, whose worker threads may be releasing a finished work whose
+// tensors belong to Python objects, which takes the GIL. Dropped with the GIL held (pybind's
+// default), that is a deadlock: the main thread waits for the worker thread in ~ProcessGroupGloo
+// and the worker thread for the GIL (torch gives its own process groups such a holder too).
+template <typename T>
+class ReleaseWithoutGil {
+ public:
+  ReleaseWithoutGil() = default;
+  // A new object (pybind taking ownership of a raw pointer): its first reference.
+  explicit ReleaseWithoutGil(T* p) : ptr_(c10::intrusive_ptr<T>::unsafe_steal_from_new(p)) {}
+  ReleaseWithoutGil(c10::intrusive_ptr<T> p) : ptr_(std::move(p)) {}  // NOLINT: implicit
+  ReleaseWithoutGil(const ReleaseWithoutGil&) = default;
+  ReleaseWithoutGil& operator=(const ReleaseWithoutGil&) = default;
+  ~ReleaseWithoutGil() {
+    if (ptr_ && PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      ptr_.reset();
+    }
+  }
+  T* get() const { return ptr_.get(); }
+  T& operator*() const { return *ptr_; }
+  T* operator->() const { return ptr_.get(); }
+
+ private:
+  c10::intrusive_ptr<T> ptr_;
+};
+
+}  // namespace
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, ReleaseWithoutGil<T>, true);
+
 PYBIND11_MODULE(_torch, m) {
   py::module_::import("torch.distributed");  // registers c10d::ProcessGroup and Store
   m.doc() = "The switchml torch.distributed backend (use `import switchml.torch`)";
-  py::class_<ProcessGroupSwitchML, c10::intrusive_ptr<ProcessGroupSwitchML>, c10d::ProcessGroup>(
+  py::class_<ProcessGroupSwitchML, ReleaseWithoutGil<ProcessGroupSwitchML>, c10d::ProcessGroup>(
       m, "ProcessGroupSwitchML")
       .def(
           py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -26,7 +60,8 @@ PYBIND11_MODULE(_torch, m) {
                       std::optional<uint32_t> max_outstanding_packets,
                       std::optional<uint32_t> packet_numel, std::optional<std::string> bind_address,
                       std::optional<std::string> transport, std::optional<bool> busy_poll,
-                      std::optional<std::chrono::milliseconds> peer_timeout) {
+                      std::optional<std::chrono::milliseconds> peer_timeout,
+                      std::optional<uint32_t> early_retransmit_after) {
             // Options left None keep switchml::Config's defaults.
             switchml::Config c;
             c.switch_host = switch_host;
@@ -40,6 +75,7 @@ PYBIND11_MODULE(_torch, m) {
             if (transport) c.transport = *transport;
             if (busy_poll) c.busy_poll = *busy_poll;
             if (peer_timeout) c.peer_timeout = *peer_timeout;
+            if (early_retransmit_after) c.early_retransmit_after = *early_retransmit_after;
             return c10::make_intrusive<ProcessGroupSwitchML>(store, rank, size, c, fallback);
           }),
           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("fallback"),
@@ -48,8 +84,13 @@ PYBIND11_MODULE(_torch, m) {
           py::arg("max_outstanding_packets") = py::none(), py::arg("packet_numel") = py::none(),
           py::arg("bind_address") = py::none(), py::arg("transport") = py::none(),
           py::arg("busy_poll") = py::none(), py::arg("peer_timeout") = py::none(),
-          py::call_guard<py::gil_scoped_release>())
+          py::arg("early_retransmit_after") = py::none(), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("session_id", &ProcessGroupSwitchML::session_id)
+      .def_property_readonly(
+          "early_retransmit_after",
+          [](const ProcessGroupSwitchML& pg) { return pg.config().early_retransmit_after; })
+      .def_property_readonly(
+          "window", [](const ProcessGroupSwitchML& pg) { return pg.config().OutstandingPackets(); })
       .def_property_readonly("switch_calls", &ProcessGroupSwitchML::switch_calls)
       .def_property_readonly("fallback_calls", &ProcessGroupSwitchML::fallback_calls);
 }

@@ -17,6 +17,7 @@ from the environment:
     SWITCHML_TRANSPORT=udp|udp-plain
     SWITCHML_BUSY_POLL=0|1
     SWITCHML_PEER_TIMEOUT=SECONDS  an all-reduce fails when no result comes for this long (10)
+    SWITCHML_EARLY_RETRANSMIT=N    re-send a packet once N later ones got results (0: off)
     SWITCHML_SETUP_TIMEOUT=SECONDS joining the switch fails after this long (the group's
                                    timeout, at most 60)
 
@@ -49,6 +50,7 @@ class Options:
     busy_poll: Optional[bool] = None
     peer_timeout: Optional[float] = None  # seconds
     setup_timeout: Optional[float] = None  # seconds
+    early_retransmit: Optional[int] = None  # Config::early_retransmit_after (0: off)
     session_id: int = 0  # 0: rank 0 picks a random one and shares it through the store
 
 
@@ -72,6 +74,9 @@ def _resolve(options, group_timeout):
     if not port.isdigit() and port != "":
         raise ValueError(f"switchml: switch address {switch!r} is not host[:port]")
     peer_timeout = pick(o.peer_timeout, "SWITCHML_PEER_TIMEOUT", None, float)
+    early = pick(o.early_retransmit, "SWITCHML_EARLY_RETRANSMIT", None, int)
+    if early is not None and not 0 <= early <= 1_000_000:
+        raise ValueError(f"switchml: early_retransmit={early} is not in [0, 1000000] (0: off)")
     return dict(
         switch_host=host,
         control_port=int(port) if port else DEFAULT_CONTROL_PORT,
@@ -87,6 +92,7 @@ def _resolve(options, group_timeout):
         transport=pick(o.transport, "SWITCHML_TRANSPORT", None, str),
         busy_poll=pick(o.busy_poll, "SWITCHML_BUSY_POLL", None, lambda s: s not in ("0", "")),
         peer_timeout=None if peer_timeout is None else datetime.timedelta(seconds=peer_timeout),
+        early_retransmit_after=early,
     )
 
 

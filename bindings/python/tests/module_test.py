@@ -60,7 +60,8 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual(c.setup_timeout, datetime.timedelta(seconds=1.5))
         c.base_rtt = datetime.timedelta(microseconds=250)
         self.assertEqual(c.base_rtt, datetime.timedelta(microseconds=250))
-        for field in ("link_gbps", "min_timeout", "max_timeout", "max_outstanding_packets"):
+        for field in ("link_gbps", "min_timeout", "max_timeout", "max_outstanding_packets",
+                      "early_retransmit_after"):
             self.assertTrue(hasattr(c, field), field)
         c.packet_numel = 100
         with self.assertRaisesRegex(switchml.SwitchMLError, "use 64 or 256"):
@@ -160,6 +161,16 @@ class AllReduceTest(unittest.TestCase):
             self.assertEqual(session, res[0][2])
             for i, o in enumerate(outs):
                 np.testing.assert_array_equal(o, np.full(1000 * (i + 1), 1 + 2 * i, np.int32))
+
+    def test_early_retransmission_option(self):
+        def body(ctx, r):
+            x = np.arange(100000, dtype=np.int32) * (r + 1)
+            ctx.allreduce(x, out=x)
+            return x, ctx.config.early_retransmit_after, ctx.config.num_workers
+
+        for x, after, n in self.run_job(3, body, early_retransmit_after=2):
+            np.testing.assert_array_equal(x, np.arange(100000, dtype=np.int32) * 6)
+            self.assertEqual((after, n), (2, 3))
 
     def test_wrong_dtype_and_size(self):
         def body(ctx, r):

@@ -239,6 +239,37 @@ def concurrent_groups_body(rank, world):
     return {"ok": ok, "sessions": sessions}
 
 
+def options_body(rank, world):
+    # WORLD's early retransmission from the environment, a second group's from pg_options.
+    second = dist.new_group(backend="switchml",
+                            pg_options=swtorch.Options(early_retransmit=1, window=64))
+    ok = True
+    for group in (None, second):
+        t = torch.arange(50000, dtype=torch.int32) * (rank + 1)
+        dist.all_reduce(t, group=group)
+        ok = ok and bool((t == torch.arange(50000, dtype=torch.int32) *
+                          sum(r + 1 for r in range(world))).all())
+    return {"ok": ok, "world": (dist.group.WORLD.early_retransmit_after, dist.group.WORLD.window),
+            "second": (second.early_retransmit_after, second.window)}
+
+
+def destroy_with_fallback_work_pending_body(rank, world):
+    # Rank 0 destroys the group while a collective of the Gloo fallback, whose tensor Python no
+    # longer holds, still waits for rank 1: ~ProcessGroupGloo waits for it to end, then Gloo's
+    # worker thread releases it, and the tensor with it, which takes the GIL. This hung (rank 0)
+    # while the group's Python object released its reference with the GIL held.
+    group = dist.new_group(backend="switchml")
+    t = torch.full((4,), float(rank))
+    if rank == 0:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group, async_op=True)
+        del t
+    else:
+        time.sleep(1.0)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    dist.destroy_process_group(group)
+    return True
+
+
 def noop_body(rank, world):
     return None
 
@@ -293,6 +324,32 @@ class TorchBackendTest(unittest.TestCase):
             self.assertTrue(out["ok"])
         self.assertEqual(res[0]["sessions"], res[1]["sessions"])
         self.assertNotEqual(res[0]["sessions"][0], res[0]["sessions"][1])
+
+    def test_options_reach_the_library(self):
+        res = run_job(self, 2, options_body, env={"SWITCHML_EARLY_RETRANSMIT": "3",
+                                                  "SWITCHML_WINDOW": "128"})
+        for out in res:
+            self.assertTrue(out["ok"])
+            self.assertEqual(out["world"], (3, 128))
+            self.assertEqual(out["second"], (1, 64))
+
+    def test_bad_options_raise_value_error(self):
+        timeout = datetime.timedelta(seconds=30)
+        with self.assertRaisesRegex(ValueError, "early_retransmit=-1"):
+            swtorch._resolve(swtorch.Options(early_retransmit=-1), timeout)
+        os.environ["SWITCHML_EARLY_RETRANSMIT"] = "x"
+        try:
+            with self.assertRaisesRegex(ValueError, "SWITCHML_EARLY_RETRANSMIT='x'"):
+                swtorch._resolve(None, timeout)
+        finally:
+            del os.environ["SWITCHML_EARLY_RETRANSMIT"]
+        self.assertIsNone(swtorch._resolve(None, timeout)["early_retransmit_after"])
+        self.assertEqual(swtorch._resolve(swtorch.Options(early_retransmit=0),
+                                          timeout)["early_retransmit_after"], 0)
+
+    def test_destroying_a_group_with_fallback_work_pending_does_not_hang(self):
+        self.assertEqual(run_job(self, 2, destroy_with_fallback_work_pending_body, timeout=30),
+                         [True, True])
 
     def test_unreachable_switch_raises(self):
         start = time.monotonic()
