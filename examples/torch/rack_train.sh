@@ -8,25 +8,27 @@
 # rack cannot be made.
 #
 #   rack_train.sh BUILD_DIR [--workers 4,8] [--rate 1gbit] [--script train_rec.py]
-#                 [--json FILE] [--plot FILE.png] [-- TRAINING_SCRIPT_FLAGS...]
+#                 [--json FILE] [--plot FILE.png] [--backends gloo,switchml]
+#                 [-- TRAINING_SCRIPT_FLAGS...]
 #
 # --script: train_rec.py (default; the communication-bound recommendation model) or
 # train_digits.py (the compute-bound MLP; e.g. `-- --hidden 2048 --epochs 1 --warmup 5`).
-# Prints one RACK_TRAIN line per worker count; fails when a run fails or the two backends'
+# --backends: run only these (e.g. one, under perf); the comparison needs both. Prints one
+# RACK_TRAIN line per worker count; fails when a run fails or the two backends'
 # accuracies differ by more than 0.5 points. docs/python.md has the measured figures.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
 if [ "${1:-}" = "--inside" ]; then  # run by rack.sh inside the rack (RACK_* in the environment)
-  build=$2 workers=$3 script=$4 out=$5
-  shift 5
+  build=$2 workers=$3 script=$4 out=$5 backends=$6
+  shift 6
   ip netns exec "$RACK_SWITCH_NS" "$build/tools/switchml" switch --bind "$RACK_SWITCH_IP" \
     --log-level warning >"$out/switch-$workers.log" 2>&1 &
   switch_pid=$!
   trap 'kill "$switch_pid" 2>/dev/null || true' EXIT
   read -r -a ips <<<"$RACK_WORKER_IPS"
   port=29500
-  for backend in gloo switchml; do
+  for backend in ${backends//,/ }; do
     port=$((port + 1))
     pids=()
     for ((r = 0; r < workers; r++)); do
@@ -49,10 +51,10 @@ if [ "${1:-}" = "--inside" ]; then  # run by rack.sh inside the rack (RACK_* in 
   exit 0
 fi
 
-usage="usage: rack_train.sh BUILD_DIR [--workers N[,N...]] [--rate R] [--script S] [--json F] [--plot F] [-- FLAGS...]"
+usage="usage: rack_train.sh BUILD_DIR [--workers N[,N...]] [--rate R] [--script S] [--json F] [--plot F] [--backends B[,B]] [-- FLAGS...]"
 build=$(cd "${1:?$usage}" && pwd)
 shift
-workers_list=4 rate=1gbit script=train_rec.py json="" plot=""
+workers_list=4 rate=1gbit script=train_rec.py json="" plot="" backends=gloo,switchml
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case "$1" in
     --workers) workers_list=$2 ;;
@@ -60,6 +62,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     --script) script=$2 ;;
     --json) json=$2 ;;
     --plot) plot=$2 ;;
+    --backends) backends=$2 ;;
     *)
       echo "$usage" >&2
       exit 2
@@ -86,11 +89,12 @@ IFS=, read -r -a counts <<<"$workers_list"
 for workers in "${counts[@]}"; do
   rc=0
   "$here/../../scripts/rack.sh" run --workers "$workers" --rate "$rate" -- \
-    bash "$0" --inside "$build" "$workers" "$script" "$out" "$@" || rc=$?
+    bash "$0" --inside "$build" "$workers" "$script" "$out" "$backends" "$@" || rc=$?
   [ "$rc" = 77 ] && {
     echo "SKIPPED: the rack cannot be made here (needs root and iproute2)"
     exit 77
   }
   [ "$rc" = 0 ] || exit "$rc"
 done
+[ "$backends" = gloo,switchml ] || exit 0  # one backend (e.g. for profiling): no comparison
 /usr/bin/python3 "$here/rack_report.py" "$out" "$workers_list" "$rate" "$script" "$json" "$plot"

@@ -11,7 +11,6 @@ compare_digits.py runs it with gloo and with switchml and compares the two.
 import argparse
 import json
 import os
-import time
 
 import numpy as np
 import torch
@@ -20,6 +19,8 @@ import torch.nn as nn
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import step_timing
 
 
 def load_data(seed):
@@ -61,11 +62,13 @@ def perturbed_allreduce_hook(generator, relative):
 
 
 def train(rank, world, backend, epochs=20, batch_size=16, lr=0.05, seed=0, perturb=0.0, hidden=256,
-          layers=2, warmup=0):
+          layers=2, warmup=0, measure_allreduce=False):
     """Trains on this rank's shard; returns the per-iteration losses (this rank's batch), the
     test accuracy of the final model and the training loop's iterations per second, not counting
     the first `warmup` iterations (their time is setup: first touch of buffers, the backend's
-    first all-reduce). perturb > 0 adds perturbed_allreduce_hook(perturb)."""
+    first all-reduce). perturb > 0 adds perturbed_allreduce_hook(perturb). With
+    measure_allreduce, also the time of the bare all-reduce of the model's gradients
+    (step_timing.measure_allreduce)."""
     if backend == "switchml":
         import switchml.torch  # noqa: F401 - registers the backend
     torch.set_num_threads(1)
@@ -78,31 +81,33 @@ def train(rank, world, backend, epochs=20, batch_size=16, lr=0.05, seed=0, pertu
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     g = torch.Generator().manual_seed(seed)
     n = len(x_train) // world * world  # every rank runs the same number of iterations
-    losses, step_seconds = [], []
+    losses = []
+    timer = step_timing.StepTimer(warmup)
     dist.barrier()
-    start = time.perf_counter()
     for _ in range(epochs):
         order = torch.randperm(len(x_train), generator=g)[:n]
         shard = order[rank::world]
         for i in range(0, len(shard) - batch_size + 1, batch_size):
+            timer.start()
             idx = shard[i:i + batch_size]
-            if len(losses) == warmup:
-                start = time.perf_counter()
-            step_start = time.perf_counter()
+            timer.mark("data")
             opt.zero_grad()
             loss = nn.functional.cross_entropy(model(x_train[idx]), y_train[idx])
-            loss.backward()
+            timer.mark("forward")
+            loss.backward()  # DDP's all-reduces: started during backward, waited for at its end
+            timer.mark("backward")
             opt.step()
+            timer.mark("optimizer")
             losses.append(loss.item())
-            step_seconds.append(time.perf_counter() - step_start)
-    seconds = time.perf_counter() - start
+            timer.stop()
     with torch.no_grad():
         accuracy = (model(x_test).argmax(1) == y_test).float().mean().item() * 100
-    timed = max(1, len(losses) - warmup)
-    return {"losses": losses, "accuracy": accuracy, "iterations": len(losses),
-            "iterations_per_s": timed / seconds, "seconds": seconds,
-            "step_seconds": step_seconds[warmup:],
-            "parameters": sum(p.numel() for p in model.parameters())}
+    r = timer.results()
+    r.update({"losses": losses, "accuracy": accuracy, "iterations": len(losses),
+              "parameters": sum(p.numel() for p in model.parameters())})
+    if measure_allreduce:
+        r["allreduce_seconds"] = step_timing.measure_allreduce(model.module)
+    return r
 
 
 def main():
@@ -115,7 +120,8 @@ def main():
     p.add_argument("--hidden", type=int, default=256, help="units per hidden layer")
     p.add_argument("--layers", type=int, default=2, help="hidden layers")
     p.add_argument("--warmup", type=int, default=0,
-                   help="iterations left out of iterations/s (still trained)")
+                   help="iterations left out of iterations/s (still trained); when > 0, the "
+                   "bare all-reduce of the gradients is timed too")
     p.add_argument("--out", help="write rank 0's results here (JSON)")
     a = p.parse_args()
     if a.backend == "switchml":
@@ -123,12 +129,13 @@ def main():
     dist.init_process_group(a.backend)  # torchrun's environment
     rank, world = dist.get_rank(), dist.get_world_size()
     r = train(rank, world, a.backend, a.epochs, a.batch_size, a.lr, a.seed, hidden=a.hidden,
-              layers=a.layers, warmup=a.warmup)
+              layers=a.layers, warmup=a.warmup, measure_allreduce=a.warmup > 0)
+    r = step_timing.gather_slowest(r)
     if rank == 0:
         print(f"{a.backend}: {world} processes, {r['parameters']} parameters, "
               f"{r['iterations']} iterations, final loss "
               f"{r['losses'][-1]:.4f}, test accuracy {r['accuracy']:.2f}%, "
-              f"{r['iterations_per_s']:.1f} iterations/s")
+              f"{r['iterations_per_s']:.1f} iterations/s; {step_timing.summary(r)}")
         if a.out:
             with open(a.out, "w") as f:
                 json.dump(r, f)
