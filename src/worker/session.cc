@@ -1,6 +1,7 @@
 #include "worker/session.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,13 @@
 #include "quant/quantizer.h"
 
 namespace switchml::worker {
+namespace {
+
+// llround for the estimator's non-negative nanosecond values (far below 2^52), inline: the libm
+// call was a measurable part of the per-result cost.
+int64_t RoundNonNegative(double x) { return static_cast<int64_t>(x + 0.5); }
+
+}  // namespace
 
 // Heap order for the timers: the earliest deadline on top.
 bool WorkerSession::LaterDeadline(const Timer& a, const Timer& b) {
@@ -49,6 +57,7 @@ WorkerSession::WorkerSession(const SessionConfig& config)
   slots_.resize(config.window);
   send_queue_.resize(config.window);
   timers_.reserve(std::max<size_t>(16, 4 * size_t{config.window}));
+  timer_fifo_.resize(std::bit_ceil(std::max<size_t>(16, 4 * size_t{config.window})));
   scratch_.resize(numel_);
   current_timeout_ = ClampRto(config.timeout);
   next_threshold_ = config.timeout_threshold;
@@ -105,7 +114,7 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
   first_non_finite_block_ = UINT64_MAX;
   send_head_ = send_size_ = 0;
   first_head_ = first_size_ = 0;
-  timers_.clear();
+  ClearTimers();
   for (Slot& s : slots_) s = Slot{};
   for (uint64_t q = 0; q < w; ++q) {
     if (!PacketExists(q)) continue;
@@ -184,8 +193,7 @@ size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
     } else {
       ++counters_.retransmitted;
     }
-    timers_.push_back(Timer{now + current_timeout_, q});
-    std::push_heap(timers_.begin(), timers_.end(), LaterDeadline);
+    ArmTimer(Timer{now + current_timeout_, q});
     return Encode(q, s, buf);
   }
   return 0;
@@ -292,10 +300,8 @@ void WorkerSession::HandleTimeout(Nanos now) {
                                  ": a peer worker stopped, or the switch is down or unreachable"));
     return;
   }
-  while (!timers_.empty() && timers_.front().deadline <= now) {
-    std::pop_heap(timers_.begin(), timers_.end(), LaterDeadline);
-    const Timer t = timers_.back();
-    timers_.pop_back();
+  while (HaveTimers() && EarliestDeadline() <= now) {
+    const Timer t = PopEarliestTimer();
     const Slot& s = slots_[LocalSlot(t.packet)];
     if (!s.outstanding || s.packet != t.packet) continue;  // answered in time
     Enqueue(LocalSlot(t.packet));
@@ -346,12 +352,12 @@ void WorkerSession::OnResult(const Slot& s, Nanos now) {
       std::max(static_cast<double>(config_.clock_granularity.count()), 4 * rttvar_ns_);
   // A fresh sample ends any back-off: the RTO it gives is at least the sample itself
   // (docs/architecture.md, 4.3), so the round trip just seen is covered.
-  current_timeout_ = ClampRto(Nanos{std::llround(srtt_ns_ + spread)});
+  current_timeout_ = ClampRto(Nanos{RoundNonNegative(srtt_ns_ + spread)});
   timeouts_since_sample_ = 0;
   next_threshold_ = config_.timeout_threshold;
   ++counters_.rtt_samples;
-  counters_.srtt = Nanos{std::llround(srtt_ns_)};
-  counters_.rttvar = Nanos{std::llround(rttvar_ns_)};
+  counters_.srtt = Nanos{RoundNonNegative(srtt_ns_)};
+  counters_.rttvar = Nanos{RoundNonNegative(rttvar_ns_)};
   counters_.rto = current_timeout_;
 }
 
@@ -400,8 +406,54 @@ void WorkerSession::CountLaterResult(uint64_t seq) {
 std::optional<Nanos> WorkerSession::PollTimeout() const {
   if (state_ != State::kRunning) return std::nullopt;
   Nanos t = last_progress_ + config_.progress_timeout;
-  if (!timers_.empty()) t = std::min(t, timers_.front().deadline);
+  if (HaveTimers()) t = std::min(t, EarliestDeadline());
   return t;
+}
+
+void WorkerSession::ArmTimer(const Timer& t) {
+  if (timer_fifo_size_ > 0) {
+    const size_t last = (timer_fifo_head_ + timer_fifo_size_ - 1) & (timer_fifo_.size() - 1);
+    if (t.deadline < timer_fifo_[last].deadline) {  // out of order: the RTO fell
+      timers_.push_back(t);
+      std::push_heap(timers_.begin(), timers_.end(), LaterDeadline);
+      return;
+    }
+  }
+  if (timer_fifo_size_ == timer_fifo_.size()) {  // grow (rarely: it holds ~RTO x rate); size 2^k
+    std::vector<Timer> bigger(2 * timer_fifo_.size());
+    for (size_t i = 0; i < timer_fifo_size_; ++i) {
+      bigger[i] = timer_fifo_[(timer_fifo_head_ + i) & (timer_fifo_.size() - 1)];
+    }
+    timer_fifo_ = std::move(bigger);
+    timer_fifo_head_ = 0;
+  }
+  timer_fifo_[(timer_fifo_head_ + timer_fifo_size_) & (timer_fifo_.size() - 1)] = t;
+  ++timer_fifo_size_;
+}
+
+Nanos WorkerSession::EarliestDeadline() const {
+  if (timer_fifo_size_ == 0) return timers_.front().deadline;
+  const Nanos fifo = timer_fifo_[timer_fifo_head_].deadline;
+  return timers_.empty() ? fifo : std::min(fifo, timers_.front().deadline);
+}
+
+WorkerSession::Timer WorkerSession::PopEarliestTimer() {
+  if (timer_fifo_size_ > 0 &&
+      (timers_.empty() || timer_fifo_[timer_fifo_head_].deadline <= timers_.front().deadline)) {
+    const Timer t = timer_fifo_[timer_fifo_head_];
+    timer_fifo_head_ = (timer_fifo_head_ + 1) & (timer_fifo_.size() - 1);
+    --timer_fifo_size_;
+    return t;
+  }
+  std::pop_heap(timers_.begin(), timers_.end(), LaterDeadline);
+  const Timer t = timers_.back();
+  timers_.pop_back();
+  return t;
+}
+
+void WorkerSession::ClearTimers() {
+  timers_.clear();
+  timer_fifo_head_ = timer_fifo_size_ = 0;
 }
 
 void WorkerSession::Abort(Status status) {
@@ -416,7 +468,7 @@ void WorkerSession::Finish(Status status) {
   base_ += span_;
   send_head_ = send_size_ = 0;
   first_head_ = first_size_ = 0;
-  timers_.clear();
+  ClearTimers();
 }
 
 }  // namespace switchml::worker

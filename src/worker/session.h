@@ -162,6 +162,13 @@ class WorkerSession {
   };
 
   static bool LaterDeadline(const Timer& a, const Timer& b);
+  // Arms a retransmission timer; the earliest armed deadline; the timer with the earliest
+  // deadline, removed (the timers must not be empty).
+  void ArmTimer(const Timer& t);
+  bool HaveTimers() const { return timer_fifo_size_ > 0 || !timers_.empty(); }
+  Nanos EarliestDeadline() const;
+  Timer PopEarliestTimer();
+  void ClearTimers();
   bool PacketExists(uint64_t q) const;
   uint32_t LocalSlot(uint64_t q) const;  // 0 .. W-1
   proto::SlotId SlotOf(uint64_t q) const;
@@ -187,9 +194,14 @@ class WorkerSession {
   // most one entry, so capacity W.
   std::vector<uint32_t> send_queue_;
   size_t send_head_ = 0, send_size_ = 0;
-  // Retransmission timers, a min-heap on deadline. An entry whose packet was answered stays
-  // until it comes to the top and is discarded then.
-  std::vector<Timer> timers_;
+  // Retransmission timers. Every transmission arms one for now + the RTO, so deadlines nearly
+  // always come in increasing order: those go to a FIFO (a ring, O(1) each way); a deadline
+  // earlier than the FIFO's last (the RTO fell) goes to a min-heap instead. The earliest timer
+  // is the earlier of the two fronts. An entry whose packet was answered stays until it comes
+  // to the front and is discarded then.
+  std::vector<Timer> timer_fifo_;
+  size_t timer_fifo_head_ = 0, timer_fifo_size_ = 0;
+  std::vector<Timer> timers_;  // the heap
 
   State state_ = State::kIdle;
   Status status_;
