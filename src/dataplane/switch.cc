@@ -265,6 +265,7 @@ Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& w
 }
 
 void Switch::AddToLookup(Job& job, uint32_t rank) {
+  last_lookup_ = nullptr;
   const WorkerSpec& w = job.workers[rank];
   if (w.port == 0) {
     by_address_[w.ipv4] = {&job, rank};
@@ -276,6 +277,7 @@ void Switch::AddToLookup(Job& job, uint32_t rank) {
 }
 
 void Switch::RemoveFromLookup(const Job& job) {
+  last_lookup_ = nullptr;
   RemoveUpstreamFromLookup(job);
   for (uint32_t r = 0; r < job.spec.num_workers; ++r) {
     if (!job.registered[r]) continue;
@@ -314,6 +316,7 @@ Status Switch::CheckUpstream(const Job& job, const UpstreamSpec& u) const {
 }
 
 void Switch::AddUpstreamToLookup(Job& job) {
+  last_lookup_ = nullptr;
   const UpstreamSpec& u = job.upstream;
   for (uint32_t k = 0; k < u.num_ports; ++k) {
     by_endpoint_[Endpoint{u.ipv4, static_cast<uint16_t>(u.port + k)}] = {&job, kUpstreamRank};
@@ -321,6 +324,7 @@ void Switch::AddUpstreamToLookup(Job& job) {
 }
 
 void Switch::RemoveUpstreamFromLookup(const Job& job) {
+  last_lookup_ = nullptr;
   if (!job.has_upstream) return;
   for (uint32_t k = 0; k < job.upstream.num_ports; ++k) {
     const Endpoint e{job.upstream.ipv4, static_cast<uint16_t>(job.upstream.port + k)};
@@ -464,12 +468,18 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
   }
 
   // Receive/lookup: the exact (ip, port) entry, then the any-port entry of the ip.
+  // Consecutive datagrams mostly come from one source (a receive batch holds runs of one flow):
+  // the last hit is tried first.
   const std::pair<Job*, uint32_t>* entry = nullptr;
-  if (auto it = by_endpoint_.find(source); it != by_endpoint_.end()) {
+  if (last_lookup_ != nullptr && last_lookup_source_ == source) {
+    entry = last_lookup_;
+  } else if (auto it = by_endpoint_.find(source); it != by_endpoint_.end()) {
     entry = &it->second;
   } else if (auto it2 = by_address_.find(source.ipv4); it2 != by_address_.end()) {
     entry = &it2->second;
   }
+  last_lookup_ = entry;
+  last_lookup_source_ = source;
   if (entry == nullptr) {
     ++counters_.dropped_unknown_source;
     action_.reason = DropReason::kUnknownSource;

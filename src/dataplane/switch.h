@@ -247,6 +247,9 @@ class Switch {
   // Lookup tables (the "receive/lookup" stage): exact (ip, port) and any-port (ip) entries.
   std::unordered_map<Endpoint, std::pair<Job*, uint32_t>> by_endpoint_;
   std::unordered_map<uint32_t, std::pair<Job*, uint32_t>> by_address_;
+  // The entry of the last source looked up (null: none; reset whenever the lookup maps change).
+  const std::pair<Job*, uint32_t>* last_lookup_ = nullptr;
+  Endpoint last_lookup_source_{};
   // The activity clock: incremented by each job creation and each datagram attributed to a job,
   // and copied into that job, so the smallest copy marks the least recently active job.
   uint64_t activity_clock_ = 0;

@@ -52,16 +52,28 @@ struct SwitchDaemon::Shard {
   // so that each destination's replies are consecutive: a counting sort over destination
   // buckets, which allocates nothing once the bucket table has seen every destination.
   void GroupByDestination() {
-    if (buckets.size() > kMaxBuckets) buckets.clear();
-    for (size_t i = 0; i < tx.size(); ++i) {
-      auto [it, inserted] =
-          buckets.try_emplace(tx[i].destination, static_cast<uint32_t>(buckets.size()));
-      tx_bucket[i] = it->second;
+    if (buckets.size() > kMaxBuckets) {
+      buckets.clear();
+      recent_count = recent_next = 0;
     }
+    for (size_t i = 0; i < tx.size(); ++i) tx_bucket[i] = Bucket(tx[i].destination);
     bucket_start.assign(buckets.size() + 1, 0);
     for (size_t i = 0; i < tx.size(); ++i) ++bucket_start[tx_bucket[i] + 1];
     for (size_t b = 1; b < bucket_start.size(); ++b) bucket_start[b] += bucket_start[b - 1];
     for (size_t i = 0; i < tx.size(); ++i) sorted[bucket_start[tx_bucket[i]]++] = tx[i];
+  }
+
+  // The destination's bucket: a job's few workers are found in a small array of recent
+  // destinations without hashing; others in the table.
+  uint32_t Bucket(const Endpoint& destination) {
+    for (size_t k = 0; k < recent_count; ++k) {
+      if (recent[k].first == destination) return recent[k].second;
+    }
+    auto [it, inserted] = buckets.try_emplace(destination, static_cast<uint32_t>(buckets.size()));
+    recent[recent_next] = {destination, it->second};
+    recent_next = (recent_next + 1) % recent.size();
+    recent_count = std::max(recent_count, recent_next == 0 ? recent.size() : recent_next);
+    return it->second;
   }
 
   std::unique_ptr<transport::Transport> transport;
@@ -76,6 +88,8 @@ struct SwitchDaemon::Shard {
   std::vector<uint32_t> tx_bucket;                 // tx[i]'s destination bucket
   std::unordered_map<Endpoint, uint32_t> buckets;  // destination -> bucket, kept across batches
   std::vector<uint32_t> bucket_start;
+  std::array<std::pair<Endpoint, uint32_t>, 8> recent{};  // of buckets, the latest misses
+  size_t recent_count = 0, recent_next = 0;
   std::thread thread;
 };
 
