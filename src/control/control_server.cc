@@ -171,9 +171,11 @@ struct ControlServer::Impl {
    public:
     SyncReactor(Impl* impl, grpc::CallbackServerContext* ctx, const SyncRequest& q,
                 switchml_proto::BroadcastResponse* broadcast_response)
-        : impl_(impl), ctx_(ctx), ticket_(impl->registry.NewTicket()) {
-      scope_ = std::string(q.broadcast ? "broadcast" : "barrier") +
-               (q.session_id == 0 ? " (unscoped)" : " of session " + std::to_string(q.session_id));
+        : impl_(impl),
+          ctx_(ctx),
+          ticket_(impl->registry.NewTicket()),
+          broadcast_(q.broadcast),
+          session_id_(q.session_id) {
       impl->registry.Sync(ticket_, q, CallerOf(ctx),
                           [this, broadcast_response](const Status& st, uint64_t value) {
                             if (broadcast_response != nullptr) broadcast_response->set_value(value);
@@ -181,9 +183,15 @@ struct ControlServer::Impl {
                           });
     }
     void OnCancel() override {
+      // (The text is made here, on the cancelling thread, from plain fields: under TSan this
+      // file is not instrumented, but std::string's code may be, and TSan cannot see how gRPC
+      // orders this call after the constructor.)
+      const std::string scope =
+          std::string(broadcast_ ? "broadcast" : "barrier") +
+          (session_id_ == 0 ? " (unscoped)" : " of session " + std::to_string(session_id_));
       const bool late = std::chrono::system_clock::now() >= ctx_->deadline();
-      impl_->registry.CancelWait(ticket_, late ? DeadlineExceededError(scope_ + ": deadline passed")
-                                               : CancelledError(scope_ + ": cancelled"));
+      impl_->registry.CancelWait(ticket_, late ? DeadlineExceededError(scope + ": deadline passed")
+                                               : CancelledError(scope + ": cancelled"));
     }
     void OnDone() override { delete this; }
 
@@ -191,7 +199,8 @@ struct ControlServer::Impl {
     Impl* impl_;
     grpc::CallbackServerContext* ctx_;
     const uint64_t ticket_;
-    std::string scope_;
+    const bool broadcast_;
+    const uint64_t session_id_;
   };
 
   // One worker's Attach stream. The registry may end it (job failed or closed) or confirm a
