@@ -3,10 +3,14 @@
 // The first byte picks the mode:
 //   - arbitrary: every datagram is chosen by the fuzzer (raw bytes, or headers with chosen
 //     fields) and comes from a registered worker, another port of its host, or a stranger; the
-//     job may be re-created midway. Checks: no crash or sanitizer report; the switch's and the
-//     job's counters add up to the datagrams fed and to the actions returned; every reply
-//     decodes, has the job's size, echoes the packet's slot and set, and goes to the job's
-//     workers (all of them for a multicast, the sender for a unicast).
+//     job may be re-created midway. It may be a top-of-rack job (docs/hierarchy.md: an upstream
+//     spine set), and then datagrams also come from the spine's data ports (results). Checks: no
+//     crash or sanitizer report; the switch's and the job's counters add up to the datagrams fed
+//     and to the actions returned (top-of-rack: partial sums sent up, re-sent, results from the
+//     spine); every reply decodes, has the job's size, echoes the packet's slot and set, and goes
+//     to the job's workers (all of them for a multicast, the sender for a unicast) or, for a
+//     partial sum, to one of the spine's ports; a top-of-rack job multicasts only the spine's
+//     results.
 //   - protocol: the job's workers follow the worker protocol (round k of slot j is packet id
 //     k W + j, set k mod 2, sent again unchanged until its result arrives, round k + 1 only
 //     after round k's result), and the fuzzer is the network: it delays, duplicates, reorders and
@@ -39,6 +43,8 @@ constexpr uint16_t kBasePort = 40000;
 uint32_t WorkerIp(uint32_t r) { return 0x0a000001 + r; }  // 10.0.0.1 + r
 Endpoint WorkerEndpoint(uint32_t r) { return Endpoint{WorkerIp(r), kBasePort}; }
 const Endpoint kStranger{0x0a0000fe, 5555};
+// A top-of-rack job's spine: data ports kSpine.port .. + (1 or 2) - 1.
+const Endpoint kSpine{0x0a0000c8, 50000};
 
 uint32_t Mix(uint64_t x) {
   x ^= x >> 33;
@@ -52,11 +58,12 @@ uint32_t Mix(uint64_t x) {
 struct Fixture {
   Switch sw;
   JobSpec spec;
+  uint32_t spine_ports = 0;  // > 0: a top-of-rack job under kSpine
   // Totals kept by the harness, to check the switch's counters against.
   uint64_t fed = 0;
   uint64_t malformed = 0, unknown = 0;
   uint64_t attributed = 0;  // by earlier incarnations of the job (its counters went with it)
-  uint64_t consumed = 0, multicasts = 0, unicasts = 0, drops = 0;
+  uint64_t consumed = 0, multicasts = 0, unicasts = 0, drops = 0, ups = 0;
 
   explicit Fixture(const SwitchConfig& c) : sw(c) {}
 
@@ -66,7 +73,15 @@ struct Fixture {
     for (uint32_t r = 0; r < spec.num_workers; ++r) {
       FUZZ_CHECK(sw.AddWorker(kSession, r, WorkerSpec{WorkerIp(r), kBasePort}).ok());
     }
-    consumed = multicasts = unicasts = drops = 0;
+    if (spine_ports > 0) {
+      FUZZ_CHECK(
+          sw.SetUpstream(kSession, UpstreamSpec{kSpine.ipv4, kSpine.port, spine_ports}).ok());
+    }
+    consumed = multicasts = unicasts = drops = ups = 0;
+  }
+  bool FromSpine(const Endpoint& e) const {
+    return spine_ports > 0 && e.ipv4 == kSpine.ipv4 && e.port >= kSpine.port &&
+           e.port < kSpine.port + spine_ports;
   }
 
   // Feeds one datagram and checks the action's shape; returns it.
@@ -86,9 +101,17 @@ struct Fixture {
     }
     FUZZ_CHECK(a.reason != DropReason::kMalformed);
     switch (a.kind) {
-      case Action::Kind::kUpstream:
-        FUZZ_CHECK(false);  // a job without an upstream switch never sends up
+      case Action::Kind::kUpstream: {
+        // Only a top-of-rack job sends up: a partial sum on a worker's packet, to the spine.
+        FUZZ_CHECK(spine_ports > 0 && !FromSpine(src));
+        ++ups;
+        FUZZ_CHECK(a.destinations.size() == 1 && FromSpine(a.destinations[0]));
+        proto::Header out;
+        FUZZ_CHECK(proto::DecodeHeader(a.reply, &out) == proto::DecodeError::kOk);
+        FUZZ_CHECK(out.size == spec.size && in.size == spec.size);
+        FUZZ_CHECK(out.slot == in.slot);
         break;
+      }
       case Action::Kind::kDrop:
         if (a.reason == DropReason::kNone) {
           ++consumed;
@@ -106,6 +129,8 @@ struct Fixture {
         FUZZ_CHECK(out.slot == in.slot);
         FUZZ_CHECK(in.slot.index < sw.config().slots_per_job);
         if (a.kind == Action::Kind::kMulticast) {
+          // A top-of-rack job multicasts the spine's results only; one switch, its own.
+          FUZZ_CHECK(FromSpine(src) == (spine_ports > 0));
           FUZZ_CHECK(a.destinations.size() == spec.num_workers);
           for (uint32_t r = 0; r < spec.num_workers; ++r) {
             FUZZ_CHECK(a.destinations[r] == WorkerEndpoint(r));
@@ -133,12 +158,23 @@ struct Fixture {
     uint64_t dropped = 0;
     for (uint64_t c : j->dropped) dropped += c;
     FUZZ_CHECK(j->dropped[static_cast<int>(DropReason::kNone)] == 0);
-    FUZZ_CHECK(j->received == consumed + multicasts + unicasts + drops);
-    FUZZ_CHECK(j->aggregated == consumed + multicasts);
-    FUZZ_CHECK(j->completed == multicasts);
+    FUZZ_CHECK(j->received == consumed + multicasts + unicasts + drops + ups);
     FUZZ_CHECK(j->multicast_packets == multicasts * spec.num_workers);
     FUZZ_CHECK(j->retransmitted == unicasts);
     FUZZ_CHECK(dropped == drops);
+    if (spine_ports == 0) {
+      FUZZ_CHECK(ups == 0);
+      FUZZ_CHECK(j->aggregated == consumed + multicasts);
+      FUZZ_CHECK(j->completed == multicasts);
+    } else {
+      // Local completions are first sends up; the rest of the sends are re-sends.
+      FUZZ_CHECK(j->upstream_sent == ups);
+      FUZZ_CHECK(j->upstream_resent <= ups);
+      FUZZ_CHECK(j->completed == ups - j->upstream_resent);
+      FUZZ_CHECK(j->aggregated == consumed + j->completed);
+      FUZZ_CHECK(j->upstream_results == multicasts);
+      FUZZ_CHECK(j->upstream_results <= j->completed);
+    }
   }
 };
 
@@ -152,14 +188,19 @@ void RunArbitrary(FuzzedDataProvider& in) {
   f.spec.size = in.ConsumeBool() ? proto::SizeCode::k256B : proto::SizeCode::k1024B;
   f.spec.max_outstanding_packets = config.slots_per_job;
   f.spec.running_tsi = in.ConsumeBool();
+  f.spine_ports = in.ConsumeIntegralInRange<uint32_t>(0, 2);  // 0: one switch; else a ToR job
   f.CreateJob();
   std::vector<uint8_t> d(proto::kMaxDatagramBytes + 8);
   std::vector<int32_t> values(proto::kMaxNumel);
   while (in.remaining_bytes() > 0) {
     const uint8_t op = in.ConsumeIntegral<uint8_t>();
-    const uint32_t who = in.ConsumeIntegralInRange<uint32_t>(0, f.spec.num_workers + 1);
+    const uint32_t who = in.ConsumeIntegralInRange<uint32_t>(0, f.spec.num_workers + 3);
     Endpoint src = who < f.spec.num_workers ? WorkerEndpoint(who) : kStranger;
     if (who == f.spec.num_workers) src = Endpoint{WorkerIp(0), kBasePort + 1};  // not registered
+    // The spine's ports (a result; from one switch's job: an unknown source).
+    if (who >= f.spec.num_workers + 2) {
+      src = Endpoint{kSpine.ipv4, static_cast<uint16_t>(kSpine.port + (who & 1))};
+    }
     switch (op % 8) {
       case 0: {  // raw bytes
         const size_t n = in.ConsumeIntegralInRange<size_t>(0, d.size());
