@@ -1,11 +1,13 @@
 // switchml_transport_bench: packet rates of the software switch over any transport, against a
-// do-nothing DPDK forwarder on the same memif setup (scripts/transport_bench.sh runs them).
+// do-nothing DPDK forwarder on the same memif setup (bench/transport_bench.py runs them).
 //
-//   gen --kind K --data HOST:PORT [--control HOST:PORT] --window W --seconds S
+//   gen --kind K --data HOST:PORT [--control HOST:PORT] [--bind IP] --window W --seconds S
 //       One worker thread's load: W packets of 256 int32 in flight, each reply answered by the next
 //       packet on its slot (the other set), as a 1-worker job (registered at --control, when
 //       given; a forwarder echoes the packet, which is a valid 1-worker result). Prints
-//       "pps=... elements_per_s=... gen_cpu=...".
+//       "measuring" when the measured interval starts (after 0.5 s of warm-up), then
+//       "pps=... elements_per_s=... gen_cpu=..." (gen_cpu: the process's CPU time from getrusage
+//       over the measured interval, divided by its wall time).
 //   fwd --port P   (DPDK only) a memif server (socket switchml-memif-P, ids 0..7) that sends
 //       every frame back with addresses and ports swapped, polling without pause.
 #include <sched.h>
@@ -62,9 +64,14 @@ int Gen(int argc, char** argv) {
     std::fprintf(stderr, "gen: %s\n", data.status().ToString().c_str());
     return 2;
   }
+  uint32_t bind = kLoopbackIpv4;
+  if (const std::string b = Arg(argc, argv, "--bind", "127.0.0.1"); !ParseIpv4(b, &bind)) {
+    std::fprintf(stderr, "gen: --bind %s is not an IPv4 address\n", b.c_str());
+    return 2;
+  }
   transport::TransportOptions o;
   o.kind = kind;
-  o.bind_ipv4 = kLoopbackIpv4;
+  o.bind_ipv4 = bind;
   o.max_datagram_bytes = proto::kMaxDatagramBytes;
   auto t = transport::OpenTransport(o);
   if (!t.ok()) {
@@ -80,7 +87,7 @@ int Gen(int argc, char** argv) {
     control::UdpSessionArgs a;
     a.session_id = std::random_device{}() | 1;
     a.num_workers = 1;
-    a.ipv4 = kLoopbackIpv4;
+    a.ipv4 = bind;
     a.udp_port = tr.local_endpoint().port;
     a.max_outstanding_packets = window;
     a.size = proto::SizeCode::k1024B;
@@ -139,6 +146,8 @@ int Gen(int argc, char** argv) {
       counted = 0;
       cpu0 = CpuSeconds();
       t0 = now;
+      std::printf("measuring\n");  // the harness samples the server's CPU time now and at exit
+      std::fflush(stdout);
     }
     if (now >= end) break;
     auto r = tr.Receive(rx, std::chrono::milliseconds(0));
@@ -191,12 +200,14 @@ int Fwd(int argc, char** argv) {
     std::fprintf(stderr, "fwd: EAL init failed\n");
     return 2;
   }
-  rte_mempool* pool = rte_pktmbuf_pool_create("fwd", 16383, 256, 0, 2048 + 128, rte_socket_id());
+  // The mbufs and memif buffers of the DPDK transport (dpdk.cc): 2112 bytes of frame room.
+  rte_mempool* pool =
+      rte_pktmbuf_pool_create("fwd", 16383, 256, 0, RTE_PKTMBUF_HEADROOM + 2112, rte_socket_id());
   std::vector<uint16_t> ports;
   for (int id = 0; id < 8; ++id) {
     const std::string name = "net_memif_f" + std::to_string(id);
     const std::string args = "role=server,id=" + std::to_string(id) + ",socket=switchml-memif-" +
-                             port + ",socket-abstract=yes";
+                             port + ",socket-abstract=yes,bsize=2112";
     if (rte_eal_hotplug_add("vdev", name.c_str(), args.c_str()) != 0) return 2;
     uint16_t p;
     rte_eth_dev_get_port_by_name(name.c_str(), &p);

@@ -30,6 +30,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
+#include <rte_prefetch.h>
 #include <rte_udp.h>
 #include <rte_version.h>
 #include <sched.h>
@@ -51,6 +52,8 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include <sstream>
 #include <thread>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "base/endpoint.h"
 #include "base/logging.h"
@@ -63,12 +66,20 @@ namespace {
 constexpr size_t kHeaderBytes =
     sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr);  // 42
 constexpr size_t kMaxPayload = 2048;
-// Each mbuf: headroom, headers, the largest datagram.
-constexpr uint16_t kDataRoom = RTE_PKTMBUF_HEADROOM + kHeaderBytes + kMaxPayload;
+// Each mbuf: headroom, then headers and the largest datagram, rounded up to cache lines. memif's
+// packet buffers (bsize) have exactly this size, so that its receive path copies a frame into
+// one mbuf and its transmit path copies one mbuf into one buffer (its fast paths, taken only
+// when the two sizes agree).
+constexpr uint16_t kFrameRoom = (kHeaderBytes + kMaxPayload + 63) / 64 * 64;  // 2112
+constexpr uint16_t kDataRoom = RTE_PKTMBUF_HEADROOM + kFrameRoom;
+constexpr const char* kMemifBufferArg = ",bsize=2112";
+static_assert(kFrameRoom == 2112, "kMemifBufferArg must name kFrameRoom");
 constexpr uint16_t kRingSize = 1024;
+// EAL applies the first --log-level pattern that matches a log type: memif's comes first. Without
+// it memif warns, on every device, that --no-shconf leaves it no multi-process channel.
 constexpr const char* kDefaultEal =
-    "--no-huge --no-pci --no-shconf -m 512 --no-telemetry --log-level=*:warning "
-    "--log-level=pmd.net.memif:critical";
+    "--no-huge --no-pci --no-shconf -m 512 --no-telemetry --log-level=pmd.net.memif:error "
+    "--log-level=*:warning";
 constexpr const char* kLockDir = "/tmp/switchml-dpdk";
 constexpr std::chrono::seconds kLinkTimeout{10};
 
@@ -88,6 +99,14 @@ struct Process {
   std::recursive_mutex mu;  // device creation, configuration and removal
   uint32_t next_vdev = 0;
   std::unordered_map<std::string, uint16_t> devices_in_use;  // device text -> port (device mode)
+  // The pool's memory chunks [begin, end), for LentSlot's range check.
+  std::vector<std::pair<uintptr_t, uintptr_t>> pool_memory;
+  bool InPool(uintptr_t a, size_t len) const {
+    for (const auto& [b, e] : pool_memory) {
+      if (a >= b && a + len <= e) return true;
+    }
+    return false;
+  }
 };
 
 Process& Proc() {
@@ -142,6 +161,13 @@ Status InitEal() {
           "): give EAL more memory (-m) in SWITCHML_DPDK_EAL / --dpdk-eal");
       return;
     }
+    rte_mempool_mem_iter(
+        p.pool,
+        [](rte_mempool*, void* arg, rte_mempool_memhdr* h, unsigned) {
+          const auto b = reinterpret_cast<uintptr_t>(h->addr);
+          static_cast<Process*>(arg)->pool_memory.emplace_back(b, b + h->len);
+        },
+        &p);
     LOG(kInfo, kTransport) << "DPDK EAL up (" << rte_version() << ") with '" << args << "'";
   });
   return p.eal_status;
@@ -353,6 +379,7 @@ class DpdkTransport final : public Transport {
     }
     tx_mbufs_.fill(nullptr);
     tx_gen_.fill(0);
+    tx_built_gen_.fill(0);
   }
 
   ~DpdkTransport() override {
@@ -384,7 +411,6 @@ class DpdkTransport final : public Transport {
     RegisterThread();
     rte_mbuf*& m = tx_mbufs_.at(index);
     if (m != nullptr && rte_mbuf_refcnt_read(m) != 1) {  // still with the driver: take another
-      lent_.erase(rte_pktmbuf_mtod_offset(m, uint8_t*, kHeaderBytes));
       rte_pktmbuf_free(m);
       m = nullptr;
     }
@@ -393,7 +419,7 @@ class DpdkTransport final : public Transport {
       if (m == nullptr) {  // pool exhausted: lend plain memory (Send copies it)
         return Transport::TxBuffer(index);
       }
-      lent_[rte_pktmbuf_mtod_offset(m, uint8_t*, kHeaderBytes)] = static_cast<uint32_t>(index);
+      m->hash.usr = static_cast<uint32_t>(index);  // LentSlot finds the slot from the payload
     }
     return {rte_pktmbuf_mtod_offset(m, uint8_t*, kHeaderBytes), options_.max_datagram_bytes};
   }
@@ -401,6 +427,20 @@ class DpdkTransport final : public Transport {
   Result<size_t> Send(std::span<const TxDatagram> batch) override {
     RegisterThread();
     ++send_gen_;
+    // The lent buffers of this batch and how often each is used: one used once is handed to the
+    // driver with its reference (no atomic; its slot gets a fresh mbuf on the next TxBuffer), one
+    // used for several destinations keeps the slot's reference while the copies are made.
+    if (batch_slots_.size() < batch.size()) batch_slots_.resize(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int64_t slot = LentSlot(batch[i].data.data());
+      batch_slots_[i] = static_cast<int32_t>(slot);
+      if (slot < 0) continue;
+      if (tx_gen_[slot] != send_gen_) {
+        tx_gen_[slot] = send_gen_;
+        tx_uses_[slot] = 0;
+      }
+      ++tx_uses_[slot];
+    }
     size_t taken = 0;
     while (taken < batch.size()) {
       const size_t chunk = std::min(batch.size() - taken, kBurst);
@@ -412,20 +452,21 @@ class DpdkTransport final : public Transport {
         ASSIGN_OR_RETURN(int pi, Route(d.destination));
         if (pi < 0) {  // no way to this destination: counted, skipped
           if (built == 0) {
-            send_errors_.fetch_add(1, std::memory_order_relaxed);
+            counts_.send_errors.Add(1);
             continue;
           }
           break;  // send what is built first, count this one in the next round
         }
         if (run_port >= 0 && pi != run_port) break;
-        rte_mbuf* m = BuildFrame(d, ports_[pi]);
+        rte_mbuf* m =
+            BuildFrame(d, ports_[pi], batch_slots_[taken + consumed], &frame_slot_[built]);
         if (m == nullptr) break;  // pool exhausted: send what we have
         run_port = pi;
         frames_[built++] = m;
       }
       if (built == 0) {
         if (consumed == 0) {
-          send_buffer_full_.fetch_add(1, std::memory_order_relaxed);
+          counts_.send_buffer_full.Add(1);
           return taken;
         }
         taken += consumed;
@@ -433,13 +474,19 @@ class DpdkTransport final : public Transport {
       }
       const PortRef& p = ports_[run_port];
       const uint16_t sent = rte_eth_tx_burst(p.port, p.queue, frames_.data(), built);
-      send_calls_.fetch_add(1, std::memory_order_relaxed);
-      datagrams_sent_.fetch_add(sent, std::memory_order_relaxed);
-      for (size_t i = sent; i < built; ++i) rte_pktmbuf_free(frames_[i]);  // ours keep a ref
+      counts_.send_calls.Add(1);
+      counts_.datagrams_sent.Add(sent);
+      for (size_t i = sent; i < built; ++i) {  // not taken: a handed-over buffer goes back
+        if (frame_slot_[i] >= 0) {
+          tx_mbufs_[frame_slot_[i]] = frames_[i];
+        } else {
+          rte_pktmbuf_free(frames_[i]);  // a copy, or a reference of a slot that keeps its own
+        }
+      }
       if (sent < built) {
         // The ring is full: the caller retries from the first unsent datagram. Every built frame
         // was one datagram (skipped ones come only before the first frame).
-        send_buffer_full_.fetch_add(1, std::memory_order_relaxed);
+        counts_.send_buffer_full.Add(1);
         return taken + (consumed - built) + sent;
       }
       taken += consumed;
@@ -451,14 +498,16 @@ class DpdkTransport final : public Transport {
     RegisterThread();
     FreeRx();
     if (batch.empty()) return size_t{0};
-    const auto start = std::chrono::steady_clock::now();
+    // The clock is read only once a poll came back empty with time to wait: a caller that polls
+    // (timeout 0, --busy-poll) or finds frames at once never pays for it.
+    std::chrono::steady_clock::time_point start{};
     const bool forever = timeout > std::chrono::hours(24);
     uint32_t idle = 0;
     std::chrono::microseconds step = first_nap_;
     while (true) {
       const size_t n = PollOnce(batch);
       if (n > 0) {
-        last_rx_ = std::chrono::steady_clock::now();
+        if (yield_for_.count() > 0) last_rx_ = std::chrono::steady_clock::now();
         return n;
       }
       if (timeout <= std::chrono::nanoseconds::zero()) return size_t{0};
@@ -467,6 +516,7 @@ class DpdkTransport final : public Transport {
         return size_t{0};
       }
       const auto now = std::chrono::steady_clock::now();
+      if (idle == 0) start = now;
       if (!forever && now - start >= timeout) return size_t{0};
       ++idle;
       if (spin_only_ || idle < spin_polls_) {
@@ -496,17 +546,7 @@ class DpdkTransport final : public Transport {
     [[maybe_unused]] ssize_t r = write(wake_fd_, &one, sizeof(one));
   }
 
-  TransportCounters counters() const override {
-    TransportCounters c;
-    c.datagrams_sent = datagrams_sent_.load(std::memory_order_relaxed);
-    c.datagrams_received = datagrams_received_.load(std::memory_order_relaxed);
-    c.send_errors = send_errors_.load(std::memory_order_relaxed);
-    c.truncated = truncated_.load(std::memory_order_relaxed);
-    c.send_buffer_full = send_buffer_full_.load(std::memory_order_relaxed);
-    c.send_calls = send_calls_.load(std::memory_order_relaxed);
-    c.receive_calls = receive_calls_.load(std::memory_order_relaxed);
-    return c;
-  }
+  TransportCounters counters() const override { return counts_.Snapshot(); }
 
   std::string name() const override { return name_; }
 
@@ -544,14 +584,41 @@ class DpdkTransport final : public Transport {
 
   Status ConnectClient(const Endpoint& dst);
 
-  rte_mbuf* BuildFrame(const TxDatagram& d, const PortRef& p) {
+  // The slot whose lent mbuf holds `payload` (the address TxBuffer returned), or -1. O(1): the
+  // mbuf sits at a fixed offset before its payload, and only an address inside the pool's memory
+  // is looked at; the slot index stored in the mbuf (hash.usr, unused on transmit) is confirmed
+  // by tx_mbufs_, so memory of another transport or of the caller never matches.
+  int64_t LentSlot(const uint8_t* payload) const {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(payload) -
+                        (kHeaderBytes + RTE_PKTMBUF_HEADROOM + sizeof(rte_mbuf));
+    if (!Proc().InPool(a, sizeof(rte_mbuf))) return -1;
+    const auto* m = reinterpret_cast<const rte_mbuf*>(a);
+    const uint32_t slot = m->hash.usr;
+    if (slot >= kTxBuffers || tx_mbufs_[slot] != m ||
+        rte_pktmbuf_mtod_offset(m, const uint8_t*, kHeaderBytes) != payload) {
+      return -1;
+    }
+    return slot;
+  }
+
+  // A frame for d, whose buffer is lent slot `slot` (or -1). *handed_over: the slot whose mbuf
+  // the frame is (its reference now the frame's), else -1.
+  rte_mbuf* BuildFrame(const TxDatagram& d, const PortRef& p, int32_t slot, int32_t* handed_over) {
     const size_t len = d.data.size();
     rte_mbuf* m = nullptr;
-    auto it = lent_.find(d.data.data());
-    if (it != lent_.end() && tx_gen_[it->second] != send_gen_) {
-      m = tx_mbufs_[it->second];
-      tx_gen_[it->second] = send_gen_;
-      rte_mbuf_refcnt_update(m, 1);  // the driver's reference; the slot keeps its own
+    *handed_over = -1;
+    // In place: the slot's first use in this Send, while no driver still holds its mbuf (a NIC
+    // may not have sent an earlier frame of it yet); later uses, and that case, are copies.
+    if (slot >= 0 && tx_built_gen_[slot] != send_gen_ && tx_mbufs_[slot] != nullptr &&
+        rte_mbuf_refcnt_read(tx_mbufs_[slot]) == 1) {
+      tx_built_gen_[slot] = send_gen_;
+      m = tx_mbufs_[slot];
+      if (tx_uses_[slot] == 1) {
+        tx_mbufs_[slot] = nullptr;  // the driver frees it; TxBuffer(slot) takes a fresh one
+        *handed_over = slot;
+      } else {
+        rte_mbuf_refcnt_update(m, 1);  // the driver's reference; the slot keeps its own
+      }
     } else {
       m = rte_pktmbuf_alloc(Proc().pool);
       if (m == nullptr) return nullptr;
@@ -568,8 +635,15 @@ class DpdkTransport final : public Transport {
     auto* udp = reinterpret_cast<rte_udp_hdr*>(ip + 1);
     eth->src_addr = p.mac;
     eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
-    if (auto n = neighbours_.find(d.destination.ipv4); n != neighbours_.end()) {
-      eth->dst_addr = n->second;
+    if (d.destination.ipv4 != last_dst_ip_ || last_dst_mac_ == nullptr) {
+      // Entries are never erased and map nodes never move: the pointer stays valid, and sees
+      // a MAC learned again later.
+      auto n = neighbours_.find(d.destination.ipv4);
+      last_dst_ip_ = d.destination.ipv4;
+      last_dst_mac_ = n == neighbours_.end() ? nullptr : &n->second;
+    }
+    if (last_dst_mac_ != nullptr) {
+      eth->dst_addr = *last_dst_mac_;
     } else {
       memset(&eth->dst_addr, 0xff, sizeof(eth->dst_addr));
     }
@@ -595,8 +669,10 @@ class DpdkTransport final : public Transport {
     } else {
       m->ol_flags = 0;
       ip->hdr_checksum = rte_ipv4_cksum(ip);
-      uint16_t c = rte_ipv4_udptcp_cksum(ip, udp);
-      udp->dgram_cksum = c == 0 ? 0xffff : c;
+      if (udp_checksum_) {  // over memif: 0 (no checksum), as the kernel leaves it on loopback
+        uint16_t c = rte_ipv4_udptcp_cksum(ip, udp);
+        udp->dgram_cksum = c == 0 ? 0xffff : c;
+      }
     }
     return m;
   }
@@ -641,9 +717,10 @@ class DpdkTransport final : public Transport {
       rte_mbuf** into = rx_mbufs_.data() + rx_held_;
       const uint16_t got = rte_eth_rx_burst(p.port, p.queue, into, want);
       if (got == 0) continue;
-      receive_calls_.fetch_add(1, std::memory_order_relaxed);
+      counts_.receive_calls.Add(1);
       for (uint16_t i = 0; i < got; ++i) {
         rte_mbuf* m = into[i];
+        if (i + 1 < got) rte_prefetch0(rte_pktmbuf_mtod(into[i + 1], void*));
         if (Parse(m, p, static_cast<int>(pi), &batch[n])) {
           ++n;
           rx_mbufs_[rx_held_++] = m;
@@ -653,7 +730,7 @@ class DpdkTransport final : public Transport {
       }
     }
     rx_next_port_ = nports == 0 ? 0 : (rx_next_port_ + 1) % nports;
-    if (n > 0) datagrams_received_.fetch_add(n, std::memory_order_relaxed);
+    if (n > 0) counts_.datagrams_received.Add(n);
     return n;
   }
 
@@ -697,7 +774,7 @@ class DpdkTransport final : public Transport {
     const size_t have = whole ? len : frame - kHeaderBytes;
     d->truncated = !whole || len > options_.max_datagram_bytes;
     d->data = {payload, std::min(have, options_.max_datagram_bytes)};
-    if (d->truncated) truncated_.fetch_add(1, std::memory_order_relaxed);
+    if (d->truncated) counts_.truncated.Add(1);
     // Learn the way back: the sender's MAC, and (several ports) its port.
     if (src_ip != last_src_ip_ || !rte_is_same_ether_addr(&eth->src_addr, &last_src_mac_)) {
       last_src_ip_ = src_ip;
@@ -715,6 +792,7 @@ class DpdkTransport final : public Transport {
 
  public:
   bool memif_client_ = false;
+  bool udp_checksum_ = true;  // computed in software when not offloaded (not over memif)
   std::string memif_prefix_;
   uint32_t memif_max_ids_ = 64;
 
@@ -741,19 +819,24 @@ class DpdkTransport final : public Transport {
   // Transmit side: the lent mbufs by slot, payload address -> slot, the Send each was last used
   // in (a second destination of one buffer in one Send gets a copy).
   std::array<rte_mbuf*, kTxBuffers> tx_mbufs_;
-  std::array<uint64_t, kTxBuffers> tx_gen_;
+  std::array<uint64_t, kTxBuffers> tx_gen_;        // the Send whose uses tx_uses_ counts
+  std::array<uint32_t, kTxBuffers> tx_uses_{};     // datagrams of that Send using the slot
+  std::array<uint64_t, kTxBuffers> tx_built_gen_;  // the Send that built a frame in place
   uint64_t send_gen_ = 0;
-  std::unordered_map<const uint8_t*, uint32_t> lent_;
+  std::vector<int32_t> batch_slots_;          // Send: each datagram's lent slot, or -1
+  std::array<int32_t, kBurst> frame_slot_{};  // Send: the slot a frame was handed over from
   std::array<rte_mbuf*, kBurst> frames_{};
   // Neighbours and (memif server) the port each source came in on.
   std::unordered_map<uint32_t, rte_ether_addr> neighbours_;
+  uint32_t last_dst_ip_ = 0;  // BuildFrame's cache of neighbours_
+  const rte_ether_addr* last_dst_mac_ = nullptr;
   uint32_t last_src_ip_ = 0;
   rte_ether_addr last_src_mac_{};
   std::unordered_map<Endpoint, int> routes_;
   Endpoint last_route_ep_{};
   int last_route_ = -1;
-  std::atomic<uint64_t> datagrams_sent_{0}, datagrams_received_{0}, send_errors_{0}, truncated_{0},
-      send_buffer_full_{0}, send_calls_{0}, receive_calls_{0};
+  // Added to by the transport's one thread only, read by any.
+  SingleWriterTransportCounters counts_;
 };
 
 std::string NoServerHint(uint16_t port) {
@@ -771,10 +854,11 @@ Status DpdkTransport::ConnectClient(const Endpoint& dst) {
     std::lock_guard<std::recursive_mutex> lock(Proc().mu);
     const std::string vdev =
         "net_memif_c" + std::to_string(getpid()) + "_" + std::to_string(Proc().next_vdev++);
-    ASSIGN_OR_RETURN(p.port, MakeVdev(vdev,
-                                      "role=client,id=" + std::to_string(id->id) +
-                                          ",socket=" + sock + ",socket-abstract=yes",
-                                      what));
+    ASSIGN_OR_RETURN(p.port,
+                     MakeVdev(vdev,
+                              "role=client,id=" + std::to_string(id->id) + ",socket=" + sock +
+                                  ",socket-abstract=yes" + std::string(kMemifBufferArg),
+                              what));
     uint64_t tx_off = 0, rx_off = 0;
     if (Status st = StartPort(p.port, 1, what, &tx_off, &rx_off); !st.ok()) {
       ClosePort(p.port, vdev);  // memif's client connects when it starts: most likely no server
@@ -849,6 +933,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
       auto tr = std::make_unique<DpdkTransport>(options, port, std::move((*reserved)[t]));
       tr->memif_prefix_ = prefix;
       tr->memif_max_ids_ = 256;
+      tr->udp_checksum_ = false;
       std::vector<PortRef> ports;
       std::string name;
       if (options.switch_side) {
@@ -859,10 +944,10 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
           const std::string vdev =
               "net_memif_s" + std::to_string(getpid()) + "_" + std::to_string(Proc().next_vdev++);
           const std::string what = "dpdk memif server " + sock + " id " + std::to_string(id);
-          auto made = MakeVdev(
-              vdev,
-              "role=server,id=" + std::to_string(id) + ",socket=" + sock + ",socket-abstract=yes",
-              what);
+          auto made = MakeVdev(vdev,
+                               "role=server,id=" + std::to_string(id) + ",socket=" + sock +
+                                   ",socket-abstract=yes" + std::string(kMemifBufferArg),
+                               what);
           Status st = made.status();
           if (made.ok()) {
             p.port = *made;

@@ -16,27 +16,30 @@
 //     port when there are several; a device without rte_flow then needs one thread).
 //
 // Frames: Ethernet II, IPv4 (no options, DF, TTL 64), UDP, as the reference's DPDK client sends
-// them. IPv4 and UDP checksums are offloaded where the device offers it, else computed; received
-// checksums are checked unless the device already did. Neighbours: each transport answers ARP
+// them. IPv4 and UDP checksums are offloaded where the device offers it, else computed (over memif
+// the UDP checksum is 0, "none": memory to memory); received checksums are checked unless the
+// device already did. Neighbours: each transport answers ARP
 // requests for its address, learns the MAC of every IPv4 source it receives from, takes static
 // entries from SWITCHML_DPDK_NEIGH ("10.0.0.1=02:00:00:00:00:01,10.0.0.2=..."), and sends to the
 // broadcast MAC while a destination is unknown.
 //
 // EAL: initialised once per process, on the first open, with the arguments of SWITCHML_DPDK_EAL
 // (the tools' --dpdk-eal) or, by default, "--no-huge --no-pci --no-shconf -m 512
-// --no-telemetry --log-level=*:warning" (virtual devices only; see docs/architecture.md 2.1 for
-// real NICs). The calling thread's CPU affinity is restored afterwards. Threads that use a
+// --no-telemetry --log-level=pmd.net.memif:error --log-level=*:warning" (virtual devices only;
+// see docs/dpdk.md for real NICs). The calling thread's CPU affinity is restored afterwards. Threads that use a
 // transport register with EAL (rte_thread_register) on first use, for mempool caches.
 //
-// Waiting: Receive polls the device; while nothing arrives it spins briefly, then yields, then
-// sleeps in growing steps (50 us .. 1 ms) on an eventfd that Wake() signals, so that poll-mode
-// processes share a small machine (SWITCHML_DPDK_POLL=spin keeps spinning until the timeout).
+// Waiting: Receive polls the device; while nothing arrives it sleeps in growing steps (20 us ..
+// 1 ms) on an eventfd that Wake() signals, so that poll-mode processes share a small machine
+// (SWITCHML_DPDK_SPIN / _YIELD_US / _NAP_US / _MAX_NAP_US tune it; SWITCHML_DPDK_POLL=spin keeps
+// spinning until the timeout).
 //
 // Buffers: Receive lends the payloads inside the received mbufs (freed on the next Receive);
 // TxBuffer(i) lends the payload area of an mbuf that the transport holds, behind room for the
-// headers, so Send writes only the headers (zero copy); the mbuf's reference is kept and the
-// buffer reused once the driver released it. A span from TxBuffer(i) stays valid until the next
-// TxBuffer(i). A datagram of caller memory, or a second destination of the same buffer, is copied.
+// headers, so Send writes only the headers and hands that mbuf to the driver (zero copy). A span
+// from TxBuffer(i) is valid until the Send that carries it (call TxBuffer again for each batch,
+// as transport.h says). A datagram of caller memory, or a second destination of the same buffer
+// in one Send, is copied.
 // Thread-safety: as Transport. Ownership: the transport owns its devices (closed on destruction).
 #pragma once
 
