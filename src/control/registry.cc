@@ -567,7 +567,7 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
     return added;
   }
   if (!job->data_key.empty() && hooks_.data_key_added) {
-    hooks_.data_key_added(r.session_id, job->data_key, ipv4, r.udp_port, num_ports);
+    hooks_.data_key_added(r.session_id, job->data_key, r.rank, ipv4, r.udp_port, num_ports);
   }
   Job::Rank& rank = job->ranks[r.rank];
   rank.registered = true;

@@ -117,11 +117,11 @@ struct AttachRequest {
 struct RegistryHooks {
   std::function<void(uint64_t session_id)> job_created;
   std::function<void(uint64_t session_id)> job_removed;
-  // A worker of a job with an authenticated data plane was registered: its UDP ports
+  // Rank `rank` of a job with an authenticated data plane was registered: its UDP ports
   // [port, port + num_ports) at ipv4 now speak with the job's key (16 bytes; docs/security.md
   // 4.4). Removed with the job (job_removed).
-  std::function<void(uint64_t session_id, const std::string& data_key, uint32_t ipv4, uint32_t port,
-                     uint32_t num_ports)>
+  std::function<void(uint64_t session_id, const std::string& data_key, uint32_t rank, uint32_t ipv4,
+                     uint32_t port, uint32_t num_ports)>
       data_key_added;
   // The hooks below run outside the registry's lock (they may call into it), from the thread of
   // the call that caused them.

@@ -194,7 +194,7 @@ Status Context::Impl::Setup() {
   topts.port = config.udp_port;
   // With the authenticated data plane every datagram carries a tag behind it (transport/auth.h).
   topts.max_datagram_bytes =
-      proto::kMaxDatagramBytes + (config.authenticate_data ? transport::kAuthTagBytes : 0);
+      proto::kMaxDatagramBytes + (config.authenticate_data ? transport::kAuthRoomBytes : 0);
   ASSIGN_OR_RETURN(auto transports, transport::OpenTransports(topts, config.num_worker_threads));
   const uint16_t base_port = transports[0]->local_endpoint().port;
 
@@ -252,7 +252,7 @@ Status Context::Impl::Setup() {
     if (!transport::AuthKeyFromBytes(reply.data_key, &key)) {  // the client checked the size
       return InternalError("the switch's data-plane key is not 16 bytes");
     }
-    for (auto& t : transports) t = transport::MakeAuthenticated(std::move(t), session_id, key);
+    for (auto& t : transports) t = transport::MakeAuthenticated(std::move(t), session_id, config.rank, key);
   }
 
   const uint32_t window = args.max_outstanding_packets / config.num_worker_threads;

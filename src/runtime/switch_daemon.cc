@@ -138,8 +138,9 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   topts.kind = options.transport;
   ParseIpv4(options.bind_address, &topts.bind_ipv4);
   topts.port = options.data_port;
-  // Room for the tag of the authenticated data plane (the wrapper lends and accepts 8 bytes less).
-  topts.max_datagram_bytes = proto::kMaxDatagramBytes + transport::kAuthTagBytes;
+  // Room for the authenticated data plane's tag (the wrapper lends and accepts
+  // transport::kAuthRoomBytes less: exactly kMaxDatagramBytes).
+  topts.max_datagram_bytes = proto::kMaxDatagramBytes + transport::kAuthRoomBytes;
   topts.socket_buffer_bytes = 16 << 20;  // room for every worker's window at once
   topts.switch_side = true;
   topts.loss = options.loss;
@@ -169,14 +170,14 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   copts.data_port = d->data_port_;
   copts.num_data_ports = options.threads;
   copts.switch_ipv4 = topts.bind_ipv4;
-  copts.registry_hooks.data_key_added = [keys = d->auth_keys_](
-                                            uint64_t session_id, const std::string& data_key,
-                                            uint32_t ipv4, uint32_t port, uint32_t num_ports) {
-    transport::AuthKey key;
-    if (transport::AuthKeyFromBytes(data_key, &key)) {
-      keys->Add(session_id, key, ipv4, static_cast<uint16_t>(port), num_ports);
-    }
-  };
+  copts.registry_hooks.data_key_added =
+      [keys = d->auth_keys_](uint64_t session_id, const std::string& data_key, uint32_t rank,
+                             uint32_t ipv4, uint32_t port, uint32_t num_ports) {
+        transport::AuthKey key;
+        if (transport::AuthKeyFromBytes(data_key, &key)) {
+          keys->Add(session_id, key, rank, ipv4, static_cast<uint16_t>(port), num_ports);
+        }
+      };
   copts.registry_hooks.job_removed = [keys = d->auth_keys_,
                                       then = copts.registry_hooks.job_removed](uint64_t id) {
     keys->RemoveSession(id);

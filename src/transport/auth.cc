@@ -21,24 +21,29 @@ void InitSodium() {
   CHECK(init >= 0) << "libsodium failed to initialise";
 }
 
-void PutSessionId(uint64_t session_id, uint8_t* out) {
+// The message's trailer behind the datagram: session id (8 bytes) and sender (4), little endian.
+void PutTrailer(uint64_t session_id, uint32_t sender, uint8_t* out) {
   for (size_t i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(session_id >> (8 * i));
+  for (size_t i = 0; i < 4; ++i) out[8 + i] = static_cast<uint8_t>(sender >> (8 * i));
 }
+static_assert(kAuthRoomBytes == 12 && kAuthRoomBytes >= kAuthTagBytes);
 
-// Tags the datagram at p[0, len) in place: p[len, len + 8) must be writable.
-void TagInPlace(const AuthPeer& peer, uint8_t* p, size_t len) {
-  PutSessionId(peer.session_id, p + len);
+// Tags the datagram at p[0, len) in place, as sent by `sender`: p[len, len + 12) must be
+// writable; the tag ends up in p[len, len + 8).
+void TagInPlace(const AuthPeer& peer, uint32_t sender, uint8_t* p, size_t len) {
+  PutTrailer(peer.session_id, sender, p + len);
   uint8_t tag[kAuthTagBytes];
-  crypto_shorthash(tag, p, len + 8, peer.key.data());
+  crypto_shorthash(tag, p, len + kAuthRoomBytes, peer.key.data());
   std::memcpy(p + len, tag, kAuthTagBytes);
 }
 
-// The tag of d (without tag) under peer, computed in scratch (d's size + 8 bytes).
-void TagOf(const AuthPeer& peer, std::span<const uint8_t> d, uint8_t* scratch,
+// The tag of d (without tag) under peer as sent by `sender`, computed in scratch (d's size + 12
+// bytes).
+void TagOf(const AuthPeer& peer, uint32_t sender, std::span<const uint8_t> d, uint8_t* scratch,
            uint8_t tag[kAuthTagBytes]) {
   if (!d.empty()) std::memcpy(scratch, d.data(), d.size());
-  PutSessionId(peer.session_id, scratch + d.size());
-  crypto_shorthash(tag, scratch, d.size() + 8, peer.key.data());
+  PutTrailer(peer.session_id, sender, scratch + d.size());
+  crypto_shorthash(tag, scratch, d.size() + kAuthRoomBytes, peer.key.data());
 }
 
 class AuthTransport final : public Transport {
@@ -50,14 +55,14 @@ class AuthTransport final : public Transport {
         table_(std::move(table)),
         lent_(kTxBuffers),
         tagged_(kTxBuffers),
-        scratch_(inner_->max_datagram_bytes() + kAuthTagBytes) {
-    CHECK_LT(kAuthTagBytes, inner_->max_datagram_bytes());
+        scratch_(inner_->max_datagram_bytes() + kAuthRoomBytes) {
+    CHECK_LT(kAuthRoomBytes, inner_->max_datagram_bytes());
     InitSodium();
   }
 
   Endpoint local_endpoint() const override { return inner_->local_endpoint(); }
   size_t max_datagram_bytes() const override {
-    return inner_->max_datagram_bytes() - kAuthTagBytes;
+    return inner_->max_datagram_bytes() - kAuthRoomBytes;
   }
   std::string name() const override { return "auth(" + inner_->name() + ")"; }
   void Wake() override { inner_->Wake(); }
@@ -69,7 +74,7 @@ class AuthTransport final : public Transport {
     // Indexed by address only while some peer is keyed: a switch without authenticated jobs
     // pays no hash per datagram (Refresh starts the index over when the first key arrives).
     if (fixed_ || !peers_.empty()) lent_at_[b.data()] = static_cast<uint32_t>(index);
-    return b.first(b.size() - kAuthTagBytes);
+    return b.first(b.size() - kAuthRoomBytes);
   }
 
   Result<size_t> Send(std::span<const TxDatagram> batch) override {
@@ -85,15 +90,15 @@ class AuthTransport final : public Transport {
         continue;
       }
       const size_t len = d.data.size();
-      // In place when the datagram starts at a buffer lent by TxBuffer with room for the tag,
-      // and that buffer is not already tagged under another key.
+      // In place when the datagram starts at a buffer lent by TxBuffer with room for the
+      // trailer, and that buffer is not already tagged under another key.
       auto it = lent_at_.find(d.data.data());
       if (it != lent_at_.end() && lent_[it->second].data() == d.data.data() &&
-          len + kAuthTagBytes <= lent_[it->second].size()) {
+          len + kAuthRoomBytes <= lent_[it->second].size()) {
         Tagged& t = tagged_[it->second];
         uint8_t* p = lent_[it->second].data();
         if (!t.valid) {
-          TagInPlace(*peer, p, len);
+          TagInPlace(*peer, TxSender(), p, len);
           t = Tagged{true, len, *peer};
         }
         if (t.len == len && t.peer.session_id == peer->session_id && t.peer.key == peer->key) {
@@ -102,10 +107,11 @@ class AuthTransport final : public Transport {
         }
       }
       std::vector<uint8_t>& copy = copies_[i];
-      copy.resize(len + kAuthTagBytes);
+      copy.resize(len + kAuthRoomBytes);
       if (len > 0) std::memcpy(copy.data(), d.data.data(), len);
-      TagInPlace(*peer, copy.data(), len);
-      out_[i] = TxDatagram{d.destination, copy};
+      TagInPlace(*peer, TxSender(), copy.data(), len);
+      out_[i] =
+          TxDatagram{d.destination, std::span<const uint8_t>(copy.data(), len + kAuthTagBytes)};
     }
     return inner_->Send(std::span<const TxDatagram>(out_.data(), batch.size()));
   }
@@ -126,13 +132,15 @@ class AuthTransport final : public Transport {
         batch[kept++] = d;
         continue;
       }
-      if (d.truncated || d.data.size() < kAuthTagBytes) {
+      // (Longer than any tagged datagram of max_datagram_bytes(): never one of ours.)
+      if (d.truncated || d.data.size() < kAuthTagBytes || d.data.size() > max + kAuthTagBytes) {
         ++bad;
         continue;
       }
       const std::span<const uint8_t> body = d.data.first(d.data.size() - kAuthTagBytes);
       uint8_t tag[kAuthTagBytes];
-      TagOf(*peer, body, scratch_.data(), tag);
+      // A worker's datagram must be its rank's; the switch's, the switch's.
+      TagOf(*peer, fixed_ ? kAuthSwitchSender : peer->sender, body, scratch_.data(), tag);
       if (sodium_memcmp(tag, d.data.data() + body.size(), kAuthTagBytes) != 0) {
         ++bad;
         continue;
@@ -156,6 +164,9 @@ class AuthTransport final : public Transport {
     size_t len = 0;
     AuthPeer peer;
   };
+
+  // Who this side is: a worker's rank (fixed_), or the switch.
+  uint32_t TxSender() const { return fixed_ ? fixed_->sender : kAuthSwitchSender; }
 
   const AuthPeer* PeerFor(const Endpoint& e) const {
     if (fixed_) return &*fixed_;
@@ -209,21 +220,22 @@ std::string AuthKeyToBytes(const AuthKey& key) {
   return std::string(reinterpret_cast<const char*>(key.data()), key.size());
 }
 
-uint64_t AuthTag(const AuthKey& key, uint64_t session_id, std::span<const uint8_t> datagram) {
+uint64_t AuthTag(const AuthKey& key, uint64_t session_id, uint32_t sender,
+                 std::span<const uint8_t> datagram) {
   InitSodium();
-  std::vector<uint8_t> scratch(datagram.size() + kAuthTagBytes);
+  std::vector<uint8_t> scratch(datagram.size() + kAuthRoomBytes);
   uint8_t tag[kAuthTagBytes];
-  TagOf(AuthPeer{session_id, key}, datagram, scratch.data(), tag);
+  TagOf(AuthPeer{session_id, key, sender}, sender, datagram, scratch.data(), tag);
   uint64_t v;
   std::memcpy(&v, tag, sizeof v);
   return v;
 }
 
-void AuthKeyTable::Add(uint64_t session_id, const AuthKey& key, uint32_t ipv4, uint16_t port,
-                       uint32_t num_ports) {
+void AuthKeyTable::Add(uint64_t session_id, const AuthKey& key, uint32_t rank, uint32_t ipv4,
+                       uint16_t port, uint32_t num_ports) {
   std::lock_guard lock(mu_);
   for (uint32_t k = 0; k < num_ports && uint32_t{port} + k <= 65535; ++k) {
-    peers_[Endpoint{ipv4, static_cast<uint16_t>(port + k)}] = AuthPeer{session_id, key};
+    peers_[Endpoint{ipv4, static_cast<uint16_t>(port + k)}] = AuthPeer{session_id, key, rank};
   }
   version_.fetch_add(1, std::memory_order_release);
 }
@@ -247,8 +259,9 @@ size_t AuthKeyTable::size() const {
 }
 
 std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t session_id,
-                                             const AuthKey& key) {
-  return std::make_unique<AuthTransport>(std::move(inner), AuthPeer{session_id, key}, nullptr);
+                                             uint32_t rank, const AuthKey& key) {
+  return std::make_unique<AuthTransport>(std::move(inner), AuthPeer{session_id, key, rank},
+                                         nullptr);
 }
 
 std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner,

@@ -5,7 +5,11 @@
 // (TransportCounters::auth_dropped) before the caller sees it.
 //
 // Tag: SipHash-2-4 (libsodium's crypto_shorthash) keyed with the job's 128-bit key, over the
-// datagram followed by the job's session id (8 bytes, little endian). The wire gains 8 bytes per
+// datagram followed by the job's session id (8 bytes, little endian) and the sender (4 bytes,
+// little endian: the worker's rank, or kAuthSwitchSender for the switch). The sender binds a
+// datagram to who sent it: all workers of a job share its key, so without it a copy of one
+// worker's packet sent with another worker's address would count as the other's contribution,
+// and a worker's packet reflected at a worker would pass for a result. The wire gains 8 bytes per
 // datagram; everything else is the reference format.
 //
 // Two sides:
@@ -41,7 +45,13 @@
 namespace switchml::transport {
 
 inline constexpr size_t kAuthTagBytes = 8;
+// Room the wrapper keeps behind each datagram in its transmit buffers (the tagged message's
+// trailer: session id and sender; the tag then overwrites its first 8 bytes). The wrapper lends
+// and receives max_datagram_bytes() = the inner transport's less this.
+inline constexpr size_t kAuthRoomBytes = 12;
 inline constexpr size_t kAuthKeyBytes = 16;
+// The sender of the switch's datagrams (workers are their rank, below 2^31).
+inline constexpr uint32_t kAuthSwitchSender = 0xffffffffu;
 using AuthKey = std::array<uint8_t, kAuthKeyBytes>;
 
 // A fresh random key (libsodium's randombytes_buf: the kernel's CSPRNG).
@@ -50,21 +60,25 @@ AuthKey NewAuthKey();
 bool AuthKeyFromBytes(const std::string& bytes, AuthKey* key);
 std::string AuthKeyToBytes(const AuthKey& key);
 
-// The tag of `datagram` under (key, session_id), as the wrapper computes it.
-uint64_t AuthTag(const AuthKey& key, uint64_t session_id, std::span<const uint8_t> datagram);
+// The tag of `datagram` under (key, session_id, sender), as the wrapper computes it.
+uint64_t AuthTag(const AuthKey& key, uint64_t session_id, uint32_t sender,
+                 std::span<const uint8_t> datagram);
 
-// Who a keyed peer is: its job's session id and key.
+// Who a keyed peer is: its job's session id and key, and its rank in the job (a worker) or
+// kAuthSwitchSender (the switch).
 struct AuthPeer {
   uint64_t session_id = 0;
   AuthKey key{};
+  uint32_t sender = 0;
 };
 
 // The switch's table of keyed worker endpoints. Written by the control plane, read by the
 // data-plane threads through Snapshot() when version() moved.
 class AuthKeyTable {
  public:
-  // The endpoints (ipv4, port .. port + num_ports - 1) now belong to session_id, keyed with key.
-  void Add(uint64_t session_id, const AuthKey& key, uint32_t ipv4, uint16_t port,
+  // The endpoints (ipv4, port .. port + num_ports - 1) are now rank `rank` of session_id, keyed
+  // with key.
+  void Add(uint64_t session_id, const AuthKey& key, uint32_t rank, uint32_t ipv4, uint16_t port,
            uint32_t num_ports);
   // Forgets the endpoints of session_id (those another session took over since stay).
   void RemoveSession(uint64_t session_id);
@@ -80,10 +94,13 @@ class AuthKeyTable {
   std::unordered_map<Endpoint, AuthPeer> peers_;
 };
 
-// The worker's side: every datagram sent is tagged, every datagram received must verify.
+// The worker's side (rank `rank` of session_id): every datagram sent is tagged as the rank's,
+// every datagram received must verify as the switch's.
 std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t session_id,
-                                             const AuthKey& key);
-// The switch's side: keys by endpoint from `table` (shared; read by this transport's thread).
+                                             uint32_t rank, const AuthKey& key);
+// The switch's side: keys by endpoint from `table` (shared; read by this transport's thread);
+// datagrams from an endpoint must verify as its rank's, datagrams to it are tagged as the
+// switch's.
 std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner,
                                              std::shared_ptr<const AuthKeyTable> table);
 

@@ -19,7 +19,8 @@ constexpr Endpoint kSwitch{0x0a000001, 48864};
 constexpr Endpoint kWorker{0x0a000002, 40000};
 constexpr Endpoint kStranger{0x0a000003, 40000};
 constexpr uint64_t kSession = 0x1234567890abcdefULL;
-constexpr size_t kMax = 1034 + kAuthTagBytes;
+constexpr uint32_t kRank = 1;
+constexpr size_t kMax = 1034 + kAuthRoomBytes;
 
 std::vector<uint8_t> Payload(size_t n, uint8_t seed) {
   std::vector<uint8_t> p(n);
@@ -59,9 +60,9 @@ class AuthTest : public ::testing::Test {
   AuthTest() : key_(NewAuthKey()) {
     table_ = std::make_shared<AuthKeyTable>();
     sw_ = MakeAuthenticated(net_.Attach(kSwitch, kMax), table_);
-    worker_ = MakeAuthenticated(net_.Attach(kWorker, kMax), kSession, key_);
+    worker_ = MakeAuthenticated(net_.Attach(kWorker, kMax), kSession, kRank, key_);
     raw_stranger_ = net_.Attach(kStranger, kMax);
-    table_->Add(kSession, key_, kWorker.ipv4, kWorker.port, 1);
+    table_->Add(kSession, key_, kRank, kWorker.ipv4, kWorker.port, 1);
   }
 
   MemoryNetwork net_;
@@ -71,7 +72,7 @@ class AuthTest : public ::testing::Test {
 };
 
 TEST_F(AuthTest, TagRoundTripsBothWays) {
-  EXPECT_EQ(sw_->max_datagram_bytes(), kMax - kAuthTagBytes);
+  EXPECT_EQ(sw_->max_datagram_bytes(), kMax - kAuthRoomBytes);
   for (bool lent : {true, false}) {
     const auto p = Payload(1034, lent ? 1 : 2);
     SendOne(*worker_, kSwitch, p, lent);
@@ -97,8 +98,9 @@ TEST_F(AuthTest, TheWireCarriesTheDatagramAndItsTag) {
   EXPECT_TRUE(std::equal(p.begin(), p.end(), got[0].begin()));
   uint64_t tag;
   std::memcpy(&tag, got[0].data() + p.size(), 8);
-  EXPECT_EQ(tag, AuthTag(key_, kSession, p));
-  EXPECT_NE(tag, AuthTag(key_, kSession + 1, p));  // the session id is covered
+  EXPECT_EQ(tag, AuthTag(key_, kSession, kRank, p));
+  EXPECT_NE(tag, AuthTag(key_, kSession + 1, kRank, p));  // the session id is covered
+  EXPECT_NE(tag, AuthTag(key_, kSession, kRank + 1, p));  // and the sender
 }
 
 TEST_F(AuthTest, AFlippedBitAnywhereIsDroppedAndCounted) {
@@ -106,7 +108,7 @@ TEST_F(AuthTest, AFlippedBitAnywhereIsDroppedAndCounted) {
   // endpoint (as a forger on the path would).
   const auto p = Payload(1034, 5);
   std::vector<uint8_t> wire = p;
-  const uint64_t tag = AuthTag(key_, kSession, p);
+  const uint64_t tag = AuthTag(key_, kSession, kRank, p);
   wire.resize(p.size() + 8);
   std::memcpy(wire.data() + p.size(), &tag, 8);
   // Detach the real worker so that a raw transport can send from its endpoint.
@@ -136,7 +138,7 @@ TEST_F(AuthTest, AFlippedBitAnywhereIsDroppedAndCounted) {
 
 TEST_F(AuthTest, WrongKeyTruncatedAndUntaggedAreDropped) {
   worker_.reset();
-  auto other = MakeAuthenticated(net_.Attach(kWorker, kMax), kSession, NewAuthKey());
+  auto other = MakeAuthenticated(net_.Attach(kWorker, kMax), kSession, kRank, NewAuthKey());
   SendOne(*other, kSwitch, Payload(1034, 6));  // well tagged, with another key
   EXPECT_TRUE(ReceiveAll(*sw_).empty());
   other.reset();
@@ -177,7 +179,7 @@ TEST_F(AuthTest, UnkeyedPeersPassThroughUnchanged) {
   ASSERT_TRUE(n.ok());
   ASSERT_EQ(*n, 1u);
   EXPECT_TRUE(rx[0].truncated);
-  EXPECT_EQ(rx[0].data.size(), kMax - kAuthTagBytes);
+  EXPECT_EQ(rx[0].data.size(), kMax - kAuthRoomBytes);
   EXPECT_EQ(sw_->counters().auth_dropped, 0u);
 }
 
@@ -192,12 +194,12 @@ TEST_F(AuthTest, RemovedSessionsAreNoLongerKeyed) {
 
 TEST_F(AuthTest, OneBufferToSeveralDestinationsOfOneJob) {
   constexpr Endpoint kWorker2{0x0a000004, 40000};
-  auto worker2 = MakeAuthenticated(net_.Attach(kWorker2, kMax), kSession, key_);
-  table_->Add(kSession, key_, kWorker2.ipv4, kWorker2.port, 1);
+  auto worker2 = MakeAuthenticated(net_.Attach(kWorker2, kMax), kSession, 2, key_);
+  table_->Add(kSession, key_, 2, kWorker2.ipv4, kWorker2.port, 1);
   // A stranger's keyed job on a third endpoint, sharing the same reply buffer: must be copied.
   const AuthKey other_key = NewAuthKey();
-  auto other = MakeAuthenticated(net_.Attach(Endpoint{0x0a000005, 1}, kMax), 77, other_key);
-  table_->Add(77, other_key, 0x0a000005, 1, 1);
+  auto other = MakeAuthenticated(net_.Attach(Endpoint{0x0a000005, 1}, kMax), 77, 0, other_key);
+  table_->Add(77, other_key, 0, 0x0a000005, 1, 1);
   const auto p = Payload(1034, 11);
   std::span<uint8_t> b = sw_->TxBuffer(0);
   std::memcpy(b.data(), p.data(), p.size());
@@ -215,13 +217,46 @@ TEST_F(AuthTest, OneBufferToSeveralDestinationsOfOneJob) {
   }
 }
 
+// Given two workers of one job (one key), Expect a copy of rank 1's tagged datagram sent with
+// rank 2's address to be dropped: the tag binds the sender (else it would count as rank 2's
+// contribution).
+TEST_F(AuthTest, AWorkersDatagramFromAnotherWorkersAddressIsDropped) {
+  constexpr Endpoint kWorker2{0x0a000004, 40000};
+  table_->Add(kSession, key_, 2, kWorker2.ipv4, kWorker2.port, 1);
+  auto raw_switch = net_.Attach(Endpoint{kSwitch.ipv4, 1}, kMax);
+  const auto p = Payload(1034, 12);
+  SendOne(*worker_, Endpoint{kSwitch.ipv4, 1}, p);  // captured on the path
+  auto wire = ReceiveAll(*raw_switch);
+  ASSERT_EQ(wire.size(), 1u);
+  auto raw_worker2 = net_.Attach(kWorker2, kMax);
+  SendOne(*raw_worker2, kSwitch, wire[0], false);  // replayed as rank 2's
+  EXPECT_TRUE(ReceiveAll(*sw_).empty());
+  EXPECT_EQ(sw_->counters().auth_dropped, 1u);
+  worker_.reset();
+  auto raw_worker = net_.Attach(kWorker, kMax);
+  SendOne(*raw_worker, kSwitch, wire[0], false);  // from rank 1's own address it is genuine
+  EXPECT_EQ(ReceiveAll(*sw_).size(), 1u);
+}
+
+// Given a worker's tagged datagram reflected at a worker of the same job (as if the switch sent
+// it), Expect it to be dropped: only the switch's datagrams pass for results.
+TEST_F(AuthTest, AWorkersDatagramReflectedAsAResultIsDropped) {
+  auto raw_switch = net_.Attach(Endpoint{kSwitch.ipv4, 1}, kMax);
+  SendOne(*worker_, Endpoint{kSwitch.ipv4, 1}, Payload(1034, 13));
+  auto wire = ReceiveAll(*raw_switch);
+  ASSERT_EQ(wire.size(), 1u);
+  SendOne(*raw_switch, kWorker, wire[0], false);
+  EXPECT_TRUE(ReceiveAll(*worker_).empty());
+  EXPECT_EQ(worker_->counters().auth_dropped, 1u);
+}
+
 TEST(AuthKeyTableTest, VersionMovesAndTakenOverEndpointsStay) {
   AuthKeyTable t;
   const uint64_t v0 = t.version();
-  t.Add(1, NewAuthKey(), 0x7f000001, 40000, 4);
+  t.Add(1, NewAuthKey(), 0, 0x7f000001, 40000, 4);
   EXPECT_GT(t.version(), v0);
   EXPECT_EQ(t.size(), 4u);
-  t.Add(2, NewAuthKey(), 0x7f000001, 40002, 1);  // session 2 took over one port
+  t.Add(2, NewAuthKey(), 0, 0x7f000001, 40002, 1);  // session 2 took over one port
   t.RemoveSession(1);
   uint64_t v;
   auto snap = t.Snapshot(&v);
