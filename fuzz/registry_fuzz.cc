@@ -1,12 +1,14 @@
 // Fuzzes the control plane's request handling (control::Registry, no gRPC) with arbitrary
 // sequences of registrations, barriers, broadcasts, cancellations, closes, attached streams and
-// their reports, lease ticks and a moving clock, from a few clients, with and without secrets.
+// their reports (checks, failures), lease ticks and a moving clock, from a few clients, with and
+// without secrets; optionally with a top-of-rack switch's hooks (checks held until confirmed).
 //
 // Checks: no crash or sanitizer report; every Barrier/Broadcast completion runs exactly once
 // (before or at Shutdown); a stream's end runs at most once, never after Detach; the registry's
-// jobs are the switch's jobs; waiting calls never exceed the total limit; and a job created with
+// jobs are the switch's jobs; waiting calls never exceed the total limit; a job created with
 // a secret is never changed by a request carrying another secret (PERMISSION_DENIED, same job
-// spec and workers, same existence).
+// spec and workers, same existence); a job's end is reported once it is gone; with the hooks, a
+// check reaches a stream only after it was handed to the hook and confirmed.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <chrono>
@@ -84,8 +86,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::map<uint64_t, std::string> owner;
   Calls calls;
   std::vector<uint64_t> syncs, streams;
+  // Top-of-rack hooks: checks the rack agreed on, waiting for ConfirmCheck.
+  const bool tor = in.ConsumeBool();
+  std::vector<std::pair<uint64_t, uint64_t>> agreed;       // (session, op) handed to the hook
+  std::map<std::pair<uint64_t, uint64_t>, int> confirmed;  // ConfirmCheck calls
+  Registry* registry = nullptr;
+  RegistryHooks hooks;
+  hooks.job_ended = [&registry](uint64_t id, const Status&) {
+    FUZZ_CHECK(registry != nullptr && !registry->HasJob(id));  // reported once it is gone
+  };
+  if (tor) {
+    hooks.check_agreed = [&agreed](uint64_t id, uint64_t op, uint64_t, uint32_t) {
+      agreed.emplace_back(id, op);
+    };
+  }
   {
-    Registry reg(opts, &sw, [&now] { return now; });
+    Registry reg(
+        opts, &sw, [&now] { return now; }, hooks);
+    registry = &reg;
     while (in.remaining_bytes() > 0) {
       const uint8_t op = in.ConsumeIntegral<uint8_t>();
       const uint64_t session = kSessions[in.ConsumeIntegralInRange<int>(0, 4)];
@@ -162,6 +180,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           r.session_id = session;
           r.rank = in.ConsumeIntegralInRange<uint32_t>(0, 5);
           r.secret = secret;
+          if (in.ConsumeBool()) r.label = "rack " + std::to_string(r.rank);
           const uint64_t t = reg.NewTicket();
           calls.stream_end[t] = 0;
           calls.detached[t] = false;
@@ -171,7 +190,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 FUZZ_CHECK(!calls.detached[t]);
                 FUZZ_CHECK(++calls.stream_end[t] == 1);
               },
-              [](uint64_t) {});
+              [&confirmed, tor, session](uint64_t op) {
+                // With the hooks, only what the hook was asked to confirm, and was.
+                if (tor) FUZZ_CHECK((confirmed[{session, op}] > 0));
+              });
           if (st.ok()) streams.push_back(t);
           if (foreign) {
             FUZZ_CHECK(!st.ok());
@@ -197,6 +219,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           reg.Tick();
           break;
         case 9:
+          if (in.ConsumeBool()) {
+            if (!streams.empty()) {  // a member reports a failure on its side
+              const uint64_t t = streams[in.ConsumeIntegralInRange<size_t>(0, streams.size() - 1)];
+              if (!calls.detached[t]) reg.ReportFailure(t, in.ConsumeRandomLengthString(2000));
+            }
+          } else if (!agreed.empty()) {  // the upstream confirms a check the rack agreed on
+            const auto [id, op] = agreed[in.ConsumeIntegralInRange<size_t>(0, agreed.size() - 1)];
+            ++confirmed[{id, op}];
+            reg.ConfirmCheck(id, op);
+          }
           break;
       }
       FUZZ_CHECK(reg.waiting_calls() <= opts.max_calls_total);
@@ -208,6 +240,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     reg.Shutdown();
     FUZZ_CHECK(reg.waiting_calls() == 0);
+    registry = nullptr;
   }
   for (const auto& [t, n] : calls.sync_done) FUZZ_CHECK(n == 1);
   for (const auto& [t, n] : calls.stream_end) FUZZ_CHECK(n <= 1);
