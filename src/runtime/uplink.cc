@@ -1,5 +1,6 @@
 #include "runtime/uplink.h"
 
+#include <atomic>
 #include <string>
 
 #include "base/logging.h"
@@ -120,12 +121,18 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
   std::unique_lock lock(mu_);
   if (local_rank == 0) {
     opened_.erase(request->session_id());  // (re)opening: wait for this registration
-    Session& s = sessions_[request->session_id()];
-    if (s.upstream) {
-      // A new rank 0 re-creates the job: the old incarnation's stream ends (off this thread).
-      Post([old = std::move(s.upstream)]() mutable { old.reset(); });
+    if (sessions_.size() >= kMaxOpened) {
+      // Forget a session whose job never came (its rank 0 was refused): the oldest such id.
+      for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+        if (!it->second.upstream) {
+          sessions_.erase(it);
+          break;
+        }
+      }
     }
-    s = Session{rack, global_n, request->job_secret(), nullptr};
+    Session& s = sessions_[request->session_id()];
+    DropUpstreamLocked(s);  // a new rank 0 re-creates the job: the old incarnation's stream ends
+    s = Session{rack, global_n, request->job_secret(), nullptr, nullptr};
     return Status::Ok();
   }
   // The rack's local rank 0 creates the ToR's job and opens the upstream: wait for it.
@@ -157,21 +164,25 @@ Status Uplink::AfterUdpSession(const switchml_proto::UdpSessionRequest& request)
     }
     const std::string member = "rack " + std::to_string(options_.rack_index) + " (ranks " +
                                RankRange(rack.first_rank, rack.num_workers) + ")";
+    // Cleared when this stream stops being the job's (the job ended or was re-created), so that
+    // its late end cannot fail a job that is not its own.
+    auto live = std::make_shared<std::atomic<bool>>(true);
     std::shared_ptr<control::Attachment> upstream = setup_client_.Attach(
         id, options_.rack_index, secret,
-        [this, id, secret](const Status& why) {
+        [this, id, secret, live](const Status& why) {
           control::Registry* registry;
           {
             std::lock_guard lock(mu_);
             registry = registry_;
           }
-          if (registry != nullptr) registry->Fail(id, secret, why);
+          if (registry != nullptr && live->load()) registry->Fail(id, secret, why);
         },
         member);
     std::lock_guard lock(mu_);
     Session& s = sessions_[id];
-    if (s.upstream) Post([old = std::move(s.upstream)]() mutable { old.reset(); });
+    DropUpstreamLocked(s);
     s.upstream = std::move(upstream);
+    s.live = std::move(live);
   }
   if (!st.ok()) {
     st = Status(st.code(), "rack " + std::to_string(options_.rack_index) +
@@ -267,7 +278,7 @@ void Uplink::OnJobEnded(uint64_t session_id, const Status& why) {
     if (it == sessions_.end()) return;
     s = std::move(it->second);
     sessions_.erase(it);
-    opened_.erase(session_id);
+    if (s.live) s.live->store(false);
   }
   if (!s.upstream) return;
   // Off this thread (an RPC's): the upstream calls may block for a moment.
@@ -316,12 +327,20 @@ void Uplink::OnCheckAgreed(uint64_t session_id, uint64_t op, uint64_t count, uin
   });
 }
 
+void Uplink::DropUpstreamLocked(Session& s) {
+  if (s.live) s.live->store(false);
+  if (s.upstream) Post([old = std::move(s.upstream)]() mutable { old.reset(); });
+  s.upstream.reset();
+  s.live.reset();
+}
+
 void Uplink::Shutdown() {
   std::vector<std::shared_ptr<control::Attachment>> streams;
   {
     std::lock_guard lock(mu_);
     shutting_down_ = true;
     for (auto& [id, s] : sessions_) {
+      if (s.live) s.live->store(false);
       if (s.upstream) streams.push_back(std::move(s.upstream));
     }
     sessions_.clear();

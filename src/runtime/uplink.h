@@ -33,6 +33,7 @@
 // Thread-safety: all methods are thread-safe (called from the ControlServer's RPC threads).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -116,7 +117,10 @@ class Uplink final : public control::SessionHooks {
     uint32_t global_workers = 0;
     std::string secret;
     std::shared_ptr<control::Attachment> upstream;  // the ToR's stream to the spine
+    std::shared_ptr<std::atomic<bool>> live;        // while `upstream` is the job's stream
   };
+  // Ends the session's upstream stream (on the task thread) without failing anything. Under mu_.
+  void DropUpstreamLocked(Session& s);
   Status OpenUpstream(const switchml_proto::UdpSessionRequest& request);
   // Runs `task` on the Uplink's own thread (calls to the spine that may block, and the end of
   // upstream streams, which waits for gRPC).

@@ -71,6 +71,49 @@ TEST(UplinkTest, MapsGlobalRanksToTheRackAndRefusesOtherRacks) {
   EXPECT_EQ(uplink.BeforeUdpSession(&req).code(), StatusCode::kUnavailable);
 }
 
+// A worker's Attach stream and Close at a top-of-rack switch: the global rank becomes the
+// rack's, the stream is named by the global rank, and other racks' ranks are refused.
+TEST(UplinkTest, MapsAttachAndCloseToTheRack) {
+  dataplane::LockedSwitch sw(dataplane::SwitchConfig{});
+  UplinkOptions o;
+  o.upstream = "127.0.0.1:1";  // never contacted here
+  o.racks = 2;
+  o.rack_index = 1;
+  o.data_port = 48864;
+  o.timeout = std::chrono::milliseconds(50);
+  Uplink uplink(o, &sw);
+  switchml_proto::AttachRequest attach;
+  attach.set_session_id(9);
+  attach.set_rank(2);
+  // Before the session is open on this switch: refused.
+  EXPECT_EQ(uplink.BeforeAttach(&attach).code(), StatusCode::kFailedPrecondition);
+  // 4 workers over 2 racks: this one holds ranks 2-3.
+  switchml_proto::UdpSessionRequest req;
+  req.set_session_id(9);
+  req.set_rank(2);
+  req.set_num_workers(4);
+  ASSERT_TRUE(uplink.BeforeUdpSession(&req).ok());
+  attach.set_rank(3);
+  ASSERT_TRUE(uplink.BeforeAttach(&attach).ok());
+  EXPECT_EQ(attach.rank(), 1u);
+  EXPECT_EQ(attach.member(), "rank 3");
+  attach.set_rank(1);
+  EXPECT_EQ(uplink.BeforeAttach(&attach).code(), StatusCode::kInvalidArgument);
+  switchml_proto::CloseRequest close;
+  close.set_session_id(9);
+  close.set_rank(3);
+  ASSERT_TRUE(uplink.BeforeClose(&close).ok());
+  EXPECT_EQ(close.rank(), 1u);
+  close.set_rank(0);
+  EXPECT_EQ(uplink.BeforeClose(&close).code(), StatusCode::kInvalidArgument);
+  close.clear_rank();  // the whole job: passed on as it is
+  EXPECT_TRUE(uplink.BeforeClose(&close).ok());
+  // Once its job ended here, the session is forgotten.
+  uplink.OnJobEnded(9, Status::Ok());
+  attach.set_rank(3);
+  EXPECT_EQ(uplink.BeforeAttach(&attach).code(), StatusCode::kFailedPrecondition);
+}
+
 TEST(UplinkTest, OptionsAreValidated) {
   UplinkOptions o;
   o.upstream = "spine:50099";
