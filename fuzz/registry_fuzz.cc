@@ -126,8 +126,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           r.num_udp_ports = in.ConsumeIntegralInRange<uint32_t>(0, 5);
           r.max_outstanding_packets = in.ConsumeIntegralInRange<uint32_t>(0, 100);
           r.running_tsi = in.ConsumeBool();
+          r.authenticate_data = in.ConsumeBool();
           r.secret = secret;
-          const Status st = reg.Register(r, caller);
+          std::string data_key;
+          const Status st = reg.Register(r, caller, &data_key);
+          // A job that asked for the authenticated data plane hands out its 16-byte key.
+          if (st.ok()) FUZZ_CHECK(data_key.size() == (r.authenticate_data ? 16u : 0u));
           if (foreign) {
             FUZZ_CHECK(!st.ok());
             FUZZ_CHECK(reg.HasJob(session));
