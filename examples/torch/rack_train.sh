@@ -8,12 +8,13 @@
 # rack cannot be made.
 #
 #   rack_train.sh BUILD_DIR [--workers 4,8] [--rate 1gbit] [--script train_rec.py]
-#                 [--json FILE] [--plot FILE.png] [--backends gloo,switchml]
+#                 [--json FILE] [--plot FILE.png] [--backends gloo,switchml] [--logs DIR]
 #                 [-- TRAINING_SCRIPT_FLAGS...]
 #
 # --script: train_rec.py (default; the communication-bound recommendation model) or
 # train_digits.py (the compute-bound MLP; e.g. `-- --hidden 2048 --epochs 1 --warmup 5`).
-# --backends: run only these (e.g. one, under perf); the comparison needs both. Prints one
+# --backends: run only these (e.g. one, under perf); the comparison needs both. --logs DIR: keep
+# every rank's output and results there (e.g. with `-- --profile 5`: rank 0's torch.profiler table). Prints one
 # RACK_TRAIN line per worker count; fails when a run fails or the two backends'
 # accuracies differ by more than 0.5 points. docs/python.md has the measured figures.
 set -euo pipefail
@@ -51,10 +52,10 @@ if [ "${1:-}" = "--inside" ]; then  # run by rack.sh inside the rack (RACK_* in 
   exit 0
 fi
 
-usage="usage: rack_train.sh BUILD_DIR [--workers N[,N...]] [--rate R] [--script S] [--json F] [--plot F] [--backends B[,B]] [-- FLAGS...]"
+usage="usage: rack_train.sh BUILD_DIR [--workers N[,N...]] [--rate R] [--script S] [--json F] [--plot F] [--backends B[,B]] [--logs DIR] [-- FLAGS...]"
 build=$(cd "${1:?$usage}" && pwd)
 shift
-workers_list=4 rate=1gbit script=train_rec.py json="" plot="" backends=gloo,switchml
+workers_list=4 rate=1gbit script=train_rec.py json="" plot="" backends=gloo,switchml logs=""
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case "$1" in
     --workers) workers_list=$2 ;;
@@ -63,6 +64,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     --json) json=$2 ;;
     --plot) plot=$2 ;;
     --backends) backends=$2 ;;
+    --logs) logs=$2 ;;
     *)
       echo "$usage" >&2
       exit 2
@@ -83,8 +85,13 @@ fi
   echo "rack_train: no $build/tools/switchml" >&2
   exit 2
 }
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+if [ -n "$logs" ]; then
+  mkdir -p "$logs"
+  out=$(cd "$logs" && pwd)
+else
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
 IFS=, read -r -a counts <<<"$workers_list"
 for workers in "${counts[@]}"; do
   rc=0

@@ -62,16 +62,18 @@ def perturbed_allreduce_hook(generator, relative):
 
 
 def train(rank, world, backend, epochs=20, batch_size=16, lr=0.05, seed=0, perturb=0.0, hidden=256,
-          layers=2, warmup=0, measure_allreduce=False):
+          layers=2, warmup=0, measure_allreduce=False, profile=0):
     """Trains on this rank's shard; returns the per-iteration losses (this rank's batch), the
     test accuracy of the final model and the training loop's iterations per second, not counting
     the first `warmup` iterations (their time is setup: first touch of buffers, the backend's
     first all-reduce). perturb > 0 adds perturbed_allreduce_hook(perturb). With
     measure_allreduce, also the time of the bare all-reduce of the model's gradients
-    (step_timing.measure_allreduce)."""
+    (step_timing.measure_allreduce). profile > 0: rank 0 prints torch.profiler's table of that
+    many iterations after warm-up."""
     if backend == "switchml":
         import switchml.torch  # noqa: F401 - registers the backend
     torch.set_num_threads(1)
+    step_timing.keep_freed_memory()
     x_train, y_train, x_test, y_test = load_data(seed)
     torch.manual_seed(seed)  # the same initial model on every rank and for every backend
     model = DDP(make_model(hidden, layers))
@@ -83,11 +85,13 @@ def train(rank, world, backend, epochs=20, batch_size=16, lr=0.05, seed=0, pertu
     n = len(x_train) // world * world  # every rank runs the same number of iterations
     losses = []
     timer = step_timing.StepTimer(warmup)
+    profiler = step_timing.Profiler(profile, warmup)
     dist.barrier()
     for _ in range(epochs):
         order = torch.randperm(len(x_train), generator=g)[:n]
         shard = order[rank::world]
         for i in range(0, len(shard) - batch_size + 1, batch_size):
+            profiler.step(len(losses))
             timer.start()
             idx = shard[i:i + batch_size]
             timer.mark("data")
@@ -100,6 +104,7 @@ def train(rank, world, backend, epochs=20, batch_size=16, lr=0.05, seed=0, pertu
             timer.mark("optimizer")
             losses.append(loss.item())
             timer.stop()
+    profiler.finish(rank)
     with torch.no_grad():
         accuracy = (model(x_test).argmax(1) == y_test).float().mean().item() * 100
     r = timer.results()
@@ -122,6 +127,9 @@ def main():
     p.add_argument("--warmup", type=int, default=0,
                    help="iterations left out of iterations/s (still trained); when > 0, the "
                    "bare all-reduce of the gradients is timed too")
+    p.add_argument("--profile", type=int, default=0, metavar="ITERATIONS",
+                   help="print torch.profiler's table of ITERATIONS iterations after warm-up "
+                   "(rank 0)")
     p.add_argument("--out", help="write rank 0's results here (JSON)")
     a = p.parse_args()
     if a.backend == "switchml":
@@ -129,7 +137,7 @@ def main():
     dist.init_process_group(a.backend)  # torchrun's environment
     rank, world = dist.get_rank(), dist.get_world_size()
     r = train(rank, world, a.backend, a.epochs, a.batch_size, a.lr, a.seed, hidden=a.hidden,
-              layers=a.layers, warmup=a.warmup, measure_allreduce=a.warmup > 0)
+              layers=a.layers, warmup=a.warmup, measure_allreduce=a.warmup > 0, profile=a.profile)
     r = step_timing.gather_slowest(r)
     if rank == 0:
         print(f"{a.backend}: {world} processes, {r['parameters']} parameters, "

@@ -83,6 +83,7 @@ def train(rank, world, backend, steps=40, batch_size=256, lr=1.0, emb_lr=None, s
     the bare all-reduce of the model's gradients (step_timing.measure_allreduce). profile > 0:
     rank 0 prints torch.profiler's table of that many steps after warm-up."""
     torch.set_num_threads(1)
+    step_timing.keep_freed_memory()
     data = Data(users, items, seed)
     test_u, test_i, test_y = data.sample(50_000)
     total = warmup + steps
