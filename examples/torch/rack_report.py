@@ -41,7 +41,8 @@ def plot(rows, rate, script, path):
     bars.set_xticklabels([f"{row['workers']} workers\n{row['speedup']:.2f}x" for row in rows])
     bars.set_ylabel("median step (s)")
     bars.set_title(f"{script}, {rows[0]['parameters']:,} parameters, {rate} cables")
-    bars.legend(fontsize=8)
+    bars.set_ylim(0, 1.35 * max(row[b]["step_s"] for row in rows for b in BACKENDS))
+    bars.legend(fontsize=8, loc="upper center", ncol=2)
     last = rows[-1]
     for b, style in zip(BACKENDS, ("-", "--")):
         curves.plot(last[b]["losses"], style, label=f"{b} (test acc. {last[b]['accuracy']:.2f}%)")
