@@ -5,8 +5,9 @@
 # curve, the test accuracy and iterations/s. Needs root (network namespaces); exits 77 where the
 # rack cannot be made.
 #   rack_digits.sh BUILD_DIR [WORKERS (2)] [EPOCHS (5)] [RATE (1gbit)] [-- TRAIN_DIGITS_FLAGS...]
-# e.g. `-- --hidden 2048 --warmup 5` trains a 4.35M-parameter MLP (17 MB of gradients a step),
-# where the all-reduce outweighs the computation on 1 Gbit/s cables.
+# e.g. `-- --hidden 2048 --warmup 5` trains a 4.35M-parameter MLP (17 MB of gradients a step).
+# For training speed (median step, phases, the bare all-reduce, 4 and 8 workers, the
+# communication-bound recommendation model) use rack_train.sh.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
