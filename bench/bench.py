@@ -376,6 +376,7 @@ class Bench:
         tag = f"{setting}-{system}-{n}w-{nbytes >> 20}M".replace(":", "-")
         log(f"{setting}: {system}, {n} workers, {size_label(nbytes)} {a.dtype} "
             f"({a.iterations} iterations after {a.warmup} warm-up)")
+        load = os.getloadavg()[0]  # other work on the host skews every figure: recorded
         t0 = time.monotonic()
         if system == "switchml":
             r = self.run_switchml(tag, n, elements)
@@ -391,7 +392,8 @@ class Bench:
             r = self.run_mpi(tag, n, elements, "vader,self")
         row = {"setting": setting, "system": system, "workers": n, "bytes": nbytes,
                "elements": elements, "dtype": a.dtype, "iterations": a.iterations,
-               "warmup": a.warmup, "wall_s": round(time.monotonic() - t0, 3)}
+               "warmup": a.warmup, "wall_s": round(time.monotonic() - t0, 3),
+               "loadavg_1m": round(load, 2)}
         if "error" in r:
             row["error"] = r["error"]
             log(f"FAILED: {system}: {r['error']}")
@@ -513,6 +515,11 @@ def markdown(report):
              f"(GB/s = 1e9 bytes/s). CPU = CPU seconds of all processes per GiB reduced, in the "
              f"timed all-reduces, or (*) over the processes' whole life. See docs/benchmarks.md.",
              ""]
+    loads = [r["loadavg_1m"] for r in rows if "loadavg_1m" in r]
+    if loads:
+        lines[0] += (f" 1-minute load average when each run started: {min(loads):.1f} to "
+                     f"{max(loads):.1f} on {report['host_cpus']} CPUs (above the CPU count, "
+                     f"other work shared the cores and every figure is skewed).")
     settings = []
     for r in rows:
         if r["setting"] not in settings:
