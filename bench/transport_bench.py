@@ -238,39 +238,52 @@ RATE_ROWS = {
 
 
 def section_rates(a, out):
-    rows = {}
+    # Runs are interleaved (run 0 of every row, then run 1, ...), so that a change of the machine's
+    # load during the benchmark falls on every row alike.
+    names = a.rows.split(",")
+    runs = {n: [] for n in names}
+    errors = {}
     with Namespaces(f"smltb{os.getpid()}") as ns:
         if not ns.ok:
             log(f"namespaces: {ns.error}: the kernel rows will fail")
         port = 47100
-        for name in a.rows.split(","):
-            row = RATE_ROWS[name]
-            runs, error = [], ""
-            for i in range(a.runs):
+        for i in range(a.runs):
+            for name in names:
+                row = RATE_ROWS[name]
+                if name in errors:
+                    continue
                 port += 1  # a fresh port per run: no stale memif socket or lock in the way
                 if row["server"] != "fwd" and row["gen"] != "dpdk" and not ns.ok:
-                    error = "no namespaces: " + ns.error
-                    break
+                    errors[name] = "no namespaces: " + ns.error
+                    continue
                 r = rates_once(a, row, ns, port, f"rates-{name}-{i}")
                 if "error" in r:
-                    error = r["error"]
-                    log(f"rates {name} run {i}: {error}")
-                    break
+                    errors[name] = r["error"]
+                    log(f"rates {name} run {i}: {r['error']}")
+                    continue
                 log(f"rates {name} run {i}: {r['round_trips_per_s']:.0f} round trips/s, server "
                     f"{r['server_cores']:.2f} cores, generator {r['gen_cores']:.2f} cores")
-                runs.append(r)
-            if not runs:
-                rows[name] = {"label": row["label"], "error": error}
-                continue
-            rows[name] = {k: median([x[k] for x in runs]) for k in runs[0]
-                          if isinstance(runs[0][k], float)}
-            rows[name].update(label=row["label"], runs=len(runs), all=runs)
+                runs[name].append(r)
+    rows = {}
+    for name in names:
+        label = RATE_ROWS[name]["label"]
+        if not runs[name]:
+            rows[name] = {"label": label, "error": errors.get(name, "no run")}
+            continue
+        rs = runs[name]
+        rows[name] = {k: median([x[k] for x in rs]) for k in rs[0] if isinstance(rs[0][k], float)}
+        rows[name].update(label=label, runs=len(rs), all=rs)
     out["rates"] = rows
     fwd, sw = rows.get("fwd", {}), rows.get("dpdk", {})
     plain = rows.get("udp-plain", {})
     ratios = {}
     if "round_trips_per_s" in fwd and "round_trips_per_s" in sw:
         ratios["switch_over_forwarder"] = sw["round_trips_per_s"] / fwd["round_trips_per_s"]
+        # Also the median of the ratios of runs made one after the other.
+        pairs = zip(fwd["all"], sw["all"])
+        ratios["switch_over_forwarder_paired"] = median(
+            [s_["round_trips_per_s"] / f["round_trips_per_s"] for f, s_ in pairs
+             if f["round_trips_per_s"] > 0])
     if "server_pps_per_core" in sw and plain.get("server_pps_per_core"):
         ratios["dpdk_over_udp_plain_switch_core"] = (sw["server_pps_per_core"] /
                                                      plain["server_pps_per_core"])
@@ -299,7 +312,9 @@ def markdown_rates(a, out):
     lines.append("")
     if "switch_over_forwarder" in rt:
         lines.append(f"- switch over memif / do-nothing forwarder (round trips/s, both polling): "
-                     f"**{rt['switch_over_forwarder']:.2f}** (target >= 0.80)")
+                     f"**{rt['switch_over_forwarder']:.2f}** (target >= 0.80; median of the "
+                     f"ratios of runs made back to back: "
+                     f"{rt.get('switch_over_forwarder_paired', 0):.2f})")
     if "dpdk_over_udp_plain_switch_core" in rt:
         lines.append(f"- DPDK / plain kernel UDP, packets per switch core: "
                      f"**{rt['dpdk_over_udp_plain_switch_core']:.2f}** (target >= 4)")
@@ -338,6 +353,7 @@ def section_run_cpu(a, out):
             m = re.search(r"aggregated elements/s:\s+(\S+)", text)
             t = re.search(r"aggregation time \(median of \d+\): (\S+) s", text)
             w = re.search(r"wall time:\s+(\S+) s", text)
+            rt = re.search(r"retransmissions:\s+(\d+)", text)
             if code != 0 or not m:
                 row["error"] = f"exit {code}: {text.strip()[-300:]}"
                 log(f"run {kind} {workers} workers: {row['error']}")
@@ -345,6 +361,7 @@ def section_run_cpu(a, out):
                 row["elements_per_s"] = float(m.group(1))
                 row["median_s"] = float(t.group(1)) if t else 0.0
                 row["wall_s"] = float(w.group(1)) if w else 0.0
+                row["retransmitted"] = int(rt.group(1)) if rt else 0
                 log(f"run {kind} {workers} workers: {row['elements_per_s']:.3g} elements/s, "
                     f"{cpu:.2f} CPU-s")
             rows.append(row)
@@ -355,15 +372,15 @@ def markdown_run(a, out):
     lines = [f"### `switchml run` on this host: {a.size >> 20} MiB float32, {a.iterations} timed "
              f"all-reduces after 1 (median)", "",
              "| workers | transport | aggregated elements/s | median all-reduce s | "
-             "CPU-s of the run (switch + workers) |", "|---:|---|---:|---:|---:|"]
+             "CPU-s of the run (switch + workers) | retransmitted |", "|---:|---|---:|---:|---:|---:|"]
     by = {}
     for r in out["run"]:
         if "error" in r:
-            lines.append(f"| {r['workers']} | {r['transport']} | failed: {r['error'][:100]} | | |")
+            lines.append(f"| {r['workers']} | {r['transport']} | failed: {r['error'][:100]} | | | |")
             continue
         by[(r["workers"], r["transport"])] = r
         lines.append(f"| {r['workers']} | {r['transport']} | {r['elements_per_s']:.3g} | "
-                     f"{r['median_s']:.4f} | {r['cpu_s']:.2f} |")
+                     f"{r['median_s']:.4f} | {r['cpu_s']:.2f} | {r['retransmitted']} |")
     lines.append("")
     for w in a.run_workers:
         if (w, "dpdk") in by and (w, "udp") in by:
