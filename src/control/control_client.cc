@@ -363,7 +363,7 @@ class AttachStream final
     const switchml_proto::AttachRequest* write = nullptr;
     {
       std::lock_guard lock(mu_);
-      if (done_) {
+      if (ended_) {
         now = true;
         immediate = unsupported_ ? Status::Ok() : final_;
       } else {
@@ -383,7 +383,7 @@ class AttachStream final
     const switchml_proto::AttachRequest* write = nullptr;
     {
       std::lock_guard lock(mu_);
-      if (done_ || closing_) return;
+      if (ended_ || closing_) return;
       closing_ = true;  // the job ends because of this side: on_failure is not called
       failure_sent_ = true;
       switchml_proto::AttachRequest m;
@@ -440,6 +440,9 @@ class AttachStream final
         failure = Status(FromGrpcCode(s.error_code()), s.error_message());
       }
       final_ = failure;
+      // gRPC has already destroyed the stream: from here no Start* may be called, also not by
+      // the callbacks below (on_failure fails the job, whose hooks may call Fail or Announce).
+      ended_ = true;
       checks.swap(checks_);
       if (!closing_ && !unsupported_) notify = std::move(on_failure_);
     }
@@ -470,6 +473,7 @@ class AttachStream final
   std::map<uint64_t, std::function<void(const Status&)>> checks_;
   bool closing_ = false;
   bool failure_sent_ = false;
+  bool ended_ = false;  // OnDone has begun: the stream is gone (Announce and Fail must not write)
   bool done_ = false;
   bool unsupported_ = false;
   Status final_;
