@@ -16,11 +16,10 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import switchml
 import switchml.torch as swtorch
-from step_timing import buckets, numel  # DDP's default bucketing
+from step_timing import buckets, numel, time_allreduces  # DDP's default bucketing
 
 
 def resnet50():
@@ -62,19 +61,8 @@ MODELS = {"resnet50": resnet50, "vgg16": vgg16, "bert-base": bert_base}
 
 def bench_worker(rank, world, sizes, iterations):
     import torch
-    import torch.distributed as dist
     torch.set_num_threads(1)
-    tensors = [torch.randn(n) for n in sizes]
-    times = []
-    for i in range(iterations + 1):  # one warm-up
-        dist.barrier()
-        start = time.perf_counter()
-        works = [dist.all_reduce(t, async_op=True) for t in tensors]
-        for w in works:
-            w.wait()
-        if i > 0:
-            times.append(time.perf_counter() - start)
-    return times
+    return time_allreduces([torch.randn(n) for n in sizes], iterations)
 
 
 def main():

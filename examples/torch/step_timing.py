@@ -95,12 +95,9 @@ class StepTimer:
                 "seconds": seconds}
 
 
-def measure_allreduce(module, iterations=5):
-    """Median time of the all-reduce of `module`'s gradients alone: every bucket as DDP 1.13
-    makes them by default (reverse parameter order, 1 MB then 25 MB caps) started at once, then
-    all waited for; one warm-up, then `iterations` timed with a barrier before each."""
-    sizes = buckets([tuple(p.shape) for p in module.parameters() if p.requires_grad])
-    tensors = [torch.zeros(n) for n in sizes]
+def time_allreduces(tensors, iterations):
+    """This rank's time of each of `iterations` rounds (after one warm-up) that start the
+    all-reduce of every tensor at once and wait for them all, with a barrier before each."""
     times = []
     for i in range(iterations + 1):
         dist.barrier()
@@ -110,6 +107,15 @@ def measure_allreduce(module, iterations=5):
             w.wait()
         if i > 0:
             times.append(time.perf_counter() - start)
+    return times
+
+
+def measure_allreduce(module, iterations=5):
+    """Median time of the all-reduce of `module`'s gradients alone: every bucket as DDP 1.13
+    makes them by default (reverse parameter order, 1 MB then 25 MB caps) started at once, then
+    all waited for; one warm-up, then `iterations` timed with a barrier before each."""
+    sizes = buckets([tuple(p.shape) for p in module.parameters() if p.requires_grad])
+    times = time_allreduces([torch.zeros(n) for n in sizes], iterations)
     worst = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     return statistics.median(worst.tolist())
