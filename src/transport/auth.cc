@@ -53,6 +53,7 @@ class AuthTransport final : public Transport {
       : inner_(std::move(inner)),
         fixed_(fixed),
         table_(std::move(table)),
+        max_(inner_->max_datagram_bytes() - kAuthRoomBytes),
         lent_(kTxBuffers),
         tagged_(kTxBuffers),
         scratch_(inner_->max_datagram_bytes() + kAuthRoomBytes) {
@@ -61,25 +62,22 @@ class AuthTransport final : public Transport {
   }
 
   Endpoint local_endpoint() const override { return inner_->local_endpoint(); }
-  size_t max_datagram_bytes() const override {
-    return inner_->max_datagram_bytes() - kAuthRoomBytes;
-  }
+  size_t max_datagram_bytes() const override { return max_; }
   std::string name() const override { return "auth(" + inner_->name() + ")"; }
   void Wake() override { inner_->Wake(); }
 
   std::span<uint8_t> TxBuffer(size_t index) override {
     const std::span<uint8_t> b = inner_->TxBuffer(index);
-    lent_[index] = b;
-    tagged_[index].valid = false;  // the caller writes new contents
-    // Indexed by address only while some peer is keyed: a switch without authenticated jobs
-    // pays no hash per datagram (Refresh starts the index over when the first key arrives).
-    if (fixed_ || !peers_.empty()) lent_at_[b.data()] = static_cast<uint32_t>(index);
+    // The in-place tagging's book-keeping only while some peer is keyed: a switch without
+    // authenticated jobs hands the buffer through and touches nothing of its own (Refresh
+    // forgets the book-keeping when the first key arrives).
+    if (keyed()) NoteLent(index, b);
     return b.first(b.size() - kAuthRoomBytes);
   }
 
   Result<size_t> Send(std::span<const TxDatagram> batch) override {
     Refresh();
-    if (!fixed_ && peers_.empty()) return inner_->Send(batch);
+    if (!keyed()) return inner_->Send(batch);
     if (out_.size() < batch.size()) out_.resize(batch.size());
     if (copies_.size() < batch.size()) copies_.resize(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -119,7 +117,16 @@ class AuthTransport final : public Transport {
   Result<size_t> Receive(std::span<RxDatagram> batch, std::chrono::nanoseconds timeout) override {
     ASSIGN_OR_RETURN(size_t got, inner_->Receive(batch, timeout));
     Refresh();
-    const size_t max = max_datagram_bytes();
+    const size_t max = max_;
+    if (!keyed()) {  // no keyed peer (a switch without authenticated jobs): as without the wrapper
+      for (size_t i = 0; i < got; ++i) {
+        if (batch[i].data.size() > max) {
+          batch[i].data = batch[i].data.first(max);
+          batch[i].truncated = true;
+        }
+      }
+      return got;
+    }
     size_t kept = 0, bad = 0;
     for (size_t i = 0; i < got; ++i) {
       RxDatagram d = batch[i];
@@ -168,11 +175,21 @@ class AuthTransport final : public Transport {
   // Who this side is: a worker's rank (fixed_), or the switch.
   uint32_t TxSender() const { return fixed_ ? fixed_->sender : kAuthSwitchSender; }
 
+  // Whether any peer is keyed (a worker's always is; the switch's, while some job is): kept
+  // by Refresh, one flag for the per-datagram paths to read.
+  bool keyed() const { return keyed_; }
+
   const AuthPeer* PeerFor(const Endpoint& e) const {
     if (fixed_) return &*fixed_;
-    if (peers_.empty()) return nullptr;
     auto it = peers_.find(e);
     return it == peers_.end() ? nullptr : &it->second;
+  }
+
+  // Out of line, so that TxBuffer's pass-through stays a call and a test.
+  [[gnu::noinline]] void NoteLent(size_t index, std::span<uint8_t> b) {
+    lent_[index] = b;
+    tagged_[index].valid = false;  // the caller writes new contents
+    lent_at_[b.data()] = static_cast<uint32_t>(index);
   }
 
   // Picks up the control plane's changes (only then takes the table's lock).
@@ -180,8 +197,9 @@ class AuthTransport final : public Transport {
     if (table_ == nullptr || table_->version() == seen_) return;
     const bool was_empty = peers_.empty();
     peers_ = table_->Snapshot(&seen_);
-    // Buffers lent while nothing was keyed are not in the index: forget the index, so that a
-    // stale entry cannot point at a buffer lent since (those datagrams are copied instead).
+    keyed_ = !peers_.empty();
+    // Buffers lent while nothing was keyed are not in the book-keeping: forget the index, so
+    // that a stale entry cannot point at a buffer lent since (those datagrams are copied).
     if (was_empty) lent_at_.clear();
     for (Tagged& t : tagged_) t.valid = false;
   }
@@ -189,7 +207,9 @@ class AuthTransport final : public Transport {
   std::unique_ptr<Transport> inner_;
   const std::optional<AuthPeer> fixed_;
   const std::shared_ptr<const AuthKeyTable> table_;
+  const size_t max_;  // max_datagram_bytes(): the inner transport's less kAuthRoomBytes
   uint64_t seen_ = 0;  // the table's version peers_ reflects (the table starts at 0, empty)
+  bool keyed_ = fixed_.has_value();
   std::unordered_map<Endpoint, AuthPeer> peers_;
   // Transmit buffers lent by index, their index by address, and how each is tagged.
   std::vector<std::span<uint8_t>> lent_;

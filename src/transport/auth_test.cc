@@ -183,6 +183,77 @@ TEST_F(AuthTest, UnkeyedPeersPassThroughUnchanged) {
   EXPECT_EQ(sw_->counters().auth_dropped, 0u);
 }
 
+// Given a switch whose table is empty (no authenticated job: the wrapper's pass-through), Expect
+// datagrams both ways unchanged and oversized ones cut and flagged; and when the first key
+// arrives after a transmit buffer was lent, Expect the datagram built in it tagged all the same
+// (then untagged again once the job is gone, and tagged when a job comes back).
+TEST(AuthEmptyTableTest, PassThroughThenTheFirstKeyThenNone) {
+  MemoryNetwork net;
+  const AuthKey key = NewAuthKey();
+  auto table = std::make_shared<AuthKeyTable>();
+  auto sw = MakeAuthenticated(net.Attach(kSwitch, kMax), table);
+  auto raw_worker = net.Attach(kWorker, kMax);
+  const auto p = Payload(1034, 14);
+  SendOne(*raw_worker, kSwitch, p, false);
+  std::vector<uint8_t> big(kMax, 3);
+  SendOne(*raw_worker, kSwitch, big, false);
+  std::vector<RxDatagram> rx(4);
+  auto n = sw->Receive(rx, milliseconds(0));
+  ASSERT_TRUE(n.ok());
+  ASSERT_EQ(*n, 2u);
+  EXPECT_EQ(std::vector<uint8_t>(rx[0].data.begin(), rx[0].data.end()), p);
+  EXPECT_FALSE(rx[0].truncated);
+  EXPECT_TRUE(rx[1].truncated);
+  EXPECT_EQ(rx[1].data.size(), kMax - kAuthRoomBytes);
+  SendOne(*sw, kWorker, p);
+  auto got = ReceiveAll(*raw_worker);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], p);  // no tag
+
+  // A buffer lent while nothing is keyed; the key arrives before the Send.
+  std::span<uint8_t> b = sw->TxBuffer(0);
+  std::memcpy(b.data(), p.data(), p.size());
+  table->Add(kSession, key, kRank, kWorker.ipv4, kWorker.port, 1);
+  const TxDatagram tx{kWorker, b.first(p.size())};
+  auto r = sw->Send({&tx, 1});
+  ASSERT_TRUE(r.ok());
+  got = ReceiveAll(*raw_worker);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].size(), p.size() + kAuthTagBytes);
+  uint64_t tag;
+  std::memcpy(&tag, got[0].data() + p.size(), 8);
+  EXPECT_EQ(tag, AuthTag(key, kSession, kAuthSwitchSender, p));
+  // Keyed now: built in place, and an untagged datagram from the worker's address is dropped.
+  auto worker = MakeAuthenticated(std::move(raw_worker), kSession, kRank, key);
+  SendOne(*sw, kWorker, p);
+  got = ReceiveAll(*worker);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], p);
+  SendOne(*worker, kSwitch, p);
+  got = ReceiveAll(*sw);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], p);
+
+  // The job goes: the worker's tagged datagrams pass as they came, replies go untagged.
+  table->RemoveSession(kSession);
+  const auto small = Payload(64, 15);
+  SendOne(*worker, kSwitch, small);
+  got = ReceiveAll(*sw);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].size(), small.size() + kAuthTagBytes);
+  SendOne(*sw, kWorker, p);
+  EXPECT_TRUE(ReceiveAll(*worker).empty());  // untagged: the worker drops it
+  EXPECT_EQ(worker->counters().auth_dropped, 1u);
+  // And back: tagged again.
+  table->Add(kSession, key, kRank, kWorker.ipv4, kWorker.port, 1);
+  EXPECT_TRUE(ReceiveAll(*sw).empty());  // (picks up the key)
+  SendOne(*sw, kWorker, p);
+  got = ReceiveAll(*worker);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], p);
+  EXPECT_EQ(sw->counters().auth_dropped, 0u);
+}
+
 TEST_F(AuthTest, RemovedSessionsAreNoLongerKeyed) {
   table_->RemoveSession(kSession);
   const auto p = Payload(64, 10);
