@@ -529,7 +529,7 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
       if (job.has_upstream) [[unlikely]] {
         // Top-of-rack: the rack's partial sum goes up; the result comes back in ProcessResult.
         Job::TorSet& t = job.tor[RegisterIndex(md.header.slot)];
-        t = Job::TorSet{false, offset, p};
+        t = Job::TorSet{false, offset, p, WorkerBitmap{}};
         SendUp(job, offset);
         break;
       }
