@@ -268,17 +268,28 @@ std::unique_ptr<WorkerContext> CreateContext(const py::object& config, const py:
 // command is the same daemon as a process).
 class InProcessSwitch {
  public:
-  InProcessSwitch(const std::string& bind_address, uint16_t data_port, uint16_t control_port) {
+  InProcessSwitch(const std::string& bind_address, uint16_t data_port, uint16_t control_port,
+                  bool require_authenticated_data) {
     runtime::SwitchDaemonOptions o;
     o.bind_address = bind_address;
     o.data_port = data_port;
     o.control_port = control_port;
+    o.control.registry.require_authenticated_data = require_authenticated_data;
     auto d = runtime::SwitchDaemon::Start(o);
     if (!d.ok()) Raise(d.status());
     daemon_ = std::move(d).value();
   }
   uint16_t data_port() const { return Get().data_port(); }
   uint16_t control_port() const { return Get().control_port(); }
+  py::dict Counters() const {
+    const runtime::DaemonCounters c = Get().counters();
+    py::dict d;
+    d["received"] = c.received;
+    d["sent"] = c.sent;
+    d["truncated"] = c.truncated;
+    d["auth_dropped"] = c.auth_dropped;
+    return d;
+  }
   void Stop() {
     py::gil_scoped_release nogil;
     daemon_.reset();
@@ -346,6 +357,9 @@ PYBIND11_MODULE(_core, m) {
                        "an all-reduce fails when no result arrives for this long");
   config.def_readwrite("setup_timeout", &Config::setup_timeout,
                        "session setup and barrier timeout");
+  config.def_readwrite("authenticate_data", &Config::authenticate_data,
+                       "the authenticated data plane (docs/security.md 4.4): every datagram "
+                       "carries a tag keyed per job; every worker of a job must set the same");
   config.def(
       "validate", [](const Config& c) { Check(c.Validate()); },
       "Raises SwitchMLError saying which field is wrong.");
@@ -398,17 +412,22 @@ PYBIND11_MODULE(_core, m) {
         d["rttvar_us"] = s.rttvar_us;
         d["rto_us"] = s.rto_us;
         d["foreign_source_dropped"] = s.foreign_source_dropped;
+        d["auth_dropped"] = s.auth_dropped;
         return d;
       });
 
   py::class_<InProcessSwitch>(
       m, "Switch",
-      "An in-process software switch (as `switchml switch`); port 0 picks a "
-      "free one.")
-      .def(py::init<const std::string&, uint16_t, uint16_t>(),
+      "An in-process software switch (as `switchml switch`); port 0 picks a free one; "
+      "require_authenticated_data: refuse jobs without Config.authenticate_data (as "
+      "`switchml switch --require-auth-data`).")
+      .def(py::init<const std::string&, uint16_t, uint16_t, bool>(),
            py::arg("bind_address") = "127.0.0.1", py::arg("data_port") = 0,
-           py::arg("control_port") = 0)
+           py::arg("control_port") = 0, py::arg("require_authenticated_data") = false)
       .def_property_readonly("data_port", &InProcessSwitch::data_port)
       .def_property_readonly("control_port", &InProcessSwitch::control_port)
+      .def("counters", &InProcessSwitch::Counters,
+           "The data plane's datagram counters: received, sent, truncated (oversized, dropped) "
+           "and auth_dropped (tags that did not verify, dropped).")
       .def("stop", &InProcessSwitch::Stop, "Stops the switch.");
 }

@@ -61,7 +61,8 @@ PYBIND11_MODULE(_torch, m) {
                       std::optional<uint32_t> packet_numel, std::optional<std::string> bind_address,
                       std::optional<std::string> transport, std::optional<bool> busy_poll,
                       std::optional<std::chrono::milliseconds> peer_timeout,
-                      std::optional<uint32_t> early_retransmit_after) {
+                      std::optional<uint32_t> early_retransmit_after,
+                      std::optional<bool> authenticate_data) {
             // Options left None keep switchml::Config's defaults.
             switchml::Config c;
             c.switch_host = switch_host;
@@ -76,6 +77,7 @@ PYBIND11_MODULE(_torch, m) {
             if (busy_poll) c.busy_poll = *busy_poll;
             if (peer_timeout) c.peer_timeout = *peer_timeout;
             if (early_retransmit_after) c.early_retransmit_after = *early_retransmit_after;
+            if (authenticate_data) c.authenticate_data = *authenticate_data;
             return c10::make_intrusive<ProcessGroupSwitchML>(store, rank, size, c, fallback);
           }),
           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("fallback"),
@@ -84,11 +86,15 @@ PYBIND11_MODULE(_torch, m) {
           py::arg("max_outstanding_packets") = py::none(), py::arg("packet_numel") = py::none(),
           py::arg("bind_address") = py::none(), py::arg("transport") = py::none(),
           py::arg("busy_poll") = py::none(), py::arg("peer_timeout") = py::none(),
-          py::arg("early_retransmit_after") = py::none(), py::call_guard<py::gil_scoped_release>())
+          py::arg("early_retransmit_after") = py::none(),
+          py::arg("authenticate_data") = py::none(), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("session_id", &ProcessGroupSwitchML::session_id)
       .def_property_readonly(
           "early_retransmit_after",
           [](const ProcessGroupSwitchML& pg) { return pg.config().early_retransmit_after; })
+      .def_property_readonly(
+          "authenticate_data",
+          [](const ProcessGroupSwitchML& pg) { return pg.config().authenticate_data; })
       .def_property_readonly(
           "window", [](const ProcessGroupSwitchML& pg) { return pg.config().OutstandingPackets(); })
       .def_property_readonly("switch_calls", &ProcessGroupSwitchML::switch_calls)

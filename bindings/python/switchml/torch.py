@@ -18,6 +18,8 @@ from the environment:
     SWITCHML_BUSY_POLL=0|1
     SWITCHML_PEER_TIMEOUT=SECONDS  an all-reduce fails when no result comes for this long (10)
     SWITCHML_EARLY_RETRANSMIT=N    re-send a packet once N later ones got results (0: off)
+    SWITCHML_AUTH_DATA=0|1         the authenticated data plane (docs/security.md 4.4; every
+                                   process of the job the same)
     SWITCHML_SETUP_TIMEOUT=SECONDS joining the switch fails after this long (the group's
                                    timeout, at most 60)
 
@@ -51,6 +53,7 @@ class Options:
     peer_timeout: Optional[float] = None  # seconds
     setup_timeout: Optional[float] = None  # seconds
     early_retransmit: Optional[int] = None  # Config::early_retransmit_after (0: off)
+    authenticate_data: Optional[bool] = None  # Config::authenticate_data
     session_id: int = 0  # 0: rank 0 picks a random one and shares it through the store
 
 
@@ -68,6 +71,11 @@ def _resolve(options, group_timeout):
             return convert(raw)
         except ValueError:
             raise ValueError(f"switchml: {name}={raw!r} is not valid") from None
+
+    def flag(raw):
+        if raw not in ("0", "1"):
+            raise ValueError(raw)
+        return raw == "1"
 
     switch = pick(o.switch, "SWITCHML_SWITCH", "127.0.0.1", str)
     host, _, port = switch.rpartition(":") if ":" in switch else (switch, "", "")
@@ -93,6 +101,7 @@ def _resolve(options, group_timeout):
         busy_poll=pick(o.busy_poll, "SWITCHML_BUSY_POLL", None, lambda s: s not in ("0", "")),
         peer_timeout=None if peer_timeout is None else datetime.timedelta(seconds=peer_timeout),
         early_retransmit_after=early,
+        authenticate_data=pick(o.authenticate_data, "SWITCHML_AUTH_DATA", None, flag),
     )
 
 

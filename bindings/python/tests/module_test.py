@@ -201,5 +201,68 @@ class AllReduceTest(unittest.TestCase):
         self.assertLess(seconds, 10)
 
 
+class AuthenticatedDataTest(unittest.TestCase):
+    """Config.authenticate_data (docs/security.md 4.4) from Python, against a switch that
+    refuses jobs without it (so a job it serves has reached it with the option set)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.switch = switchml.Switch(require_authenticated_data=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.switch.stop()
+
+    def test_an_authenticated_job_is_exact_and_every_tag_verifies(self):
+        def body(ctx, r):
+            x = np.arange(100000, dtype=np.int32) * (r + 1)
+            ctx.allreduce(x, out=x)
+            y = ctx.allreduce(inputs(r, 5000, np.float32))
+            return x, y, ctx.config.authenticate_data, ctx.stats()["auth_dropped"]
+
+        before = self.switch.counters()
+        res = run_workers(self.switch, 2, body, 501, authenticate_data=True)
+        expect = sum(inputs(r, 5000, np.float32).astype(np.float64) for r in range(2))
+        for x, y, auth, dropped in res:
+            np.testing.assert_array_equal(x, np.arange(100000, dtype=np.int32) * 3)
+            bound = 4 * 2.0 ** np.ceil(np.log2(np.abs(expect).max() + 1)) / 2**32  # as above
+            np.testing.assert_allclose(y, expect, rtol=2**-23, atol=bound)
+            self.assertTrue(auth)
+            self.assertEqual(dropped, 0)
+        after = self.switch.counters()
+        # 2 workers x (391 + 20 packets) went through the switch's tag check, none failed it.
+        self.assertGreaterEqual(after["received"] - before["received"], 2 * (391 + 20))
+        self.assertEqual(after["auth_dropped"], before["auth_dropped"])
+
+    def test_a_job_without_it_is_refused_by_a_switch_that_requires_it(self):
+        with self.assertRaises(switchml.SwitchMLError) as cm:
+            run_workers(self.switch, 1, lambda ctx, r: None, 502)
+        self.assertEqual(cm.exception.code, "FAILED_PRECONDITION")
+        self.assertIn("authenticate_data", str(cm.exception))
+
+    def test_workers_that_disagree_are_refused_at_setup(self):
+        sw = switchml.Switch()
+        try:
+            errors = []
+
+            def worker(rank):
+                try:
+                    switchml.Context(rank=rank, num_workers=2, control_port=sw.control_port,
+                                     session_id=503, setup_timeout=10.0,
+                                     authenticate_data=(rank == 0))
+                except switchml.SwitchMLError as e:
+                    errors.append(str(e))
+
+            threads = [threading.Thread(target=worker, args=(r,)) for r in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            self.assertEqual(len(errors), 2, errors)
+            self.assertTrue(any("authenticate_data" in e for e in errors), errors)
+        finally:
+            sw.stop()
+
+
 if __name__ == "__main__":
     unittest.main()

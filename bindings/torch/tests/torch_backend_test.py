@@ -253,6 +253,20 @@ def options_body(rank, world):
             "second": (second.early_retransmit_after, second.window)}
 
 
+def auth_body(rank, world):
+    # WORLD's authenticated data plane from the environment, a second group's from pg_options.
+    second = dist.new_group(backend="switchml",
+                            pg_options=swtorch.Options(authenticate_data=True))
+    ok = True
+    for group in (None, second):
+        t = torch.arange(50000, dtype=torch.int32) * (rank + 1)
+        dist.all_reduce(t, group=group)
+        ok = ok and bool((t == torch.arange(50000, dtype=torch.int32) *
+                          sum(r + 1 for r in range(world))).all())
+    return {"ok": ok, "world": dist.group.WORLD.authenticate_data,
+            "second": second.authenticate_data}
+
+
 def destroy_with_fallback_work_pending_body(rank, world):
     # Rank 0 destroys the group while a collective of the Gloo fallback, whose tensor Python no
     # longer holds, still waits for rank 1: ~ProcessGroupGloo waits for it to end, then Gloo's
@@ -333,6 +347,21 @@ class TorchBackendTest(unittest.TestCase):
             self.assertEqual(out["world"], (3, 128))
             self.assertEqual(out["second"], (1, 64))
 
+    def test_authenticated_data_plane_option(self):
+        # A switch that refuses jobs without it: each group it serves asked for it.
+        strict = switchml.Switch(require_authenticated_data=True)
+        try:
+            res = run_job(self, 2, auth_body, env={"SWITCHML_AUTH_DATA": "1"},
+                          switch_port=strict.control_port)
+            counters = strict.counters()
+        finally:
+            strict.stop()
+        for out in res:
+            self.assertEqual(out, {"ok": True, "world": True, "second": True})
+        # Both groups' all-reduces (196 packets each per rank) passed the switch's tag check.
+        self.assertGreaterEqual(counters["received"], 2 * 2 * 196)
+        self.assertEqual(counters["auth_dropped"], 0)
+
     def test_bad_options_raise_value_error(self):
         timeout = datetime.timedelta(seconds=30)
         with self.assertRaisesRegex(ValueError, "early_retransmit=-1"):
@@ -343,6 +372,13 @@ class TorchBackendTest(unittest.TestCase):
                 swtorch._resolve(None, timeout)
         finally:
             del os.environ["SWITCHML_EARLY_RETRANSMIT"]
+        os.environ["SWITCHML_AUTH_DATA"] = "yes"
+        try:
+            with self.assertRaisesRegex(ValueError, "SWITCHML_AUTH_DATA='yes'"):
+                swtorch._resolve(None, timeout)
+        finally:
+            del os.environ["SWITCHML_AUTH_DATA"]
+        self.assertIsNone(swtorch._resolve(None, timeout)["authenticate_data"])
         self.assertIsNone(swtorch._resolve(None, timeout)["early_retransmit_after"])
         self.assertEqual(swtorch._resolve(swtorch.Options(early_retransmit=0),
                                           timeout)["early_retransmit_after"], 0)
