@@ -45,6 +45,7 @@ struct JobOptions {
   bool verify = true;
   std::string transport = "udp";  // data-plane transport of the workers (and of `run`'s switch)
   bool busy_poll = false;
+  double wake_batch = 0;     // Config::wake_batch
   bool tensor_check = true;  // Config::check_tensors
   bool auth_data = false;    // Config::authenticate_data
 };

@@ -61,6 +61,10 @@ void AddJobFlags(Flags* f) {
   f->AddBool("no-verify", "skip checking each result against the exact sum");
   f->AddString("transport", transport::kDefaultTransportKind, TransportHelp());
   f->AddBool("busy-poll", "poll for packets without sleeping (lower latency, busy cores)");
+  f->AddDouble("wake-batch", 0,
+               "after handling results, sleep until about this fraction of the packets in flight "
+               "should be back at the measured rate, so that one wake-up handles several of the "
+               "network's runs (0 = wake for every arrival; at most 1)");
   f->AddBool("no-tensor-check",
              "do not have the switch compare every worker's element count and type for each "
              "all-reduce (saves one control round trip per all-reduce; a mismatch then goes "
@@ -138,6 +142,10 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   if (Status st = t.Validate(); !st.ok())
     return InvalidArgumentError("--transport: " + st.message());
   o->busy_poll = f.GetBool("busy-poll");
+  o->wake_batch = f.GetDouble("wake-batch");
+  if (!(o->wake_batch >= 0 && o->wake_batch <= 1)) {
+    return InvalidArgumentError("--wake-batch must be in [0, 1]");
+  }
   o->tensor_check = !f.GetBool("no-tensor-check");
   o->auth_data = f.GetBool("auth-data");
   ApplyDpdkFlags(f);
@@ -179,6 +187,10 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
   a.push_back("--transport");
   a.push_back(o.transport);
   if (o.busy_poll) a.push_back("--busy-poll");
+  if (o.wake_batch > 0) {
+    a.push_back("--wake-batch");
+    a.push_back(std::to_string(o.wake_batch));
+  }
   if (!o.tensor_check) a.push_back("--no-tensor-check");
   if (o.auth_data) a.push_back("--auth-data");
   return a;

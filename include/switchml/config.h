@@ -54,6 +54,13 @@ struct Config {
   std::string transport = "udp";
   // Wait for results by polling without sleeping: lower latency, a core kept busy per thread.
   bool busy_poll = false;
+  // Wake-up batching (ours; nothing on the wire changes), off when 0: after a worker thread has
+  // handled the results that woke it and sent what they freed, it sleeps until about this
+  // fraction of the packets it has in flight should have come back at the arrival rate it
+  // measured, instead of waking for each run of datagrams the network delivers. Fewer wake-ups
+  // (and fewer preemptions of whoever sends those datagrams) on shared cores; a window that
+  // covers the longer round trip keeps the link busy (docs/architecture.md 4.5). In [0, 1].
+  double wake_batch = 0;
   // Retransmission timeout (RTO) of a packet: `timeout` until the first round trip is measured,
   // then from the measured round trips as TCP computes it (RFC 6298), never below min_timeout
   // nor above max_timeout; and the reference's back-off policy (docs/architecture.md, 4.3).

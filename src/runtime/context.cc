@@ -72,6 +72,10 @@ Status Config::Validate() const {
     return InvalidArgumentError("peer_timeout must be at least the retransmission timeout");
   }
   if (setup_timeout.count() <= 0) return InvalidArgumentError("setup_timeout must be positive");
+  if (!(wake_batch >= 0 && wake_batch <= 1)) {
+    return InvalidArgumentError("wake_batch must be in [0, 1] (a fraction of the packets in "
+                                "flight; 0 = wake for every arrival)");
+  }
   if (job_secret.size() > 64) {
     return InvalidArgumentError("job_secret must be at most 64 bytes, not " +
                                 std::to_string(job_secret.size()));
@@ -273,8 +277,11 @@ Status Context::Impl::Setup() {
     // Worker thread t talks to the switch's data-plane thread t mod (its threads).
     const Endpoint shard{switch_data.ipv4,
                          static_cast<uint16_t>(switch_data.port + t % reply.num_data_ports)};
+    runtime::WaitPolicy wait;
+    wait.busy_poll = config.busy_poll;
+    wait.wake_batch = config.wake_batch;
     threads.push_back(std::make_unique<runtime::WorkerThread>(
-        sc, std::move(transports[t]), shard, failure, config.busy_poll, switch_data.port,
+        sc, std::move(transports[t]), shard, failure, wait, switch_data.port,
         reply.num_data_ports));
   }
   return Status();

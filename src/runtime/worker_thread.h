@@ -36,6 +36,16 @@ class FailureLatch {
   Status failure_;
 };
 
+// How a worker thread waits for results.
+struct WaitPolicy {
+  // Poll the transport without sleeping (lower latency at the price of a core kept busy while a
+  // slice runs).
+  bool busy_poll = false;
+  // Config::wake_batch: after handling results, sleep until about this fraction of the packets
+  // in flight should have come back at the measured arrival rate (0: wake for every arrival).
+  double wake_batch = 0;
+};
+
 class WorkerThread {
  public:
   using SliceDone = std::function<void(const Status&)>;
@@ -45,10 +55,9 @@ class WorkerThread {
   // loopback address when it is one) and
   // source port in [switch_ports_first, switch_ports_first + switch_ports); every other datagram
   // is dropped and counted (foreign_source_dropped()). switch_ports 0 means switch_data.port
-  // alone. busy_poll: wait for results by polling the transport without sleeping (lower latency
-  // at the price of a core kept busy while a slice runs).
+  // alone. wait: how to wait for results.
   WorkerThread(const worker::SessionConfig& config, std::unique_ptr<transport::Transport> transport,
-               Endpoint switch_data, std::shared_ptr<FailureLatch> failure, bool busy_poll = false,
+               Endpoint switch_data, std::shared_ptr<FailureLatch> failure, WaitPolicy wait = {},
                uint16_t switch_ports_first = 0, uint32_t switch_ports = 0);
   ~WorkerThread();  // Stop()s
 
@@ -75,6 +84,13 @@ class WorkerThread {
   bool RunSlice(const Pending& p);
   // Whether a datagram from source may be a result of the switch.
   bool FromSwitch(const Endpoint& source) const;
+  // Receives one batch, waiting up to `wait`, and feeds the switch's datagrams to the session;
+  // how many datagrams came. A transport failure aborts the slice and is returned.
+  Result<size_t> ReceiveBatch(worker::Nanos wait);
+  // Wake-up batching: counts `received` datagrams that arrived by `now` into the arrival rate;
+  // and sleeps, if worthwhile, until the next batch should have arrived.
+  void MeasureArrivals(size_t received, worker::Nanos now);
+  void NapForBatch();
 
   std::unique_ptr<transport::Transport> transport_;
   Endpoint switch_data_;
@@ -83,7 +99,14 @@ class WorkerThread {
   std::atomic<uint64_t> foreign_source_{0};
   std::shared_ptr<FailureLatch> failure_;
   worker::WorkerSession session_;
-  const bool busy_poll_;
+  const WaitPolicy wait_;
+  // Wake-up batching state (the thread's): datagrams per second arriving while a slice runs,
+  // smoothed (0 until measured; kept across slices); the measurement period under way; and
+  // when the last receive returned datagrams.
+  double arrival_rate_ = 0;
+  worker::Nanos period_start_{};
+  uint64_t period_count_ = 0;
+  worker::Nanos last_arrival_{};
   // Batches of the running slice (used by the thread only); the datagram memory is the
   // transport's, lent and touched once.
   std::vector<transport::TxDatagram> tx_;
