@@ -53,6 +53,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const XdpOpti
 #include "base/check.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "transport/xdp_frames.h"
 
 // The XDP program's object file, embedded at build time (embed_file.cmake).
 extern const unsigned char switchml_xdp_steer_bpf[];
@@ -67,12 +68,17 @@ using Clock = std::chrono::steady_clock;
 // UMEM layout: kRxFrames frames for the fill ring, then one partition of kTxFrames transmit
 // frames per socket (at most kMaxSockets sockets per interface queue and process).
 constexpr uint32_t kFrameSize = 2048;
-constexpr uint32_t kRxFrames = 4096;
+constexpr uint32_t kRxFrames = xdp::kRxFrames;
 constexpr uint32_t kTxFrames = 1536;  // Transport::kTxBuffers lent, the rest in flight
 constexpr uint32_t kMaxSockets = 8;
 constexpr uint32_t kNumFrames = kRxFrames + kMaxSockets * kTxFrames;
-constexpr uint32_t kFillRing = 4096;
-constexpr uint32_t kCompRing = 8192;
+// Room for every receive frame twice: the kernel publishes its consumer index of the fill ring
+// after the received descriptors, so a frame given back can still count as in the ring
+// (xdp_frames.h).
+constexpr uint32_t kFillRing = xdp::kFillRingEntries;
+// Room for every transmit frame: the kernel never holds back a send for want of a completion.
+constexpr uint32_t kCompRing = 16384;
+static_assert(kCompRing >= kMaxSockets * kTxFrames);
 constexpr uint32_t kRxRing = 2048;
 constexpr uint32_t kTxRing = 2048;
 // Headers: Ethernet (14), IPv4 without options (20), UDP (8).
@@ -294,8 +300,15 @@ class XdpPort {
   Status Steer(uint16_t port, uint32_t slot, int xsk_fd);
   void Unsteer(uint16_t port, uint32_t slot);
 
-  // Gives received frames back to the kernel.
+  // Takes the frame of a received descriptor's address (xdp::RxFrames::Take): its frame, or
+  // UINT64_MAX if the kernel handed over something that is not its to give.
+  uint64_t TakeRx(uint64_t addr) { return rx_frames_.Take(addr); }
+  // Gives received frames back to the kernel (the fill ring; what it has no room for waits and
+  // goes on a later call).
   void Refill(std::span<const uint64_t> frames);
+  // Frames waiting for room in the fill ring (Refill({}) retries them).
+  bool HasStash() const { return rx_frames_.stashed() > 0; }
+  uint64_t short_refills() const { return rx_frames_.short_refills(); }
   // Moves completed transmit frames into their sockets' inboxes, then hands slot's inbox over.
   void Reap(uint32_t slot, std::vector<uint64_t>* completed);
 
@@ -335,6 +348,7 @@ class XdpPort {
   std::mutex mu_;     // the fill and completion rings, slots_, inbox_
   std::array<bool, kMaxSockets> slots_{};
   std::array<std::vector<uint64_t>, kMaxSockets> inbox_;
+  xdp::RxFrames rx_frames_{kRxFrames, kFrameSize};  // the fill ring's frames, under mu_
 };
 
 std::mutex registry_mu;
@@ -392,12 +406,7 @@ Status XdpPort::CreateUmem() {
                                    (-r == EAFNOSUPPORT ? " (a kernel without AF_XDP?)" : ""));
   }
   // Every receive frame starts in the fill ring.
-  uint32_t index = 0;
-  CHECK_EQ(xsk_ring_prod__reserve(&fill_, kRxFrames, &index), kRxFrames);
-  for (uint32_t i = 0; i < kRxFrames; ++i) {
-    *xsk_ring_prod__fill_addr(&fill_, index + i) = uint64_t{i} * kFrameSize;
-  }
-  xsk_ring_prod__submit(&fill_, kRxFrames);
+  rx_frames_.FillAll(&fill_);
   return Status();
 }
 
@@ -594,14 +603,9 @@ void XdpPort::ReleaseSlot(uint32_t slot) {
 }
 
 void XdpPort::Refill(std::span<const uint64_t> frames) {
-  if (frames.empty()) return;
+  if (frames.empty() && !HasStash()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  uint32_t index = 0;
-  // The fill ring holds every receive frame, so there is always room.
-  const uint32_t n = static_cast<uint32_t>(frames.size());
-  CHECK_EQ(xsk_ring_prod__reserve(&fill_, n, &index), n);
-  for (uint32_t i = 0; i < n; ++i) *xsk_ring_prod__fill_addr(&fill_, index + i) = frames[i];
-  xsk_ring_prod__submit(&fill_, n);
+  rx_frames_.GiveBack(&fill_, frames);
 }
 
 void XdpPort::Reap(uint32_t slot, std::vector<uint64_t>* completed) {
@@ -678,7 +682,8 @@ class XdpTransport final : public Transport {
                                << ", fill ring empty " << st.rx_fill_ring_empty_descs
                                << "), TX invalid " << st.tx_invalid_descs << ", TX ring full "
                                << counts_.send_buffer_full.Get() << ", not parsed "
-                               << dropped_.Get();
+                               << dropped_.Get() << ", fill ring short "
+                               << port_->short_refills();
       }
       port_->Unsteer(udp_port_, slot_);
       Kick().IgnoreError();
@@ -694,8 +699,8 @@ class XdpTransport final : public Transport {
       uint32_t index = 0;
       const uint32_t n = xsk_ring_cons__peek(&rx_, kRxRing, &index);
       for (uint32_t i = 0; i < n; ++i) {
-        const uint64_t a = xsk_ring_cons__rx_desc(&rx_, index + i)->addr;
-        lent_.push_back(a - a % kFrameSize);
+        const uint64_t frame = port_->TakeRx(xsk_ring_cons__rx_desc(&rx_, index + i)->addr);
+        if (frame != kNoFrame) lent_.push_back(frame);
       }
       xsk_ring_cons__release(&rx_, n);
       port_->Refill(lent_);
@@ -803,10 +808,11 @@ class XdpTransport final : public Transport {
   }
 
   Result<size_t> Receive(std::span<RxDatagram> batch, std::chrono::nanoseconds timeout) override {
-    if (!lent_.empty()) {
+    if (!lent_.empty() || port_->HasStash()) {
       port_->Refill(lent_);
       lent_.clear();
     }
+    RETURN_IF_ERROR(broken_);
     if (batch.empty()) return size_t{0};
     const bool forever = timeout > std::chrono::hours(24);
     const Clock::time_point deadline =
@@ -814,6 +820,7 @@ class XdpTransport final : public Transport {
     for (;;) {
       const size_t n = Harvest(batch);
       if (n > 0) return n;
+      RETURN_IF_ERROR(broken_);
       if (TxOutstanding() > 0) Kick().IgnoreError();
       if (timeout <= timeout.zero()) return size_t{0};
       int wait_ms = -1;
@@ -924,7 +931,23 @@ class XdpTransport final : public Transport {
       for (uint32_t k = 0; k < got; ++k) {
         const xdp_desc* d = xsk_ring_cons__rx_desc(&rx_, index + k);
         const uint64_t addr = xsk_umem__extract_addr(d->addr) + xsk_umem__extract_offset(d->addr);
-        lent_.push_back(addr - addr % kFrameSize);
+        const uint64_t frame = port_->TakeRx(addr);
+        if (frame == kNoFrame || addr - frame + d->len > kFrameSize) {
+          // Not a frame the kernel had from us, or one we hold: its memory cannot be trusted.
+          // Not lent; Receive reports it (the kernel misbehaved).
+          if (broken_.ok()) {
+            broken_ = InternalError(
+                "AF_XDP socket on " + local_.interface + ": the kernel delivered a packet at "
+                "UMEM offset " + std::to_string(addr) + " (length " + std::to_string(d->len) +
+                "), which is not a receive frame the kernel holds (outside them, past a frame's "
+                "end, or one this process holds already); the packet memory can no longer be "
+                "trusted");
+          }
+          if (frame != kNoFrame) lent_.push_back(frame);
+          dropped_.Add(1);
+          continue;
+        }
+        lent_.push_back(frame);
         const uint8_t* pkt = port_->area() + addr;
         if (Parse(pkt, d->len, &batch[n])) {
           truncated += batch[n].truncated ? 1 : 0;
@@ -1095,6 +1118,7 @@ class XdpTransport final : public Transport {
   std::vector<xdp_desc> desc_;
   std::vector<uint8_t> fallback_;  // lent when every frame is in flight
   std::vector<uint64_t> lent_;     // received frames lent until the next Receive
+  Status broken_;                  // the kernel handed over a frame that was not its to give
   uint16_t ip_id_ = 0;
   struct NeighbourEntry {
     Mac mac;
