@@ -17,7 +17,6 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #else  // SWITCHML_HAVE_DPDK
 
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <rte_arp.h>
 #include <rte_dev.h>
@@ -34,11 +33,15 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include <rte_udp.h>
 #include <rte_version.h>
 #include <sched.h>
-#include <sys/eventfd.h>
+#include <linux/futex.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <climits>
 
 #include <algorithm>
 #include <array>
@@ -307,6 +310,117 @@ void ClosePort(uint16_t port, const std::string& vdev_name) {
   if (!vdev_name.empty()) rte_eal_hotplug_remove("vdev", vdev_name.c_str());
 }
 
+// ---------------------------------------------------------------------------------------------
+// Doorbells: how a memif receiver sleeps without missing frames, and without the sender paying a
+// system call while the receiver is awake.
+//
+// net_memif in DPDK 22.11 has no receive interrupts for the application (no
+// rte_eth_dev_rx_intr_enable), so each memif transport keeps a doorbell of its own: two words in
+// a small file under kLockDir that it and its peers map (MAP_SHARED). A receiver that found
+// nothing announces that it sleeps (`sleeping`), polls once more, and waits on `seq` (a futex
+// shared between processes); a sender checks `sleeping` after every transmit burst and only then
+// bumps `seq` and wakes the futex (the first sender to see the flag clears it). Both sides put a
+// full fence between their store and their load (the ring's head or tail, the flag), so either
+// the receiver's last poll sees the frames or the sender sees the flag. The files: the memif
+// server's transport rings "<socket>.bell", a client's "<socket>.<id>.lock" (its id lock, made
+// one page long). A peer without doorbells is never rung: the sleeps are capped
+// (10 ms, SWITCHML_DPDK_MAX_SLEEP_US) so that it is only slower, never stuck.
+struct BellWords {
+  std::atomic<uint32_t> seq{0};       // the futex word: bumped by every ring
+  std::atomic<uint32_t> sleeping{0};  // the owner sleeps, or is about to: ring it
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free && sizeof(BellWords) == 8,
+              "the doorbell is shared between processes: two plain 32-bit words");
+constexpr size_t kBellFileBytes = 4096;
+
+// A mapped doorbell (or one in private memory, for a transport without peers that ring it).
+class Bell {
+ public:
+  Bell() : words_(new BellWords) {}  // private: only Wake() rings it
+  ~Bell() {
+    if (mapped_) {
+      munmap(words_, kBellFileBytes);
+    } else {
+      delete words_;
+    }
+  }
+  Bell(const Bell&) = delete;
+  Bell& operator=(const Bell&) = delete;
+
+  // Maps the doorbell in `path`, made (zero: nobody sleeps) when it does not exist. `fd` >= 0:
+  // an open descriptor of that file to use instead of opening it.
+  static Result<std::unique_ptr<Bell>> Map(const std::string& path, int fd = -1) {
+    const bool own_fd = fd < 0;
+    if (own_fd) {
+      mkdir(kLockDir, 01777);
+      fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+      if (fd < 0) {
+        return FailedPreconditionError("dpdk memif doorbell: cannot open " + path + ": " +
+                                       strerror(errno));
+      }
+    }
+    struct stat st {};
+    void* at = MAP_FAILED;
+    std::string why;
+    if (fstat(fd, &st) != 0) {
+      why = "fstat";
+    } else if (st.st_size < static_cast<off_t>(kBellFileBytes) &&
+               ftruncate(fd, kBellFileBytes) != 0) {  // grows with zeros; never shrinks
+      why = "ftruncate";
+    } else {
+      at = mmap(nullptr, kBellFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (at == MAP_FAILED) why = "mmap";
+    }
+    const int err = errno;
+    if (own_fd) close(fd);
+    if (at == MAP_FAILED) {
+      return FailedPreconditionError("dpdk memif doorbell " + path + ": " + why + ": " +
+                                     strerror(err));
+    }
+    auto b = std::unique_ptr<Bell>(new Bell(static_cast<BellWords*>(at)));
+    return b;
+  }
+
+  // The sender's side, after frames were handed to the peer's ring.
+  void RingIfSleeping() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (words_->sleeping.load(std::memory_order_relaxed) == 0) return;
+    if (words_->sleeping.exchange(0, std::memory_order_relaxed) == 0) return;  // rung already
+    Ring();
+  }
+
+  // Wakes the owner whether it sleeps or not (Wake()).
+  void Ring() {
+    words_->seq.fetch_add(1, std::memory_order_release);
+    syscall(SYS_futex, &words_->seq, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  }
+
+  // The owner's side: announces the sleep and returns the word to wait on. The caller polls once
+  // more after this, then calls Sleep with the value (or Awake when that poll found frames).
+  uint32_t PrepareSleep() {
+    words_->sleeping.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return words_->seq.load(std::memory_order_acquire);
+  }
+  void Sleep(uint32_t seen, std::chrono::nanoseconds limit) {
+    const timespec ts{static_cast<time_t>(limit.count() / 1000000000),
+                      static_cast<long>(limit.count() % 1000000000)};
+    syscall(SYS_futex, &words_->seq, FUTEX_WAIT, seen, &ts, nullptr, 0);
+    Awake();
+  }
+  void Awake() { words_->sleeping.store(0, std::memory_order_relaxed); }
+
+ private:
+  explicit Bell(BellWords* mapped) : words_(mapped), mapped_(true) {}
+  BellWords* words_;
+  bool mapped_ = false;
+};
+
+std::string IdLockPath(const std::string& sock, uint32_t id) {
+  return std::string(kLockDir) + "/" + sock + "." + std::to_string(id) + ".lock";
+}
+std::string BellPath(const std::string& sock) { return std::string(kLockDir) + "/" + sock + ".bell"; }
+
 // An id lock for a memif client: the first free id of socket `sock`.
 struct IdLock {
   int fd = -1;
@@ -321,7 +435,7 @@ Result<std::unique_ptr<IdLock>> TakeId(const std::string& sock, uint32_t max_ids
   mkdir(kLockDir, 01777);
   for (uint32_t id = 0; id < max_ids; ++id) {
     auto lock = std::make_unique<IdLock>();
-    lock->path = std::string(kLockDir) + "/" + sock + "." + std::to_string(id) + ".lock";
+    lock->path = IdLockPath(sock, id);
     lock->fd = open(lock->path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (lock->fd < 0) {
       return FailedPreconditionError("memif: cannot open " + lock->path + ": " + strerror(errno));
@@ -357,14 +471,16 @@ struct PortRef {
   bool up = false;  // memif: connected
   rte_ether_addr mac{};
   std::unique_ptr<IdLock> id_lock;
+  std::unique_ptr<Bell> peer_bell;  // memif: the doorbell of the transport on the other end
+  bool ring_pending = false;        // in DpdkTransport::to_ring_
 };
 
 class DpdkTransport final : public Transport {
  public:
   DpdkTransport(const DpdkOptions& o, uint16_t port, std::unique_ptr<Transport> reservation)
       : options_(o), port_(port), reservation_(std::move(reservation)) {
-    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     spin_only_ = Env("SWITCHML_DPDK_POLL") == "spin";
+    doorbells_ = Env("SWITCHML_DPDK_DOORBELL") != "off";
     if (const std::string e = Env("SWITCHML_DPDK_SPIN"); !e.empty()) {
       spin_polls_ = static_cast<uint32_t>(std::strtoul(e.c_str(), nullptr, 10));
     }
@@ -374,12 +490,15 @@ class DpdkTransport final : public Transport {
     if (const std::string e = Env("SWITCHML_DPDK_MAX_NAP_US"); !e.empty()) {
       max_nap_ = std::chrono::microseconds(std::max(1ul, std::strtoul(e.c_str(), nullptr, 10)));
     }
+    if (const std::string e = Env("SWITCHML_DPDK_MAX_SLEEP_US"); !e.empty()) {
+      max_sleep_ = std::chrono::microseconds(std::max(1ul, std::strtoul(e.c_str(), nullptr, 10)));
+    }
     if (const std::string e = Env("SWITCHML_DPDK_YIELD_US"); !e.empty()) {
       yield_for_ = std::chrono::microseconds(std::strtoul(e.c_str(), nullptr, 10));
     }
     tx_mbufs_.fill(nullptr);
     tx_gen_.fill(0);
-    tx_built_gen_.fill(0);
+    tx_built_burst_.fill(0);
   }
 
   ~DpdkTransport() override {
@@ -388,12 +507,10 @@ class DpdkTransport final : public Transport {
       if (m != nullptr) rte_pktmbuf_free(m);
     }
     ports_.clear();  // the last user of a device closes it
-    if (wake_fd_ >= 0) close(wake_fd_);
   }
 
   Status Init(std::vector<PortRef> ports, uint64_t tx_offloads, uint64_t rx_offloads,
               std::string name) {
-    if (wake_fd_ < 0) return InternalError(std::string("eventfd: ") + strerror(errno));
     ports_ = std::move(ports);
     tx_offloads_ = tx_offloads;
     rx_offloads_ = rx_offloads;
@@ -424,8 +541,21 @@ class DpdkTransport final : public Transport {
     return {rte_pktmbuf_mtod_offset(m, uint8_t*, kHeaderBytes), options_.max_datagram_bytes};
   }
 
+  // The peers are rung once the whole batch is out (not after each burst): a receiver woken
+  // early would take part of it and sleep again, and on a busy machine the woken one may take
+  // the sender's CPU before the sender finishes the batch.
   Result<size_t> Send(std::span<const TxDatagram> batch) override {
     RegisterThread();
+    Result<size_t> r = SendBursts(batch);
+    for (const uint16_t pi : to_ring_) {
+      ports_[pi].ring_pending = false;
+      ports_[pi].peer_bell->RingIfSleeping();
+    }
+    to_ring_.clear();
+    return r;
+  }
+
+  Result<size_t> SendBursts(std::span<const TxDatagram> batch) {
     ++send_gen_;
     // The lent buffers of this batch and how often each is used: one used once is handed to the
     // driver with its reference (no atomic; its slot gets a fresh mbuf on the next TxBuffer), one
@@ -443,6 +573,7 @@ class DpdkTransport final : public Transport {
     }
     size_t taken = 0;
     while (taken < batch.size()) {
+      ++burst_gen_;
       const size_t chunk = std::min(batch.size() - taken, kBurst);
       size_t built = 0;     // frames in frames_
       size_t consumed = 0;  // datagrams of the chunk handled (sent, or skipped as unroutable)
@@ -472,8 +603,12 @@ class DpdkTransport final : public Transport {
         taken += consumed;
         continue;
       }
-      const PortRef& p = ports_[run_port];
+      PortRef& p = ports_[run_port];
       const uint16_t sent = rte_eth_tx_burst(p.port, p.queue, frames_.data(), built);
+      if (sent > 0 && p.peer_bell != nullptr && !p.ring_pending) {
+        p.ring_pending = true;
+        to_ring_.push_back(static_cast<uint16_t>(run_port));
+      }
       counts_.send_calls.Add(1);
       counts_.datagrams_sent.Add(sent);
       for (size_t i = sent; i < built; ++i) {  // not taken: a handed-over buffer goes back
@@ -511,10 +646,7 @@ class DpdkTransport final : public Transport {
         return n;
       }
       if (timeout <= std::chrono::nanoseconds::zero()) return size_t{0};
-      if (woken_.exchange(false, std::memory_order_acq_rel)) {
-        DrainWake();
-        return size_t{0};
-      }
+      if (woken_.exchange(false, std::memory_order_acq_rel)) return size_t{0};
       const auto now = std::chrono::steady_clock::now();
       if (idle == 0) start = now;
       if (!forever && now - start >= timeout) return size_t{0};
@@ -529,21 +661,31 @@ class DpdkTransport final : public Transport {
         sched_yield();
         continue;
       }
-      // Sleep on the wake eventfd: up to `step`, growing to 1 ms while nothing comes.
-      std::chrono::nanoseconds nap = step;
+      // Sleep on the doorbell. Rung by the peers (memif with doorbells): until a frame comes
+      // (capped, see Bell). Otherwise naps of `step`, growing to max_nap_ while nothing comes.
+      Bell* bell = bell_.load(std::memory_order_relaxed);
+      std::chrono::nanoseconds nap = rung_by_peers_ ? max_sleep_ : step;
       if (!forever) nap = std::min<std::chrono::nanoseconds>(nap, timeout - (now - start));
-      timespec ts{static_cast<time_t>(nap.count() / 1000000000),
-                  static_cast<long>(nap.count() % 1000000000)};
-      pollfd pfd{wake_fd_, POLLIN, 0};
-      ppoll(&pfd, 1, &ts, nullptr);
+      const uint32_t seen = bell->PrepareSleep();
+      if (const size_t got = PollOnce(batch); got > 0) {  // came before the peers saw the flag
+        bell->Awake();
+        if (yield_for_.count() > 0) last_rx_ = std::chrono::steady_clock::now();
+        return got;
+      }
+      if (woken_.load(std::memory_order_acquire)) {
+        bell->Awake();
+        continue;
+      }
+      bell->Sleep(seen, nap);
       step = std::min<std::chrono::microseconds>(step * 2, max_nap_);
     }
   }
 
+  // Sets woken_ before reading bell_: a Receive that sleeps on a bell this did not ring (the
+  // client's switched in Send) sees woken_ first.
   void Wake() override {
-    woken_.store(true, std::memory_order_release);
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t r = write(wake_fd_, &one, sizeof(one));
+    woken_.store(true, std::memory_order_seq_cst);
+    bell_.load(std::memory_order_seq_cst)->Ring();
   }
 
   TransportCounters counters() const override { return counts_.Snapshot(); }
@@ -558,11 +700,6 @@ class DpdkTransport final : public Transport {
       rte_pktmbuf_free_bulk(rx_mbufs_.data(), rx_held_);
       rx_held_ = 0;
     }
-  }
-
-  void DrainWake() {
-    uint64_t v;
-    [[maybe_unused]] ssize_t r = read(wake_fd_, &v, sizeof(v));
   }
 
   // The port index for a destination; -1 when there is none. A memif client connects on its
@@ -607,18 +744,22 @@ class DpdkTransport final : public Transport {
     const size_t len = d.data.size();
     rte_mbuf* m = nullptr;
     *handed_over = -1;
-    // In place: the slot's first use in this Send, while no driver still holds its mbuf (a NIC
-    // may not have sent an earlier frame of it yet); later uses, and that case, are copies.
-    if (slot >= 0 && tx_built_gen_[slot] != send_gen_ && tx_mbufs_[slot] != nullptr &&
+    // In place: while no driver still holds the slot's mbuf and it is not in the burst being
+    // built already. A driver that copies the frame in its tx_burst (memif) has let go of it by
+    // the next burst, so every destination of a multicast (one memif port each, so one burst
+    // each) is built in place; a NIC holds it until sent, so its other destinations are copies.
+    // The last use hands the slot's reference over.
+    if (slot >= 0 && tx_built_burst_[slot] != burst_gen_ && tx_mbufs_[slot] != nullptr &&
         rte_mbuf_refcnt_read(tx_mbufs_[slot]) == 1) {
-      tx_built_gen_[slot] = send_gen_;
+      tx_built_burst_[slot] = burst_gen_;
       m = tx_mbufs_[slot];
-      if (tx_uses_[slot] == 1) {
+      if (tx_uses_[slot] <= 1) {
         tx_mbufs_[slot] = nullptr;  // the driver frees it; TxBuffer(slot) takes a fresh one
         *handed_over = slot;
       } else {
         rte_mbuf_refcnt_update(m, 1);  // the driver's reference; the slot keeps its own
       }
+      if (tx_uses_[slot] > 0) --tx_uses_[slot];
     } else {
       m = rte_pktmbuf_alloc(Proc().pool);
       if (m == nullptr) return nullptr;
@@ -627,6 +768,7 @@ class DpdkTransport final : public Transport {
         return nullptr;
       }
       std::memcpy(rte_pktmbuf_mtod_offset(m, uint8_t*, kHeaderBytes), d.data.data(), len);
+      if (slot >= 0 && tx_uses_[slot] > 0) --tx_uses_[slot];
     }
     m->data_len = static_cast<uint16_t>(kHeaderBytes + len);
     m->pkt_len = m->data_len;
@@ -791,6 +933,14 @@ class DpdkTransport final : public Transport {
   }
 
  public:
+  bool doorbells() const { return doorbells_; }
+  // The doorbell the peers ring (the owner's thread, or before the transport is used).
+  void UseSharedBell(std::unique_ptr<Bell> bell) {
+    shared_bell_ = std::move(bell);
+    bell_.store(shared_bell_.get(), std::memory_order_seq_cst);
+    rung_by_peers_ = true;
+  }
+
   bool memif_client_ = false;
   bool udp_checksum_ = true;  // computed in software when not offloaded (not over memif)
   std::string memif_prefix_;
@@ -804,28 +954,37 @@ class DpdkTransport final : public Transport {
   uint64_t tx_offloads_ = 0, rx_offloads_ = 0;
   std::string name_;
   uint32_t local_ip_ = 0, reply_ip_ = 0;
-  int wake_fd_ = -1;
+  // The doorbell Receive sleeps on and Wake() rings: own_bell_ (private memory) until a memif
+  // transport has the one its peers ring (a server from the start, a client once connected).
+  Bell own_bell_;
+  std::unique_ptr<Bell> shared_bell_;
+  std::atomic<Bell*> bell_{&own_bell_};
+  bool doorbells_ = true;       // memif: ring the peers and sleep until rung (SWITCHML_DPDK_DOORBELL)
+  bool rung_by_peers_ = false;  // bell_ is shared_bell_
   bool spin_only_ = false;
   std::chrono::steady_clock::time_point last_rx_{};
   uint32_t spin_polls_ = 0;                  // SWITCHML_DPDK_SPIN (polls)
   std::chrono::microseconds yield_for_{0};   // SWITCHML_DPDK_YIELD_US
   std::chrono::microseconds first_nap_{20};  // SWITCHML_DPDK_NAP_US
   std::chrono::microseconds max_nap_{1000};  // SWITCHML_DPDK_MAX_NAP_US
+  std::chrono::microseconds max_sleep_{10000};  // SWITCHML_DPDK_MAX_SLEEP_US (doorbells)
   std::atomic<bool> woken_{false};
   // Receive side.
   std::array<rte_mbuf*, 1024> rx_mbufs_{};
   size_t rx_held_ = 0;
   size_t rx_next_port_ = 0;
-  // Transmit side: the lent mbufs by slot, payload address -> slot, the Send each was last used
-  // in (a second destination of one buffer in one Send gets a copy).
+  // Transmit side: the lent mbufs by slot, how often the current Send uses each, and the burst
+  // that last built a frame in place in it (a second destination in the same burst is a copy).
   std::array<rte_mbuf*, kTxBuffers> tx_mbufs_;
   std::array<uint64_t, kTxBuffers> tx_gen_;        // the Send whose uses tx_uses_ counts
-  std::array<uint32_t, kTxBuffers> tx_uses_{};     // datagrams of that Send using the slot
-  std::array<uint64_t, kTxBuffers> tx_built_gen_;  // the Send that built a frame in place
+  std::array<uint32_t, kTxBuffers> tx_uses_{};     // datagrams of that Send yet to use the slot
+  std::array<uint64_t, kTxBuffers> tx_built_burst_;  // the burst that built a frame in place
   uint64_t send_gen_ = 0;
+  uint64_t burst_gen_ = 0;
   std::vector<int32_t> batch_slots_;          // Send: each datagram's lent slot, or -1
   std::array<int32_t, kBurst> frame_slot_{};  // Send: the slot a frame was handed over from
   std::array<rte_mbuf*, kBurst> frames_{};
+  std::vector<uint16_t> to_ring_;  // Send: the ports whose peers to ring at its end
   // Neighbours and (memif server) the port each source came in on.
   std::unordered_map<uint32_t, rte_ether_addr> neighbours_;
   uint32_t last_dst_ip_ = 0;  // BuildFrame's cache of neighbours_
@@ -850,6 +1009,11 @@ Status DpdkTransport::ConnectClient(const Endpoint& dst) {
   const std::string what = "dpdk memif client of " + sock;
   ASSIGN_OR_RETURN(std::unique_ptr<IdLock> id, TakeId(sock, memif_max_ids_));
   PortRef p;
+  std::unique_ptr<Bell> own;
+  if (doorbells_) {
+    ASSIGN_OR_RETURN(p.peer_bell, Bell::Map(BellPath(sock)));
+    ASSIGN_OR_RETURN(own, Bell::Map(id->path, id->fd));
+  }
   {
     std::lock_guard<std::recursive_mutex> lock(Proc().mu);
     const std::string vdev =
@@ -880,6 +1044,7 @@ Status DpdkTransport::ConnectClient(const Endpoint& dst) {
   rte_pktmbuf_free_bulk(early.data(), got);
   p.up = true;
   p.id_lock = std::move(id);
+  if (own != nullptr) UseSharedBell(std::move(own));
   LOG(kInfo, kTransport) << what << " connected as id " << p.id_lock->id;
   ports_.push_back(std::move(p));
   return Status();
@@ -938,6 +1103,16 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
       std::string name;
       if (options.switch_side) {
         const std::string sock = prefix + "-" + std::to_string(port);
+        // The doorbells: ours, and the one of the client of each id (its id lock's file).
+        std::vector<std::unique_ptr<Bell>> peer_bells;
+        if (tr->doorbells()) {
+          ASSIGN_OR_RETURN(std::unique_ptr<Bell> own, Bell::Map(BellPath(sock)));
+          tr->UseSharedBell(std::move(own));
+          for (uint32_t id = 0; id < interfaces; ++id) {
+            ASSIGN_OR_RETURN(std::unique_ptr<Bell> b, Bell::Map(IdLockPath(sock, id)));
+            peer_bells.push_back(std::move(b));
+          }
+        }
         std::lock_guard<std::recursive_mutex> lock(Proc().mu);
         for (uint32_t id = 0; id < interfaces; ++id) {
           PortRef p;
@@ -967,6 +1142,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
           p.device = std::make_shared<Device>();
           p.device->port = p.port;
           p.device->vdev = vdev;
+          if (!peer_bells.empty()) p.peer_bell = std::move(peer_bells[id]);
           ports.push_back(std::move(p));
         }
         name = "dpdk (memif server " + sock + ", " + std::to_string(interfaces) + " interfaces)";

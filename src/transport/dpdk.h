@@ -29,10 +29,13 @@
 // see docs/dpdk.md for real NICs). The calling thread's CPU affinity is restored afterwards. Threads that use a
 // transport register with EAL (rte_thread_register) on first use, for mempool caches.
 //
-// Waiting: Receive polls the device; while nothing arrives it sleeps in growing steps (20 us ..
-// 1 ms) on an eventfd that Wake() signals, so that poll-mode processes share a small machine
-// (SWITCHML_DPDK_SPIN / _YIELD_US / _NAP_US / _MAX_NAP_US tune it; SWITCHML_DPDK_POLL=spin keeps
-// spinning until the timeout).
+// Waiting: Receive polls the device; while nothing arrives it sleeps, so that poll-mode processes
+// share a small machine. Over memif until a peer's frame comes: each transport has a doorbell (a
+// futex in a page shared with its peers, under /tmp/switchml-dpdk) that a sender rings after a
+// Send only when the receiver announced that it sleeps (SWITCHML_DPDK_DOORBELL=off turns them
+// off; sleeps are capped at SWITCHML_DPDK_MAX_SLEEP_US, 10 ms). Elsewhere in naps of 20 us to
+// 1 ms. Wake() rings the doorbell. SWITCHML_DPDK_SPIN / _YIELD_US / _NAP_US / _MAX_NAP_US tune it;
+// SWITCHML_DPDK_POLL=spin keeps spinning until the timeout. See docs/dpdk.md.
 //
 // Buffers: Receive lends the payloads inside the received mbufs (freed on the next Receive);
 // TxBuffer(i) lends the payload area of an mbuf that the transport holds, behind room for the

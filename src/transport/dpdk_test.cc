@@ -1,0 +1,143 @@
+// The DPDK memif transport's doorbells (dpdk.cc): a receiver that sleeps is woken by the frames
+// sent to it and by Wake(), not by the end of its sleep. The sleeps are capped at a minute here
+// (SWITCHML_DPDK_MAX_SLEEP_US), so a missed ring shows as a Receive that returns nothing within
+// its timeout. EAL runs in this test's own process; skipped, saying why, where it cannot start.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/dpdk.h"
+#include "transport/factory.h"
+#include "transport/transport.h"
+
+namespace switchml::transport {
+namespace {
+
+using std::chrono::milliseconds;
+
+Status DpdkReady() {
+  static const Status status = []() -> Status {
+    if (!DpdkAvailable()) return UnimplementedError("this build has no DPDK (libdpdk-dev missing)");
+    TransportOptions o;
+    o.kind = "dpdk";
+    o.bind_ipv4 = kLoopbackIpv4;
+    o.switch_side = true;
+    auto t = OpenTransport(o);
+    return t.ok() ? Status() : t.status();
+  }();
+  return status;
+}
+
+// Sets an environment variable for the transports opened in one test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+class DpdkDoorbellTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (Status s = DpdkReady(); !s.ok()) GTEST_SKIP() << "dpdk cannot run here: " << s.ToString();
+  }
+
+  static std::unique_ptr<Transport> Open(bool switch_side) {
+    TransportOptions o;
+    o.kind = "dpdk";
+    o.bind_ipv4 = kLoopbackIpv4;
+    o.switch_side = switch_side;
+    auto t = OpenTransport(o);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return t.ok() ? std::move(t).value() : nullptr;
+  }
+
+  // `rounds` round trips between a worker (this thread) and a switch side that echoes (another
+  // thread), each side waiting in Receive (no spinning: it sleeps at once). Returns how many
+  // completed; every Receive must return a datagram within `each`.
+  static int PingPong(Transport& sw, Transport& worker, int rounds, milliseconds each) {
+    std::thread echo([&] {
+      std::vector<RxDatagram> rx(8);
+      for (int i = 0; i < rounds; ++i) {
+        auto n = sw.Receive(rx, each);
+        ASSERT_TRUE(n.ok()) << n.status().ToString();
+        ASSERT_EQ(*n, 1u) << "switch side, round " << i << ": no datagram within the timeout";
+        const TxDatagram back{rx[0].source, rx[0].data};
+        auto s = sw.Send({&back, 1});
+        ASSERT_TRUE(s.ok() && *s == 1u);
+      }
+    });
+    std::vector<RxDatagram> rx(8);
+    int done = 0;
+    for (int i = 0; i < rounds; ++i) {
+      const uint32_t value = static_cast<uint32_t>(i);
+      const TxDatagram tx{sw.local_endpoint(),
+                          {reinterpret_cast<const uint8_t*>(&value), sizeof(value)}};
+      auto s = worker.Send({&tx, 1});
+      if (!s.ok() || *s != 1u) break;
+      auto n = worker.Receive(rx, each);
+      if (!n.ok() || *n != 1u || rx[0].data.size() != sizeof(value)) {
+        ADD_FAILURE() << "worker, round " << i << ": no echo within the timeout";
+        break;
+      }
+      ++done;
+    }
+    echo.join();
+    return done;
+  }
+};
+
+// Given a switch side and a worker over memif that sleep up to a minute when idle, Expect 2000
+// round trips, each Receive woken by the other side's frame within 5 s (a missed ring, e.g. a
+// race between the receiver's last poll and the sender's look at its flag, would stall one).
+TEST_F(DpdkDoorbellTest, SleepingReceiversAreWokenByEachFrame) {
+  ScopedEnv sleep("SWITCHML_DPDK_MAX_SLEEP_US", "60000000");
+  auto sw = Open(true);
+  auto worker = Open(false);
+  ASSERT_TRUE(sw && worker);
+  ASSERT_EQ(PingPong(*sw, *worker, 1, milliseconds(5000)), 1);  // connected
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(PingPong(*sw, *worker, 2000, milliseconds(5000)), 2000);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+}
+
+// Given a connected worker asleep in a Receive without a deadline (sleeps capped at a minute),
+// Expect Wake() from another thread to end it at once (it rings the doorbell the worker took on
+// connecting, not the one it had before).
+TEST_F(DpdkDoorbellTest, WakeEndsASleepOnTheSharedDoorbell) {
+  ScopedEnv sleep("SWITCHML_DPDK_MAX_SLEEP_US", "60000000");
+  auto sw = Open(true);
+  auto worker = Open(false);
+  ASSERT_TRUE(sw && worker);
+  ASSERT_EQ(PingPong(*sw, *worker, 1, milliseconds(5000)), 1);  // connected
+  std::thread waker([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    worker->Wake();
+  });
+  std::vector<RxDatagram> rx(4);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = worker->Receive(rx, std::chrono::hours(48));
+  waker.join();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Given doorbells turned off (SWITCHML_DPDK_DOORBELL=off: naps of 20 us to 1 ms, the way of a
+// device whose peers cannot ring), Expect the same exchange to work.
+TEST_F(DpdkDoorbellTest, WithoutDoorbellsNapsStillCarryTheExchange) {
+  ScopedEnv off("SWITCHML_DPDK_DOORBELL", "off");
+  auto sw = Open(true);
+  auto worker = Open(false);
+  ASSERT_TRUE(sw && worker);
+  EXPECT_EQ(PingPong(*sw, *worker, 200, milliseconds(5000)), 200);
+}
+
+}  // namespace
+}  // namespace switchml::transport
