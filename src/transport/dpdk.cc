@@ -506,6 +506,7 @@ class DpdkTransport final : public Transport {
     for (rte_mbuf*& m : tx_mbufs_) {
       if (m != nullptr) rte_pktmbuf_free(m);
     }
+    rte_pktmbuf_free_bulk(tx_stash_.data(), tx_stash_n_);
     ports_.clear();  // the last user of a device closes it
   }
 
@@ -532,7 +533,7 @@ class DpdkTransport final : public Transport {
       m = nullptr;
     }
     if (m == nullptr) {
-      m = rte_pktmbuf_alloc(Proc().pool);
+      m = AllocTx();
       if (m == nullptr) {  // pool exhausted: lend plain memory (Send copies it)
         return Transport::TxBuffer(index);
       }
@@ -694,6 +695,19 @@ class DpdkTransport final : public Transport {
 
  private:
   static constexpr size_t kBurst = 64;
+  static constexpr unsigned kTxStash = 32;
+
+  // A fresh mbuf for transmitting, from a stash filled in bulk (one mempool access per
+  // kTxStash mbufs instead of one per packet).
+  rte_mbuf* AllocTx() {
+    if (tx_stash_n_ == 0) {
+      if (rte_pktmbuf_alloc_bulk(Proc().pool, tx_stash_.data(), kTxStash) != 0) {
+        return rte_pktmbuf_alloc(Proc().pool);  // nearly exhausted: what is left, one by one
+      }
+      tx_stash_n_ = kTxStash;
+    }
+    return tx_stash_[--tx_stash_n_];
+  }
 
   void FreeRx() {
     if (rx_held_ > 0) {
@@ -761,7 +775,7 @@ class DpdkTransport final : public Transport {
       }
       if (tx_uses_[slot] > 0) --tx_uses_[slot];
     } else {
-      m = rte_pktmbuf_alloc(Proc().pool);
+      m = AllocTx();
       if (m == nullptr) return nullptr;
       if (len > kMaxPayload) {
         rte_pktmbuf_free(m);
@@ -984,6 +998,8 @@ class DpdkTransport final : public Transport {
   std::vector<int32_t> batch_slots_;          // Send: each datagram's lent slot, or -1
   std::array<int32_t, kBurst> frame_slot_{};  // Send: the slot a frame was handed over from
   std::array<rte_mbuf*, kBurst> frames_{};
+  std::array<rte_mbuf*, kTxStash> tx_stash_{};  // AllocTx: fresh mbufs, the first tx_stash_n_
+  unsigned tx_stash_n_ = 0;
   std::vector<uint16_t> to_ring_;  // Send: the ports whose peers to ring at its end
   // Neighbours and (memif server) the port each source came in on.
   std::unordered_map<uint32_t, rte_ether_addr> neighbours_;
