@@ -10,7 +10,7 @@ Sections (--sections, default rates,run):
            - fwd:          a do-nothing DPDK forwarder (memif server echoing every frame with
                            addresses swapped, polling without pause);
            - dpdk:         the switch over DPDK memif, polling without pause (--busy-poll);
-           - dpdk-adaptive the switch over DPDK memif with its default adaptive naps;
+           - dpdk-adaptive the switch over DPDK memif waiting its default way (doorbells);
            - xdp, udp, udp-plain: the switch over AF_XDP, kernel UDP with GSO/GRO and plain
                            kernel UDP, polling (--busy-poll), across a veth pair between two
                            network namespaces (server 10.98.0.1, generator 10.98.0.2; needs root).
@@ -228,7 +228,7 @@ RATE_ROWS = {
             "flags": []},
     "dpdk": {"label": "switch, DPDK memif (polling)", "gen": "dpdk", "server": "switch",
              "flags": ["--busy-poll"]},
-    "dpdk-adaptive": {"label": "switch, DPDK memif (adaptive naps)", "gen": "dpdk",
+    "dpdk-adaptive": {"label": "switch, DPDK memif (doorbells: sleeps until rung)", "gen": "dpdk",
                       "server": "switch", "flags": []},
     "xdp": {"label": "switch, AF_XDP on veth (polling)", "gen": "xdp", "server": "switch",
             "flags": ["--busy-poll"]},
