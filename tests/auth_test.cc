@@ -4,70 +4,22 @@
 // of a job agree; a switch may require it; a top-of-rack switch refuses it).
 #include "transport/auth.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <netinet/ip.h>
-#include <netinet/udp.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <cstring>
 #include <thread>
 #include <vector>
 
-#include "proto/wire.h"
 #include "runtime/switch_daemon.h"
 #include "switchml/context.h"
+#include "testing/forge.h"
 #include "testing/pattern.h"
-#include "transport/udp.h"
 
 namespace switchml {
 namespace {
 
-// Sends `payload` as a UDP datagram from `source` to `destination` through a raw IPv4 socket
-// (the source address and port are whatever we write). Returns false when raw sockets are not
-// permitted (not root).
-class Forger {
- public:
-  Forger() : fd_(socket(AF_INET, SOCK_RAW, IPPROTO_RAW)) {}
-  ~Forger() {
-    if (fd_ >= 0) close(fd_);
-  }
-  bool ok() const { return fd_ >= 0; }
-  bool Send(Endpoint source, Endpoint destination, std::span<const uint8_t> payload) {
-    std::vector<uint8_t> pkt(sizeof(iphdr) + sizeof(udphdr) + payload.size());
-    auto* ip = reinterpret_cast<iphdr*>(pkt.data());
-    ip->version = 4;
-    ip->ihl = 5;
-    ip->ttl = 64;
-    ip->protocol = IPPROTO_UDP;
-    ip->tot_len = htons(static_cast<uint16_t>(pkt.size()));  // (the kernel fills it in anyway)
-    ip->saddr = htonl(source.ipv4);
-    ip->daddr = htonl(destination.ipv4);
-    auto* udp = reinterpret_cast<udphdr*>(pkt.data() + sizeof(iphdr));
-    udp->source = htons(source.port);
-    udp->dest = htons(destination.port);
-    udp->len = htons(static_cast<uint16_t>(sizeof(udphdr) + payload.size()));
-    udp->check = 0;  // none: allowed over IPv4
-    std::memcpy(pkt.data() + sizeof(iphdr) + sizeof(udphdr), payload.data(), payload.size());
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_addr.s_addr = htonl(destination.ipv4);
-    return sendto(fd_, pkt.data(), pkt.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) ==
-           static_cast<ssize_t>(pkt.size());
-  }
-
- private:
-  int fd_;
-};
-
-uint16_t FreePort() {
-  auto probe = transport::OpenUdp(transport::UdpOptions{});
-  EXPECT_TRUE(probe.ok()) << probe.status().ToString();
-  return probe.ok() ? (*probe)->local_endpoint().port : 0;
-}
+using testing::FirstRoundPacket;
+using testing::FreeUdpPort;
+using testing::RawUdpSender;
 
 class AuthDataTest : public ::testing::Test {
  protected:
@@ -112,7 +64,8 @@ class AuthDataTest : public ::testing::Test {
     constexpr uint32_t kWindow = 64;
     constexpr size_t kCount = kWindow * 256;  // one packet per slot: one round
     constexpr uint64_t kSession = 4242;
-    const uint16_t port1 = FreePort();
+    const uint16_t port1 = FreeUdpPort();
+    EXPECT_NE(port1, 0);
     std::vector<Config> configs = {MakeConfig(0, 2, kSession, auth),
                                    MakeConfig(1, 2, kSession, auth)};
     for (Config& c : configs) {
@@ -125,22 +78,17 @@ class AuthDataTest : public ::testing::Test {
     for (auto& c : ctx) EXPECT_TRUE(c.ok()) << c.status().ToString();
     if (!ctx[0].ok() || !ctx[1].ok()) return {SIZE_MAX, SIZE_MAX};
 
-    Forger forger;
+    RawUdpSender forger;
     const Endpoint rank1{kLoopbackIpv4, port1};
     const Endpoint switch_data{kLoopbackIpv4, daemon_->data_port()};
-    const std::vector<int32_t> values(256, 42);
     for (uint32_t q = 0; q < kWindow; ++q) {
-      proto::Header h;
-      h.size = proto::SizeCode::k1024B;
-      h.job_number = 1;  // the context's first all-reduce
-      h.tsi = q;         // packet q of the first slice: slot q, set 0, running id q
-      h.slot = proto::SlotId{static_cast<uint16_t>(q), 0};
-      std::vector<uint8_t> d(proto::kMaxDatagramBytes + transport::kAuthTagBytes);
-      const size_t n = proto::Encode(h, values, d);
+      std::vector<uint8_t> d = FirstRoundPacket(q, 42);
       // The reference format, and the same with a made-up tag.
-      EXPECT_TRUE(forger.Send(rank1, switch_data, std::span(d).first(n)));
-      for (size_t i = 0; i < transport::kAuthTagBytes; ++i) d[n + i] = static_cast<uint8_t>(q + i);
-      EXPECT_TRUE(forger.Send(rank1, switch_data, std::span(d).first(n + 8)));
+      EXPECT_TRUE(forger.Send(rank1, switch_data, d));
+      for (size_t i = 0; i < transport::kAuthTagBytes; ++i) {
+        d.push_back(static_cast<uint8_t>(q + i));
+      }
+      EXPECT_TRUE(forger.Send(rank1, switch_data, d));
     }
     // Let the switch take them in before the workers start.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -190,7 +138,7 @@ class AuthDataTest : public ::testing::Test {
 // port to replace rank 1's: both ranks get a wrong sum, silently (issue 7, Found 6). This is what
 // the authenticated data plane stops (next test).
 TEST_F(AuthDataTest, WithoutAuthAForgedContributionCorruptsTheSum) {
-  if (!Forger().ok()) GTEST_SKIP() << "raw sockets need root (CAP_NET_RAW)";
+  if (!RawUdpSender().ok()) GTEST_SKIP() << "raw sockets need root (CAP_NET_RAW)";
   StartSwitch();
   auto [wrong0, wrong1] = ForgeRankOne(/*auth=*/false);
   // Every element: rank 1's 3i + 1 became 42 in every slot (i + 42 != 4i + 1 for any integer i).
@@ -202,7 +150,7 @@ TEST_F(AuthDataTest, WithoutAuthAForgedContributionCorruptsTheSum) {
 // Given the authenticated data plane, Expect the same forged packets (untagged, or with a made-up
 // tag) to be dropped and counted by the switch, and both sums right.
 TEST_F(AuthDataTest, WithAuthForgedContributionsAreDroppedAndCounted) {
-  if (!Forger().ok()) GTEST_SKIP() << "raw sockets need root (CAP_NET_RAW)";
+  if (!RawUdpSender().ok()) GTEST_SKIP() << "raw sockets need root (CAP_NET_RAW)";
   StartSwitch();
   auto [wrong0, wrong1] = ForgeRankOne(/*auth=*/true);
   EXPECT_EQ(wrong0, 0u) << "elements of rank 0 that differ from the true sum";
@@ -215,7 +163,7 @@ TEST_F(AuthDataTest, WithAuthForgedContributionsAreDroppedAndCounted) {
 // Given a forger that sends results to rank 0 with the switch's address and port, Expect rank 0
 // without auth to write them into its output (the source check cannot tell them apart).
 TEST_F(AuthDataTest, WithoutAuthForgedResultsReachTheOutput) {
-  if (!Forger().ok()) GTEST_SKIP() << "raw sockets need root (CAP_NET_RAW)";
+  if (!RawUdpSender().ok()) GTEST_SKIP() << "raw sockets need root (CAP_NET_RAW)";
   StartSwitch();
   ContextStats s0;
   EXPECT_GT(ForgeResultsAtRankZero(false, &s0), 0u) << "the forge did not reach the output";
@@ -224,7 +172,7 @@ TEST_F(AuthDataTest, WithoutAuthForgedResultsReachTheOutput) {
 // ... and with auth, Expect rank 0 to drop them (its tag check) and count them, and the sums to
 // stay right.
 TEST_F(AuthDataTest, WithAuthForgedResultsAreDroppedByTheWorker) {
-  if (!Forger().ok()) GTEST_SKIP() << "raw sockets need root (CAP_NET_RAW)";
+  if (!RawUdpSender().ok()) GTEST_SKIP() << "raw sockets need root (CAP_NET_RAW)";
   StartSwitch();
   ContextStats s0;
   EXPECT_EQ(ForgeResultsAtRankZero(true, &s0), 0u);
@@ -233,7 +181,8 @@ TEST_F(AuthDataTest, WithAuthForgedResultsAreDroppedByTheWorker) {
 
 size_t AuthDataTest::ForgeResultsAtRankZero(bool auth, ContextStats* stats0) {
   constexpr size_t kCount = 64 * 256;
-  const uint16_t port0 = FreePort();
+  const uint16_t port0 = FreeUdpPort();
+  EXPECT_NE(port0, 0);
   const uint64_t session = auth ? 77 : 78;
   std::vector<Config> configs = {MakeConfig(0, 2, session, auth), MakeConfig(1, 2, session, auth)};
   for (Config& c : configs) c.max_outstanding_packets = 64;
@@ -241,34 +190,27 @@ size_t AuthDataTest::ForgeResultsAtRankZero(bool auth, ContextStats* stats0) {
   auto ctx = CreateAll(configs);
   EXPECT_TRUE(ctx[0].ok() && ctx[1].ok());
   if (!ctx[0].ok() || !ctx[1].ok()) return SIZE_MAX;
-  Forger forger;
-  std::atomic<bool> spraying{true};
-  std::thread spray([&] {
-    const std::vector<int32_t> values(256, 42);
-    while (spraying.load()) {
-      for (uint32_t q = 0; q < 64; ++q) {
-        proto::Header h;
-        h.size = proto::SizeCode::k1024B;
-        h.job_number = 1;
-        h.tsi = q;
-        h.slot = proto::SlotId{static_cast<uint16_t>(q), 0};
-        std::vector<uint8_t> d(proto::kMaxDatagramBytes + 8, 7);
-        const size_t n = proto::Encode(h, values, d);
-        const Endpoint from{kLoopbackIpv4, daemon_->data_port()}, to{kLoopbackIpv4, port0};
-        forger.Send(from, to, std::span(d).first(n));
-        forger.Send(from, to, std::span(d).first(n + 8));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  });
+  // Results of the first round, untagged and with a made-up tag, from the switch's address.
+  std::vector<std::vector<uint8_t>> forged;
+  for (uint32_t q = 0; q < 64; ++q) {
+    forged.push_back(FirstRoundPacket(q, 42));
+    forged.push_back(forged.back());
+    forged.back().resize(forged.back().size() + transport::kAuthTagBytes, 7);
+  }
+  RawUdpSender forger;
+  const Endpoint from{kLoopbackIpv4, daemon_->data_port()}, to{kLoopbackIpv4, port0};
+  testing::Sprayer spray(
+      [&] {
+        for (const auto& d : forged) forger.Send(from, to, d);
+      },
+      std::chrono::milliseconds(5));
   std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(kCount, 1));
   std::vector<std::vector<int32_t>> out(2, std::vector<int32_t>(kCount, -1));
   Status st0;
   std::thread rank0(
       [&] { st0 = (*ctx[0])->AllReduce(in[0].data(), out[0].data(), kCount, DataType::kInt32); });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 waits, sprayed
-  spraying.store(false);
-  spray.join();
+  spray.Stop();
   Status st1 = (*ctx[1])->AllReduce(in[1].data(), out[1].data(), kCount, DataType::kInt32);
   rank0.join();
   EXPECT_TRUE(st0.ok()) << st0.ToString();

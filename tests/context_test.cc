@@ -4,13 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
 #include <thread>
 #include <vector>
 
-#include "proto/wire.h"
 #include "runtime/switch_daemon.h"
+#include "testing/forge.h"
 #include "testing/pattern.h"
 #include "transport/udp.h"
 
@@ -119,12 +118,8 @@ TEST_F(ContextTest, ResultsFromAStrangerAreDroppedAndCounted) {
   constexpr uint32_t kWindow = 64;
   constexpr size_t kCount = kWindow * 256;  // one packet per slot: one round
   // A free port for rank 0, so the stranger knows where to send.
-  uint16_t port0 = 0;
-  {
-    auto probe = transport::OpenUdp(transport::UdpOptions{});
-    ASSERT_TRUE(probe.ok()) << probe.status().ToString();
-    port0 = (*probe)->local_endpoint().port;
-  }
+  const uint16_t port0 = testing::FreeUdpPort();
+  ASSERT_NE(port0, 0);
   std::vector<Config> configs = {MakeConfig(0, 2, 11), MakeConfig(1, 2, 11)};
   for (Config& c : configs) {
     c.max_outstanding_packets = kWindow;
@@ -136,18 +131,10 @@ TEST_F(ContextTest, ResultsFromAStrangerAreDroppedAndCounted) {
 
   auto stranger = transport::OpenUdp(transport::UdpOptions{});
   ASSERT_TRUE(stranger.ok()) << stranger.status().ToString();
-  std::vector<std::vector<uint8_t>> forged(kWindow, std::vector<uint8_t>(proto::kMaxDatagramBytes));
+  std::vector<std::vector<uint8_t>> forged;
   std::vector<transport::TxDatagram> batch;
-  const std::vector<int32_t> values(256, 42);
-  for (uint32_t q = 0; q < kWindow; ++q) {
-    proto::Header h;
-    h.size = proto::SizeCode::k1024B;
-    h.job_number = 1;  // the context's first all-reduce
-    h.tsi = q;         // packet q of the first slice: slot q, set 0, running id q
-    h.slot = proto::SlotId{static_cast<uint16_t>(q), 0};
-    const size_t n = proto::Encode(h, values, forged[q]);
-    batch.push_back({Endpoint{0x7f000001, port0}, std::span<const uint8_t>(forged[q].data(), n)});
-  }
+  for (uint32_t q = 0; q < kWindow; ++q) forged.push_back(testing::FirstRoundPacket(q, 42));
+  for (const auto& d : forged) batch.push_back({Endpoint{kLoopbackIpv4, port0}, d});
 
   std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(kCount));
   std::vector<std::vector<int32_t>> out(2, std::vector<int32_t>(kCount, -1));
@@ -155,21 +142,14 @@ TEST_F(ContextTest, ResultsFromAStrangerAreDroppedAndCounted) {
     in[0][i] = static_cast<int32_t>(i);
     in[1][i] = static_cast<int32_t>(3 * i + 1);
   }
-  std::atomic<bool> spraying{true};
-  std::thread spray([&] {
-    while (spraying.load()) {
-      auto sent = (*stranger)->Send(batch);
-      EXPECT_TRUE(sent.ok());
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  });
+  testing::Sprayer spray([&] { EXPECT_TRUE((*stranger)->Send(batch).ok()); },
+                         std::chrono::milliseconds(5));
   Status st0, st1;
   std::thread rank0(
       [&] { st0 = ctx[0]->AllReduce(in[0].data(), out[0].data(), kCount, DataType::kInt32); });
   // Rank 1 comes late: rank 0's packets wait in the switch while the stranger sprays.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  spraying.store(false);
-  spray.join();
+  spray.Stop();
   st1 = ctx[1]->AllReduce(in[1].data(), out[1].data(), kCount, DataType::kInt32);
   rank0.join();
   EXPECT_TRUE(st0.ok()) << st0.ToString();
