@@ -56,32 +56,14 @@ class DpdkMultiProcessTest : public ::testing::Test {
   static std::unique_ptr<Process> Worker(const runtime::SwitchDaemon& d, uint32_t rank,
                                          uint32_t workers, const std::string& size,
                                          const std::string& dtype, const std::string& threads) {
-    return std::make_unique<Process>(
-        std::vector<std::string>{testing::SwitchmlBinary(),
-                                 "worker",
-                                 "--switch",
-                                 "127.0.0.1:" + std::to_string(d.control_port()),
-                                 "--rank",
-                                 std::to_string(rank),
-                                 "--workers",
-                                 std::to_string(workers),
-                                 "--size",
-                                 size,
-                                 "--dtype",
-                                 dtype,
-                                 "--threads",
-                                 threads,
-                                 "--session",
-                                 "7",
-                                 "--iterations",
-                                 "2",
-                                 "--warmup",
-                                 "0",
-                                 "--report",
-                                 "--setup-timeout-ms",
-                                 "20000",
-                                 "--transport",
-                                 "dpdk"});
+    return testing::StartWorkerProcess(
+        {"127.0.0.1:" + std::to_string(d.control_port()),
+         rank,
+         workers,
+         size,
+         dtype,
+         "2",
+         {"--threads", threads, "--session", "7", "--transport", "dpdk"}});
   }
 };
 

@@ -43,30 +43,12 @@ struct Job {
 
 std::unique_ptr<Process> StartWorker(const std::string& control, const Job& j, uint32_t rank,
                                      std::vector<std::string> rank_extra = {}) {
-  std::vector<std::string> argv = {testing::SwitchmlBinary(),
-                                   "worker",
-                                   "--switch",
-                                   control,
-                                   "--rank",
-                                   std::to_string(rank),
-                                   "--workers",
-                                   std::to_string(j.workers),
-                                   "--size",
-                                   j.size,
-                                   "--dtype",
-                                   j.dtype,
-                                   "--iterations",
-                                   j.iterations,
-                                   "--warmup",
-                                   "0",
-                                   "--report",
-                                   "--job-secret",
-                                   "failure-test-secret",
-                                   "--setup-timeout-ms",
-                                   "20000"};
-  argv.insert(argv.end(), j.extra.begin(), j.extra.end());
-  argv.insert(argv.end(), rank_extra.begin(), rank_extra.end());
-  return std::make_unique<Process>(argv);
+  testing::WorkerCommand w{control,   rank,         j.workers,
+                           j.size,    j.dtype,      j.iterations,
+                           {"--job-secret", "failure-test-secret"}};
+  w.extra.insert(w.extra.end(), j.extra.begin(), j.extra.end());
+  w.extra.insert(w.extra.end(), rank_extra.begin(), rank_extra.end());
+  return testing::StartWorkerProcess(w);
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point t) {

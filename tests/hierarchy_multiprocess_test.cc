@@ -60,27 +60,8 @@ TEST_P(HierarchyProcessTest, JobThroughTwoTorsAndASpine) {
   uint32_t rank = 0;
   for (uint32_t r = 0; r < racks; ++r) {
     for (uint32_t i = 0; i < c.racks[r]; ++i, ++rank) {
-      std::vector<std::string> argv = {testing::SwitchmlBinary(),
-                                       "worker",
-                                       "--switch",
-                                       tors[r].control,
-                                       "--rank",
-                                       std::to_string(rank),
-                                       "--workers",
-                                       std::to_string(n),
-                                       "--size",
-                                       c.size,
-                                       "--dtype",
-                                       c.dtype,
-                                       "--iterations",
-                                       "2",
-                                       "--warmup",
-                                       "0",
-                                       "--report",
-                                       "--setup-timeout-ms",
-                                       "20000"};
-      argv.insert(argv.end(), c.worker_extra.begin(), c.worker_extra.end());
-      workers.push_back(std::make_unique<Process>(argv));
+      workers.push_back(testing::StartWorkerProcess(
+          {tors[r].control, rank, n, c.size, c.dtype, "2", c.worker_extra}));
     }
   }
   for (uint32_t w = 0; w < n; ++w) {

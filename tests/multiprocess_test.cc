@@ -50,30 +50,16 @@ struct WorkerArgs {
 
 std::unique_ptr<Process> StartWorker(const runtime::SwitchDaemon& d, const WorkerArgs& a,
                                      uint32_t rank, std::vector<std::string> rank_extra = {}) {
-  std::vector<std::string> argv = {testing::SwitchmlBinary(),
-                                   "worker",
-                                   "--switch",
-                                   "127.0.0.1:" + std::to_string(d.control_port()),
-                                   "--rank",
-                                   std::to_string(rank),
-                                   "--workers",
-                                   std::to_string(a.workers),
-                                   "--size",
-                                   a.size,
-                                   "--dtype",
-                                   a.dtype,
-                                   "--session",
-                                   std::to_string(a.session),
-                                   "--iterations",
-                                   "2",
-                                   "--warmup",
-                                   "0",
-                                   "--report",
-                                   "--setup-timeout-ms",
-                                   "20000"};
-  argv.insert(argv.end(), a.extra.begin(), a.extra.end());
-  argv.insert(argv.end(), rank_extra.begin(), rank_extra.end());
-  return std::make_unique<Process>(argv);
+  testing::WorkerCommand w{"127.0.0.1:" + std::to_string(d.control_port()),
+                           rank,
+                           a.workers,
+                           a.size,
+                           a.dtype,
+                           "2",
+                           {"--session", std::to_string(a.session)}};
+  w.extra.insert(w.extra.end(), a.extra.begin(), a.extra.end());
+  w.extra.insert(w.extra.end(), rank_extra.begin(), rank_extra.end());
+  return testing::StartWorkerProcess(w);
 }
 
 // Runs one job to completion; expects every worker to succeed with verified results.

@@ -83,6 +83,34 @@ bool Process::WaitForOutput(const std::string& text, std::chrono::milliseconds t
   return false;
 }
 
+std::vector<std::string> WorkerArgv(const WorkerCommand& w) {
+  std::vector<std::string> argv = {SwitchmlBinary(),
+                                   "worker",
+                                   "--switch",
+                                   w.control,
+                                   "--rank",
+                                   std::to_string(w.rank),
+                                   "--workers",
+                                   std::to_string(w.workers),
+                                   "--size",
+                                   w.size,
+                                   "--dtype",
+                                   w.dtype,
+                                   "--iterations",
+                                   w.iterations,
+                                   "--warmup",
+                                   "0",
+                                   "--report",
+                                   "--setup-timeout-ms",
+                                   "20000"};
+  argv.insert(argv.end(), w.extra.begin(), w.extra.end());
+  return argv;
+}
+
+std::unique_ptr<Process> StartWorkerProcess(const WorkerCommand& w) {
+  return std::make_unique<Process>(WorkerArgv(w));
+}
+
 SwitchProcess StartSwitchProcess(const std::vector<std::string>& extra) {
   std::vector<std::string> argv = {SwitchmlBinary(), "switch", "--bind",         "127.0.0.1",
                                    "--data-port",    "0",      "--control-port", "0",

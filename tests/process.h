@@ -37,6 +37,21 @@ class Process {
 // The path of the switchml binary under test.
 std::string SwitchmlBinary();
 
+// One `switchml worker` of a test job: it verifies its results and reports them (--report:
+// "status=ok verified=1"), runs `iterations` all-reduces without warm-up and allows 20 s for
+// the session setup; `extra` flags are appended (--session, --job-secret, --transport, ...).
+struct WorkerCommand {
+  std::string control;  // the switch's control plane, "host:port"
+  uint32_t rank = 0;
+  uint32_t workers = 2;
+  std::string size = "1000";
+  std::string dtype = "float32";
+  std::string iterations = "2";
+  std::vector<std::string> extra;
+};
+std::vector<std::string> WorkerArgv(const WorkerCommand& w);
+std::unique_ptr<Process> StartWorkerProcess(const WorkerCommand& w);
+
 // A `switchml switch` process on 127.0.0.1 with ports picked by the kernel.
 struct SwitchProcess {
   std::unique_ptr<Process> process;
