@@ -36,16 +36,22 @@ TEST(PlaceRackTest, ContiguousRanksSizesDifferingByAtMostOne) {
   EXPECT_FALSE(PlaceRack(8, 2, 2).ok());  // no such rack
 }
 
-TEST(UplinkTest, MapsGlobalRanksToTheRackAndRefusesOtherRacks) {
-  dataplane::LockedSwitch sw(dataplane::SwitchConfig{});
+// Options of rack `rack_index` of `racks` whose upstream switch is never contacted here (its
+// registrations time out after 50 ms).
+UplinkOptions UnreachableUpstream(uint32_t racks, uint32_t rack_index) {
   UplinkOptions o;
-  o.upstream = "127.0.0.1:1";  // never contacted here
-  o.racks = 3;
-  o.rack_index = 1;
+  o.upstream = "127.0.0.1:1";
+  o.racks = racks;
+  o.rack_index = rack_index;
   o.data_port = 48864;
   o.timeout = std::chrono::milliseconds(50);
-  ASSERT_TRUE(o.Validate().ok());
-  Uplink uplink(o, &sw);
+  EXPECT_TRUE(o.Validate().ok());
+  return o;
+}
+
+TEST(UplinkTest, MapsGlobalRanksToTheRackAndRefusesOtherRacks) {
+  dataplane::LockedSwitch sw(dataplane::SwitchConfig{});
+  Uplink uplink(UnreachableUpstream(3, 1), &sw);
   // 7 workers over 3 racks: 0-1, 2-3, 4-6. Rank 2 is rack 1's local rank 0.
   switchml_proto::UdpSessionRequest req;
   req.set_session_id(5);
@@ -75,13 +81,7 @@ TEST(UplinkTest, MapsGlobalRanksToTheRackAndRefusesOtherRacks) {
 // rack's, the stream is named by the global rank, and other racks' ranks are refused.
 TEST(UplinkTest, MapsAttachAndCloseToTheRack) {
   dataplane::LockedSwitch sw(dataplane::SwitchConfig{});
-  UplinkOptions o;
-  o.upstream = "127.0.0.1:1";  // never contacted here
-  o.racks = 2;
-  o.rack_index = 1;
-  o.data_port = 48864;
-  o.timeout = std::chrono::milliseconds(50);
-  Uplink uplink(o, &sw);
+  Uplink uplink(UnreachableUpstream(2, 1), &sw);
   switchml_proto::AttachRequest attach;
   attach.set_session_id(9);
   attach.set_rank(2);
