@@ -113,6 +113,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::string before = Snapshot(sw, session);
       const bool foreign =
           exists && owner.count(session) && !owner[session].empty() && owner[session] != secret;
+      // A request with another job's secret changes nothing of that job.
+      auto check_refused_if_foreign = [&](const Status& st) {
+        if (!foreign) return;
+        FUZZ_CHECK(!st.ok());
+        FUZZ_CHECK(reg.HasJob(session));
+        FUZZ_CHECK(Snapshot(sw, session) == before);
+      };
       switch (op % 10) {
         case 0:
         case 1: {
@@ -132,11 +139,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           const Status st = reg.Register(r, caller, &data_key);
           // A job that asked for the authenticated data plane hands out its 16-byte key.
           if (st.ok()) FUZZ_CHECK(data_key.size() == (r.authenticate_data ? 16u : 0u));
-          if (foreign) {
-            FUZZ_CHECK(!st.ok());
-            FUZZ_CHECK(reg.HasJob(session));
-            FUZZ_CHECK(Snapshot(sw, session) == before);
-          }
+          check_refused_if_foreign(st);
           if (st.ok() && r.rank == 0) owner[session] = secret;
           break;
         }
@@ -172,11 +175,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           r.has_rank = in.ConsumeBool();
           r.rank = in.ConsumeIntegralInRange<uint32_t>(0, 5);
           const Status st = reg.Close(r, caller);
-          if (foreign) {
-            FUZZ_CHECK(!st.ok());
-            FUZZ_CHECK(reg.HasJob(session));
-            FUZZ_CHECK(Snapshot(sw, session) == before);
-          }
+          check_refused_if_foreign(st);
           break;
         }
         case 6: {

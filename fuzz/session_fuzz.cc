@@ -28,15 +28,6 @@
 namespace switchml::worker {
 namespace {
 
-uint32_t Mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
-
 void CheckMonotonic(const SessionCounters& before, const SessionCounters& after) {
   FUZZ_CHECK(after.sent >= before.sent);
   FUZZ_CHECK(after.retransmitted >= before.retransmitted);
@@ -71,8 +62,8 @@ struct Harness {
     in_f.assign(count, 0);
     out_f.assign(count, 0);
     for (size_t i = 0; i < count; ++i) {
-      in_i[i] = static_cast<int32_t>(Mix(seed + i));
-      const uint32_t m = Mix(seed * 31 + i);
+      in_i[i] = static_cast<int32_t>(FuzzMix(seed + i));
+      const uint32_t m = FuzzMix(seed * 31 + i);
       // Mostly ordinary floats, some zeros, huge values, denormals, inf and NaN.
       switch (m % 16) {
         case 0:
@@ -185,7 +176,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           hd.e1 = in.ConsumeIntegralInRange<int8_t>(-1, 2);
           const uint32_t seed = in.ConsumeIntegral<uint32_t>();
           const size_t numel = proto::NumelOf(hd.size);
-          for (size_t i = 0; i < numel; ++i) values[i] = static_cast<int32_t>(Mix(seed ^ i));
+          for (size_t i = 0; i < numel; ++i) values[i] = static_cast<int32_t>(FuzzMix(seed ^ i));
           const size_t n = proto::Encode(hd, std::span<const int32_t>(values.data(), numel), d);
           session.HandleDatagram(std::span<const uint8_t>(d.data(), n), h.now);
         }

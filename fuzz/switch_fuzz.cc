@@ -46,15 +46,6 @@ const Endpoint kStranger{0x0a0000fe, 5555};
 // A top-of-rack job's spine: data ports kSpine.port .. + (1 or 2) - 1.
 const Endpoint kSpine{0x0a0000c8, 50000};
 
-uint32_t Mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
-
 struct Fixture {
   Switch sw;
   JobSpec spec;
@@ -239,7 +230,7 @@ void RunArbitrary(FuzzedDataProvider& in) {
         h.e1 = in.ConsumeIntegralInRange<int8_t>(-1, 1);
         const uint32_t seed = in.ConsumeIntegral<uint32_t>();
         const size_t numel = proto::NumelOf(h.size);
-        for (size_t i = 0; i < numel; ++i) values[i] = static_cast<int32_t>(Mix(seed + i * 977));
+        for (size_t i = 0; i < numel; ++i) values[i] = static_cast<int32_t>(FuzzMix(seed + i * 977));
         const size_t n = proto::Encode(h, std::span<const int32_t>(values.data(), numel), d);
         f.Feed(src, std::span<const uint8_t>(d.data(), n));
         break;
@@ -273,13 +264,13 @@ struct Net {
   }
   size_t numel() const { return proto::NumelOf(f.spec.size); }
   int32_t Value(uint32_t r, uint32_t j, uint32_t k, size_t i) const {
-    return static_cast<int32_t>(Mix((uint64_t{r} << 48) ^ (uint64_t{j} << 32) ^ (k << 12) ^ i));
+    return static_cast<int32_t>(FuzzMix((uint64_t{r} << 48) ^ (uint64_t{j} << 32) ^ (k << 12) ^ i));
   }
   int8_t E0(uint32_t r, uint32_t j, uint32_t k) const {
-    return static_cast<int8_t>(Mix(0xe0e0 + r * 131 + j * 7 + k) % 40 - 20);
+    return static_cast<int8_t>(FuzzMix(0xe0e0 + r * 131 + j * 7 + k) % 40 - 20);
   }
   int8_t E1(uint32_t r, uint32_t j, uint32_t k) const {
-    return static_cast<int8_t>(Mix(0xe1e1 + r * 131 + j * 7 + k) % 7 == 0);
+    return static_cast<int8_t>(FuzzMix(0xe1e1 + r * 131 + j * 7 + k) % 7 == 0);
   }
   uint32_t Tsi(uint32_t j, uint32_t k) const { return k * slots + j; }
   proto::Header HeaderOf(uint32_t r, uint32_t j, uint32_t k) const {
