@@ -11,34 +11,6 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
-if [ "${1:-}" = "--inside" ]; then  # run by rack.sh inside the rack (RACK_* in the environment)
-  build=$2 workers=$3 epochs=$4 out=$5
-  shift 5
-  ip netns exec "$RACK_SWITCH_NS" "$build/tools/switchml" switch --bind "$RACK_SWITCH_IP" \
-    >"$out/switch.log" 2>&1 &
-  switch_pid=$!
-  trap 'kill "$switch_pid" 2>/dev/null || true' EXIT
-  read -r -a ips <<<"$RACK_WORKER_IPS"
-  port=29500
-  for backend in gloo switchml; do
-    port=$((port + 1))
-    pids=()
-    for ((r = 0; r < workers; r++)); do
-      ip netns exec "$RACK_NAME-w$r" env PYTHONPATH="$build/python" RANK=$r \
-        WORLD_SIZE="$workers" MASTER_ADDR="${ips[0]}" MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 \
-        SWITCHML_SWITCH="$RACK_SWITCH_IP:50099" /usr/bin/python3 "$here/train_digits.py" \
-        --backend "$backend" --epochs "$epochs" --out "$out/$backend.json" "$@" \
-        >"$out/$backend-$r.log" 2>&1 &
-      pids+=($!)
-    done
-    for ((r = 0; r < workers; r++)); do
-      wait "${pids[$r]}" || { echo "FAIL: $backend rank $r:"; tail -20 "$out/$backend-$r.log"; exit 1; }
-    done
-    grep -h "iterations/s" "$out/$backend-0.log"
-  done
-  exit 0
-fi
-
 usage="usage: rack_digits.sh BUILD_DIR [WORKERS] [EPOCHS] [RATE] [-- TRAIN_DIGITS_FLAGS...]"
 build=$(cd "${1:?$usage}" && pwd)
 positional=()
@@ -56,15 +28,17 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 rc=0
+# Inside the rack, rack_train.sh's launcher runs both trainings (gloo, then switchml).
 "$here/../../scripts/rack.sh" run --workers "$workers" --rate "$rate" -- \
-  bash "$0" --inside "$build" "$workers" "$epochs" "$out" "$@" || rc=$?
+  bash "$here/rack_train.sh" --inside "$build" "$workers" train_digits.py "$out" gloo,switchml \
+  --epochs "$epochs" "$@" || rc=$?
 [ "$rc" = 77 ] && { echo "SKIPPED: the rack cannot be made here (needs root and iproute2)"; exit 77; }
 [ "$rc" = 0 ] || exit "$rc"
 /usr/bin/python3 - "$out" "$workers" "$rate" <<'PY'
 import json, sys
 import numpy as np
 out, workers, rate = sys.argv[1], sys.argv[2], sys.argv[3]
-g, s = (json.load(open(f"{out}/{b}.json")) for b in ("gloo", "switchml"))
+g, s = (json.load(open(f"{out}/{b}-{workers}.json")) for b in ("gloo", "switchml"))
 gap = np.abs(np.array(g["losses"]) - np.array(s["losses"]))
 print(f"rack: {workers} workers, {rate} cables, {g.get('parameters', '?')} parameters, "
       f"{g['iterations']} iterations: "

@@ -20,7 +20,10 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
-if [ "${1:-}" = "--inside" ]; then  # run by rack.sh inside the rack (RACK_* in the environment)
+# Run by rack.sh inside the rack (RACK_* in the environment); rack_digits.sh uses it too:
+#   --inside BUILD WORKERS SCRIPT OUT BACKENDS [FLAGS...]
+# writes OUT/BACKEND-WORKERS.json (rank 0's results) and OUT/BACKEND-WORKERS-RANK.log.
+if [ "${1:-}" = "--inside" ]; then
   build=$2 workers=$3 script=$4 out=$5 backends=$6
   shift 6
   ip netns exec "$RACK_SWITCH_NS" "$build/tools/switchml" switch --bind "$RACK_SWITCH_IP" \

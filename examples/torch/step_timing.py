@@ -10,9 +10,12 @@
 
 "backward" includes DDP's all-reduces: they start while backward runs (a bucket as soon as its
 gradients are ready) and backward() returns only when all of them ended.
+
+The scripts' main() begins with init_from_torchrun(backend) and ends with finish(r, out, line).
 """
 import ctypes
 import ctypes.util
+import json
 import statistics
 import time
 
@@ -134,6 +137,28 @@ def gather_slowest(r):
     out["phase_seconds"] = {k: rows[1 + j] for j, k in enumerate(keys)}
     out["iterations_per_s"] = -rows[-1][0] if rows[-1] else r["iterations_per_s"]
     return out
+
+
+def init_from_torchrun(backend):
+    """init_process_group(backend) from torchrun's environment (the switchml backend registered
+    first when it is the one); returns (rank, world size)."""
+    if backend == "switchml":
+        import switchml.torch  # noqa: F401 - registers the backend
+    dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def finish(r, out, line):
+    """The end of a training script's run: every rank's timings replaced by the slowest rank's
+    (gather_slowest), then on rank 0 line(r) printed and r written to `out` as JSON (when
+    given); then the process group destroyed."""
+    r = gather_slowest(r)
+    if dist.get_rank() == 0:
+        print(line(r))
+        if out:
+            with open(out, "w") as f:
+                json.dump(r, f)
+    dist.destroy_process_group()
 
 
 def summary(r):

@@ -9,7 +9,6 @@ Under torchrun (each process reads RANK, WORLD_SIZE, MASTER_ADDR/PORT from the e
 compare_digits.py runs it with gloo and with switchml and compares the two.
 """
 import argparse
-import json
 import os
 
 import numpy as np
@@ -132,22 +131,14 @@ def main():
                    "(rank 0)")
     p.add_argument("--out", help="write rank 0's results here (JSON)")
     a = p.parse_args()
-    if a.backend == "switchml":
-        import switchml.torch  # noqa: F401
-    dist.init_process_group(a.backend)  # torchrun's environment
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = step_timing.init_from_torchrun(a.backend)
     r = train(rank, world, a.backend, a.epochs, a.batch_size, a.lr, a.seed, hidden=a.hidden,
               layers=a.layers, warmup=a.warmup, measure_allreduce=a.warmup > 0, profile=a.profile)
-    r = step_timing.gather_slowest(r)
-    if rank == 0:
-        print(f"{a.backend}: {world} processes, {r['parameters']} parameters, "
-              f"{r['iterations']} iterations, final loss "
-              f"{r['losses'][-1]:.4f}, test accuracy {r['accuracy']:.2f}%, "
-              f"{r['iterations_per_s']:.1f} iterations/s; {step_timing.summary(r)}")
-        if a.out:
-            with open(a.out, "w") as f:
-                json.dump(r, f)
-    dist.destroy_process_group()
+    step_timing.finish(r, a.out, lambda r: (
+        f"{a.backend}: {world} processes, {r['parameters']} parameters, "
+        f"{r['iterations']} iterations, final loss "
+        f"{r['losses'][-1]:.4f}, test accuracy {r['accuracy']:.2f}%, "
+        f"{r['iterations_per_s']:.1f} iterations/s; {step_timing.summary(r)}"))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR/PORT from the environment):
 rack_train.sh runs it with gloo and with switchml in the emulated rack and compares the two.
 """
 import argparse
-import json
 import math
 import time
 
@@ -150,22 +149,14 @@ def main():
                    help="print torch.profiler's table of STEPS steps after warm-up (rank 0)")
     p.add_argument("--out", help="write rank 0's results here (JSON)")
     a = p.parse_args()
-    if a.backend == "switchml":
-        import switchml.torch  # noqa: F401 - registers the backend
-    dist.init_process_group(a.backend)  # torchrun's environment
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = step_timing.init_from_torchrun(a.backend)
     r = train(rank, world, a.backend, a.steps, a.batch_size, a.lr, a.emb_lr, a.seed, a.users,
               a.items, a.dim, a.hidden, a.warmup, not a.no_bucket_view, a.profile)
-    r = step_timing.gather_slowest(r)
-    if rank == 0:
-        print(f"{a.backend}: {world} processes, {r['parameters']} parameters, "
-              f"{r['iterations']} steps, loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}, "
-              f"test loss {r['test_loss']:.4f}, test accuracy {r['accuracy']:.2f}%, "
-              f"{step_timing.summary(r)}")
-        if a.out:
-            with open(a.out, "w") as f:
-                json.dump(r, f)
-    dist.destroy_process_group()
+    step_timing.finish(r, a.out, lambda r: (
+        f"{a.backend}: {world} processes, {r['parameters']} parameters, "
+        f"{r['iterations']} steps, loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}, "
+        f"test loss {r['test_loss']:.4f}, test accuracy {r['accuracy']:.2f}%, "
+        f"{step_timing.summary(r)}"))
 
 
 if __name__ == "__main__":
