@@ -98,6 +98,22 @@ TEST_F(DpdkMultiProcessTest, RunCommandWithLossOverMemif) {
   EXPECT_NE(p.output().find("memif server"), std::string::npos) << p.output();
 }
 
+// Given `switchml run --transport dpdk --auth-data` (the authenticated data plane over memif:
+// tags written behind datagrams in the mbufs the transport lends), Expect every result verified
+// and no tag failure at the switch or the workers.
+TEST_F(DpdkMultiProcessTest, RunCommandWithAuthenticatedDataOverMemif) {
+  Process p({testing::SwitchmlBinary(), "run", "--transport", "dpdk", "--workers", "2", "--size",
+             "300001", "--dtype", "float32", "--iterations", "2", "--auth-data"});
+  ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
+  EXPECT_EQ(p.exit_code(), 0) << p.output();
+  EXPECT_NE(p.output().find("switchml run: OK"), std::string::npos) << p.output();
+  EXPECT_NE(p.output().find("memif server"), std::string::npos) << p.output();
+  EXPECT_NE(p.output().find("authenticated data plane:               on; tags that failed: 0 at "
+                            "the switch, 0 at the workers"),
+            std::string::npos)
+      << p.output();
+}
+
 // Given a worker over dpdk and a switch over kernel UDP, Expect the worker to fail saying that no
 // memif switch serves the data port, not to hang.
 TEST_F(DpdkMultiProcessTest, WorkerWithoutMemifSwitchSaysWhy) {

@@ -2,13 +2,22 @@
 # Across "machines": the switch and two workers each in a network namespace of their own, joined
 # by veth pairs on a bridge (in a fourth namespace), talking over real IPv4 between hosts
 # 10.77.<n>.1-3. Needs root (CI runs as root); exits 77 (skipped) without it.
-# Usage: netns_test.sh PATH_TO_SWITCHML [TRANSPORT]   (TRANSPORT: udp (default), xdp, ...; with
-# xdp the switch and each worker use AF_XDP on their veth end; skipped, saying why, when the
+# Usage: netns_test.sh PATH_TO_SWITCHML [TRANSPORT [auth]]   (TRANSPORT: udp (default), xdp, ...;
+# with xdp the switch and each worker use AF_XDP on their veth end; skipped, saying why, when the
 # build has no AF_XDP or the kernel refuses it; with dpdk each uses DPDK's net_af_packet on its
-# veth end, one thread, skipped, saying why, when the build has no DPDK or EAL refuses)
+# veth end, one thread, skipped, saying why, when the build has no DPDK or EAL refuses). With
+# `auth`, the job uses the authenticated data plane (--auth-data) on a switch that refuses jobs
+# without it (--require-auth-data), and every worker must report no tag failure.
 set -euo pipefail
 bin="$1"
 transport="${2:-udp}"
+auth="${3:-}"
+auth_switch=() auth_worker=()
+case "$auth" in
+  "") ;;
+  auth) auth_switch=(--require-auth-data) auth_worker=(--auth-data) ;;
+  *) echo "netns_test.sh: the third argument is 'auth' or nothing, not '$auth'" >&2; exit 2 ;;
+esac
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
   echo "SKIPPED: needs root and iproute2 to create network namespaces"
   exit 77
@@ -53,7 +62,8 @@ if [ "$transport" = dpdk ]; then  # a DPDK device per host: net_af_packet (no rt
   worker_threads=1
 fi
 ip netns exec "$tag-sw" "$bin" switch --bind "$net.1" --data-port 48864 --control-port 50099 \
-  --transport "$transport" --threads "$switch_threads" "${dev_args[@]}" >"$log" 2>&1 &
+  --transport "$transport" --threads "$switch_threads" "${dev_args[@]}" "${auth_switch[@]}" \
+  >"$log" 2>&1 &
 switch_pid=$!
 for _ in $(seq 50); do
   grep -q "control port" "$log" && break
@@ -75,7 +85,7 @@ for r in 0 1; do
   outs+=("$out")
   ip netns exec "$tag-w$r" "$bin" worker --switch "$net.1" --rank "$r" --workers 2 \
     --size 1000003 --dtype float32 --iterations 3 --session 77 --threads "$worker_threads" \
-    --setup-timeout-ms 20000 --transport "$transport" --report "${dev_args[@]}" \
+    --setup-timeout-ms 20000 --transport "$transport" --report "${dev_args[@]}" "${auth_worker[@]}" \
     $([ "$transport" = dpdk ] && echo --bind "$net.$((r + 2))") >"$out" 2>&1 &
   pids+=($!)
 done
@@ -85,6 +95,8 @@ for r in 0 1; do
     echo "FAIL: worker $r on host $net.$((r + 2)):"; cat "${outs[$r]}"; status=1
   elif ! grep -q "status=ok verified=1" "${outs[$r]}"; then
     echo "FAIL: worker $r reported no verified result:"; cat "${outs[$r]}"; status=1
+  elif [ -n "$auth" ] && ! grep -q " auth_dropped=0" "${outs[$r]}"; then
+    echo "FAIL: worker $r dropped datagrams whose tag did not verify:"; cat "${outs[$r]}"; status=1
   fi
 done
 kill -TERM "$switch_pid"
