@@ -239,17 +239,23 @@ def concurrent_groups_body(rank, world):
     return {"ok": ok, "sessions": sessions}
 
 
-def options_body(rank, world):
-    # WORLD's early retransmission from the environment, a second group's from pg_options.
-    second = dist.new_group(backend="switchml",
-                            pg_options=swtorch.Options(early_retransmit=1, window=64))
+def exact_in_world_and(second, rank, world):
+    """An int32 all-reduce in WORLD and in `second`: True when both sums are exact."""
     ok = True
     for group in (None, second):
         t = torch.arange(50000, dtype=torch.int32) * (rank + 1)
         dist.all_reduce(t, group=group)
         ok = ok and bool((t == torch.arange(50000, dtype=torch.int32) *
                           sum(r + 1 for r in range(world))).all())
-    return {"ok": ok, "world": (dist.group.WORLD.early_retransmit_after, dist.group.WORLD.window),
+    return ok
+
+
+def options_body(rank, world):
+    # WORLD's early retransmission from the environment, a second group's from pg_options.
+    second = dist.new_group(backend="switchml",
+                            pg_options=swtorch.Options(early_retransmit=1, window=64))
+    return {"ok": exact_in_world_and(second, rank, world),
+            "world": (dist.group.WORLD.early_retransmit_after, dist.group.WORLD.window),
             "second": (second.early_retransmit_after, second.window)}
 
 
@@ -257,14 +263,8 @@ def auth_body(rank, world):
     # WORLD's authenticated data plane from the environment, a second group's from pg_options.
     second = dist.new_group(backend="switchml",
                             pg_options=swtorch.Options(authenticate_data=True))
-    ok = True
-    for group in (None, second):
-        t = torch.arange(50000, dtype=torch.int32) * (rank + 1)
-        dist.all_reduce(t, group=group)
-        ok = ok and bool((t == torch.arange(50000, dtype=torch.int32) *
-                          sum(r + 1 for r in range(world))).all())
-    return {"ok": ok, "world": dist.group.WORLD.authenticate_data,
-            "second": second.authenticate_data}
+    return {"ok": exact_in_world_and(second, rank, world),
+            "world": dist.group.WORLD.authenticate_data, "second": second.authenticate_data}
 
 
 def destroy_with_fallback_work_pending_body(rank, world):
