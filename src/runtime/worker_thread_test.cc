@@ -117,12 +117,12 @@ class EchoSwitch {
   std::thread thread_;
 };
 
-worker::SessionConfig OneWorker(uint32_t window) {
+worker::SessionConfig OneWorker(uint32_t window, milliseconds rto) {
   worker::SessionConfig c;
   c.num_workers = 1;
   c.window = window;
-  c.timeout = milliseconds(10);
-  c.min_timeout = milliseconds(10);
+  c.timeout = rto;
+  c.min_timeout = rto;
   c.progress_timeout = std::chrono::seconds(10);
   return c;
 }
@@ -146,15 +146,16 @@ Status RunSlice(WorkerThread* thread, size_t count) {
 }
 
 // Given: a window of 1024 packets, all answered while the worker thread is not scheduled for
-// three retransmission timeouts (more results queued than one receive takes).
+// three retransmission timeouts (more results queued than one receive takes). (An RTO of
+// 200 ms: sending the window must take less, also under a sanitizer on a loaded machine.)
 // Expect: the thread takes every queued result before it calls a packet late: no timeout (which
 // would count toward backing off) and nothing retransmitted.
 TEST(WorkerThreadTest, ResultsQueuedWhileNotScheduledAreNotRetransmitted) {
   transport::MemoryNetwork net;
   constexpr uint32_t kWindow = 1024;
   EchoSwitch sw(&net, kWindow, std::chrono::nanoseconds(0));
-  auto t = std::make_unique<SchedulerTransport>(net.Attach(kWorker), kWindow, milliseconds(40));
-  WorkerThread thread(OneWorker(kWindow), std::move(t), kSwitch,
+  auto t = std::make_unique<SchedulerTransport>(net.Attach(kWorker), kWindow, milliseconds(600));
+  WorkerThread thread(OneWorker(kWindow, milliseconds(200)), std::move(t), kSwitch,
                       std::make_shared<FailureLatch>());
   ASSERT_TRUE(RunSlice(&thread, 2 * kWindow * 256).ok());
   const worker::SessionCounters c = thread.counters();
@@ -175,7 +176,7 @@ TEST(WorkerThreadTest, WakeBatchingTakesSeveralResultsPerWakeUp) {
   SchedulerTransport* t = owned.get();
   WaitPolicy wait;
   wait.wake_batch = 0.5;
-  WorkerThread thread(OneWorker(kWindow), std::move(owned), kSwitch,
+  WorkerThread thread(OneWorker(kWindow, milliseconds(10)), std::move(owned), kSwitch,
                       std::make_shared<FailureLatch>(), wait);
   ASSERT_TRUE(RunSlice(&thread, 16 * kWindow * 256).ok());
   ASSERT_GT(t->nonempty_receives(), 0u);
