@@ -17,9 +17,10 @@ Sections (--sections, default rates,run):
          memif runs in the host's namespace (shared memory, no kernel on the path).
   run    `switchml run --transport dpdk|udp --workers 2|4`: the switch and the worker processes
          of one host (memif / loopback), aggregated elements/s (median all-reduce) and the CPU
-         time of the whole process tree (switch and workers, from wait4); --run-transports may
-         add dpdk-naps (memif with SWITCHML_DPDK_DOORBELL=off) and udp-plain; --run-rounds N
-         interleaves N rounds of them and reports the run of median elements/s.
+         time of the whole process tree (switch and workers, from wait4); --run-transports
+         (default dpdk,dpdk-naps,udp: dpdk-naps is memif with SWITCHML_DPDK_DOORBELL=off; also
+         udp-plain); --run-rounds N interleaves N rounds of them and reports the run of median
+         elements/s.
   rack   Verified all-reduces on an emulated rack (scripts/rack.sh: the switch on a bridge, each
          worker in a namespace behind a veth pair; --rack-rate none = unshaped, or e.g. 1gbit
          with ingress shaping), over kernel UDP and AF_XDP (--rack-transports), the switch pinned
@@ -571,7 +572,7 @@ def main():
                    help="run, rack: tensor bytes (float32)")
     p.add_argument("--iterations", type=int, default=3, help="run, rack: timed all-reduces")
     p.add_argument("--run-workers", default="2,4")
-    p.add_argument("--run-transports", default="dpdk,udp",
+    p.add_argument("--run-transports", default="dpdk,dpdk-naps,udp",
                    help="run: " + ",".join(RUN_KINDS) + " (dpdk-naps: memif without doorbells)")
     p.add_argument("--run-rounds", type=int, default=1,
                    help="run: rounds of every transport, interleaved (the run of median elements/s)")
