@@ -18,6 +18,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <rte_alarm.h>
 #include <rte_arp.h>
 #include <rte_dev.h>
 #include <rte_eal.h>
@@ -42,6 +43,8 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include <unistd.h>
 
 #include <climits>
+#include <condition_variable>
+#include <functional>
 
 #include <algorithm>
 #include <array>
@@ -102,6 +105,20 @@ struct Process {
   std::recursive_mutex mu;  // device creation, configuration and removal
   uint32_t next_vdev = 0;
   std::unordered_map<std::string, uint16_t> devices_in_use;  // device text -> port (device mode)
+  // memif server sockets by name, kept for the life of the process (see TakeMemifServer).
+  struct MemifServer {
+    struct Id {
+      uint16_t port = RTE_MAX_ETHPORTS;  // RTE_MAX_ETHPORTS: no device
+      std::string vdev;
+      bool configured = false;  // StartPort succeeded once
+      bool in_use = false;      // a transport holds it (started); else stopped
+    };
+    std::string prefix;  // the socket name is prefix-udp_port
+    uint16_t udp_port = 0;
+    std::vector<Id> ids;  // by memif id; while the socket is free only id 0 has a device
+    std::unique_ptr<Transport> reservation;  // while free: the kernel UDP port, kept
+  };
+  std::unordered_map<std::string, MemifServer> memif_servers;
   // The pool's memory chunks [begin, end), for LentSlot's range check.
   std::vector<std::pair<uintptr_t, uintptr_t>> pool_memory;
   bool InPool(uintptr_t a, size_t len) const {
@@ -304,10 +321,134 @@ Result<uint16_t> MakeVdev(const std::string& name, const std::string& args,
   return port;
 }
 
+// Runs `fn` on EAL's interrupt thread (as an alarm) and waits for it. net_memif handles its
+// control messages there (a peer's connect and disconnect), and its disconnect frees the regions
+// and the control channel without a lock: a memif device stopped or closed from another thread
+// while the interrupt thread handles the peer's disconnect freed them twice ("EAL: Error: Invalid
+// memory", then a segfault in eal-intr-thread). On that thread the two are serialised.
+void OnInterruptThread(const std::function<void()>& fn) {
+  struct Call {
+    const std::function<void()>* fn;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  } call{&fn};
+  auto run = [](void* arg) {
+    auto* c = static_cast<Call*>(arg);
+    (*c->fn)();
+    std::lock_guard<std::mutex> lock(c->mu);
+    c->done = true;
+    c->cv.notify_one();
+  };
+  if (rte_eal_alarm_set(1, run, &call) != 0) {
+    fn();  // no alarm: as before
+    return;
+  }
+  std::unique_lock<std::mutex> lock(call.mu);
+  call.cv.wait(lock, [&call] { return call.done; });
+}
+
+// Stops a port; a memif one on the interrupt thread (see OnInterruptThread).
+void StopPort(uint16_t port, bool memif) {
+  if (memif) {
+    OnInterruptThread([port] { rte_eth_dev_stop(port); });
+  } else {
+    rte_eth_dev_stop(port);
+  }
+}
+
 void ClosePort(uint16_t port, const std::string& vdev_name) {
-  rte_eth_dev_stop(port);
-  rte_eth_dev_close(port);
-  if (!vdev_name.empty()) rte_eal_hotplug_remove("vdev", vdev_name.c_str());
+  auto close = [&] {
+    rte_eth_dev_stop(port);
+    rte_eth_dev_close(port);
+    if (!vdev_name.empty()) rte_eal_hotplug_remove("vdev", vdev_name.c_str());
+  };
+  if (vdev_name.rfind("net_memif", 0) == 0) {
+    OnInterruptThread(close);
+  } else {
+    close();
+  }
+}
+
+// memif server sockets are never freed. DPDK 22.11's net_memif, on removing the last device of a
+// server socket, frees the socket and its interrupt handle but neither unregisters the listener's
+// interrupt callback nor closes the listening fd (memif_socket_remove_device): the abstract socket
+// stays bound (a later server of the same name fails with "Address already in use") and EAL's
+// interrupt thread keeps a callback on freed memory (crashes, heap corruption). So the device of
+// id 0 of a server socket, once made, stays for the life of the process, and with it the socket,
+// its listener and the UDP port reserved for it: a transport that goes stops that device (which
+// disconnects its client and drops the rings with any frames in them) and removes the others
+// (safe: the socket keeps a device); the next switch-side transport takes a free socket (the same
+// port, or any when the port is ephemeral) and starts it again. Called with Proc().mu held.
+Result<uint16_t> TakeMemifServer(const std::string& sock, uint32_t id, const std::string& args,
+                                 const std::string& what) {
+  Process& proc = Proc();
+  Process::MemifServer& server = proc.memif_servers.at(sock);
+  if (id >= server.ids.size()) server.ids.resize(id + 1);
+  Process::MemifServer::Id& s = server.ids[id];
+  if (s.in_use) return FailedPreconditionError(what + ": served already in this process");
+  if (s.port == RTE_MAX_ETHPORTS) {
+    const std::string vdev =
+        "net_memif_s" + std::to_string(getpid()) + "_" + std::to_string(proc.next_vdev++);
+    ASSIGN_OR_RETURN(s.port, MakeVdev(vdev, args, what));
+    s.vdev = vdev;
+  }
+  uint64_t tx_off, rx_off;
+  if (!s.configured) {
+    RETURN_IF_ERROR(StartPort(s.port, 1, what, &tx_off, &rx_off));
+    s.configured = true;
+  } else {
+    // Start, stop and start: a stopped server still accepts a client on its listener; the stop
+    // disconnects any that came while nobody served the socket, so the new transport starts clean.
+    for (int i = 0; i < 3; ++i) {
+      if (i == 1) {
+        StopPort(s.port, true);
+        continue;
+      }
+      if (int r = rte_eth_dev_start(s.port); r != 0) {
+        return FailedPreconditionError(what + ": rte_eth_dev_start: " + rte_strerror(-r));
+      }
+    }
+    rte_eth_stats_reset(s.port);
+  }
+  s.in_use = true;
+  return s.port;
+}
+
+// Gives back a device taken by TakeMemifServer: id 0 stopped and kept, the others removed (the
+// socket keeps id 0's device, so removing them frees nothing of it). Called with Proc().mu held.
+void ReleaseMemifServer(const std::string& sock, uint32_t id) {
+  Process::MemifServer::Id& s = Proc().memif_servers.at(sock).ids.at(id);
+  if (id == 0) {
+    if (s.in_use) StopPort(s.port, true);
+    s.in_use = false;
+    return;
+  }
+  ClosePort(s.port, s.vdev);
+  s = Process::MemifServer::Id();
+}
+
+// Takes the kernel port reservations of `count` free memif server sockets prefix-P..P+count-1
+// (P = `port`, or any when 0); empty when there are none. Called with Proc().mu held.
+std::vector<std::unique_ptr<Transport>> TakeFreeMemifSockets(const std::string& prefix,
+                                                             uint16_t port, size_t count) {
+  auto& servers = Proc().memif_servers;
+  auto free_at = [&](uint32_t p) -> Process::MemifServer* {
+    if (p > 65535) return nullptr;
+    auto it = servers.find(prefix + "-" + std::to_string(p));
+    return it != servers.end() && it->second.reservation != nullptr ? &it->second : nullptr;
+  };
+  for (auto& [name, server] : servers) {
+    if (server.prefix != prefix || server.reservation == nullptr) continue;
+    if (port != 0 && server.udp_port != port) continue;
+    size_t k = 1;
+    while (k < count && free_at(server.udp_port + k) != nullptr) ++k;
+    if (k < count) continue;
+    std::vector<std::unique_ptr<Transport>> out;
+    for (k = 0; k < count; ++k) out.push_back(std::move(free_at(server.udp_port + k)->reservation));
+    return out;
+  }
+  return {};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -456,9 +597,15 @@ struct Device {
   uint16_t port = 0;
   std::string vdev;  // the virtual device to remove ("" for a PCI port)
   std::string key;   // its entry in Process::devices_in_use ("" for memif)
+  std::string memif_server;  // a memif server's socket: kept, only stopped (TakeMemifServer)
+  uint32_t memif_id = 0;
   ~Device() {
     if (port == RTE_MAX_ETHPORTS) return;  // closed already
     std::lock_guard<std::recursive_mutex> lock(Proc().mu);
+    if (!memif_server.empty()) {
+      ReleaseMemifServer(memif_server, memif_id);
+      return;
+    }
     ClosePort(port, vdev);
     if (!key.empty()) Proc().devices_in_use.erase(key);
   }
@@ -508,6 +655,10 @@ class DpdkTransport final : public Transport {
     }
     rte_pktmbuf_free_bulk(tx_stash_.data(), tx_stash_n_);
     ports_.clear();  // the last user of a device closes it
+    if (!memif_server_.empty()) {  // kept with the socket for the next switch side (dpdk.cc)
+      std::lock_guard<std::recursive_mutex> lock(Proc().mu);
+      Proc().memif_servers.at(memif_server_).reservation = std::move(reservation_);
+    }
   }
 
   Status Init(std::vector<PortRef> ports, uint64_t tx_offloads, uint64_t rx_offloads,
@@ -956,6 +1107,7 @@ class DpdkTransport final : public Transport {
   }
 
   bool memif_client_ = false;
+  std::string memif_server_;  // a memif server's socket name, in Process::memif_servers
   bool udp_checksum_ = true;  // computed in software when not offloaded (not over memif)
   std::string memif_prefix_;
   uint32_t memif_max_ids_ = 64;
@@ -1104,7 +1256,13 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
     u.gso = u.gro = false;
     u.socket_buffer_bytes = 1;
     u.max_batch = 1;
-    auto reserved = OpenUdpConsecutive(u, count);
+    std::vector<std::unique_ptr<Transport>> kept;  // a switch side: free memif sockets first
+    if (options.switch_side) {
+      std::lock_guard<std::recursive_mutex> lock(Proc().mu);
+      kept = TakeFreeMemifSockets(prefix, options.port, count);
+    }
+    auto reserved = kept.empty() ? OpenUdpConsecutive(u, count)
+                                 : Result<std::vector<std::unique_ptr<Transport>>>(std::move(kept));
     if (!reserved.ok()) {
       return Status(reserved.status().code(),
                     "dpdk (memif): reserving ports: " + reserved.status().message());
@@ -1130,34 +1288,25 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
           }
         }
         std::lock_guard<std::recursive_mutex> lock(Proc().mu);
+        Process::MemifServer& server = Proc().memif_servers[sock];
+        server.prefix = prefix;
+        server.udp_port = port;
+        tr->memif_server_ = sock;
         for (uint32_t id = 0; id < interfaces; ++id) {
           PortRef p;
-          const std::string vdev =
-              "net_memif_s" + std::to_string(getpid()) + "_" + std::to_string(Proc().next_vdev++);
           const std::string what = "dpdk memif server " + sock + " id " + std::to_string(id);
-          auto made = MakeVdev(vdev,
-                               "role=server,id=" + std::to_string(id) + ",socket=" + sock +
-                                   ",socket-abstract=yes" + std::string(kMemifBufferArg),
-                               what);
-          Status st = made.status();
-          if (made.ok()) {
-            p.port = *made;
-            uint64_t tx_off, rx_off;
-            st = StartPort(p.port, 1, what, &tx_off, &rx_off);
-            if (!st.ok()) ClosePort(p.port, vdev);
-          }
-          if (!st.ok()) {
-            for (PortRef& q : ports) {  // close them here: we hold the lock Device takes
-              ClosePort(q.port, q.device->vdev);
-              q.device->vdev.clear();
-              q.device->port = RTE_MAX_ETHPORTS;
-            }
-            return st;
-          }
+          // On failure, the devices taken so far go back with `ports`.
+          ASSIGN_OR_RETURN(p.port,
+                           TakeMemifServer(sock, id,
+                                           "role=server,id=" + std::to_string(id) + ",socket=" +
+                                               sock + ",socket-abstract=yes" +
+                                               std::string(kMemifBufferArg),
+                                           what));
           rte_eth_macaddr_get(p.port, &p.mac);
           p.device = std::make_shared<Device>();
           p.device->port = p.port;
-          p.device->vdev = vdev;
+          p.device->memif_server = sock;
+          p.device->memif_id = id;
           if (!peer_bells.empty()) p.peer_bell = std::move(peer_bells[id]);
           ports.push_back(std::move(p));
         }

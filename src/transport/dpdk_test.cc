@@ -6,6 +6,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -137,6 +140,63 @@ TEST_F(DpdkDoorbellTest, WithoutDoorbellsNapsStillCarryTheExchange) {
   auto worker = Open(false);
   ASSERT_TRUE(sw && worker);
   EXPECT_EQ(PingPong(*sw, *worker, 200, milliseconds(5000)), 200);
+}
+
+// The listening unix sockets (flag __SO_ACCEPTCON in /proc/net/unix) bound to abstract name `name`.
+int Listeners(const std::string& name) {
+  std::ifstream in("/proc/net/unix");
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string num, ref, proto, flags, type, st, inode, path;
+    if (f >> num >> ref >> proto >> flags >> type >> st >> inode >> path &&
+        path == "@" + name && flags == "00010000") {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// Given a memif server opened and closed 30 times on the same port in one process, each time with
+// a worker that leaves a datagram unread behind, Expect one listener on the socket throughout (it
+// used to leak one per open: DPDK 22.11 frees the socket of a removed last device without closing
+// its listener, which then collides and crashes EAL's interrupt thread), and each reopened port
+// to carry a fresh exchange with none of the previous worker's datagrams.
+TEST_F(DpdkDoorbellTest, ReopeningAMemifServerReusesItsListenerAndStartsClean) {
+  uint16_t port = 0;
+  for (int round = 0; round < 30; ++round) {
+    TransportOptions o;
+    o.kind = "dpdk";
+    o.bind_ipv4 = kLoopbackIpv4;
+    o.switch_side = true;
+    o.port = port;
+    auto sw = OpenTransport(o);
+    ASSERT_TRUE(sw.ok()) << "round " << round << ": " << sw.status().ToString();
+    port = (*sw)->local_endpoint().port;
+    const std::string sock = "switchml-memif-" + std::to_string(port);
+    EXPECT_EQ(Listeners(sock), 1) << "round " << round;
+    auto worker = Open(false);
+    ASSERT_TRUE(worker);
+    std::vector<RxDatagram> rx(8);
+    for (uint32_t value : {1000u + round, 0xdeadu}) {
+      const TxDatagram tx{(*sw)->local_endpoint(),
+                          {reinterpret_cast<const uint8_t*>(&value), sizeof(value)}};
+      auto s = worker->Send({&tx, 1});
+      ASSERT_TRUE(s.ok() && *s == 1u) << "round " << round;
+      if (value == 0xdeadu) break;  // left unread: must not reach the next round's switch
+      auto n = (*sw)->Receive(rx, milliseconds(5000));
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      ASSERT_EQ(*n, 1u) << "round " << round << ": nothing received on the reopened port";
+      uint32_t got = 0;
+      ASSERT_EQ(rx[0].data.size(), sizeof(got));
+      std::memcpy(&got, rx[0].data.data(), sizeof(got));
+      EXPECT_EQ(got, 1000u + round) << "round " << round << ": a stale datagram";
+    }
+    worker.reset();
+    sw->reset();
+    EXPECT_LE(Listeners(sock), 1) << "round " << round;
+  }
 }
 
 }  // namespace
