@@ -93,6 +93,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.transport = job.transport;
   config.busy_poll = job.busy_poll;
   config.wake_batch = job.wake_batch;
+  config.loopback_multicast = job.loopback_multicast;
   config.check_tensors = job.tensor_check;
   config.authenticate_data = job.auth_data;
   config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);

@@ -48,6 +48,7 @@ struct JobOptions {
   double wake_batch = 0;     // Config::wake_batch
   bool tensor_check = true;  // Config::check_tensors
   bool auth_data = false;    // Config::authenticate_data
+  bool loopback_multicast = true;  // Config::loopback_multicast
 };
 
 void AddJobFlags(Flags* flags);

@@ -73,6 +73,9 @@ void AddJobFlags(Flags* f) {
              "authenticated data plane: every datagram carries an 8-byte tag keyed with a per-job "
              "key from the switch; forged or altered datagrams are dropped and counted (beyond "
              "the reference wire format; every worker of a job the same; docs/security.md 4.4)");
+  f->AddBool("no-loopback-multicast",
+             "do not ask a switch on this host to send each result once to a loopback multicast "
+             "group for all workers (it then sends one copy per worker; docs/architecture.md)");
   AddDpdkFlags(f);
 }
 
@@ -148,6 +151,7 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   }
   o->tensor_check = !f.GetBool("no-tensor-check");
   o->auth_data = f.GetBool("auth-data");
+  o->loopback_multicast = !f.GetBool("no-loopback-multicast");
   ApplyDpdkFlags(f);
   return Status();
 }
@@ -193,6 +197,7 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
   }
   if (!o.tensor_check) a.push_back("--no-tensor-check");
   if (o.auth_data) a.push_back("--auth-data");
+  if (!o.loopback_multicast) a.push_back("--no-loopback-multicast");
   return a;
 }
 

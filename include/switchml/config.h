@@ -61,6 +61,14 @@ struct Config {
   // (and fewer preemptions of whoever sends those datagrams) on shared cores; a window that
   // covers the longer round trip keeps the link busy (docs/architecture.md 4.5). In [0, 1].
   double wake_batch = 0;
+  // Loopback multicast (beyond the reference; docs/architecture.md, "Loopback multicast"): with
+  // the switch on this host (a loopback switch_host) and the "udp" transports, each worker thread
+  // also listens on a multicast group of its job, so the switch sends each result once for all
+  // workers instead of once per worker (one kernel copy instead of num_workers). Used only when
+  // every worker of the job asks for it and the switch has it; otherwise, and with
+  // authenticate_data, results come one per worker as in the reference. Local processes could
+  // join the group and read the results: turn it off where other users share the host.
+  bool loopback_multicast = true;
   // Retransmission timeout (RTO) of a packet: `timeout` until the first round trip is measured,
   // then from the measured round trips as TCP computes it (RFC 6298), never below min_timeout
   // nor above max_timeout; and the reference's back-off policy (docs/architecture.md, 4.3).

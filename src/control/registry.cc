@@ -275,6 +275,18 @@ Status Registry::ValidateRegistration(const RegisterRequest& r, const Caller& ca
         "the authenticated data plane keys each worker by its UDP ports: register the base port "
         "(udp_port 0, any port, cannot go with authenticate_data)");
   }
+  if (r.loopback_group_ipv4 != 0) {
+    constexpr uint32_t kAdminScoped = 0xef000000, kAdminScopedMask = 0xff000000;  // 239/8
+    if ((r.loopback_group_ipv4 & kAdminScopedMask) != kAdminScoped) {
+      return InvalidArgumentError("loopback_group_ipv4 " + Ipv4ToString(r.loopback_group_ipv4) +
+                                  " is not an administratively scoped multicast group (239/8)");
+    }
+    if (r.loopback_group_port == 0 || uint64_t{r.loopback_group_port} + num_ports > 65536) {
+      return InvalidArgumentError("loopback_group_port " + std::to_string(r.loopback_group_port) +
+                                  " with " + std::to_string(num_ports) +
+                                  " ports is not a port range in 1..65535");
+    }
+  }
   if (r.udp_port > 65535 || (r.udp_port != 0 && uint64_t{r.udp_port} + num_ports > 65536)) {
     return InvalidArgumentError("UDP ports [" + std::to_string(r.udp_port) + ", " +
                                 std::to_string(uint64_t{r.udp_port} + num_ports) +
@@ -438,7 +450,8 @@ Status Registry::ClearAddressLocked(uint64_t session_id, uint32_t ipv4, uint32_t
   return Status::Ok();
 }
 
-Status Registry::Register(const RegisterRequest& r, const Caller& caller, std::string* data_key) {
+Status Registry::Register(const RegisterRequest& r, const Caller& caller, std::string* data_key,
+                          bool* loopback_group_kept) {
   uint32_t worker_ipv4 = 0;
   Status st = ValidateRegistration(r, caller, &worker_ipv4);
   Deferred deferred;
@@ -449,6 +462,14 @@ Status Registry::Register(const RegisterRequest& r, const Caller& caller, std::s
     } else if (st.ok()) {
       st = RegisterLocked(r, worker_ipv4, deferred);
       if (st.ok() && data_key != nullptr) *data_key = jobs_.at(r.session_id)->data_key;
+      if (st.ok() && loopback_group_kept != nullptr) {
+        // The switch's spec: it clears a group it cannot keep (dataplane::Switch::CreateJob).
+        std::lock_guard sw_lock(sw_->mu);
+        const dataplane::JobSpec* spec = sw_->sw.FindJob(r.session_id);
+        *loopback_group_kept = spec != nullptr && spec->loopback_group.ipv4 != 0 &&
+                               spec->loopback_group.ipv4 == r.loopback_group_ipv4 &&
+                               spec->loopback_group.port == r.loopback_group_port;
+      }
     }
     // A refusal marks the session failed, so the job fails fast on every worker, unless the
     // caller does not own the job (an outsider cannot fail someone else's job), or the session
@@ -481,6 +502,15 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
       r.max_outstanding_packets == 0 ? kDefaultWindow : r.max_outstanding_packets;
   spec.running_tsi = r.running_tsi;
   dataplane::WorkerSpec worker{ipv4, static_cast<uint16_t>(r.udp_port)};
+  Endpoint group;
+  // Loopback multicast reaches only this host's workers (TTL 0): another host's is not offered
+  // it. (Not with the authenticated data plane either: the group's datagrams carry no tag.)
+  constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
+  if (r.loopback_group_ipv4 != 0 && (ipv4 & kLoopbackMask) == kLoopbackNet &&
+      !r.authenticate_data) {
+    group = Endpoint{r.loopback_group_ipv4, static_cast<uint16_t>(r.loopback_group_port)};
+    spec.loopback_group = group;
+  }
 
   auto it = jobs_.find(r.session_id);
   Job* job = it == jobs_.end() ? nullptr : it->second.get();
@@ -555,7 +585,7 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
   Status added;
   {
     std::lock_guard lock(sw_->mu);
-    added = sw_->sw.AddWorker(r.session_id, r.rank, worker, &evicted);
+    added = sw_->sw.AddWorker(r.session_id, r.rank, worker, &evicted, group);
   }
   for (uint64_t gone : evicted) {
     LOG(kError, kControl) << "the switch evicted " << SessionName(gone)

@@ -257,6 +257,44 @@ TEST_F(RegistryTest, RegistrationFieldsAreValidated) {
   EXPECT_TRUE(registry_->Register(foreign, At(kLocal)).ok());
 }
 
+// Loopback multicast (UdpSessionRequest fields 21-22): a group outside 239/8 or a port range past
+// 65535 is refused; a valid group is kept for the first job only, and reported back; a worker
+// whose address is not a loopback one is never offered it.
+TEST(RegistryLoopbackGroupTest, GroupsAreValidatedKeptOnceAndOnlyOnLoopback) {
+  dataplane::SwitchConfig config;
+  config.loopback_multicast = true;
+  dataplane::LockedSwitch sw(config);
+  RegistryOptions options;
+  options.allow_foreign_address = true;
+  Registry registry(options, &sw);
+  auto req = [](uint64_t session, uint32_t port, uint32_t group, uint32_t group_port) {
+    RegisterRequest r;
+    r.session_id = session;
+    r.num_workers = 1;
+    r.packet_size = 3;
+    r.udp_port = port;
+    r.num_udp_ports = 2;
+    r.running_tsi = true;
+    r.loopback_group_ipv4 = group;
+    r.loopback_group_port = group_port;
+    return r;
+  };
+  constexpr uint32_t kGroup = 0xef000102;  // 239.0.1.2
+  bool kept = true;
+  EXPECT_EQ(registry.Register(req(1, 40000, 0xe0000001, 12000), At(kLocal), nullptr, &kept).code(),
+            StatusCode::kInvalidArgument);  // 224.0.0.1: not administratively scoped
+  EXPECT_EQ(registry.Register(req(1, 40000, kGroup, 65535), At(kLocal), nullptr, &kept).code(),
+            StatusCode::kInvalidArgument);  // two ports from 65535
+  ASSERT_TRUE(registry.Register(req(1, 40000, kGroup, 12000), At(kLocal), nullptr, &kept).ok());
+  EXPECT_TRUE(kept);
+  ASSERT_TRUE(registry.Register(req(2, 40010, kGroup, 12000), At(kLocal), nullptr, &kept).ok());
+  EXPECT_FALSE(kept);  // job 1 holds it
+  RegisterRequest remote = req(3, 40020, 0xef000103, 12000);
+  remote.ipv4 = kStranger;
+  ASSERT_TRUE(registry.Register(remote, At(kLocal), nullptr, &kept).ok());
+  EXPECT_FALSE(kept);
+}
+
 // --require-secret: requests without a secret are refused, jobs and sync calls alike.
 TEST_F(RegistryTest, RequireSecretRefusesUnprotectedRequests) {
   RegistryOptions o;

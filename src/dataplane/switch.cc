@@ -87,6 +87,7 @@ struct Switch::Job {
   Job(const JobSpec& s, uint32_t num_slots)
       : spec(s),
         workers(s.num_workers),
+        groups(s.num_workers),
         registered(s.num_workers, false),
         bitmap(num_slots),
         counter(num_slots),
@@ -98,6 +99,7 @@ struct Switch::Job {
 
   JobSpec spec;
   std::vector<WorkerSpec> workers;  // by rank
+  std::vector<Endpoint> groups;     // by rank: the loopback group each listens on, or zero
   std::vector<bool> registered;     // by rank
   uint32_t num_registered = 0;
 
@@ -128,18 +130,38 @@ struct Switch::Job {
   };
   std::vector<TorSet> tor;
 
+  // Results go to spec.loopback_group (set once every worker registered with it).
+  bool use_group = false;
+
   // Reply state, rewritten by each packet that produces a reply.
   std::vector<Endpoint> destinations;  // num_workers entries, for kMulticast
   Endpoint unicast_destination;        // for kUnicast and kUpstream
 
   // Fills destinations with every worker's endpoint for a reply to a packet from port p with
-  // port offset `offset` (see WorkerSpec).
-  void FillDestinations(uint16_t offset, uint16_t p) {
+  // port offset `offset` (see WorkerSpec), or with the one group endpoint of that offset;
+  // returns them.
+  std::span<const Endpoint> FillDestinations(uint16_t offset, uint16_t p) {
+    if (use_group) {
+      destinations[0] = Endpoint{spec.loopback_group.ipv4,
+                                 static_cast<uint16_t>(spec.loopback_group.port + offset)};
+      return {destinations.data(), 1};
+    }
     for (uint32_t w = 0; w < spec.num_workers; ++w) {
       const WorkerSpec& dst = workers[w];
       destinations[w] =
           Endpoint{dst.ipv4, dst.port != 0 ? static_cast<uint16_t>(dst.port + offset) : p};
     }
+    return destinations;
+  }
+
+  // Whether results can go to the group: the job kept one, and every worker is registered with
+  // it on explicit ports (a port-0 worker's replies follow the completer's source port).
+  bool GroupUsable() const {
+    if (spec.loopback_group.ipv4 == 0 || num_registered < spec.num_workers) return false;
+    for (uint32_t w = 0; w < spec.num_workers; ++w) {
+      if (!(groups[w] == spec.loopback_group) || workers[w].port == 0) return false;
+    }
+    return true;
   }
 };
 
@@ -185,7 +207,17 @@ Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
     });
     Evict(lru->first, evicted);
   }
-  auto job = std::make_unique<Job>(spec, config_.slots_per_job);
+  JobSpec kept = spec;
+  if (kept.loopback_group.ipv4 != 0) {
+    // One job per group (a worker that listens on a group takes every result sent to it), and
+    // only over a transport that can send to it.
+    bool taken = !config_.loopback_multicast;
+    for (const auto& [id, other] : jobs_) {
+      taken = taken || other->spec.loopback_group == kept.loopback_group;
+    }
+    if (taken) kept.loopback_group = Endpoint{};
+  }
+  auto job = std::make_unique<Job>(kept, config_.slots_per_job);
   job->last_active = ++activity_clock_;
   job->generation = next_generation_++;
   jobs_.emplace(spec.session_id, std::move(job));
@@ -194,7 +226,7 @@ Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
 }
 
 Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker,
-                         std::vector<uint64_t>* evicted) {
+                         std::vector<uint64_t>* evicted, const Endpoint& loopback_group) {
   const std::string name = SessionName(session_id);
   auto it = jobs_.find(session_id);
   if (it == jobs_.end()) {
@@ -260,7 +292,9 @@ Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& w
   job.registered[rank] = true;
   ++job.num_registered;
   mutations_.fetch_add(1, std::memory_order_release);
+  job.groups[rank] = loopback_group;
   AddToLookup(job, rank);
+  job.use_group = job.GroupUsable();
   return Status::Ok();
 }
 
@@ -402,10 +436,12 @@ void Switch::MirrorJobs(const Switch& master) {
     for (uint32_t r = 0; r < m->spec.num_workers; ++r) {
       if (!m->registered[r]) continue;
       j.workers[r] = m->workers[r];
+      j.groups[r] = m->groups[r];
       j.registered[r] = true;
       ++j.num_registered;
       AddToLookup(j, r);
     }
+    j.use_group = j.GroupUsable();
     if (m->has_upstream) {
       j.has_upstream = true;
       j.upstream = m->upstream;
@@ -533,10 +569,9 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
         SendUp(job, offset);
         break;
       }
-      job.FillDestinations(offset, p);
+      action_.destinations = job.FillDestinations(offset, p);
       job.counters.multicast_packets += job.spec.num_workers;
       action_.kind = Action::Kind::kMulticast;
-      action_.destinations = job.destinations;
       break;
     }
     case NextStep::kUnicast:
@@ -602,10 +637,9 @@ const Action& Switch::ProcessResult(Job& job, const proto::Header& header,
   md.reply_tsi = header.tsi;
   t.has_result = true;
   ++job.counters.upstream_results;
-  job.FillDestinations(t.offset, t.source_port);
+  action_.destinations = job.FillDestinations(t.offset, t.source_port);
   job.counters.multicast_packets += job.spec.num_workers;
   action_.kind = Action::Kind::kMulticast;
-  action_.destinations = job.destinations;
   const size_t bytes = EncodeReply(md, reply_out);
   action_.reply = {reply_out.data(), bytes};
   return action_;

@@ -39,6 +39,9 @@ struct SwitchConfig {
   // table never refuses a new job for lack of room: creating one more than max_jobs evicts the
   // least recently active job (see Switch::CreateJob).
   uint32_t max_jobs = 64;
+  // The data-plane transport can send to a loopback multicast group (kernel UDP): jobs may ask
+  // for loopback multicast (JobSpec::loopback_group). Off: such requests are ignored.
+  bool loopback_multicast = false;
   Status Validate() const;
 };
 
@@ -55,6 +58,15 @@ struct JobSpec {
   // workers; not the reference client, whose tsi restarts every job). It lets the switch drop a
   // late network copy however many rounds late it is (stages.h, WorkerCounterStage).
   bool running_tsi = false;
+  // Loopback multicast (beyond the reference; docs/architecture.md, "Loopback multicast"): the
+  // group and first port where the job's workers, all on this host, receive results: worker
+  // thread t of every worker listens on (loopback_group.ipv4, loopback_group.port + t). Then a
+  // completed slot's result leaves as one datagram to the group instead of one per worker, and
+  // the kernel copies it once instead of num_workers times. CreateJob keeps the group only when
+  // the switch has loopback_multicast and no other job holds the same group (else it clears it:
+  // see FindJob); results use it only when every worker registered with this same group
+  // (AddWorker's loopback_group). A zero ipv4: none.
+  Endpoint loopback_group;
 };
 
 // Hierarchical aggregation (docs/hierarchy.md): the upstream (spine) switch of a job on a
@@ -107,8 +119,8 @@ struct Action {
   proto::DecodeError decode_error = proto::DecodeError::kOk;
   // The encoded reply; valid until the next call into the Switch.
   std::span<const uint8_t> reply;
-  // One destination for kUnicast and kUpstream, num_workers for kMulticast; valid until the
-  // next call.
+  // One destination for kUnicast and kUpstream, num_workers for kMulticast (or one, the job's
+  // loopback multicast group: JobSpec::loopback_group); valid until the next call.
   std::span<const Endpoint> destinations;
 };
 
@@ -169,9 +181,10 @@ class Switch {
   // the range overlaps another worker of the same session, or either side is a port-0 ("any
   // port") registration. When the worker's explicit port range overlaps only explicit port
   // ranges of other sessions, those sessions are dead (the new registrant now binds their ports):
-  // their jobs are evicted and the worker is registered.
+  // their jobs are evicted and the worker is registered. loopback_group: the loopback multicast
+  // group the worker listens on (JobSpec::loopback_group), or zero.
   Status AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker,
-                   std::vector<uint64_t>* evicted = nullptr);
+                   std::vector<uint64_t>* evicted = nullptr, const Endpoint& loopback_group = {});
   // Makes an existing job a top-of-rack job with the given upstream switch (see UpstreamSpec):
   // the upstream's data ports become a source of results for this job. Another job that had the
   // same upstream endpoints loses them (one hierarchical job per upstream at a time: the spine's

@@ -784,3 +784,83 @@ TEST(SwitchCountersTest, LockedSwitchWrapsASwitch) {
 
 }  // namespace
 }  // namespace switchml::dataplane
+
+namespace switchml::dataplane {
+namespace {
+
+constexpr uint32_t kLoopback = 0x7f000001;
+const Endpoint kGroup{0xef010203, 12000};  // 239.1.2.3
+
+SwitchConfig MulticastConfig() {
+  SwitchConfig c = SmallConfig();
+  c.loopback_multicast = true;
+  return c;
+}
+
+JobSpec GroupSpec(uint64_t session, uint32_t n) {
+  JobSpec s = Spec(session, n);
+  s.num_ports = 2;
+  s.loopback_group = kGroup;
+  return s;
+}
+
+// Given: a job whose two workers (two ports each) both registered with the job's loopback group.
+// Expect: a completed slot's result goes once, to the group's port of the completer's port
+// offset; a retransmission into the completed slot is still answered to its sender alone.
+TEST(SwitchLoopbackMulticastTest, ResultGoesOnceToTheGroup) {
+  Switch sw(MulticastConfig());
+  ASSERT_TRUE(sw.CreateJob(GroupSpec(1, 2)).ok());
+  EXPECT_EQ(sw.FindJob(1)->loopback_group, kGroup);
+  ASSERT_TRUE(sw.AddWorker(1, 0, {kLoopback, 20000}, nullptr, kGroup).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 1, {kLoopback, 21000}, nullptr, kGroup).ok());
+  ASSERT_EQ(sw.Process({kLoopback, 20001}, Datagram({0, 0}, Fill(1))).kind, Action::Kind::kDrop);
+  const Action& a = sw.Process({kLoopback, 21001}, Datagram({0, 0}, Fill(2)));
+  ASSERT_EQ(a.kind, Action::Kind::kMulticast);
+  ASSERT_EQ(a.destinations.size(), 1u);
+  EXPECT_EQ(a.destinations[0], (Endpoint{kGroup.ipv4, 12001}));
+  EXPECT_EQ(sw.job_counters(1)->multicast_packets, 2u);  // one per worker, as without the group
+  const Action& again = sw.Process({kLoopback, 20001}, Datagram({0, 0}, Fill(1)));
+  ASSERT_EQ(again.kind, Action::Kind::kUnicast);
+  EXPECT_EQ(again.destinations[0], (Endpoint{kLoopback, 20001}));
+}
+
+// Given: jobs that cannot use the group: a worker registered without it (a reference worker);
+// a second job naming a group another job holds; a switch whose transport cannot send to groups.
+// Expect: results go to every worker as usual, and only the first job keeps the group.
+TEST(SwitchLoopbackMulticastTest, WithoutEveryWorkerOrWithATakenGroupResultsGoToEachWorker) {
+  Switch sw(MulticastConfig());
+  ASSERT_TRUE(sw.CreateJob(GroupSpec(1, 2)).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 0, {kLoopback, 20000}, nullptr, kGroup).ok());
+  ASSERT_TRUE(sw.AddWorker(1, 1, {kLoopback, 21000}).ok());
+  sw.Process({kLoopback, 20000}, Datagram({0, 0}, Fill(1)));
+  EXPECT_EQ(sw.Process({kLoopback, 21000}, Datagram({0, 0}, Fill(2))).destinations.size(), 2u);
+
+  ASSERT_TRUE(sw.CreateJob(GroupSpec(2, 2)).ok());
+  EXPECT_EQ(sw.FindJob(2)->loopback_group, Endpoint{});  // job 1 holds it
+  ASSERT_TRUE(sw.AddWorker(2, 0, {kLoopback, 22000}, nullptr, kGroup).ok());
+  ASSERT_TRUE(sw.AddWorker(2, 1, {kLoopback, 23000}, nullptr, kGroup).ok());
+  sw.Process({kLoopback, 22000}, Datagram({0, 0}, Fill(1)));
+  EXPECT_EQ(sw.Process({kLoopback, 23000}, Datagram({0, 0}, Fill(2))).destinations.size(), 2u);
+
+  Switch plain(SmallConfig());  // loopback_multicast off
+  ASSERT_TRUE(plain.CreateJob(GroupSpec(3, 1)).ok());
+  EXPECT_EQ(plain.FindJob(3)->loopback_group, Endpoint{});
+}
+
+// Given: a replica that mirrors a master whose job uses its group.
+// Expect: the replica sends the job's results to the group too.
+TEST(SwitchLoopbackMulticastTest, MirrorKeepsTheGroup) {
+  Switch master(MulticastConfig());
+  ASSERT_TRUE(master.CreateJob(GroupSpec(1, 2)).ok());
+  ASSERT_TRUE(master.AddWorker(1, 0, {kLoopback, 20000}, nullptr, kGroup).ok());
+  ASSERT_TRUE(master.AddWorker(1, 1, {kLoopback, 21000}, nullptr, kGroup).ok());
+  Switch replica(MulticastConfig());
+  replica.MirrorJobs(master);
+  replica.Process({kLoopback, 20000}, Datagram({0, 0}, Fill(1)));
+  const Action& a = replica.Process({kLoopback, 21000}, Datagram({0, 0}, Fill(2)));
+  ASSERT_EQ(a.destinations.size(), 1u);
+  EXPECT_EQ(a.destinations[0], kGroup);
+}
+
+}  // namespace
+}  // namespace switchml::dataplane

@@ -130,6 +130,22 @@ bool AllReduceHandle::Test() const {
 
 namespace {
 
+// The loopback multicast group of a session (Config::loopback_multicast), the same on every
+// worker: an address in 239.0.0.0/8 and first port in [12000, 20000) from a hash of the session
+// id (below Linux's ephemeral ports and the workers' own [20000, 32000)). Two sessions on one
+// switch that hash alike cannot both hold it: the switch keeps it for the first only
+// (dataplane::JobSpec::loopback_group), and the other gets results one copy per worker.
+Endpoint LoopbackGroupOf(uint64_t session_id, uint32_t num_ports) {
+  uint64_t h = session_id + 0x9e3779b97f4a7c15ULL;  // splitmix64
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+  h ^= h >> 31;
+  constexpr uint32_t kFirstPort = 12000, kPorts = 8000;
+  const uint32_t room = kPorts - std::min<uint32_t>(num_ports, kPorts - 1);
+  return Endpoint{0xef000000u | static_cast<uint32_t>(h & 0xffffff),
+                  static_cast<uint16_t>(kFirstPort + (h >> 24) % room)};
+}
+
 // The default Rendezvous: barriers and broadcasts through the switch's control plane. The
 // broadcast that picks the session id is unscoped (the reference's way: one such setup at a time
 // per switch); barriers are scoped by the session id once it is known.
@@ -230,6 +246,25 @@ Status Context::Impl::Setup() {
   args.size = size;
   args.job_secret = config.job_secret;
   args.authenticate_data = config.authenticate_data;
+  // Loopback multicast: every worker of the session derives the same group and ports from the
+  // session id, listens there, and asks the switch to send results to it.
+  constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
+  if (config.loopback_multicast && !config.authenticate_data &&
+      (switch_ip & kLoopbackMask) == kLoopbackNet) {
+    const Endpoint group = LoopbackGroupOf(session_id, config.num_worker_threads);
+    Status joined;
+    for (uint32_t t = 0; t < config.num_worker_threads && joined.ok(); ++t) {
+      joined = transports[t]->JoinLoopbackGroup(
+          Endpoint{group.ipv4, static_cast<uint16_t>(group.port + t)});
+    }
+    if (joined.ok()) {
+      args.loopback_group = group;
+    } else {
+      for (auto& t : transports) t->LeaveLoopbackGroup();
+      LOG(kInfo, kRuntime) << "no loopback multicast (results come one copy per worker): "
+                           << joined.message();
+    }
+  }
   // Rank 0 (re)creates the job first; the others join after a barrier; all meet again.
   control::UdpSessionReply reply;
   if (config.rank == 0) {
@@ -242,6 +277,12 @@ Status Context::Impl::Setup() {
   RETURN_IF_ERROR(rendezvous->Barrier());
   // The stream may have been refused, or the job failed, meanwhile.
   if (failure->is_set()) return failure->Get();
+  if (args.loopback_group.ipv4 != 0 && !reply.loopback_group_kept) {
+    // The switch will not send to the group for this job (a reference switch, another job holds
+    // the group, or a transport without it): do not listen to it either.
+    for (auto& t : transports) t->LeaveLoopbackGroup();
+    args.loopback_group = Endpoint{};
+  }
   // From now on a switch that went away fails a barrier at once instead of being waited for.
   control->set_wait_for_ready(false);
   // The switch's data plane: at the address it names, or (0) where its control plane is.

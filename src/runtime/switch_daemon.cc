@@ -131,8 +131,12 @@ SwitchDaemon::SwitchDaemon(const SwitchDaemonOptions& options)
     : options_(options),
       switch_(std::make_unique<dataplane::LockedSwitch>(options.switch_config)) {}
 
-Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOptions& options) {
-  RETURN_IF_ERROR(options.Validate());
+Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOptions& given) {
+  RETURN_IF_ERROR(given.Validate());
+  SwitchDaemonOptions options = given;
+  // Kernel UDP sends to loopback multicast groups (transport/udp.cc); the others do not.
+  options.switch_config.loopback_multicast =
+      options.transport == "udp" || options.transport == "udp-plain";
   std::unique_ptr<SwitchDaemon> d(new SwitchDaemon(options));
   transport::TransportOptions topts;
   topts.kind = options.transport;

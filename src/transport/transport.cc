@@ -12,6 +12,10 @@ std::span<uint8_t> Transport::TxBuffer(size_t index) {
   return {tx_arena_.data() + index * stride, stride};
 }
 
+Status Transport::JoinLoopbackGroup(const Endpoint& group) {
+  return UnimplementedError("the " + name() + " transport has no loopback multicast");
+}
+
 TransportCounters SingleWriterTransportCounters::Snapshot() const {
   TransportCounters c;
   c.datagrams_sent = datagrams_sent.Get();

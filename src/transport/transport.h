@@ -110,6 +110,14 @@ class Transport {
 
   virtual TransportCounters counters() const = 0;
 
+  // Loopback multicast (docs/architecture.md, "Loopback multicast"): also receive the datagrams
+  // this host sends to the multicast group `group` (an address in 239.0.0.0/8 and a port), from
+  // the next Receive on, until LeaveLoopbackGroup. Only kernel UDP has it; others return
+  // UNIMPLEMENTED (wrappers do not pass it on). A transport that has it sends to a group only
+  // within this host (TTL 0).
+  virtual Status JoinLoopbackGroup(const Endpoint& group);
+  virtual void LeaveLoopbackGroup() {}
+
   // A name for logs and reports: "udp (GSO, GRO)", "udp-plain", "memory", "lossy(udp ...)".
   virtual std::string name() const = 0;
 

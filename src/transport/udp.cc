@@ -77,6 +77,16 @@ class FileDescriptor {
   int fd_;
 };
 
+// Sets a socket buffer size, trying the privileged *FORCE variant first (it ignores the
+// rmem_max/wmem_max limits when we run as root) and falling back silently.
+void SetBufferSize(int fd, int force_option, int option, int bytes) {
+  if (::setsockopt(fd, SOL_SOCKET, force_option, &bytes, sizeof bytes) == 0) return;
+  if (::setsockopt(fd, SOL_SOCKET, option, &bytes, sizeof bytes) != 0) {
+    LOG(kDebug, kTransport) << "setsockopt buffer size " << bytes
+                            << " failed: " << ErrnoText(errno);
+  }
+}
+
 // The UDP transport. Owns the socket and the eventfd. All scratch memory for the system calls
 // (message headers, iovecs, addresses, control buffers, the receive arena) is sized once at open
 // so the packet path does not allocate.
@@ -103,10 +113,49 @@ class UdpTransport final : public Transport {
         rx_iovecs_(rx_messages_),
         rx_addresses_(rx_messages_),
         rx_control_(rx_messages_),
-        rx_segment_(rx_messages_) {}
+        rx_segment_(rx_messages_),
+        socket_buffer_bytes_(options.socket_buffer_bytes) {}
   ~UdpTransport() override {
+    LeaveLoopbackGroup();
     ::close(socket_fd_);
     ::close(wake_fd_);
+  }
+
+  Status JoinLoopbackGroup(const Endpoint& group) override {
+    LeaveLoopbackGroup();
+    const std::string where = "loopback multicast group " + group.ToString();
+    FileDescriptor fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (fd.get() < 0) return UnavailableError("cannot create a socket for " + where);
+    const int zero = 0, one = 1;
+    // Every worker thread t of the job on this host binds the same group and port.
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (socket_buffer_bytes_ > 0) {
+      SetBufferSize(fd.get(), SO_RCVBUFFORCE, SO_RCVBUF, socket_buffer_bytes_);
+    }
+    // Bound to the group's address: only datagrams sent to it arrive.
+    const sockaddr_in sin = ToSockaddr(group);
+    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&sin), sizeof sin) != 0) {
+      return UnavailableError("cannot bind to " + where + ": " + ErrnoText(errno));
+    }
+    ip_mreqn join{};
+    join.imr_multiaddr.s_addr = htonl(group.ipv4);
+    join.imr_address.s_addr = htonl(INADDR_LOOPBACK);
+    if (::setsockopt(fd.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &join, sizeof join) != 0) {
+      return UnavailableError("cannot join " + where + " on the loopback interface: " +
+                              ErrnoText(errno));
+    }
+    ::setsockopt(fd.get(), IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof zero);
+    if (gro_ && ::setsockopt(fd.get(), SOL_UDP, UDP_GRO, &one, sizeof one) != 0) {
+      return UnavailableError("cannot enable UDP_GRO on " + where);  // (the arena expects it)
+    }
+    group_fd_ = fd.release();
+    return Status();
+  }
+
+  void LeaveLoopbackGroup() override {
+    if (group_fd_ < 0) return;
+    ::close(group_fd_);
+    group_fd_ = -1;
   }
 
   Endpoint local_endpoint() const override { return local_; }
@@ -180,8 +229,8 @@ class UdpTransport final : public Transport {
         ts.tv_sec = static_cast<time_t>(ns / 1000000000);
         ts.tv_nsec = static_cast<long>(ns % 1000000000);
       }
-      pollfd fds[2] = {{socket_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      const int rc = ::ppoll(fds, 2, forever ? nullptr : &ts, nullptr);
+      pollfd fds[3] = {{socket_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}, {group_fd_, POLLIN, 0}};
+      const int rc = ::ppoll(fds, group_fd_ >= 0 ? 3 : 2, forever ? nullptr : &ts, nullptr);
       if (rc < 0) {
         if (errno == EINTR) continue;
         return InternalError("poll on UDP socket " + local_.ToString() +
@@ -281,8 +330,19 @@ class UdpTransport final : public Transport {
 
   bool HavePending() const { return rx_message_ < rx_received_; }
 
-  // One nonblocking recvmmsg into the arena; false when nothing is queued.
+  // One nonblocking recvmmsg into the arena, from the socket or the loopback group's (taking
+  // turns, so that neither waits behind the other); false when nothing is queued on either.
   Result<bool> ReceiveNow() {
+    if (group_fd_ < 0) return ReceiveNow(socket_fd_);
+    group_first_ = !group_first_;
+    const int first = group_first_ ? group_fd_ : socket_fd_;
+    const int second = group_first_ ? socket_fd_ : group_fd_;
+    ASSIGN_OR_RETURN(bool got, ReceiveNow(first));
+    if (got) return true;
+    return ReceiveNow(second);
+  }
+
+  Result<bool> ReceiveNow(int fd) {
     for (size_t i = 0; i < rx_messages_; ++i) {
       rx_iovecs_[i] = iovec{rx_arena_.data() + i * rx_slot_bytes_, rx_slot_bytes_};
       msghdr& h = rx_headers_[i].msg_hdr;
@@ -300,8 +360,8 @@ class UdpTransport final : public Transport {
     int r;
     // Pending ICMP errors of earlier sends surface here once each; skip past them.
     for (int attempt = 0;; ++attempt) {
-      r = ::recvmmsg(socket_fd_, rx_headers_.data(), static_cast<unsigned>(rx_messages_),
-                     MSG_DONTWAIT, nullptr);
+      r = ::recvmmsg(fd, rx_headers_.data(), static_cast<unsigned>(rx_messages_), MSG_DONTWAIT,
+                     nullptr);
       if (r >= 0) break;
       const int err = errno;
       if (err == EAGAIN || err == EWOULDBLOCK) return false;
@@ -394,19 +454,12 @@ class UdpTransport final : public Transport {
   size_t rx_received_ = 0;          // messages the last recvmmsg returned
   size_t rx_message_ = 0;           // the next message to hand out
   size_t rx_offset_ = 0;            // the next datagram's offset in it
+  const int socket_buffer_bytes_;
+  int group_fd_ = -1;         // the loopback multicast group's socket, if joined
+  bool group_first_ = false;  // which socket the next ReceiveNow tries first
   SingleWriterTransportCounters counts_;
   SingleWriterCounter segmented_sends_, coalesced_receives_;
 };
-
-// Sets a socket buffer size, trying the privileged *FORCE variant first (it ignores the
-// rmem_max/wmem_max limits when we run as root) and falling back silently.
-void SetBufferSize(int fd, int force_option, int option, int bytes) {
-  if (::setsockopt(fd, SOL_SOCKET, force_option, &bytes, sizeof bytes) == 0) return;
-  if (::setsockopt(fd, SOL_SOCKET, option, &bytes, sizeof bytes) != 0) {
-    LOG(kDebug, kTransport) << "setsockopt buffer size " << bytes
-                            << " failed: " << ErrnoText(errno);
-  }
-}
 
 // Opens one socket; *in_use tells the caller that the bind failed only because the port is taken.
 Result<std::unique_ptr<Transport>> OpenUdpImpl(const UdpOptions& options, bool* in_use) {
@@ -465,6 +518,18 @@ Result<std::unique_ptr<Transport>> OpenUdpImpl(const UdpOptions& options, bool* 
                                   ErrnoText(errno));
   }
   const Endpoint local{options.bind_ipv4, ntohs(bound.sin_port)};
+  // Loopback multicast (Transport::JoinLoopbackGroup): datagrams this socket sends to a group
+  // never leave the host (TTL 0) and go out on the loopback interface; and the socket receives
+  // no group's datagrams merely because it is bound to the group's port (IP_MULTICAST_ALL,
+  // on by default, would deliver every group that any socket of the host joined).
+  {
+    const int ttl = 0, all = 0;
+    ip_mreqn via{};
+    via.imr_address.s_addr = htonl(INADDR_LOOPBACK);
+    ::setsockopt(sock.get(), IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof ttl);
+    ::setsockopt(sock.get(), IPPROTO_IP, IP_MULTICAST_IF, &via, sizeof via);
+    ::setsockopt(sock.get(), IPPROTO_IP, IP_MULTICAST_ALL, &all, sizeof all);
+  }
   // Offloads where the kernel has them: UDP_SEGMENT (Linux 4.18) is probed by setting the
   // socket's default segment size to 0 (no segmentation unless a send asks for it).
   const int zero = 0, one = 1;
