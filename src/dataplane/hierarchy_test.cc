@@ -280,13 +280,13 @@ class HierarchyTest : public ::testing::TestWithParam<HierarchyParams> {
     for (uint32_t n : p.rack_sizes) num_workers_ += n;
     // The spine: one "worker" per rack, the ToR.
     spine_ = std::make_unique<Switch>(SwitchConfig{64, 64, 2});
-    JobSpec spine_job{kJob, racks, kSize, 1, kWindow, true};
+    JobSpec spine_job{kJob, racks, kSize, 1, kWindow, true, {}};
     ASSERT_TRUE(spine_->CreateJob(spine_job).ok());
     for (uint32_t r = 0; r < racks; ++r) {
       ASSERT_TRUE(
           spine_->AddWorker(kJob, r, WorkerSpec{TorEndpoint(r).ipv4, TorEndpoint(r).port}).ok());
       auto tor = std::make_unique<Switch>(SwitchConfig{64, 64, 2});
-      JobSpec rack_job{kJob, p.rack_sizes[r], kSize, 1, kWindow, true};
+      JobSpec rack_job{kJob, p.rack_sizes[r], kSize, 1, kWindow, true, {}};
       ASSERT_TRUE(tor->CreateJob(rack_job).ok());
       for (uint32_t i = 0; i < p.rack_sizes[r]; ++i) {
         ASSERT_TRUE(tor->AddWorker(kJob, i, WorkerSpec{WorkerEndpoint(r, i).ipv4, 40000}).ok());
