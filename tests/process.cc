@@ -16,20 +16,25 @@ namespace switchml::testing {
 
 std::string SwitchmlBinary() { return SWITCHML_BINARY; }
 
+// Everything the child needs is prepared before fork(): the test process has other threads (a
+// switch daemon, gRPC), so the child may only call async-signal-safe functions until execv. A
+// malloc there could wait forever on an allocator lock another thread held at the fork (seen in
+// CI's ASan build: one of eight workers never started and printed nothing).
 Process::Process(const std::vector<std::string>& argv) {
   char tmpl[] = "/tmp/switchml-test-XXXXXX";
   int fd = mkstemp(tmpl);
   path_ = tmpl;
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  static const char kExecFailed[] = "test process: execv failed\n";
   pid_ = fork();
   if (pid_ == 0) {
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
     close(fd);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     execv(args[0], args.data());
-    std::perror("execv");
+    (void)!write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1);
     _exit(127);
   }
   close(fd);
