@@ -898,9 +898,13 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
     } else if (q.secret.size() > kMaxSecretBytes) {
       st = InvalidArgumentError("job secret too long");
     } else if (it == jobs_.end()) {
-      st = FailedPreconditionError(name +
-                                   " does not exist on the switch: attach after "
-                                   "registering (UdpSession)");
+      // A session that failed at setup (another rank was refused) is gone from the table: its
+      // worker hears why, not that it never registered.
+      const Status* failed = FailureLocked(q.session_id, q.secret);
+      st = failed != nullptr ? *failed
+                             : FailedPreconditionError(name +
+                                                       " does not exist on the switch: attach "
+                                                       "after registering (UdpSession)");
     } else {
       Job& job = *it->second;
       st = CheckSecretLocked(job, q.secret, q.session_id);

@@ -364,6 +364,29 @@ TEST_F(RegistryTest, SecondRankZeroIsRefusedAndFailsTheJob) {
   EXPECT_FALSE(a->status.ok());
 }
 
+// Found in CI (multiprocess_test): rank 1 was refused while rank 0 was between its UdpSession and
+// its Attach; rank 0's Attach then said the session "does not exist", hiding why. Given a
+// session failed by a refused rank, Expect Attach to report that failure; an outsider with
+// another secret still only hears that the session does not exist.
+TEST_F(RegistryTest, AttachAfterTheSessionFailedAtSetupSaysWhy) {
+  ASSERT_TRUE(registry_->Register(Req(23, 0, 2, 42000), At(kLocal)).ok());
+  RegisterRequest bad = Req(23, 1, 2, 42001);
+  bad.max_outstanding_packets = 128;
+  ASSERT_FALSE(registry_->Register(bad, At(kLocal)).ok());
+  AttachRequest q{23, 0, kSecret, ""};
+  Status st = registry_->Attach(
+      registry_->NewTicket(), q, At(kLocal), [](const Status&) {}, [](uint64_t) {});
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("session 23 failed at setup: rank 1 was refused: "
+                              "max_outstanding_packets 128"),
+            std::string::npos)
+      << st.ToString();
+  AttachRequest outsider{23, 0, "another secret", ""};
+  st = registry_->Attach(
+      registry_->NewTicket(), outsider, At(kLocal), [](const Status&) {}, [](uint64_t) {});
+  EXPECT_NE(st.message().find("does not exist"), std::string::npos) << st.ToString();
+}
+
 // Found 4, second case: workers that disagreed on the tensor size or type were never told.
 TEST_F(RegistryTest, TensorMismatchFailsTheJobNamingBothRanks) {
   Open(20, 2, 40000);
