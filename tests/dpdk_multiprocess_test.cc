@@ -10,8 +10,7 @@
 
 #include "process.h"
 #include "runtime/switch_daemon.h"
-#include "transport/dpdk.h"
-#include "transport/factory.h"
+#include "transport/dpdk_test_util.h"
 
 namespace switchml {
 namespace {
@@ -19,26 +18,12 @@ namespace {
 using std::chrono::seconds;
 using testing::Process;
 
-// OK, or why DPDK cannot run here (EAL starts and a memif server opens, once per process).
-Status DpdkReady() {
-  static const Status status = []() -> Status {
-    if (!transport::DpdkAvailable()) {
-      return UnimplementedError("this build has no DPDK (libdpdk-dev missing)");
-    }
-    transport::TransportOptions o;
-    o.kind = "dpdk";
-    o.bind_ipv4 = kLoopbackIpv4;
-    o.switch_side = true;
-    auto t = transport::OpenTransport(o);
-    return t.ok() ? Status() : t.status();
-  }();
-  return status;
-}
-
 class DpdkMultiProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (Status s = DpdkReady(); !s.ok()) GTEST_SKIP() << "dpdk cannot run here: " << s.ToString();
+    if (Status s = transport::DpdkReady(); !s.ok()) {
+      GTEST_SKIP() << "dpdk cannot run here: " << s.ToString();
+    }
   }
 
   static std::unique_ptr<runtime::SwitchDaemon> StartSwitch(uint32_t threads) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "transport/dpdk.h"
+#include "transport/dpdk_test_util.h"
 #include "transport/factory.h"
 #include "transport/transport.h"
 #include "transport/xdp.h"
@@ -38,26 +39,9 @@ struct Backend {
   bool workers_speak_first = false;
 };
 
-// DPDK: EAL starts and a memif server opens (once per process).
-Status DpdkReady() {
-  static const Status status = []() -> Status {
-    if (!DpdkAvailable()) return UnimplementedError("this build has no DPDK (libdpdk-dev missing)");
-#if defined(__SANITIZE_ADDRESS__)
-    // Measured in CI's ASan build: once EAL has started in this process ("EAL: Error: Invalid
-    // memory"), a later heap write of another transport faults. The DPDK transport runs under
-    // ASan in dpdk_multiprocess_test and netns_dpdk_test (EAL in processes of its own).
-    return UnimplementedError(
-        "DPDK's EAL and AddressSanitizer do not share this test process (ASan build)");
-#endif
-    TransportOptions o;
-    o.kind = "dpdk";
-    o.bind_ipv4 = kLoopbackIpv4;
-    o.switch_side = true;
-    auto t = OpenTransport(o);
-    return t.ok() ? Status() : t.status();
-  }();
-  return status;
-}
+// DPDK: EAL starts and a memif server opens (once per process); not under ASan, where EAL in a
+// process that also runs the other transports faults (dpdk_test_util.h).
+Status DpdkReadyHere() { return DpdkReady({.refuse_under_asan = true}); }
 
 // A network namespace of the test process's own with the veth pair xa (10.201.0.1/24) -- xb
 // (10.201.0.2/24), made once; the main thread (and every thread it starts later) lives in it.
@@ -86,7 +70,7 @@ std::vector<Backend> Backends() {
   b.push_back({"udp"});
   b.push_back({"udp-plain"});
   b.push_back({"xdp", 0x0ac90001, 0x0ac90002, VethNamespace});
-  b.push_back({"dpdk", kLoopbackIpv4, kLoopbackIpv4, DpdkReady, true});
+  b.push_back({"dpdk", kLoopbackIpv4, kLoopbackIpv4, DpdkReadyHere, true});
   return b;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "transport/dpdk.h"
+#include "transport/dpdk_test_util.h"
 #include "transport/factory.h"
 #include "transport/transport.h"
 
@@ -21,19 +22,6 @@ namespace switchml::transport {
 namespace {
 
 using std::chrono::milliseconds;
-
-Status DpdkReady() {
-  static const Status status = []() -> Status {
-    if (!DpdkAvailable()) return UnimplementedError("this build has no DPDK (libdpdk-dev missing)");
-    TransportOptions o;
-    o.kind = "dpdk";
-    o.bind_ipv4 = kLoopbackIpv4;
-    o.switch_side = true;
-    auto t = OpenTransport(o);
-    return t.ok() ? Status() : t.status();
-  }();
-  return status;
-}
 
 // Sets an environment variable for the transports opened in one test.
 class ScopedEnv {
