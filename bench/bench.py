@@ -24,15 +24,19 @@ import sys
 import tempfile
 import time
 
-SYSTEMS = ["switchml", "switchml-xdp", "gloo-ring", "gloo-hd", "mpi-tcp", "mpi-shm"]
+SYSTEMS = ["switchml", "switchml-mcast", "switchml-xdp", "gloo-ring", "gloo-hd", "mpi-tcp", "mpi-shm"]
 SYSTEM_LABELS = {
     "switchml": "SwitchML (software switch, UDP)",
+    "switchml-mcast": "SwitchML with LAN multicast (worker --multicast on: each result sent once, "
+                      "replicated by the bridge; rack only)",
     "switchml-xdp": "SwitchML over AF_XDP (--transport xdp; rack only)",
     "gloo-ring": "Gloo ring (TCP)",
     "gloo-hd": "Gloo halving-doubling (TCP)",
     "mpi-tcp": "Open MPI MPI_Allreduce (btl tcp)",
     "mpi-shm": "Open MPI MPI_Allreduce (btl vader, shared memory; loopback only)",
 }
+# The worker flags of switchml-mcast (the switch, bound to the bridge's address, allows it).
+MCAST_ARGS = ["--multicast", "on"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = float(1 << 30)
 
@@ -244,7 +248,7 @@ class Bench:
              str(self.args.iterations), "--warmup", str(self.args.warmup), "--report"]
         return a + (["--quiet"] if quiet else [])
 
-    def run_switchml(self, tag, n, elements, transport="udp"):
+    def run_switchml(self, tag, n, elements, transport="udp", extra=()):
         a = self.args
         if self.rack is None:
             bind, data_port, control_port = "127.0.0.1", "0", "0"
@@ -275,7 +279,7 @@ class Bench:
                     "--transport", transport]
                 if self.rack is not None:
                     argv += ["--bind", self.host_ip(r)]
-                argv += self.job_args(n, elements, r != 0) + self.switchml_extra_args()
+                argv += self.job_args(n, elements, r != 0) + list(extra) + self.switchml_extra_args()
                 workers.append(self.runner.start(argv, f"{self.logs}/{tag}-r{r}.out",
                                                  f"{self.logs}/{tag}-r{r}.err"))
             # `switchml worker` does not report its CPU time in the all-reduces: its worker
@@ -380,6 +384,8 @@ class Bench:
         t0 = time.monotonic()
         if system == "switchml":
             r = self.run_switchml(tag, n, elements)
+        elif system == "switchml-mcast":
+            r = self.run_switchml(tag, n, elements, extra=MCAST_ARGS)
         elif system == "switchml-xdp":
             r = self.run_switchml(tag, n, elements, transport="xdp")
         elif system == "gloo-ring":
@@ -419,7 +425,8 @@ class Bench:
             row["cpu_method"] = r["cpu_method"]
         if "retransmitted" in r:
             row["retransmitted"] = r["retransmitted"]
-            row["switchml_args"] = " ".join(self.switchml_extra_args())
+            extra = MCAST_ARGS if system == "switchml-mcast" else []
+            row["switchml_args"] = " ".join(extra + self.switchml_extra_args())
         log(f"{system}: median {med:.4f} s, p99 {row['p99_s']:.4f} s, "
             f"{row['elements_per_s']:.3g} elements/s, busbw {row['busbw_GBps']:.3f} GB/s, "
             f"CPU {row.get('cpu_s_per_gib', row['cpu_lifetime_s_per_gib']):.2f} s/GiB")
@@ -481,6 +488,8 @@ class Bench:
                                 continue  # shared memory would not cross the rack's cables
                             if system == "switchml-xdp" and self.rack is None:
                                 continue  # AF_XDP needs an interface per process: rack only
+                            if system == "switchml-mcast" and self.rack is None:
+                                continue  # on loopback switchml already multicasts (auto)
                             if system.startswith("mpi") and not a.mpi:
                                 rows.append({"setting": setting, "system": system, "workers": n,
                                              "bytes": nbytes, "error": "mpi_allreduce not built"})

@@ -30,6 +30,11 @@ int SwitchCommand(const std::vector<std::string>& args) {
                "use a multiple of this many --threads)");
   flags.AddString("transport", "udp", TransportHelp());
   flags.AddBool("busy-poll", "poll the data port without sleeping (lower latency, a busy core)");
+  flags.AddBool("no-lan-multicast",
+                "refuse LAN multicast: send each result to every worker, even to workers that "
+                "ask for a group (switchml worker --multicast on); LAN multicast needs --bind "
+                "with the address of the interface the workers reach");
+  flags.AddInt("multicast-ttl", 1, "IP TTL of results sent to a LAN multicast group (1..255)");
   AddDpdkFlags(&flags);
   flags.AddInt("stats-interval", 0, "print counters every N seconds (0 = only at exit)");
   flags.AddBool("per-slot", "include per-slot counters in the printed tables");
@@ -78,6 +83,13 @@ int SwitchCommand(const std::vector<std::string>& args) {
   }
   o.threads = static_cast<uint32_t>(threads);
   o.busy_poll = flags.GetBool("busy-poll");
+  o.lan_multicast = !flags.GetBool("no-lan-multicast");
+  const int64_t ttl = flags.GetInt("multicast-ttl");
+  if (ttl < 1 || ttl > 255) {
+    std::cerr << "switchml switch: --multicast-ttl must be in 1..255\n";
+    return 2;
+  }
+  o.multicast_ttl = static_cast<int>(ttl);
   o.control.registry.require_secret = flags.GetBool("require-secret");
   o.control.registry.allow_foreign_address = flags.GetBool("allow-foreign-address");
   o.control.registry.require_authenticated_data = flags.GetBool("require-auth-data");

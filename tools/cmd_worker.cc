@@ -94,6 +94,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.busy_poll = job.busy_poll;
   config.wake_batch = job.wake_batch;
   config.loopback_multicast = job.loopback_multicast;
+  config.lan_multicast = job.lan_multicast;
   config.check_tensors = job.tensor_check;
   config.authenticate_data = job.auth_data;
   config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);

@@ -48,7 +48,8 @@ struct JobOptions {
   double wake_batch = 0;     // Config::wake_batch
   bool tensor_check = true;  // Config::check_tensors
   bool auth_data = false;    // Config::authenticate_data
-  bool loopback_multicast = true;  // Config::loopback_multicast
+  bool loopback_multicast = true;  // Config::loopback_multicast (--multicast auto or on)
+  bool lan_multicast = false;      // Config::lan_multicast (--multicast on)
 };
 
 void AddJobFlags(Flags* flags);

@@ -73,9 +73,14 @@ void AddJobFlags(Flags* f) {
              "authenticated data plane: every datagram carries an 8-byte tag keyed with a per-job "
              "key from the switch; forged or altered datagrams are dropped and counted (beyond "
              "the reference wire format; every worker of a job the same; docs/security.md 4.4)");
-  f->AddBool("no-loopback-multicast",
-             "do not ask a switch on this host to send each result once to a loopback multicast "
-             "group for all workers (it then sends one copy per worker; docs/architecture.md)");
+  f->AddString("multicast", "auto",
+               "results sent once to a multicast group of the job instead of once per worker "
+               "(docs/architecture.md, \"Multicast results\"): auto = with a switch on this host "
+               "only (loopback multicast); on = also on the LAN (the group joined on the "
+               "interface toward the switch; needs a network that delivers multicast, and the "
+               "switch bound to its LAN address: setup fails if the switch refuses, a job if no "
+               "result arrives on the group); off = never");
+  f->AddBool("no-loopback-multicast", "the same as --multicast off");
   AddDpdkFlags(f);
 }
 
@@ -151,7 +156,16 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   }
   o->tensor_check = !f.GetBool("no-tensor-check");
   o->auth_data = f.GetBool("auth-data");
-  o->loopback_multicast = !f.GetBool("no-loopback-multicast");
+  const std::string mc = f.GetString("multicast");
+  if (mc != "auto" && mc != "on" && mc != "off") {
+    return InvalidArgumentError("--multicast must be auto, on or off, not '" + mc + "'");
+  }
+  o->loopback_multicast = mc != "off" && !f.GetBool("no-loopback-multicast");
+  o->lan_multicast = mc == "on" && o->loopback_multicast;
+  if (o->lan_multicast && o->auth_data) {
+    return InvalidArgumentError(
+        "--multicast on cannot go with --auth-data: datagrams to a group carry no tag");
+  }
   ApplyDpdkFlags(f);
   return Status();
 }
@@ -197,7 +211,10 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
   }
   if (!o.tensor_check) a.push_back("--no-tensor-check");
   if (o.auth_data) a.push_back("--auth-data");
-  if (!o.loopback_multicast) a.push_back("--no-loopback-multicast");
+  if (!o.loopback_multicast || o.lan_multicast) {
+    a.push_back("--multicast");
+    a.push_back(o.lan_multicast ? "on" : "off");
+  }
   return a;
 }
 

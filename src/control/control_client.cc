@@ -226,8 +226,8 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   req.set_running_tsi(args.running_tsi);
   req.set_job_secret(args.job_secret);
   req.set_authenticate_data(args.authenticate_data);
-  req.set_loopback_group_ipv4(args.loopback_group.ipv4);
-  req.set_loopback_group_port(args.loopback_group.port);
+  req.set_multicast_group_ipv4(args.multicast_group.ipv4);
+  req.set_multicast_group_port(args.multicast_group.port);
   switchml_proto::UdpSessionResponse resp;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);
@@ -241,7 +241,7 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   reply.max_workers = resp.max_workers();
   reply.num_slots = resp.num_slots();
   reply.num_data_ports = std::max<uint32_t>(1, resp.num_data_ports());
-  reply.loopback_group_kept = args.loopback_group.ipv4 != 0 && resp.loopback_group_kept();
+  reply.multicast_group_kept = args.multicast_group.ipv4 != 0 && resp.multicast_group_kept();
   if (resp.udp_port() > 65535 || uint64_t{reply.data_port} + reply.num_data_ports - 1 > 65535) {
     return InternalError("switch control plane at " + impl_->target +
                          " answered with invalid data ports " + std::to_string(resp.udp_port()) +

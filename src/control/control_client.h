@@ -44,7 +44,7 @@ struct UdpSessionArgs {
   // Ask for the authenticated data plane (docs/security.md 4.4); every worker of a job the same.
   bool authenticate_data = false;
   // The loopback multicast group this worker listens on (port: worker thread 0's); ipv4 0: none.
-  Endpoint loopback_group;
+  Endpoint multicast_group;
 };
 
 // TLS for the control channel (PEM files). Empty ca_file: plaintext. cert_file + key_file: the
@@ -90,8 +90,8 @@ struct UdpSessionReply {
   uint32_t num_data_ports = 1;
   // The job's data-plane key (16 bytes) when it asked for authenticate_data; else empty.
   std::string data_key;
-  // The job holds the loopback group the request named (UdpSessionResponse.loopback_group_kept).
-  bool loopback_group_kept = false;
+  // The job holds the loopback group the request named (UdpSessionResponse.multicast_group_kept).
+  bool multicast_group_kept = false;
 };
 
 class ControlClient {

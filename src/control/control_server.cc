@@ -441,11 +441,11 @@ struct ControlServer::Impl {
     q.running_tsi = req.running_tsi();
     q.secret = req.job_secret();
     q.authenticate_data = req.authenticate_data();
-    q.loopback_group_ipv4 = req.loopback_group_ipv4();
-    q.loopback_group_port = req.loopback_group_port();
+    q.multicast_group_ipv4 = req.multicast_group_ipv4();
+    q.multicast_group_port = req.multicast_group_port();
     std::string data_key;
-    bool loopback_group_kept = false;
-    Status st = registry.Register(q, CallerOf(ctx), &data_key, &loopback_group_kept);
+    bool multicast_group_kept = false;
+    Status st = registry.Register(q, CallerOf(ctx), &data_key, &multicast_group_kept);
     if (!st.ok()) return ToGrpc(st);
     if (hooks != nullptr) {
       if (st = hooks->AfterUdpSession(req); !st.ok()) {
@@ -466,7 +466,7 @@ struct ControlServer::Impl {
     resp->set_num_slots(config.slots_per_job);
     resp->set_num_data_ports(options.num_data_ports);
     resp->set_data_key(data_key);
-    resp->set_loopback_group_kept(loopback_group_kept);
+    resp->set_multicast_group_kept(multicast_group_kept);
     return grpc::Status::OK;
   }
 

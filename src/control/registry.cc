@@ -275,14 +275,14 @@ Status Registry::ValidateRegistration(const RegisterRequest& r, const Caller& ca
         "the authenticated data plane keys each worker by its UDP ports: register the base port "
         "(udp_port 0, any port, cannot go with authenticate_data)");
   }
-  if (r.loopback_group_ipv4 != 0) {
+  if (r.multicast_group_ipv4 != 0) {
     constexpr uint32_t kAdminScoped = 0xef000000, kAdminScopedMask = 0xff000000;  // 239/8
-    if ((r.loopback_group_ipv4 & kAdminScopedMask) != kAdminScoped) {
-      return InvalidArgumentError("loopback_group_ipv4 " + Ipv4ToString(r.loopback_group_ipv4) +
+    if ((r.multicast_group_ipv4 & kAdminScopedMask) != kAdminScoped) {
+      return InvalidArgumentError("multicast_group_ipv4 " + Ipv4ToString(r.multicast_group_ipv4) +
                                   " is not an administratively scoped multicast group (239/8)");
     }
-    if (r.loopback_group_port == 0 || uint64_t{r.loopback_group_port} + num_ports > 65536) {
-      return InvalidArgumentError("loopback_group_port " + std::to_string(r.loopback_group_port) +
+    if (r.multicast_group_port == 0 || uint64_t{r.multicast_group_port} + num_ports > 65536) {
+      return InvalidArgumentError("multicast_group_port " + std::to_string(r.multicast_group_port) +
                                   " with " + std::to_string(num_ports) +
                                   " ports is not a port range in 1..65535");
     }
@@ -451,7 +451,7 @@ Status Registry::ClearAddressLocked(uint64_t session_id, uint32_t ipv4, uint32_t
 }
 
 Status Registry::Register(const RegisterRequest& r, const Caller& caller, std::string* data_key,
-                          bool* loopback_group_kept) {
+                          bool* multicast_group_kept) {
   uint32_t worker_ipv4 = 0;
   Status st = ValidateRegistration(r, caller, &worker_ipv4);
   Deferred deferred;
@@ -462,13 +462,13 @@ Status Registry::Register(const RegisterRequest& r, const Caller& caller, std::s
     } else if (st.ok()) {
       st = RegisterLocked(r, worker_ipv4, deferred);
       if (st.ok() && data_key != nullptr) *data_key = jobs_.at(r.session_id)->data_key;
-      if (st.ok() && loopback_group_kept != nullptr) {
+      if (st.ok() && multicast_group_kept != nullptr) {
         // The switch's spec: it clears a group it cannot keep (dataplane::Switch::CreateJob).
         std::lock_guard sw_lock(sw_->mu);
         const dataplane::JobSpec* spec = sw_->sw.FindJob(r.session_id);
-        *loopback_group_kept = spec != nullptr && spec->loopback_group.ipv4 != 0 &&
-                               spec->loopback_group.ipv4 == r.loopback_group_ipv4 &&
-                               spec->loopback_group.port == r.loopback_group_port;
+        *multicast_group_kept = spec != nullptr && spec->multicast_group.ipv4 != 0 &&
+                               spec->multicast_group.ipv4 == r.multicast_group_ipv4 &&
+                               spec->multicast_group.port == r.multicast_group_port;
       }
     }
     // A refusal marks the session failed, so the job fails fast on every worker, unless the
@@ -503,13 +503,17 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
   spec.running_tsi = r.running_tsi;
   dataplane::WorkerSpec worker{ipv4, static_cast<uint16_t>(r.udp_port)};
   Endpoint group;
-  // Loopback multicast reaches only this host's workers (TTL 0): another host's is not offered
-  // it. (Not with the authenticated data plane either: the group's datagrams carry no tag.)
+  // A worker is offered a group only in the scope the switch sends groups to: a loopback group
+  // reaches only this host's workers (TTL 0), a LAN group only workers beyond the loopback
+  // interface. (Not with the authenticated data plane either: the group's datagrams carry no
+  // tag.)
   constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
-  if (r.loopback_group_ipv4 != 0 && (ipv4 & kLoopbackMask) == kLoopbackNet &&
-      !r.authenticate_data) {
-    group = Endpoint{r.loopback_group_ipv4, static_cast<uint16_t>(r.loopback_group_port)};
-    spec.loopback_group = group;
+  const dataplane::SwitchConfig& sc = sw_->sw.config();
+  const bool local = (ipv4 & kLoopbackMask) == kLoopbackNet;
+  if (r.multicast_group_ipv4 != 0 && !r.authenticate_data &&
+      (local ? sc.loopback_multicast : sc.lan_multicast)) {
+    group = Endpoint{r.multicast_group_ipv4, static_cast<uint16_t>(r.multicast_group_port)};
+    spec.multicast_group = group;
   }
 
   auto it = jobs_.find(r.session_id);

@@ -81,9 +81,9 @@ struct RegisterRequest {
   bool running_tsi = false;
   std::string secret;
   bool authenticate_data = false;
-  // The worker's loopback multicast group (UdpSessionRequest.loopback_group_*); ipv4 0: none.
-  uint32_t loopback_group_ipv4 = 0;
-  uint32_t loopback_group_port = 0;
+  // The worker's loopback multicast group (UdpSessionRequest.multicast_group_*); ipv4 0: none.
+  uint32_t multicast_group_ipv4 = 0;
+  uint32_t multicast_group_port = 0;
 };
 
 // A Barrier (broadcast = false) or Broadcast call.
@@ -161,10 +161,10 @@ class Registry {
 
   // Session.UdpSession: rank 0 creates (or re-creates) the job, the others join it. A job that
   // asks for the authenticated data plane gets a random 16-byte key when created; every
-  // registration returns it in *data_key (empty for other jobs). *loopback_group_kept: whether
+  // registration returns it in *data_key (empty for other jobs). *multicast_group_kept: whether
   // the job holds the loopback multicast group the request named (dataplane::JobSpec).
   Status Register(const RegisterRequest& request, const Caller& caller,
-                  std::string* data_key = nullptr, bool* loopback_group_kept = nullptr);
+                  std::string* data_key = nullptr, bool* multicast_group_kept = nullptr);
 
   // A ticket names a wait or a stream for CancelWait / Report / Detach; 0 is never used.
   uint64_t NewTicket();

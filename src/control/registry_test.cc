@@ -275,8 +275,8 @@ TEST(RegistryLoopbackGroupTest, GroupsAreValidatedKeptOnceAndOnlyOnLoopback) {
     r.udp_port = port;
     r.num_udp_ports = 2;
     r.running_tsi = true;
-    r.loopback_group_ipv4 = group;
-    r.loopback_group_port = group_port;
+    r.multicast_group_ipv4 = group;
+    r.multicast_group_port = group_port;
     return r;
   };
   constexpr uint32_t kGroup = 0xef000102;  // 239.0.1.2
@@ -293,6 +293,63 @@ TEST(RegistryLoopbackGroupTest, GroupsAreValidatedKeptOnceAndOnlyOnLoopback) {
   remote.ipv4 = kStranger;
   ASSERT_TRUE(registry.Register(remote, At(kLocal), nullptr, &kept).ok());
   EXPECT_FALSE(kept);
+}
+
+// LAN multicast (the same fields, widened): a switch that sends groups on its LAN interface
+// keeps a group for workers beyond the loopback interface, and offers none to a loopback worker
+// (its datagrams would leave on the LAN); a switch with only loopback groups offers none to a
+// remote worker; a job whose workers name no group (reference workers) keeps none; with
+// authenticate_data no group is kept.
+TEST(RegistryLanGroupTest, GroupsAreKeptOnlyInTheSwitchsScope) {
+  auto req = [](uint64_t session, uint32_t ipv4, uint32_t group) {
+    RegisterRequest r;
+    r.session_id = session;
+    r.num_workers = 2;
+    r.packet_size = 3;
+    r.ipv4 = ipv4;
+    r.udp_port = 40000;
+    r.num_udp_ports = 2;
+    r.running_tsi = true;
+    r.multicast_group_ipv4 = group;
+    r.multicast_group_port = group == 0 ? 0 : 12000;
+    return r;
+  };
+  constexpr uint32_t kGroup = 0xefc00102;  // 239.192.1.2
+  RegistryOptions options;
+  options.allow_foreign_address = true;
+  {
+    dataplane::SwitchConfig config;
+    config.lan_multicast = true;
+    dataplane::LockedSwitch sw(config);
+    Registry registry(options, &sw);
+    bool kept = false;
+    ASSERT_TRUE(registry.Register(req(1, kStranger, kGroup), At(kLocal), nullptr, &kept).ok());
+    EXPECT_TRUE(kept);
+    {
+      std::lock_guard lock(sw.mu);
+      EXPECT_EQ(sw.sw.FindJob(1)->multicast_group, (Endpoint{kGroup, 12000}));
+    }
+    kept = true;
+    ASSERT_TRUE(registry.Register(req(2, kLocal, kGroup + 1), At(kLocal), nullptr, &kept).ok());
+    EXPECT_FALSE(kept);  // a loopback worker: the LAN group would not reach it
+    kept = true;
+    ASSERT_TRUE(registry.Register(req(3, kStranger + 1, 0), At(kLocal), nullptr, &kept).ok());
+    EXPECT_FALSE(kept);  // names no group
+    RegisterRequest auth = req(4, kStranger + 2, kGroup + 2);
+    auth.authenticate_data = true;
+    kept = true;
+    ASSERT_TRUE(registry.Register(auth, At(kLocal), nullptr, &kept).ok());
+    EXPECT_FALSE(kept);
+  }
+  {
+    dataplane::SwitchConfig config;
+    config.loopback_multicast = true;  // bound to any or to a loopback address
+    dataplane::LockedSwitch sw(config);
+    Registry registry(options, &sw);
+    bool kept = true;
+    ASSERT_TRUE(registry.Register(req(1, kStranger, kGroup), At(kLocal), nullptr, &kept).ok());
+    EXPECT_FALSE(kept);
+  }
 }
 
 // --require-secret: requests without a secret are refused, jobs and sync calls alike.

@@ -99,7 +99,7 @@ struct Switch::Job {
 
   JobSpec spec;
   std::vector<WorkerSpec> workers;  // by rank
-  std::vector<Endpoint> groups;     // by rank: the loopback group each listens on, or zero
+  std::vector<Endpoint> groups;     // by rank: the multicast group each listens on, or zero
   std::vector<bool> registered;     // by rank
   uint32_t num_registered = 0;
 
@@ -130,38 +130,46 @@ struct Switch::Job {
   };
   std::vector<TorSet> tor;
 
-  // Results go to spec.loopback_group (set once every worker registered with it).
+  // Results go to spec.multicast_group (set once every worker registered and at least one is a
+  // member), and to each worker that is not a member (in_group false) on its own.
   bool use_group = false;
+  std::vector<uint8_t> in_group;  // by rank: listens on the group on explicit ports
 
   // Reply state, rewritten by each packet that produces a reply.
   std::vector<Endpoint> destinations;  // num_workers entries, for kMulticast
   Endpoint unicast_destination;        // for kUnicast and kUpstream
 
-  // Fills destinations with every worker's endpoint for a reply to a packet from port p with
-  // port offset `offset` (see WorkerSpec), or with the one group endpoint of that offset;
-  // returns them.
+  // Fills destinations for a reply to a packet from port p with port offset `offset` (see
+  // WorkerSpec): the group endpoint of that offset (once, for all its members) and every other
+  // worker's endpoint; returns them.
   std::span<const Endpoint> FillDestinations(uint16_t offset, uint16_t p) {
+    size_t n = 0;
     if (use_group) {
-      destinations[0] = Endpoint{spec.loopback_group.ipv4,
-                                 static_cast<uint16_t>(spec.loopback_group.port + offset)};
-      return {destinations.data(), 1};
+      ++counters.group_sends;
+      destinations[n++] = Endpoint{spec.multicast_group.ipv4,
+                                   static_cast<uint16_t>(spec.multicast_group.port + offset)};
     }
     for (uint32_t w = 0; w < spec.num_workers; ++w) {
+      if (use_group && in_group[w]) continue;
       const WorkerSpec& dst = workers[w];
-      destinations[w] =
+      destinations[n++] =
           Endpoint{dst.ipv4, dst.port != 0 ? static_cast<uint16_t>(dst.port + offset) : p};
     }
-    return destinations;
+    return {destinations.data(), n};
   }
 
-  // Whether results can go to the group: the job kept one, and every worker is registered with
-  // it on explicit ports (a port-0 worker's replies follow the completer's source port).
-  bool GroupUsable() const {
-    if (spec.loopback_group.ipv4 == 0 || num_registered < spec.num_workers) return false;
+  // Whether results can go to the group, and to which workers through it: the job kept one,
+  // every worker is registered, and the members are those registered with it on explicit ports
+  // (a port-0 worker's replies follow the completer's source port); the others (a reference
+  // worker) get their own copy.
+  void UpdateGroupUse() {
+    use_group = false;
+    in_group.assign(spec.num_workers, 0);
+    if (spec.multicast_group.ipv4 == 0 || num_registered < spec.num_workers) return;
     for (uint32_t w = 0; w < spec.num_workers; ++w) {
-      if (!(groups[w] == spec.loopback_group) || workers[w].port == 0) return false;
+      in_group[w] = groups[w] == spec.multicast_group && workers[w].port != 0;
+      use_group = use_group || in_group[w];
     }
-    return true;
   }
 };
 
@@ -208,14 +216,14 @@ Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
     Evict(lru->first, evicted);
   }
   JobSpec kept = spec;
-  if (kept.loopback_group.ipv4 != 0) {
+  if (kept.multicast_group.ipv4 != 0) {
     // One job per group (a worker that listens on a group takes every result sent to it), and
     // only over a transport that can send to it.
-    bool taken = !config_.loopback_multicast;
+    bool taken = !config_.loopback_multicast && !config_.lan_multicast;
     for (const auto& [id, other] : jobs_) {
-      taken = taken || other->spec.loopback_group == kept.loopback_group;
+      taken = taken || other->spec.multicast_group == kept.multicast_group;
     }
-    if (taken) kept.loopback_group = Endpoint{};
+    if (taken) kept.multicast_group = Endpoint{};
   }
   auto job = std::make_unique<Job>(kept, config_.slots_per_job);
   job->last_active = ++activity_clock_;
@@ -226,7 +234,7 @@ Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
 }
 
 Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker,
-                         std::vector<uint64_t>* evicted, const Endpoint& loopback_group) {
+                         std::vector<uint64_t>* evicted, const Endpoint& multicast_group) {
   const std::string name = SessionName(session_id);
   auto it = jobs_.find(session_id);
   if (it == jobs_.end()) {
@@ -292,9 +300,9 @@ Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& w
   job.registered[rank] = true;
   ++job.num_registered;
   mutations_.fetch_add(1, std::memory_order_release);
-  job.groups[rank] = loopback_group;
+  job.groups[rank] = multicast_group;
   AddToLookup(job, rank);
-  job.use_group = job.GroupUsable();
+  job.UpdateGroupUse();
   return Status::Ok();
 }
 
@@ -441,7 +449,7 @@ void Switch::MirrorJobs(const Switch& master) {
       ++j.num_registered;
       AddToLookup(j, r);
     }
-    j.use_group = j.GroupUsable();
+    j.UpdateGroupUse();
     if (m->has_upstream) {
       j.has_upstream = true;
       j.upstream = m->upstream;
@@ -674,6 +682,10 @@ std::string Switch::FormatCounters(bool per_slot) const {
     add("  %-26s %12" PRIu64 "\n", "aggregated", c.aggregated);
     add("  %-26s %12" PRIu64 "\n", "completed", c.completed);
     add("  %-26s %12" PRIu64 "\n", "multicast_packets", c.multicast_packets);
+    if (job.spec.multicast_group.ipv4 != 0) {
+      add("  %-26s %12s\n", "multicast_group", job.spec.multicast_group.ToString().c_str());
+      add("  %-26s %12" PRIu64 "\n", "group_sends", c.group_sends);
+    }
     add("  %-26s %12" PRIu64 "\n", "retransmitted", c.retransmitted);
     if (job.has_upstream) {
       add("  %-26s %12s\n", "upstream",

@@ -39,9 +39,13 @@ struct SwitchConfig {
   // table never refuses a new job for lack of room: creating one more than max_jobs evicts the
   // least recently active job (see Switch::CreateJob).
   uint32_t max_jobs = 64;
-  // The data-plane transport can send to a loopback multicast group (kernel UDP): jobs may ask
-  // for loopback multicast (JobSpec::loopback_group). Off: such requests are ignored.
+  // Where the data-plane transport can send to a multicast group (kernel UDP; docs/architecture.md,
+  // "Multicast results"): within this host, on the loopback interface with TTL 0 (workers whose
+  // address is a loopback one), and/or on the LAN interface the switch is bound to (other
+  // workers). Jobs may then ask for a group (JobSpec::multicast_group); the control plane offers
+  // a worker a group only in a scope that is on. Both off: such requests are ignored.
   bool loopback_multicast = false;
+  bool lan_multicast = false;
   Status Validate() const;
 };
 
@@ -58,15 +62,15 @@ struct JobSpec {
   // workers; not the reference client, whose tsi restarts every job). It lets the switch drop a
   // late network copy however many rounds late it is (stages.h, WorkerCounterStage).
   bool running_tsi = false;
-  // Loopback multicast (beyond the reference; docs/architecture.md, "Loopback multicast"): the
-  // group and first port where the job's workers, all on this host, receive results: worker
-  // thread t of every worker listens on (loopback_group.ipv4, loopback_group.port + t). Then a
-  // completed slot's result leaves as one datagram to the group instead of one per worker, and
-  // the kernel copies it once instead of num_workers times. CreateJob keeps the group only when
-  // the switch has loopback_multicast and no other job holds the same group (else it clears it:
-  // see FindJob); results use it only when every worker registered with this same group
-  // (AddWorker's loopback_group). A zero ipv4: none.
-  Endpoint loopback_group;
+  // Multicast results (beyond the reference; docs/architecture.md, "Multicast results"): the
+  // group and first port where the job's workers receive results (on this host's loopback
+  // interface, or on a LAN where the network replicates the datagram): worker thread t of every
+  // worker listens on (multicast_group.ipv4, multicast_group.port + t). Then a completed slot's
+  // result leaves as one datagram to the group instead of one per worker. CreateJob keeps the
+  // group only when the switch has a multicast scope on and no other job holds the same group
+  // (else it clears it: see FindJob); results use it only when every worker registered with this
+  // same group (AddWorker's multicast_group). A zero ipv4: none.
+  Endpoint multicast_group;
 };
 
 // Hierarchical aggregation (docs/hierarchy.md): the upstream (spine) switch of a job on a
@@ -120,7 +124,7 @@ struct Action {
   // The encoded reply; valid until the next call into the Switch.
   std::span<const uint8_t> reply;
   // One destination for kUnicast and kUpstream, num_workers for kMulticast (or one, the job's
-  // loopback multicast group: JobSpec::loopback_group); valid until the next call.
+  // multicast group: JobSpec::multicast_group); valid until the next call.
   std::span<const Endpoint> destinations;
 };
 
@@ -129,6 +133,9 @@ struct JobCounters {
   uint64_t aggregated = 0;         // new contributions written or added into a slot
   uint64_t completed = 0;          // slot rounds completed (each multicast once)
   uint64_t multicast_packets = 0;  // completed * num_workers
+  // Of the completed (and upstream) results, those sent once to the job's multicast group
+  // (JobSpec::multicast_group) rather than once per worker.
+  uint64_t group_sends = 0;
   uint64_t retransmitted = 0;      // unicast re-sends of a stored result
   // Top-of-rack jobs (see UpstreamSpec).
   uint64_t upstream_sent = 0;     // partial sums sent up, re-sends included
@@ -181,10 +188,10 @@ class Switch {
   // the range overlaps another worker of the same session, or either side is a port-0 ("any
   // port") registration. When the worker's explicit port range overlaps only explicit port
   // ranges of other sessions, those sessions are dead (the new registrant now binds their ports):
-  // their jobs are evicted and the worker is registered. loopback_group: the loopback multicast
-  // group the worker listens on (JobSpec::loopback_group), or zero.
+  // their jobs are evicted and the worker is registered. multicast_group: the loopback multicast
+  // group the worker listens on (JobSpec::multicast_group), or zero.
   Status AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker,
-                   std::vector<uint64_t>* evicted = nullptr, const Endpoint& loopback_group = {});
+                   std::vector<uint64_t>* evicted = nullptr, const Endpoint& multicast_group = {});
   // Makes an existing job a top-of-rack job with the given upstream switch (see UpstreamSpec):
   // the upstream's data ports become a source of results for this job. Another job that had the
   // same upstream endpoints loses them (one hierarchical job per upstream at a time: the spine's

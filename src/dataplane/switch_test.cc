@@ -800,7 +800,7 @@ SwitchConfig MulticastConfig() {
 JobSpec GroupSpec(uint64_t session, uint32_t n) {
   JobSpec s = Spec(session, n);
   s.num_ports = 2;
-  s.loopback_group = kGroup;
+  s.multicast_group = kGroup;
   return s;
 }
 
@@ -810,7 +810,7 @@ JobSpec GroupSpec(uint64_t session, uint32_t n) {
 TEST(SwitchLoopbackMulticastTest, ResultGoesOnceToTheGroup) {
   Switch sw(MulticastConfig());
   ASSERT_TRUE(sw.CreateJob(GroupSpec(1, 2)).ok());
-  EXPECT_EQ(sw.FindJob(1)->loopback_group, kGroup);
+  EXPECT_EQ(sw.FindJob(1)->multicast_group, kGroup);
   ASSERT_TRUE(sw.AddWorker(1, 0, {kLoopback, 20000}, nullptr, kGroup).ok());
   ASSERT_TRUE(sw.AddWorker(1, 1, {kLoopback, 21000}, nullptr, kGroup).ok());
   ASSERT_EQ(sw.Process({kLoopback, 20001}, Datagram({0, 0}, Fill(1))).kind, Action::Kind::kDrop);
@@ -824,19 +824,23 @@ TEST(SwitchLoopbackMulticastTest, ResultGoesOnceToTheGroup) {
   EXPECT_EQ(again.destinations[0], (Endpoint{kLoopback, 20001}));
 }
 
-// Given: jobs that cannot use the group: a worker registered without it (a reference worker);
-// a second job naming a group another job holds; a switch whose transport cannot send to groups.
-// Expect: results go to every worker as usual, and only the first job keeps the group.
-TEST(SwitchLoopbackMulticastTest, WithoutEveryWorkerOrWithATakenGroupResultsGoToEachWorker) {
+// Given: a job with a worker registered without the group (a reference worker); a second job
+// naming a group another job holds; a switch whose transport cannot send to groups.
+// Expect: the first job's results go once to the group (its member) and to the reference worker
+// on its own; the second job's to every worker; only the first job keeps the group.
+TEST(SwitchLoopbackMulticastTest, AReferenceWorkerOrATakenGroupGetsResultsOnItsOwn) {
   Switch sw(MulticastConfig());
   ASSERT_TRUE(sw.CreateJob(GroupSpec(1, 2)).ok());
   ASSERT_TRUE(sw.AddWorker(1, 0, {kLoopback, 20000}, nullptr, kGroup).ok());
   ASSERT_TRUE(sw.AddWorker(1, 1, {kLoopback, 21000}).ok());
   sw.Process({kLoopback, 20000}, Datagram({0, 0}, Fill(1)));
-  EXPECT_EQ(sw.Process({kLoopback, 21000}, Datagram({0, 0}, Fill(2))).destinations.size(), 2u);
+  const Action& a = sw.Process({kLoopback, 21000}, Datagram({0, 0}, Fill(2)));
+  ASSERT_EQ(a.destinations.size(), 2u);
+  EXPECT_EQ(a.destinations[0], kGroup);
+  EXPECT_EQ(a.destinations[1], (Endpoint{kLoopback, 21000}));
 
   ASSERT_TRUE(sw.CreateJob(GroupSpec(2, 2)).ok());
-  EXPECT_EQ(sw.FindJob(2)->loopback_group, Endpoint{});  // job 1 holds it
+  EXPECT_EQ(sw.FindJob(2)->multicast_group, Endpoint{});  // job 1 holds it
   ASSERT_TRUE(sw.AddWorker(2, 0, {kLoopback, 22000}, nullptr, kGroup).ok());
   ASSERT_TRUE(sw.AddWorker(2, 1, {kLoopback, 23000}, nullptr, kGroup).ok());
   sw.Process({kLoopback, 22000}, Datagram({0, 0}, Fill(1)));
@@ -844,7 +848,7 @@ TEST(SwitchLoopbackMulticastTest, WithoutEveryWorkerOrWithATakenGroupResultsGoTo
 
   Switch plain(SmallConfig());  // loopback_multicast off
   ASSERT_TRUE(plain.CreateJob(GroupSpec(3, 1)).ok());
-  EXPECT_EQ(plain.FindJob(3)->loopback_group, Endpoint{});
+  EXPECT_EQ(plain.FindJob(3)->multicast_group, Endpoint{});
 }
 
 // Given: a replica that mirrors a master whose job uses its group.
@@ -860,6 +864,59 @@ TEST(SwitchLoopbackMulticastTest, MirrorKeepsTheGroup) {
   const Action& a = replica.Process({kLoopback, 21000}, Datagram({0, 0}, Fill(2)));
   ASSERT_EQ(a.destinations.size(), 1u);
   EXPECT_EQ(a.destinations[0], kGroup);
+}
+
+// Given: a switch that sends groups on its LAN interface (no loopback scope), a job of four
+// workers on four hosts, all registered with the job's group; then a job of four where one
+// worker registered without it (a reference worker).
+// Expect: each completed slot of the first job leaves once, to the group's port of the
+// completer's offset, and group_sends counts it once (multicast_packets still num_workers per
+// result); the second job's results go once to the group and once to the reference worker.
+TEST(SwitchLanMulticastTest, EachResultLeavesOnceAndAReferenceWorkerGetsUnicast) {
+  SwitchConfig config = SmallConfig();
+  config.lan_multicast = true;
+  Switch sw(config);
+  constexpr uint32_t kHost = 0x0a63000a;  // 10.99.0.10
+  const Endpoint lan_group{0xefc00203, 14000};
+  JobSpec spec = Spec(1, 4);
+  spec.num_ports = 2;
+  spec.multicast_group = lan_group;
+  ASSERT_TRUE(sw.CreateJob(spec).ok());
+  for (uint32_t w = 0; w < 4; ++w) {
+    ASSERT_TRUE(sw.AddWorker(1, w, {kHost + w, 30000}, nullptr, lan_group).ok());
+  }
+  for (uint16_t slot = 0; slot < 3; ++slot) {
+    for (uint32_t w = 0; w < 3; ++w) {
+      ASSERT_EQ(sw.Process({kHost + w, 30001}, Datagram({slot, 0}, Fill(1))).kind,
+                Action::Kind::kDrop);
+    }
+    const Action& a = sw.Process({kHost + 3, 30001}, Datagram({slot, 0}, Fill(1)));
+    ASSERT_EQ(a.kind, Action::Kind::kMulticast);
+    ASSERT_EQ(a.destinations.size(), 1u);
+    EXPECT_EQ(a.destinations[0], (Endpoint{lan_group.ipv4, 14001}));
+  }
+  EXPECT_EQ(sw.job_counters(1)->completed, 3u);
+  EXPECT_EQ(sw.job_counters(1)->group_sends, 3u);
+  EXPECT_EQ(sw.job_counters(1)->multicast_packets, 12u);
+  const std::string text = sw.FormatCounters(false);
+  EXPECT_NE(text.find("group_sends"), std::string::npos) << text;
+  EXPECT_NE(text.find("239.192.2.3:14000"), std::string::npos) << text;
+
+  JobSpec mixed = spec;
+  mixed.session_id = 2;
+  mixed.multicast_group = Endpoint{0xefc00204, 14000};
+  ASSERT_TRUE(sw.CreateJob(mixed).ok());
+  for (uint32_t w = 0; w < 4; ++w) {
+    const Endpoint group = w == 2 ? Endpoint{} : mixed.multicast_group;  // rank 2: reference
+    ASSERT_TRUE(sw.AddWorker(2, w, {kHost + 10 + w, 30000}, nullptr, group).ok());
+  }
+  for (uint32_t w = 0; w < 3; ++w) sw.Process({kHost + 10 + w, 30000}, Datagram({0, 0}, Fill(1)));
+  const Action& a = sw.Process({kHost + 13, 30000}, Datagram({0, 0}, Fill(1)));
+  ASSERT_EQ(a.kind, Action::Kind::kMulticast);
+  ASSERT_EQ(a.destinations.size(), 2u);
+  EXPECT_EQ(a.destinations[0], mixed.multicast_group);
+  EXPECT_EQ(a.destinations[1], (Endpoint{kHost + 12, 30000}));
+  EXPECT_EQ(sw.job_counters(2)->group_sends, 1u);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "transport/address.h"
 #include "transport/auth.h"
 #include "transport/factory.h"
+#include "transport/udp.h"
 
 namespace switchml {
 
@@ -72,6 +73,10 @@ Status Config::Validate() const {
     return InvalidArgumentError("peer_timeout must be at least the retransmission timeout");
   }
   if (setup_timeout.count() <= 0) return InvalidArgumentError("setup_timeout must be positive");
+  if (lan_multicast && authenticate_data) {
+    return InvalidArgumentError(
+        "lan_multicast cannot go with authenticate_data: datagrams to a group carry no tag");
+  }
   if (!(wake_batch >= 0 && wake_batch <= 1)) {
     return InvalidArgumentError("wake_batch must be in [0, 1] (a fraction of the packets in "
                                 "flight; 0 = wake for every arrival)");
@@ -130,20 +135,78 @@ bool AllReduceHandle::Test() const {
 
 namespace {
 
-// The loopback multicast group of a session (Config::loopback_multicast), the same on every
-// worker: an address in 239.0.0.0/8 and first port in [12000, 20000) from a hash of the session
-// id (below Linux's ephemeral ports and the workers' own [20000, 32000)). Two sessions on one
-// switch that hash alike cannot both hold it: the switch keeps it for the first only
-// (dataplane::JobSpec::loopback_group), and the other gets results one copy per worker.
-Endpoint LoopbackGroupOf(uint64_t session_id, uint32_t num_ports) {
+// The multicast group of a session's results (Config::loopback_multicast, lan_multicast), the
+// same on every worker: an address in 239.192.0.0/14 (RFC 2365's organization-local scope, whose
+// Ethernet addresses 01:00:5e:40:00:00.. do not alias the link-local groups 224.0.0.x that
+// snooping switches always flood) and first port in [12000, 20000) from a hash of the session id
+// (below Linux's ephemeral ports and the workers' own [20000, 32000)). Two sessions on one switch
+// that hash alike cannot both hold it: the switch keeps it for the first only
+// (dataplane::JobSpec::multicast_group), and the other gets results one copy per worker.
+Endpoint MulticastGroupOf(uint64_t session_id, uint32_t num_ports) {
   uint64_t h = session_id + 0x9e3779b97f4a7c15ULL;  // splitmix64
   h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
   h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
   h ^= h >> 31;
   constexpr uint32_t kFirstPort = 12000, kPorts = 8000;
   const uint32_t room = kPorts - std::min<uint32_t>(num_ports, kPorts - 1);
-  return Endpoint{0xef000000u | static_cast<uint32_t>(h & 0xffffff),
+  return Endpoint{0xefc00000u | static_cast<uint32_t>(h & 0x3ffff),
                   static_cast<uint16_t>(kFirstPort + (h >> 24) % room)};
+}
+
+using transport::NetInterface;
+
+// Joins every worker thread's transport to the session's result group (Config::
+// loopback_multicast, Config::lan_multicast): on the loopback interface when the switch is on
+// this host (a loopback address), else, with lan_multicast, on the interface toward the switch.
+// Sets *group (0: none) and *via. A loopback group that cannot be joined is only logged (results
+// then come one per worker); a LAN group that cannot be, is an error (the user asked for it).
+Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint32_t bind_ip,
+                       uint64_t session_id,
+                       std::vector<std::unique_ptr<transport::Transport>>& transports,
+                       Endpoint* group, NetInterface* via) {
+  *group = Endpoint{};
+  *via = NetInterface{};
+  via->loopback = true;
+  constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
+  const bool local = (switch_ip & kLoopbackMask) == kLoopbackNet;
+  if (config.authenticate_data || !(local ? config.loopback_multicast : config.lan_multicast)) {
+    return Status();
+  }
+  if (!local) {
+    ASSIGN_OR_RETURN(*via, transport::InterfaceToward(switch_ip, bind_ip));
+    if (via->loopback) {
+      return FailedPreconditionError(
+          "LAN multicast: the switch " + Ipv4ToString(switch_ip) +
+          " is on this host (reached through " + via->name +
+          "); name it by a loopback address (127.0.0.1) for loopback multicast, or run without "
+          "--multicast on");
+    }
+    if (!via->multicast) {
+      return FailedPreconditionError("LAN multicast: interface " + via->name +
+                                     " toward the switch " + Ipv4ToString(switch_ip) +
+                                     " has no multicast (IFF_MULTICAST); run without "
+                                     "--multicast on");
+    }
+  }
+  const Endpoint g = MulticastGroupOf(session_id, config.num_worker_threads);
+  Status joined;
+  for (uint32_t t = 0; t < config.num_worker_threads && joined.ok(); ++t) {
+    joined = transports[t]->JoinGroup(Endpoint{g.ipv4, static_cast<uint16_t>(g.port + t)},
+                                      local ? 0 : via->index);
+  }
+  if (!joined.ok()) {
+    for (auto& t : transports) t->LeaveGroup();
+    if (!local) return Status(joined.code(), "LAN multicast: " + joined.message());
+    LOG(kInfo, kRuntime) << "no loopback multicast (results come one copy per worker): "
+                         << joined.message();
+    return Status();
+  }
+  *group = g;
+  if (!local) {
+    LOG(kInfo, kRuntime) << "results expected on multicast group " << g.ToString() << " (+ thread) via "
+                         << via->name;
+  }
+  return Status();
 }
 
 // The default Rendezvous: barriers and broadcasts through the switch's control plane. The
@@ -246,25 +309,11 @@ Status Context::Impl::Setup() {
   args.size = size;
   args.job_secret = config.job_secret;
   args.authenticate_data = config.authenticate_data;
-  // Loopback multicast: every worker of the session derives the same group and ports from the
+  // Multicast results: every worker of the session derives the same group and ports from the
   // session id, listens there, and asks the switch to send results to it.
-  constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
-  if (config.loopback_multicast && !config.authenticate_data &&
-      (switch_ip & kLoopbackMask) == kLoopbackNet) {
-    const Endpoint group = LoopbackGroupOf(session_id, config.num_worker_threads);
-    Status joined;
-    for (uint32_t t = 0; t < config.num_worker_threads && joined.ok(); ++t) {
-      joined = transports[t]->JoinLoopbackGroup(
-          Endpoint{group.ipv4, static_cast<uint16_t>(group.port + t)});
-    }
-    if (joined.ok()) {
-      args.loopback_group = group;
-    } else {
-      for (auto& t : transports) t->LeaveLoopbackGroup();
-      LOG(kInfo, kRuntime) << "no loopback multicast (results come one copy per worker): "
-                           << joined.message();
-    }
-  }
+  NetInterface group_interface;
+  RETURN_IF_ERROR(JoinResultGroup(config, switch_ip, bind_ip, session_id, transports,
+                                  &args.multicast_group, &group_interface));
   // Rank 0 (re)creates the job first; the others join after a barrier; all meet again.
   control::UdpSessionReply reply;
   if (config.rank == 0) {
@@ -277,11 +326,19 @@ Status Context::Impl::Setup() {
   RETURN_IF_ERROR(rendezvous->Barrier());
   // The stream may have been refused, or the job failed, meanwhile.
   if (failure->is_set()) return failure->Get();
-  if (args.loopback_group.ipv4 != 0 && !reply.loopback_group_kept) {
+  if (args.multicast_group.ipv4 != 0 && !reply.multicast_group_kept) {
     // The switch will not send to the group for this job (a reference switch, another job holds
     // the group, or a transport without it): do not listen to it either.
-    for (auto& t : transports) t->LeaveLoopbackGroup();
-    args.loopback_group = Endpoint{};
+    for (auto& t : transports) t->LeaveGroup();
+    if (!group_interface.loopback) {
+      return FailedPreconditionError(
+          "the switch did not keep LAN multicast group " + args.multicast_group.ToString() +
+          " for this job (it runs with --no-lan-multicast, is bound to 0.0.0.0 rather than the "
+          "address of the interface the workers reach (--bind), uses a transport other than "
+          "kernel UDP, another of its jobs holds the group, or it is a reference switch); run "
+          "the workers without --multicast on");
+    }
+    args.multicast_group = Endpoint{};
   }
   // From now on a switch that went away fails a barrier at once instead of being waited for.
   control->set_wait_for_ready(false);
@@ -321,9 +378,16 @@ Status Context::Impl::Setup() {
     runtime::WaitPolicy wait;
     wait.busy_poll = config.busy_poll;
     wait.wake_batch = config.wake_batch;
+    std::string expected_group;  // checked for LAN groups only (a loopback one cannot fail)
+    if (args.multicast_group.ipv4 != 0 && !group_interface.loopback) {
+      expected_group = Endpoint{args.multicast_group.ipv4,
+                                static_cast<uint16_t>(args.multicast_group.port + t)}
+                           .ToString() +
+                       " on " + group_interface.name;
+    }
     threads.push_back(std::make_unique<runtime::WorkerThread>(
         sc, std::move(transports[t]), shard, failure, wait, switch_data.port,
-        reply.num_data_ports));
+        reply.num_data_ports, std::move(expected_group)));
   }
   return Status();
 }

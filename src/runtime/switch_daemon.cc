@@ -11,6 +11,7 @@
 #include "base/status_macros.h"
 #include "proto/wire.h"
 #include "transport/factory.h"
+#include "transport/udp.h"
 
 namespace switchml::runtime {
 namespace {
@@ -27,6 +28,7 @@ void Add(dataplane::JobCounters& sum, const dataplane::JobCounters& c) {
   sum.aggregated += c.aggregated;
   sum.completed += c.completed;
   sum.multicast_packets += c.multicast_packets;
+  sum.group_sends += c.group_sends;
   sum.retransmitted += c.retransmitted;
   sum.upstream_sent += c.upstream_sent;
   sum.upstream_resent += c.upstream_resent;
@@ -114,6 +116,10 @@ Status SwitchDaemonOptions::Validate() const {
   transport::TransportOptions t;
   t.kind = transport;
   RETURN_IF_ERROR(t.Validate());
+  if (multicast_ttl < 1 || multicast_ttl > 255) {
+    return InvalidArgumentError("multicast TTL must be in 1..255, got " +
+                                std::to_string(multicast_ttl));
+  }
   if (!upstream.empty()) {
     UplinkOptions u;
     u.upstream = upstream;
@@ -127,6 +133,43 @@ Status SwitchDaemonOptions::Validate() const {
   return switch_config.Validate();
 }
 
+// Kernel UDP sends to multicast groups (transport/udp.cc); the others do not. Bound to a
+// loopback address or to any: groups of this host's workers, on the loopback interface. Bound
+// to a LAN address: groups on that address's interface (the workers cannot reach the switch
+// through the loopback interface then).
+namespace {
+void ChooseMulticastScope(SwitchDaemonOptions* options, transport::TransportOptions* topts) {
+  constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
+  dataplane::SwitchConfig& c = options->switch_config;
+  c.loopback_multicast = c.lan_multicast = false;
+  if (options->transport != "udp" && options->transport != "udp-plain") return;
+  const uint32_t bind = topts->bind_ipv4;
+  if (bind == 0 || (bind & kLoopbackMask) == kLoopbackNet) {
+    c.loopback_multicast = true;
+    return;
+  }
+  if (!options->lan_multicast) {
+    LOG(kInfo, kDataplane) << "LAN multicast off (--no-lan-multicast): results go to each worker";
+    return;
+  }
+  auto iface = transport::InterfaceToward(bind, bind);
+  if (!iface.ok() || !iface->multicast || iface->loopback) {
+    LOG(kWarning, kDataplane)
+        << "LAN multicast off: "
+        << (iface.ok() ? "interface " + iface->name + " of " + Ipv4ToString(bind) +
+                             " cannot send multicast"
+                       : iface.status().message())
+        << "; results go to each worker";
+    return;
+  }
+  c.lan_multicast = true;
+  topts->multicast_ttl = options->multicast_ttl;
+  LOG(kInfo, kDataplane) << "LAN multicast on " << iface->name << " (TTL "
+                         << options->multicast_ttl
+                         << ") for jobs whose workers ask for it (switchml worker --multicast on)";
+}
+}  // namespace
+
 SwitchDaemon::SwitchDaemon(const SwitchDaemonOptions& options)
     : options_(options),
       switch_(std::make_unique<dataplane::LockedSwitch>(options.switch_config)) {}
@@ -134,13 +177,11 @@ SwitchDaemon::SwitchDaemon(const SwitchDaemonOptions& options)
 Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOptions& given) {
   RETURN_IF_ERROR(given.Validate());
   SwitchDaemonOptions options = given;
-  // Kernel UDP sends to loopback multicast groups (transport/udp.cc); the others do not.
-  options.switch_config.loopback_multicast =
-      options.transport == "udp" || options.transport == "udp-plain";
-  std::unique_ptr<SwitchDaemon> d(new SwitchDaemon(options));
   transport::TransportOptions topts;
   topts.kind = options.transport;
   ParseIpv4(options.bind_address, &topts.bind_ipv4);
+  ChooseMulticastScope(&options, &topts);
+  std::unique_ptr<SwitchDaemon> d(new SwitchDaemon(options));
   topts.port = options.data_port;
   // Room for the authenticated data plane's tag (the wrapper lends and accepts
   // transport::kAuthRoomBytes less: exactly kMaxDatagramBytes).

@@ -43,6 +43,12 @@ struct SwitchDaemonOptions {
   std::string transport = "udp";
   // Poll the data-plane sockets without sleeping (lower latency, one core kept busy per shard).
   bool busy_poll = false;
+  // Multicast results on the LAN (docs/architecture.md, "Multicast results"): with kernel UDP
+  // bound to a specific non-loopback address, jobs whose workers ask for it get each result
+  // once, sent to their group on that address's interface with this TTL (1..255). Off, or bound
+  // to 0.0.0.0: only workers on this host get a (loopback) group.
+  bool lan_multicast = true;
+  int multicast_ttl = 1;
   // Drop this fraction of packets in each direction (received, and each copy sent), as the
   // reference P4 program's drop simulator does, to exercise loss recovery.
   double loss = 0;

@@ -56,7 +56,8 @@ Status FailureLatch::Get() const {
 WorkerThread::WorkerThread(const worker::SessionConfig& config,
                            std::unique_ptr<transport::Transport> transport, Endpoint switch_data,
                            std::shared_ptr<FailureLatch> failure, WaitPolicy wait,
-                           uint16_t switch_ports_first, uint32_t switch_ports)
+                           uint16_t switch_ports_first, uint32_t switch_ports,
+                           std::string expected_group)
     : transport_(std::move(transport)),
       switch_data_(switch_data),
       switch_ports_first_(switch_ports == 0 ? switch_data.port : switch_ports_first),
@@ -64,6 +65,8 @@ WorkerThread::WorkerThread(const worker::SessionConfig& config,
       failure_(std::move(failure)),
       session_(config),
       wait_(wait),
+      expected_group_(std::move(expected_group)),
+      group_seen_(expected_group_.empty()),
       tx_(kTxBatch),
       rx_(kRxBatch) {
   CHECK_LE(proto::DatagramBytes(config.size), transport_->max_datagram_bytes());
@@ -194,7 +197,26 @@ Result<size_t> WorkerThread::ReceiveBatch(worker::Nanos wait) {
     session_.HandleDatagram(Contents(rx_[i]), now);
   }
   if (foreign > 0) foreign_source_.fetch_add(foreign, std::memory_order_relaxed);
+  if (!group_seen_ && *r > 0) CheckGroupDelivers();
   return *r;
+}
+
+void WorkerThread::CheckGroupDelivers() {
+  const transport::TransportCounters c = transport_->counters();
+  if (c.group_datagrams_received > 0) {
+    group_seen_ = true;
+    return;
+  }
+  const uint64_t unicast = c.datagrams_received;
+  if (unicast < std::max<uint64_t>(kGroupCheckDatagrams, session_.config().window)) return;
+  session_.Abort(FailedPreconditionError(
+      "LAN multicast: " + std::to_string(unicast) +
+      " results arrived as unicast retransmission replies and none on multicast group " +
+      expected_group_ +
+      ": the network does not deliver the switch's multicast to this worker (a switch that "
+      "filters multicast or prunes it by IGMP snooping without a querier, a firewall, the "
+      "switch on another segment); run the workers with --multicast auto (docs/architecture.md, "
+      "\"Multicast results\")"));
 }
 
 bool WorkerThread::RunSlice(const Pending& p) {

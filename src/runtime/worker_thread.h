@@ -55,10 +55,17 @@ class WorkerThread {
   // loopback address when it is one) and
   // source port in [switch_ports_first, switch_ports_first + switch_ports); every other datagram
   // is dropped and counted (foreign_source_dropped()). switch_ports 0 means switch_data.port
-  // alone. wait: how to wait for results.
+  // alone. wait: how to wait for results. expected_group: when not empty, the transport has
+  // joined a LAN multicast group where the switch sends every result (Config::lan_multicast),
+  // described so ("239.192.1.2:12000 on eth0"); if a window's worth of datagrams (and at least
+  // kGroupCheckDatagrams) arrive and none through the group, the network is not delivering it
+  // (only retransmission replies come, as unicast): the slice fails with FAILED_PRECONDITION
+  // naming the group, instead of crawling on retransmissions.
   WorkerThread(const worker::SessionConfig& config, std::unique_ptr<transport::Transport> transport,
                Endpoint switch_data, std::shared_ptr<FailureLatch> failure, WaitPolicy wait = {},
-               uint16_t switch_ports_first = 0, uint32_t switch_ports = 0);
+               uint16_t switch_ports_first = 0, uint32_t switch_ports = 0,
+               std::string expected_group = {});
+  static constexpr uint64_t kGroupCheckDatagrams = 64;
   ~WorkerThread();  // Stop()s
 
   // Queues a slice; after Stop() it is reported as CANCELLED at once.
@@ -90,6 +97,8 @@ class WorkerThread {
   // Wake-up batching: counts `received` datagrams that arrived by `now` into the arrival rate;
   // and sleeps, if worthwhile, until the next batch should have arrived.
   void MeasureArrivals(size_t received, worker::Nanos now);
+  // The expected_group check: aborts the session when only unicast datagrams arrive.
+  void CheckGroupDelivers();
   void NapForBatch();
 
   std::unique_ptr<transport::Transport> transport_;
@@ -100,6 +109,8 @@ class WorkerThread {
   std::shared_ptr<FailureLatch> failure_;
   worker::WorkerSession session_;
   const WaitPolicy wait_;
+  const std::string expected_group_;
+  bool group_seen_;  // a datagram came through expected_group_ (or none is expected)
   // Wake-up batching state (the thread's): datagrams per second arriving while a slice runs,
   // smoothed (0 until measured; kept across slices); the measurement period under way; and
   // when the last receive returned datagrams.

@@ -350,7 +350,7 @@ Status Engine::Setup() {
     std::iota(rank_local.begin(), rank_local.end(), 0u);
     if (jc.tors.empty()) {
       RETURN_IF_ERROR(switches_[jc.switch_node]->CreateJob(
-          {jc.session_id, n, jc.size, T, jc.window, /*running_tsi=*/true, /*loopback_group=*/{}}));
+          {jc.session_id, n, jc.size, T, jc.window, /*running_tsi=*/true, /*multicast_group=*/{}}));
     } else {
       std::vector<uint32_t> racks;  // ToR nodes in order of first appearance
       std::map<uint32_t, uint32_t> rack_size;
@@ -362,11 +362,11 @@ Status Engine::Setup() {
       }
       dataplane::Switch& spine = *switches_[jc.switch_node];
       RETURN_IF_ERROR(spine.CreateJob({jc.session_id, static_cast<uint32_t>(racks.size()), jc.size,
-                                       T, jc.window, /*running_tsi=*/true, /*loopback_group=*/{}}));
+                                       T, jc.window, /*running_tsi=*/true, /*multicast_group=*/{}}));
       for (uint32_t k = 0; k < racks.size(); ++k) {
         dataplane::Switch& tor = *switches_[racks[k]];
         RETURN_IF_ERROR(tor.CreateJob({jc.session_id, rack_size[racks[k]], jc.size, T, jc.window,
-                                       /*running_tsi=*/true, /*loopback_group=*/{}}));
+                                       /*running_tsi=*/true, /*multicast_group=*/{}}));
         RETURN_IF_ERROR(tor.SetUpstream(
             jc.session_id, {Topology::Ip(jc.switch_node), kSwitchPort, /*num_ports=*/1}));
         RETURN_IF_ERROR(spine.AddWorker(jc.session_id, k, {Topology::Ip(racks[k]), kSwitchPort}));

@@ -24,6 +24,7 @@ UdpOptions ToUdp(const TransportOptions& o) {
   u.socket_buffer_bytes = o.socket_buffer_bytes;
   u.max_batch = o.max_batch;
   u.max_datagram_bytes = o.max_datagram_bytes;
+  u.multicast_ttl = o.multicast_ttl;
   u.gso = u.gro = o.kind == "udp";
   return u;
 }

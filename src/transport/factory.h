@@ -33,6 +33,9 @@ struct TransportOptions {
   int socket_buffer_bytes = 4 << 20;  // kernel socket buffers; <= 0 keeps the system default
   // The switch's data plane rather than a worker's (dpdk memif: the server side).
   bool switch_side = false;
+  // Datagrams to multicast groups (kernel UDP; udp.h UdpOptions::multicast_ttl): 0, within this
+  // host only; 1..255, on the interface holding bind_ipv4 with that TTL.
+  int multicast_ttl = 0;
   // Drop this fraction of datagrams in each direction (received, and each sent), seeded: for
   // exercising loss recovery. 0 = no wrapper.
   double loss = 0;

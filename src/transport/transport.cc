@@ -12,8 +12,8 @@ std::span<uint8_t> Transport::TxBuffer(size_t index) {
   return {tx_arena_.data() + index * stride, stride};
 }
 
-Status Transport::JoinLoopbackGroup(const Endpoint& group) {
-  return UnimplementedError("the " + name() + " transport has no loopback multicast");
+Status Transport::JoinGroup(const Endpoint& group, uint32_t interface_index) {
+  return UnimplementedError("the " + name() + " transport cannot join multicast groups");
 }
 
 TransportCounters SingleWriterTransportCounters::Snapshot() const {

@@ -54,6 +54,7 @@ struct TransportCounters {
   uint64_t loss_dropped_in = 0;     // dropped on purpose by a loss wrapper, received
   uint64_t loss_dropped_out = 0;    // dropped on purpose by a loss wrapper, sent
   uint64_t auth_dropped = 0;  // received from a keyed peer with a tag that did not verify (auth.h)
+  uint64_t group_datagrams_received = 0;  // of datagrams_received, through a joined group
 };
 
 // A counter that one thread adds to and any thread reads (relaxed: a snapshot, not a fence).
@@ -110,13 +111,14 @@ class Transport {
 
   virtual TransportCounters counters() const = 0;
 
-  // Loopback multicast (docs/architecture.md, "Loopback multicast"): also receive the datagrams
-  // this host sends to the multicast group `group` (an address in 239.0.0.0/8 and a port), from
-  // the next Receive on, until LeaveLoopbackGroup. Only kernel UDP has it; others return
-  // UNIMPLEMENTED (wrappers do not pass it on). A transport that has it sends to a group only
-  // within this host (TTL 0).
-  virtual Status JoinLoopbackGroup(const Endpoint& group);
-  virtual void LeaveLoopbackGroup() {}
+  // Multicast results (docs/architecture.md, "Multicast results"): also receive the datagrams
+  // sent to the multicast group `group` (an address in 239.0.0.0/8 and a port), joined on the
+  // interface with index `interface_index` (0: the loopback interface, for groups of this host),
+  // from the next Receive on, until LeaveGroup. Only kernel UDP has it; others return
+  // UNIMPLEMENTED (wrappers do not pass it on). Datagrams that came through the group are
+  // counted in TransportCounters::group_datagrams_received.
+  virtual Status JoinGroup(const Endpoint& group, uint32_t interface_index);
+  virtual void LeaveGroup() {}
 
   // A name for logs and reports: "udp (GSO, GRO)", "udp-plain", "memory", "lossy(udp ...)".
   virtual std::string name() const = 0;

@@ -1,6 +1,8 @@
 #include "transport/udp.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
@@ -77,6 +79,12 @@ class FileDescriptor {
   int fd_;
 };
 
+std::string InterfaceName(uint32_t index) {
+  char name[IF_NAMESIZE] = {};
+  if (::if_indextoname(index, name) == nullptr) return "#" + std::to_string(index);
+  return name;
+}
+
 // Sets a socket buffer size, trying the privileged *FORCE variant first (it ignores the
 // rmem_max/wmem_max limits when we run as root) and falling back silently.
 void SetBufferSize(int fd, int force_option, int option, int bytes) {
@@ -116,14 +124,17 @@ class UdpTransport final : public Transport {
         rx_segment_(rx_messages_),
         socket_buffer_bytes_(options.socket_buffer_bytes) {}
   ~UdpTransport() override {
-    LeaveLoopbackGroup();
+    LeaveGroup();
     ::close(socket_fd_);
     ::close(wake_fd_);
   }
 
-  Status JoinLoopbackGroup(const Endpoint& group) override {
-    LeaveLoopbackGroup();
-    const std::string where = "loopback multicast group " + group.ToString();
+  Status JoinGroup(const Endpoint& group, uint32_t interface_index) override {
+    LeaveGroup();
+    const std::string where =
+        "multicast group " + group.ToString() +
+        (interface_index == 0 ? " on the loopback interface"
+                              : " on interface " + InterfaceName(interface_index));
     FileDescriptor fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (fd.get() < 0) return UnavailableError("cannot create a socket for " + where);
     const int zero = 0, one = 1;
@@ -139,10 +150,13 @@ class UdpTransport final : public Transport {
     }
     ip_mreqn join{};
     join.imr_multiaddr.s_addr = htonl(group.ipv4);
-    join.imr_address.s_addr = htonl(INADDR_LOOPBACK);
+    if (interface_index == 0) {
+      join.imr_address.s_addr = htonl(INADDR_LOOPBACK);
+    } else {
+      join.imr_ifindex = static_cast<int>(interface_index);
+    }
     if (::setsockopt(fd.get(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &join, sizeof join) != 0) {
-      return UnavailableError("cannot join " + where + " on the loopback interface: " +
-                              ErrnoText(errno));
+      return UnavailableError("cannot join " + where + ": " + ErrnoText(errno));
     }
     ::setsockopt(fd.get(), IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof zero);
     if (gro_ && ::setsockopt(fd.get(), SOL_UDP, UDP_GRO, &one, sizeof one) != 0) {
@@ -152,7 +166,7 @@ class UdpTransport final : public Transport {
     return Status();
   }
 
-  void LeaveLoopbackGroup() override {
+  void LeaveGroup() override {
     if (group_fd_ < 0) return;
     ::close(group_fd_);
     group_fd_ = -1;
@@ -256,6 +270,7 @@ class UdpTransport final : public Transport {
     TransportCounters c = counts_.Snapshot();
     c.segmented_sends = segmented_sends_.Get();
     c.coalesced_receives = coalesced_receives_.Get();
+    c.group_datagrams_received = group_received_.Get();
     return c;
   }
 
@@ -392,6 +407,7 @@ class UdpTransport final : public Transport {
     rx_received_ = static_cast<size_t>(r);
     rx_message_ = 0;
     rx_offset_ = 0;
+    rx_from_group_ = fd == group_fd_;
     return true;
   }
 
@@ -425,6 +441,7 @@ class UdpTransport final : public Transport {
       }
     }
     counts_.datagrams_received.Add(n);
+    if (rx_from_group_) group_received_.Add(n);
     if (truncated > 0) counts_.truncated.Add(truncated);
     return n;
   }
@@ -455,11 +472,44 @@ class UdpTransport final : public Transport {
   size_t rx_message_ = 0;           // the next message to hand out
   size_t rx_offset_ = 0;            // the next datagram's offset in it
   const int socket_buffer_bytes_;
-  int group_fd_ = -1;         // the loopback multicast group's socket, if joined
-  bool group_first_ = false;  // which socket the next ReceiveNow tries first
+  int group_fd_ = -1;           // the multicast group's socket, if joined
+  bool group_first_ = false;    // which socket the next ReceiveNow tries first
+  bool rx_from_group_ = false;  // the last recvmmsg read the group's socket
   SingleWriterTransportCounters counts_;
-  SingleWriterCounter segmented_sends_, coalesced_receives_;
+  SingleWriterCounter segmented_sends_, coalesced_receives_, group_received_;
 };
+
+// Where and how far the socket's datagrams to multicast groups go (UdpOptions::multicast_ttl).
+Status SetMulticastEgress(int fd, const UdpOptions& options, const std::string& address) {
+  ip_mreqn via{};
+  int ttl = 0, loop = 1;
+  if (options.multicast_ttl == 0) {
+    via.imr_address.s_addr = htonl(INADDR_LOOPBACK);
+  } else {
+    constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
+    if (options.multicast_ttl < 0 || options.multicast_ttl > 255) {
+      return InvalidArgumentError("UDP transport on " + address + ": multicast_ttl " +
+                                  std::to_string(options.multicast_ttl) + " is not in 0..255");
+    }
+    if (options.bind_ipv4 == 0 || (options.bind_ipv4 & kLoopbackMask) == kLoopbackNet) {
+      return InvalidArgumentError(
+          "UDP transport on " + address +
+          ": multicast to the LAN needs the address of the interface to send on, not " +
+          Ipv4ToString(options.bind_ipv4) + " (bind to that interface's address)");
+    }
+    via.imr_address.s_addr = htonl(options.bind_ipv4);
+    ttl = options.multicast_ttl;
+    loop = 0;
+  }
+  if (::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &via, sizeof via) != 0 ||
+      ::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof ttl) != 0 ||
+      ::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &loop, sizeof loop) != 0) {
+    return UnavailableError("UDP transport on " + address +
+                            ": cannot set the multicast interface, TTL or loop: " +
+                            ErrnoText(errno));
+  }
+  return Status();
+}
 
 // Opens one socket; *in_use tells the caller that the bind failed only because the port is taken.
 Result<std::unique_ptr<Transport>> OpenUdpImpl(const UdpOptions& options, bool* in_use) {
@@ -518,17 +568,18 @@ Result<std::unique_ptr<Transport>> OpenUdpImpl(const UdpOptions& options, bool* 
                                   ErrnoText(errno));
   }
   const Endpoint local{options.bind_ipv4, ntohs(bound.sin_port)};
-  // Loopback multicast (Transport::JoinLoopbackGroup): datagrams this socket sends to a group
-  // never leave the host (TTL 0) and go out on the loopback interface; and the socket receives
-  // no group's datagrams merely because it is bound to the group's port (IP_MULTICAST_ALL,
-  // on by default, would deliver every group that any socket of the host joined).
+  // Multicast results (Transport::JoinGroup; docs/architecture.md, "Multicast results"): the
+  // socket receives no group's datagrams merely because it is bound to the group's port
+  // (IP_MULTICAST_ALL, on by default, would deliver every group that any socket of the host
+  // joined). What it sends to a group: by default it never leaves the host (TTL 0) and goes out
+  // on the loopback interface (the kernel's loop copy reaches this host's members); with
+  // multicast_ttl > 0 it goes out on the interface holding the bound address with that TTL and
+  // without a loop copy (no member on this host needs one: a local worker uses a loopback
+  // group; the copy would cost a clone and a trip through the receive path per send).
   {
-    const int ttl = 0, all = 0;
-    ip_mreqn via{};
-    via.imr_address.s_addr = htonl(INADDR_LOOPBACK);
-    ::setsockopt(sock.get(), IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof ttl);
-    ::setsockopt(sock.get(), IPPROTO_IP, IP_MULTICAST_IF, &via, sizeof via);
+    const int all = 0;
     ::setsockopt(sock.get(), IPPROTO_IP, IP_MULTICAST_ALL, &all, sizeof all);
+    RETURN_IF_ERROR(SetMulticastEgress(sock.get(), options, address));
   }
   // Offloads where the kernel has them: UDP_SEGMENT (Linux 4.18) is probed by setting the
   // socket's default segment size to 0 (no segmentation unless a send asks for it).
@@ -550,6 +601,45 @@ Result<std::unique_ptr<Transport>> OpenUdpImpl(const UdpOptions& options, bool* 
 }
 
 }  // namespace
+
+Result<NetInterface> InterfaceToward(uint32_t destination, uint32_t source) {
+  const std::string to = Ipv4ToString(destination);
+  if (source == 0) {
+    // A connected UDP socket sends nothing, but getsockname then names the routed source.
+    FileDescriptor probe(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (probe.get() < 0) return UnavailableError("cannot create a socket: " + ErrnoText(errno));
+    const sockaddr_in sin = ToSockaddr(Endpoint{destination, 9});
+    if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&sin), sizeof sin) != 0) {
+      return UnavailableError("no route to " + to + ": " + ErrnoText(errno));
+    }
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    if (::getsockname(probe.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) {
+      return InternalError("getsockname failed: " + ErrnoText(errno));
+    }
+    source = ntohl(local.sin_addr.s_addr);
+  }
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return InternalError("getifaddrs failed: " + ErrnoText(errno));
+  NetInterface found;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (ntohl(in->sin_addr.s_addr) != source) continue;
+    found.name = a->ifa_name;
+    found.index = ::if_nametoindex(a->ifa_name);
+    found.ipv4 = source;
+    found.loopback = (a->ifa_flags & IFF_LOOPBACK) != 0;
+    found.multicast = (a->ifa_flags & IFF_MULTICAST) != 0;
+    break;
+  }
+  ::freeifaddrs(list);
+  if (found.index == 0) {
+    return NotFoundError("no interface of this host holds " + Ipv4ToString(source) +
+                         " (the source address toward " + to + ")");
+  }
+  return found;
+}
 
 Result<std::unique_ptr<Transport>> OpenUdp(const UdpOptions& options) {
   bool in_use = false;

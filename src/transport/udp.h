@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "switchml/status.h"
@@ -34,7 +35,25 @@ struct UdpOptions {
   // Either way the datagrams on the wire are the same.
   bool gso = true;
   bool gro = true;
+  // Datagrams sent to multicast groups (docs/architecture.md, "Multicast results"): 0, only
+  // within this host (loopback interface, TTL 0); 1..255, on the interface holding bind_ipv4
+  // (which must be a specific, non-loopback address) with that TTL, not looped back.
+  int multicast_ttl = 0;
 };
+
+// A network interface of this host, as a multicast member needs it.
+struct NetInterface {
+  std::string name;    // e.g. "eth0"
+  uint32_t index = 0;  // if_nametoindex
+  uint32_t ipv4 = 0;   // the address that selected it, host order
+  bool loopback = false;
+  bool multicast = false;  // IFF_MULTICAST
+};
+
+// The interface this host reaches `destination` through (host order): the one holding
+// `source` when that is not 0, else the one holding the source address the kernel's routing
+// picks for the destination. Errors name the destination and what failed.
+Result<NetInterface> InterfaceToward(uint32_t destination, uint32_t source);
 
 // Opens a UDP transport bound to options.bind_ipv4:options.port. local_endpoint() reports the
 // bound address and the actual port (ipv4 0 when bound to INADDR_ANY). Errors name the address

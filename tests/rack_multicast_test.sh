@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# LAN multicast in the emulated rack of scripts/rack.sh: four workers, each in its own namespace
+# behind a 1 Gbit/s tbf-shaped cable to the bridge whose namespace holds the switch (bound to the
+# bridge's address, so it sends results to LAN groups). The bridge runs its own IGMP querier,
+# so it forwards a group's datagrams only to the ports whose worker joined it (IGMP snooping).
+#   1. every worker with --multicast on: results verified, and the switch's counters show each
+#      completed slot sent once to the group (group_sends == completed) and about one datagram
+#      sent per result (not one per worker);
+#   2. rank 3 with --multicast off (a worker that does not join, as a reference worker): every
+#      result verified; the switch sends each once to the group and once to rank 3;
+#   3. the switch with --no-lan-multicast: a worker with --multicast on fails setup, saying why.
+# Exits 77 (skipped) where namespaces cannot be created. Usage: rack_multicast_test.sh SWITCHML
+set -euo pipefail
+bin="$(realpath "$1")"
+here="$(cd "$(dirname "$0")" && pwd)"
+rack="$here/../scripts/rack.sh"
+n=4
+
+# Counter `name` of the session's table in the switch's output file.
+counter() { awk -v name="$2" '$1 == name { v = $2 } END { print v + 0 }' "$1"; }
+# Datagrams the daemon sent ("daemon: received R, sent S over ...").
+sent() { sed -n 's/^daemon: received [0-9]*, sent \([0-9]*\) .*/\1/p' "$1" | tail -1; }
+
+if [ "${2:-}" = "--inside" ]; then
+  log="$(mktemp -d)"
+  switch_pid=""
+  trap '[ -n "$switch_pid" ] && kill "$switch_pid" 2>/dev/null; rm -rf "$log"' EXIT
+  read -r -a ips <<<"$RACK_WORKER_IPS"
+  status=0
+  # The bridge prunes multicast to the ports that joined (its own querier makes the snooping
+  # table authoritative; without one a Linux bridge floods every port).
+  ip -n "$RACK_SWITCH_NS" link set br0 type bridge mcast_snooping 1 mcast_querier 1
+
+  start_switch() {  # $1: output file; more flags after it
+    local out="$1"
+    shift
+    ip netns exec "$RACK_SWITCH_NS" "$bin" switch --bind "$RACK_SWITCH_IP" "$@" >"$out" 2>&1 &
+    switch_pid=$!
+    for _ in $(seq 50); do
+      grep -q "control port" "$out" && return 0
+      kill -0 "$switch_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    echo "FAIL: the switch did not start:"
+    cat "$out"
+    exit 1
+  }
+  stop_switch() {  # prints the counters into the switch's output
+    kill -TERM "$switch_pid"
+    wait "$switch_pid" || { echo "FAIL: the switch exited with an error"; status=1; }
+    switch_pid=""
+  }
+  run_job() {  # $1: session, $2: name; then per rank its --multicast mode
+    local session="$1" name="$2"
+    shift 2
+    local modes=("$@") pids=() r
+    for r in $(seq 0 $((n - 1))); do
+      ip netns exec "$RACK_NAME-w$r" "$bin" worker --switch "$RACK_SWITCH_IP" --bind "${ips[$r]}" \
+        --rank "$r" --workers "$n" --size 1M --dtype float32 --iterations 2 --warmup 1 \
+        --session "$session" --setup-timeout-ms 20000 --multicast "${modes[$r]}" \
+        --report >"$log/$name-w$r" 2>&1 &
+      pids+=($!)
+    done
+    for r in $(seq 0 $((n - 1))); do
+      if ! wait "${pids[$r]}"; then
+        echo "FAIL: $name: worker $r (--multicast ${modes[$r]}) exited with an error:"
+        cat "$log/$name-w$r"
+        status=1
+      elif ! grep -q "^SWITCHML_RESULT rank=$r status=ok verified=1" "$log/$name-w$r"; then
+        echo "FAIL: $name: worker $r reported no verified result:"
+        cat "$log/$name-w$r"
+        status=1
+      fi
+    done
+  }
+  check_counters() {  # $1: switch output, $2: name, $3: copies per result (1 + unicast workers)
+    local out="$1" name="$2" copies="$3"
+    local completed group sent_total retrans
+    completed=$(counter "$out" completed)
+    group=$(counter "$out" group_sends)
+    retrans=$(counter "$out" retransmitted)
+    sent_total=$(sent "$out")
+    if [ "$completed" -eq 0 ] || [ "$group" -ne "$completed" ]; then
+      echo "FAIL: $name: group_sends $group != completed $completed:"
+      cat "$out"
+      status=1
+    elif [ "$sent_total" -ne $((completed * copies + retrans)) ]; then
+      echo "FAIL: $name: sent $sent_total datagrams, expected completed $completed x $copies +" \
+        "retransmitted $retrans:"
+      cat "$out"
+      status=1
+    else
+      echo "ok: $name: $completed results, each sent once to the group (sent $sent_total" \
+        "datagrams for $n workers, $retrans retransmission replies)"
+    fi
+  }
+
+  start_switch "$log/switch-a"
+  run_job 11 all-join on on on on
+  stop_switch
+  check_counters "$log/switch-a" all-join 1
+
+  start_switch "$log/switch-b"
+  run_job 12 one-unicast on on on off
+  stop_switch
+  check_counters "$log/switch-b" one-unicast 2
+
+  start_switch "$log/switch-c" --no-lan-multicast
+  ip netns exec "$RACK_NAME-w0" "$bin" worker --switch "$RACK_SWITCH_IP" --bind "${ips[0]}" \
+    --rank 0 --workers 1 --size 1K --session 13 --setup-timeout-ms 20000 --multicast on \
+    >"$log/refused" 2>&1 && rc=0 || rc=$?
+  stop_switch
+  if [ "$rc" -eq 0 ] || ! grep -q "did not keep LAN multicast group" "$log/refused"; then
+    echo "FAIL: a worker with --multicast on did not fail clearly on a switch without it:"
+    cat "$log/refused"
+    status=1
+  else
+    echo "ok: refused: $(grep -o 'the switch did not keep[^(]*' "$log/refused" | head -1)"
+  fi
+  exit "$status"
+fi
+
+rc=0
+timeout 80 "$rack" run --name "smlmc$$" --workers "$n" --rate 1gbit --mtu 9000 -- \
+  bash "$0" "$bin" --inside || rc=$?
+case "$rc" in
+  0) echo "1 passed, 0 failed" ;;
+  77)
+    echo "SKIPPED: scripts/rack.sh cannot create network namespaces here (needs root and iproute2)"
+    ;;
+  124) echo "FAIL: the rack run took over 80 s"; echo "0 passed, 1 failed"; rc=1 ;;
+  *) echo "0 passed, 1 failed" ;;
+esac
+exit "$rc"
