@@ -299,6 +299,8 @@ class Bench:
             out["cpu_method"] = "sampled worker threads + switch"
         out["retransmitted"] = sum(int(r.get("retransmitted", 0))
                                    for r in result_lines(workers, "SWITCHML_RESULT"))
+        # The switch's own CPU (whole life: setup and warm-up included) per all-reduce.
+        out["switch_cpu_s_per_allreduce"] = switch.cpu_s / (a.iterations + a.warmup)
         return out
 
     def switchml_extra_args(self):
@@ -425,6 +427,7 @@ class Bench:
             row["cpu_method"] = r["cpu_method"]
         if "retransmitted" in r:
             row["retransmitted"] = r["retransmitted"]
+            row["switch_cpu_s_per_allreduce"] = r["switch_cpu_s_per_allreduce"]
             extra = MCAST_ARGS if system == "switchml-mcast" else []
             row["switchml_args"] = " ".join(extra + self.switchml_extra_args())
         log(f"{system}: median {med:.4f} s, p99 {row['p99_s']:.4f} s, "

@@ -95,15 +95,34 @@ if [ "${2:-}" = "--inside" ]; then
     fi
   }
 
+  # Worker r's counter from its SWITCHML_RESULT line.
+  wcounter() { sed -n "s/^SWITCHML_RESULT .* $3=\([0-9]*\) .*/\1/p" "$log/$1-w$2"; }
+
   start_switch "$log/switch-a"
   run_job 11 all-join on on on on
   stop_switch
   check_counters "$log/switch-a" all-join 1
+  # Every worker got its results through the group, coalesced by UDP GRO (the bridge and the
+  # veth pass the switch's segmented sends whole).
+  for r in $(seq 0 $((n - 1))); do
+    g=$(wcounter all-join "$r" group_received)
+    c=$(wcounter all-join "$r" coalesced)
+    if [ "${g:-0}" -eq 0 ] || [ "${c:-0}" -eq 0 ]; then
+      echo "FAIL: all-join: worker $r: group_received=${g:-?} coalesced=${c:-?}:"
+      cat "$log/all-join-w$r"
+      status=1
+    fi
+  done
 
   start_switch "$log/switch-b"
   run_job 12 one-unicast on on on off
   stop_switch
   check_counters "$log/switch-b" one-unicast 2
+  if [ "$(wcounter one-unicast 3 group_received)" != 0 ]; then
+    echo "FAIL: one-unicast: the worker that did not join received through the group:"
+    cat "$log/one-unicast-w3"
+    status=1
+  fi
 
   start_switch "$log/switch-c" --no-lan-multicast
   ip netns exec "$RACK_NAME-w0" "$bin" worker --switch "$RACK_SWITCH_IP" --bind "${ips[0]}" \

@@ -187,7 +187,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
          << " sent=" << s.packets_sent << " retransmitted=" << s.packets_retransmitted
          << " srtt_us=" << s.srtt_us << " rto_us=" << s.rto_us
          << " foreign_dropped=" << s.foreign_source_dropped << " auth_dropped=" << s.auth_dropped
-         << " times=";
+         << " received=" << s.datagrams_received << " group_received=" << s.group_datagrams_received
+         << " coalesced=" << s.coalesced_receives << " times=";
     for (size_t i = 0; i < times.size(); ++i) line << (i ? "," : "") << times[i];
     // CPU seconds of this whole process (all its threads) during each timed all-reduce.
     line << " cpu=";

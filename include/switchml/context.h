@@ -62,6 +62,12 @@ struct ContextStats {
   // With Config::authenticate_data: datagrams whose tag did not verify under the job's key
   // (forged, altered or cut short; dropped unread, before the source check).
   uint64_t auth_dropped = 0;
+  // The worker threads' transports: datagrams received, those of them through the job's
+  // multicast group (docs/architecture.md, "Multicast results"), and receives that returned a
+  // run of datagrams as one buffer (UDP GRO).
+  uint64_t datagrams_received = 0;
+  uint64_t group_datagrams_received = 0;
+  uint64_t coalesced_receives = 0;
 };
 
 class Context {

@@ -550,7 +550,11 @@ ContextStats Context::stats() const {
     s.rttvar_us = std::max(s.rttvar_us, us(c.rttvar));
     s.rto_us = std::max(s.rto_us, us(c.rto));
     s.foreign_source_dropped += t->foreign_source_dropped();
-    s.auth_dropped += t->transport_counters().auth_dropped;
+    const transport::TransportCounters tc = t->transport_counters();
+    s.auth_dropped += tc.auth_dropped;
+    s.datagrams_received += tc.datagrams_received;
+    s.group_datagrams_received += tc.group_datagrams_received;
+    s.coalesced_receives += tc.coalesced_receives;
   }
   return s;
 }

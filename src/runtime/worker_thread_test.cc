@@ -186,5 +186,61 @@ TEST(WorkerThreadTest, WakeBatchingTakesSeveralResultsPerWakeUp) {
                                << " receives";
 }
 
+// Reports every datagram it receives as having come through a multicast group, or none, as a
+// kernel UDP transport that joined a LAN group counts them (TransportCounters).
+class GroupCountingTransport : public SchedulerTransport {
+ public:
+  GroupCountingTransport(std::unique_ptr<transport::Transport> inner, bool through_group)
+      : SchedulerTransport(std::move(inner), 0, milliseconds(0)), through_group_(through_group) {}
+  transport::TransportCounters counters() const override {
+    transport::TransportCounters c = SchedulerTransport::counters();
+    c.group_datagrams_received = through_group_ ? c.datagrams_received : 0;
+    return c;
+  }
+
+ private:
+  const bool through_group_;
+};
+
+// Given: a thread that expects its results on a LAN multicast group, and a network that
+// delivers results only as unicast (the group's datagrams are dropped somewhere).
+// Expect: the slice fails with FAILED_PRECONDITION naming the group, once a window's worth has
+// arrived, instead of crawling on; the failure is latched for the other threads.
+// Given then: the same where the results do come through the group. Expect: the slice completes.
+TEST(WorkerThreadTest, ResultsThatNeverComeThroughTheExpectedGroupFailTheSlice) {
+  constexpr uint32_t kWindow = 64;
+  {
+    transport::MemoryNetwork net;
+    EchoSwitch sw(&net, 0, std::chrono::nanoseconds(0));
+    auto latch = std::make_shared<FailureLatch>();
+    WorkerThread thread(OneWorker(kWindow, milliseconds(10)),
+                        std::make_unique<GroupCountingTransport>(net.Attach(kWorker), false),
+                        kSwitch, latch, {}, 0, 0, "239.192.1.2:12000 on eth0");
+    std::vector<int32_t> in(64 * kWindow * 256, 1), out(in.size());
+    worker::SliceJob job;
+    job.job_id = 1;
+    job.dtype = DataType::kInt32;
+    job.in = in.data();
+    job.out = out.data();
+    job.count = in.size();
+    std::promise<Status> done;
+    thread.Submit(job, [&](const Status& st) { done.set_value(st); });
+    const Status st = done.get_future().get();
+    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+    EXPECT_NE(st.message().find("239.192.1.2:12000 on eth0"), std::string::npos) << st.message();
+    EXPECT_TRUE(latch->is_set());
+    EXPECT_LT(thread.counters().results, 16 * kWindow);  // stopped early (of 64 windows)
+  }
+  {
+    transport::MemoryNetwork net;
+    EchoSwitch sw(&net, 0, std::chrono::nanoseconds(0));
+    WorkerThread thread(OneWorker(kWindow, milliseconds(10)),
+                        std::make_unique<GroupCountingTransport>(net.Attach(kWorker), true),
+                        kSwitch, std::make_shared<FailureLatch>(), {}, 0, 0,
+                        "239.192.1.2:12000 on eth0");
+    EXPECT_TRUE(RunSlice(&thread, 8 * kWindow * 256).ok());
+  }
+}
+
 }  // namespace
 }  // namespace switchml::runtime
