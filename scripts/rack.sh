@@ -15,7 +15,8 @@ An emulated rack: namespaces NAME-sw (the switch: bridge br0 with address 10.99.
 NAME-w0 .. NAME-w<N-1> (worker i: eth0 with address 10.99.0.<10+i>/24), worker i's eth0
 joined by a veth pair to port p<i> of br0. Every cable is shaped with `tc qdisc ... tbf` in
 both directions (worker i's eth0 egress: worker to switch; port p<i> egress: switch and other
-workers to worker i). Traffic between workers crosses two cables, as in a rack.
+workers to worker i). Traffic between workers crosses two cables, as in a rack. br0 snoops IGMP
+and is the querier: multicast groups go only to the ports that joined them.
 
 Commands:
   up      create the rack (removes whatever it created if any step fails or is interrupted)
@@ -199,8 +200,12 @@ rack_up() {
   fi
   ip -n "$ns_sw" link set lo up
   ip -n "$ns_sw" link add br0 mtu "$mtu" type bridge
-  # A bridge forwards at once (no STP learning delay); it is the rack's switch ASIC.
-  ip -n "$ns_sw" link set br0 type bridge forward_delay 0 stp_state 0
+  # A bridge forwards at once (no STP learning delay); it is the rack's switch ASIC. It snoops
+  # IGMP and is the segment's querier, so it forwards a multicast group only to the ports whose
+  # host joined it (as a switch ASIC replicates to a group's ports), not to every port (what a
+  # Linux bridge does while no querier exists): switchml's LAN multicast (--multicast on).
+  ip -n "$ns_sw" link set br0 type bridge forward_delay 0 stp_state 0 mcast_snooping 1 \
+    mcast_querier 1
   ip -n "$ns_sw" addr add "$(switch_ip)/24" dev br0
   ip -n "$ns_sw" link set br0 up
   local i ns
