@@ -61,7 +61,7 @@ struct Config {
   // (and fewer preemptions of whoever sends those datagrams) on shared cores; a window that
   // covers the longer round trip keeps the link busy (docs/architecture.md 4.5). In [0, 1].
   double wake_batch = 0;
-  // Loopback multicast (beyond the reference; docs/architecture.md, "Loopback multicast"): with
+  // Loopback multicast (beyond the reference; docs/architecture.md, "Multicast results"): with
   // the switch on this host (a loopback switch_host) and the "udp" transports, each worker thread
   // also listens on a multicast group of its job, so the switch sends each result once for all
   // workers instead of once per worker (one kernel copy instead of num_workers). Used only when
