@@ -199,7 +199,9 @@ rack_up() {
     exit "$kNoNamespaces"
   fi
   ip -n "$ns_sw" link set lo up
-  ip -n "$ns_sw" link add br0 mtu "$mtu" type bridge
+  # (A querier counts as present only a query response interval after it is enabled, 10 s by
+  # default; until then the bridge floods: 1 s here, set before the querier.)
+  ip -n "$ns_sw" link add br0 mtu "$mtu" type bridge mcast_query_response_interval 100
   # A bridge forwards at once (no STP learning delay); it is the rack's switch ASIC. It snoops
   # IGMP and is the segment's querier, so it forwards a multicast group only to the ports whose
   # host joined it (as a switch ASIC replicates to a group's ports), not to every port (what a
