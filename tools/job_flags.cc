@@ -15,7 +15,8 @@ std::string TransportHelp() {
   for (const std::string& k : transport::TransportKinds()) kinds += (kinds.empty() ? "" : ", ") + k;
   return "data-plane transport: " + kinds +
          " (udp uses the kernel's UDP segmentation offloads, GSO/GRO, where it has them; dpdk "
-         "bypasses the kernel, see --dpdk-device)";
+         "bypasses the kernel, see --dpdk-device; shm: shared memory between the processes of this "
+         "host, switch included, in $SWITCHML_SHM_DIR or /dev/shm/switchml-<uid>)";
 }
 
 void AddDpdkFlags(Flags* f) {

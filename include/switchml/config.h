@@ -49,8 +49,9 @@ struct Config {
   std::string bind_address = "0.0.0.0";
   uint16_t udp_port = 0;
   // The data-plane transport: "udp" (kernel UDP with segmentation offloads, GSO and GRO, where
-  // the kernel has them), "udp-plain" (kernel UDP without them) or "xdp" (AF_XDP on the
-  // interface of bind_address, or the only one; needs root; see docs/architecture.md).
+  // the kernel has them), "udp-plain" (kernel UDP without them), "xdp" (AF_XDP on the
+  // interface of bind_address, or the only one; needs root), "dpdk", or "shm" (shared-memory
+  // rings to a switch on this host); see docs/architecture.md.
   std::string transport = "udp";
   // Wait for results by polling without sleeping: lower latency, a core kept busy per thread.
   bool busy_poll = false;

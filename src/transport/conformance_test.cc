@@ -3,8 +3,9 @@
 // ends of a veth pair in a network namespace of the test's own (made with unshare(CLONE_NEWNET);
 // skipped, saying why, where that is refused or the build has no AF_XDP); DPDK ("dpdk") over
 // memif inside the test process (skipped, saying why, where EAL cannot start or the build has no
-// DPDK). Tests say which side is the switch: a memif worker reaches one switch, and a switch
-// answers only workers it heard from, so for such a backend the workers speak first.
+// DPDK); shared memory ("shm") between transports of the test process. Tests say which side is
+// the switch: a memif worker reaches one switch, and a switch answers only workers it heard
+// from, so for such a backend the workers speak first.
 // A backend joins by adding a Backend to Backends() below.
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -71,6 +72,7 @@ std::vector<Backend> Backends() {
   b.push_back({"udp-plain"});
   b.push_back({"xdp", 0x0ac90001, 0x0ac90002, VethNamespace});
   b.push_back({"dpdk", kLoopbackIpv4, kLoopbackIpv4, DpdkReadyHere, true});
+  b.push_back({"shm"});
   return b;
 }
 

@@ -3,13 +3,14 @@
 #include "base/status_macros.h"
 #include "transport/dpdk.h"
 #include "transport/lossy.h"
+#include "transport/shm.h"
 #include "transport/udp.h"
 #include "transport/xdp.h"
 
 namespace switchml::transport {
 namespace {
 
-constexpr const char* kTransportKinds[] = {"udp", "udp-plain", "xdp", "dpdk"};
+constexpr const char* kTransportKinds[] = {"udp", "udp-plain", "xdp", "dpdk", "shm"};
 
 std::string KindList() {
   std::string list;
@@ -48,6 +49,14 @@ DpdkOptions ToDpdk(const TransportOptions& o) {
   return d;
 }
 
+ShmOptions ToShm(const TransportOptions& o) {
+  ShmOptions s;
+  s.bind_ipv4 = o.bind_ipv4;
+  s.port = o.port;
+  s.max_datagram_bytes = o.max_datagram_bytes;
+  return s;
+}
+
 std::unique_ptr<Transport> MaybeLossy(const TransportOptions& o, std::unique_ptr<Transport> t,
                                       uint64_t index) {
   if (o.loss <= 0) return t;
@@ -82,6 +91,10 @@ Result<std::unique_ptr<Transport>> OpenTransport(const TransportOptions& options
     ASSIGN_OR_RETURN(auto ts, OpenDpdkConsecutive(ToDpdk(options), 1));
     return MaybeLossy(options, std::move(ts[0]), 0);
   }
+  if (options.kind == "shm") {
+    ASSIGN_OR_RETURN(auto ts, OpenShmConsecutive(ToShm(options), 1));
+    return MaybeLossy(options, std::move(ts[0]), 0);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, OpenUdp(ToUdp(options)));
   return MaybeLossy(options, std::move(t), 0);
 }
@@ -94,6 +107,8 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenTransports(const TransportOp
     ASSIGN_OR_RETURN(ts, OpenDpdkConsecutive(ToDpdk(options), count));
   } else if (options.kind == "xdp") {
     ASSIGN_OR_RETURN(ts, OpenXdpConsecutive(ToXdp(options), count));
+  } else if (options.kind == "shm") {
+    ASSIGN_OR_RETURN(ts, OpenShmConsecutive(ToShm(options), count));
   } else {
     ASSIGN_OR_RETURN(ts, OpenUdpConsecutive(ToUdp(options), count));
   }

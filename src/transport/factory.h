@@ -5,7 +5,8 @@
 // batched I/O), "udp-plain" (kernel UDP without offloads), "xdp" (AF_XDP, xdp.h: the
 // interface of bind_ipv4; in builds without libxdp it opens with an error saying so) and "dpdk"
 // (dpdk.h: memif between the processes of a host by default, or a DPDK device; in builds without
-// libdpdk-dev it opens with an error saying so).
+// libdpdk-dev it opens with an error saying so) and "shm" (shm.h: shared-memory rings between the
+// processes of one host; the directory from $SWITCHML_SHM_DIR, else /dev/shm/switchml-<uid>).
 // Kernel-bypass backends join this list by adding an entry to kTransportKinds and a case in
 // factory.cc.
 // With loss > 0 every transport is wrapped in a seeded loss injector (lossy.h).

@@ -1,0 +1,861 @@
+#include "transport/shm.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <unordered_map>
+
+#include "base/logging.h"
+#include "base/status_macros.h"
+
+namespace switchml::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- The inbox file's layout (shm.h). Every multi-byte field is the host's byte order: the
+// file never leaves the host. Shared fields are plain integers accessed through atomic_ref.
+
+constexpr uint64_t kMagic = 0x314d48534c4d5753ULL;  // "SWMLSHM1" read little-endian
+constexpr uint32_t kVersion = 1;
+constexpr size_t kPage = 4096;
+constexpr size_t kLine = 64;
+constexpr uint32_t kMaxLength = 65535;  // a length word beyond this is malformed
+constexpr size_t kMaxDatagram = 65507;  // as UDP's
+constexpr uint32_t kMaxRingSlots = 65536;
+constexpr uint32_t kMaxSenders = 4096;
+
+struct Fixed {  // offset 0; written once by the receiver before the file gets its name
+  uint64_t magic;
+  uint32_t version;
+  uint32_t max_senders;
+  uint32_t ring_slots;
+  uint32_t slot_bytes;
+  uint32_t max_datagram_bytes;
+  uint32_t owner_pid;
+  uint64_t header_bytes;
+  uint64_t ring_bytes;
+  uint64_t total_bytes;
+};
+static_assert(sizeof(Fixed) <= kLine);
+
+struct Doorbell {  // offset 64
+  uint32_t bell;      // the futex word: bumped by every ring of the doorbell
+  uint32_t sleeping;  // 1: the receiver announced that it is about to sleep
+  uint32_t closed;    // 1: the receiver is gone (or was replaced): senders forget this inbox
+};
+constexpr size_t kDoorbellOffset = kLine;
+constexpr size_t kTableVersionOffset = 2 * kLine;  // a uint32_t bumped on every (un)registration
+
+struct Entry {  // one per ring, from kEntriesOffset
+  uint64_t state;  // kind << 32 | pid
+  uint32_t ipv4;   // the sender's endpoint
+  uint32_t port;
+  uint64_t reserved[2];
+};
+static_assert(sizeof(Entry) == 32);
+constexpr size_t kEntriesOffset = 4 * kLine;
+
+enum EntryKind : uint64_t { kFree = 0, kClaimed = 1, kActive = 2, kClosed = 3 };
+uint64_t StateOf(EntryKind kind, uint32_t pid) { return uint64_t{kind} << 32 | pid; }
+
+// A ring: the producer index, the consumer index (each on a line of its own), then the slots.
+constexpr size_t kHeadOffset = 0;
+constexpr size_t kTailOffset = kLine;
+constexpr size_t kSlotsOffset = 2 * kLine;
+constexpr size_t kSlotDataOffset = 8;  // a slot: uint32_t length, 4 bytes unused, the data
+
+template <class T>
+std::atomic_ref<T> Ref(uint8_t* base, size_t offset) {
+  return std::atomic_ref<T>(*reinterpret_cast<T*>(base + offset));
+}
+
+size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+struct Geometry {
+  uint32_t max_senders = 0;
+  uint32_t ring_slots = 0;
+  uint32_t slot_bytes = 0;
+  uint32_t max_datagram_bytes = 0;
+  uint64_t header_bytes = 0;
+  uint64_t ring_bytes = 0;
+  uint64_t total_bytes = 0;
+};
+
+Geometry MakeGeometry(uint32_t max_senders, uint32_t ring_slots, uint32_t max_datagram) {
+  Geometry g;
+  g.max_senders = max_senders;
+  g.ring_slots = ring_slots;
+  g.max_datagram_bytes = max_datagram;
+  g.slot_bytes = static_cast<uint32_t>(RoundUp(kSlotDataOffset + max_datagram, kLine));
+  g.header_bytes = RoundUp(kEntriesOffset + size_t{max_senders} * sizeof(Entry), kPage);
+  g.ring_bytes = RoundUp(kSlotsOffset + uint64_t{ring_slots} * g.slot_bytes, kPage);
+  g.total_bytes = g.header_bytes + uint64_t{max_senders} * g.ring_bytes;
+  return g;
+}
+
+bool PowerOfTwo(uint32_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+// The geometry a file's header claims, if it is one this code would have made; read once.
+bool ReadGeometry(const uint8_t* header, uint64_t file_bytes, Geometry* out) {
+  Fixed f;
+  std::memcpy(&f, header, sizeof f);
+  if (f.magic != kMagic || f.version != kVersion) return false;
+  if (f.max_senders == 0 || f.max_senders > kMaxSenders) return false;
+  if (!PowerOfTwo(f.ring_slots) || f.ring_slots > kMaxRingSlots) return false;
+  if (f.max_datagram_bytes == 0 || f.max_datagram_bytes > kMaxDatagram) return false;
+  const Geometry g = MakeGeometry(f.max_senders, f.ring_slots, f.max_datagram_bytes);
+  if (f.slot_bytes != g.slot_bytes || f.header_bytes != g.header_bytes ||
+      f.ring_bytes != g.ring_bytes || f.total_bytes != g.total_bytes || g.total_bytes > file_bytes) {
+    return false;
+  }
+  *out = g;
+  return true;
+}
+
+std::string ErrnoText(int err) { return std::string(std::strerror(err)); }
+
+long Futex(uint32_t* word, int op, uint32_t value, const timespec* timeout) {
+  return ::syscall(SYS_futex, word, op, value, timeout, nullptr, 0);
+}
+
+bool ProcessAlive(uint32_t pid) {
+  if (pid == 0 || pid > static_cast<uint32_t>(INT_MAX)) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+std::string InboxPath(const std::string& dir, uint16_t port) {
+  return dir + "/inbox-" + std::to_string(port);
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  ~Fd() { Reset(); }
+  int get() const { return fd_; }
+  void Reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+class Mapping {
+ public:
+  Mapping() = default;
+  Mapping(uint8_t* base, size_t bytes) : base_(base), bytes_(bytes) {}
+  Mapping(Mapping&& o) noexcept
+      : base_(std::exchange(o.base_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  Mapping& operator=(Mapping&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      base_ = std::exchange(o.base_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  ~Mapping() { Reset(); }
+  uint8_t* get() const { return base_; }
+  void Reset() {
+    if (base_ != nullptr) ::munmap(base_, bytes_);
+    base_ = nullptr;
+  }
+
+  static Mapping Map(int fd, size_t bytes, off_t offset) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, offset);
+    if (p == MAP_FAILED) return Mapping();
+    return Mapping(static_cast<uint8_t*>(p), bytes);
+  }
+
+ private:
+  uint8_t* base_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+Status EnsureDirectory(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return FailedPreconditionError("cannot create the shm transport directory " + dir + ": " +
+                                   ErrnoText(errno) +
+                                   "; set SWITCHML_SHM_DIR to a directory of tmpfs you own");
+  }
+  struct stat st{};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return FailedPreconditionError("the shm transport directory " + dir +
+                                   " is not a directory (a symbolic link is refused)");
+  }
+  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    return FailedPreconditionError("the shm transport directory " + dir +
+                                   " must belong to this user with mode 0700 (other users could "
+                                   "read or forge datagrams): chmod 700 it, or set "
+                                   "SWITCHML_SHM_DIR to another directory");
+  }
+  return Status();
+}
+
+bool SameFile(const std::string& path, int fd) {
+  struct stat a{}, b{};
+  return ::stat(path.c_str(), &a) == 0 && ::fstat(fd, &b) == 0 && a.st_dev == b.st_dev &&
+         a.st_ino == b.st_ino;
+}
+
+// Marks the inbox behind fd closed (a stale one being replaced), if it looks like an inbox.
+void MarkStaleClosed(int fd) {
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < kPage) return;
+  Mapping m = Mapping::Map(fd, kPage, 0);
+  if (m.get() == nullptr) return;
+  uint64_t magic;
+  std::memcpy(&magic, m.get(), sizeof magic);
+  if (magic == kMagic) {
+    Ref<uint32_t>(m.get(), kDoorbellOffset + offsetof(Doorbell, closed))
+        .store(1, std::memory_order_release);
+  }
+}
+
+// The receiver's side: the inbox file, locked and mapped.
+struct Inbox {
+  std::string path;
+  Fd fd;
+  Mapping map;
+  Geometry geometry;
+};
+
+// Creates the inbox of options.port (shm.h, "Open"). *in_use: failed only because a live
+// transport holds the port.
+Result<Inbox> CreateInbox(const ShmOptions& o, const std::string& dir, bool* in_use) {
+  *in_use = false;
+  const std::string where = "shm transport on port " + std::to_string(o.port);
+  Inbox inbox;
+  inbox.geometry = MakeGeometry(o.max_senders, o.ring_slots,
+                                static_cast<uint32_t>(o.max_datagram_bytes));
+  const Geometry& g = inbox.geometry;
+  inbox.path = InboxPath(dir, o.port);
+  std::string tmp = dir + "/.inbox-" + std::to_string(o.port) + ".XXXXXX";
+  inbox.fd = Fd(::mkostemp(tmp.data(), O_CLOEXEC));
+  if (inbox.fd.get() < 0) {
+    return UnavailableError("cannot create a file in " + dir + " for the " + where + ": " +
+                            ErrnoText(errno));
+  }
+  struct TmpFile {
+    std::string path;
+    ~TmpFile() {
+      if (!path.empty()) ::unlink(path.c_str());
+    }
+  } tmp_file{tmp};
+  if (::flock(inbox.fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    return InternalError("cannot lock " + tmp + ": " + ErrnoText(errno));
+  }
+  if (::ftruncate(inbox.fd.get(), static_cast<off_t>(g.total_bytes)) != 0) {
+    return ResourceExhaustedError("cannot size the inbox " + tmp + " (" +
+                                  std::to_string(g.total_bytes) + " bytes, sparse): " +
+                                  ErrnoText(errno));
+  }
+  inbox.map = Mapping::Map(inbox.fd.get(), g.total_bytes, 0);
+  if (inbox.map.get() == nullptr) {
+    return ResourceExhaustedError("cannot map the inbox " + tmp + ": " + ErrnoText(errno));
+  }
+  Fixed f{};
+  f.magic = kMagic;
+  f.version = kVersion;
+  f.max_senders = g.max_senders;
+  f.ring_slots = g.ring_slots;
+  f.slot_bytes = g.slot_bytes;
+  f.max_datagram_bytes = g.max_datagram_bytes;
+  f.owner_pid = static_cast<uint32_t>(::getpid());
+  f.header_bytes = g.header_bytes;
+  f.ring_bytes = g.ring_bytes;
+  f.total_bytes = g.total_bytes;
+  std::memcpy(inbox.map.get(), &f, sizeof f);  // the rest is zero (ftruncate)
+  std::atomic_thread_fence(std::memory_order_release);
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    if (::link(tmp.c_str(), inbox.path.c_str()) == 0) return inbox;  // (tmp_file unlinks tmp)
+    if (errno != EEXIST) {
+      return UnavailableError("cannot name the inbox " + inbox.path + ": " + ErrnoText(errno));
+    }
+    Fd old(::open(inbox.path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+    if (old.get() < 0) {
+      if (errno == ENOENT) continue;  // removed meanwhile: try again
+      return UnavailableError("cannot open the existing " + inbox.path + ": " + ErrnoText(errno));
+    }
+    if (::flock(old.get(), LOCK_EX | LOCK_NB) != 0) {
+      *in_use = true;
+      return UnavailableError("the " + where + " is in use (" + inbox.path +
+                              " belongs to a live transport): stop it, choose another port, or "
+                              "use port 0");
+    }
+    if (!SameFile(inbox.path, old.get())) continue;  // replaced meanwhile: look again
+    // Stale (its owner died): senders that still map it are told, and it is replaced.
+    LOG(kInfo, kTransport) << "replacing the stale shm inbox " << inbox.path;
+    MarkStaleClosed(old.get());
+    if (::rename(tmp.c_str(), inbox.path.c_str()) != 0) {
+      return UnavailableError("cannot replace the stale " + inbox.path + ": " + ErrnoText(errno));
+    }
+    tmp_file.path.clear();
+    return inbox;
+  }
+  *in_use = true;
+  return UnavailableError("the " + where + " is contended (" + inbox.path +
+                          " keeps changing): choose another port");
+}
+
+class ShmTransport final : public Transport {
+ public:
+  ShmTransport(Inbox inbox, const ShmOptions& o, std::string dir)
+      : inbox_(std::move(inbox)),
+        dir_(std::move(dir)),
+        local_{o.bind_ipv4, o.port},
+        source_{o.bind_ipv4 != 0 ? o.bind_ipv4 : kLoopbackIpv4, o.port},
+        spin_(o.spin),
+        pid_(static_cast<uint32_t>(::getpid())),
+        base_(inbox_.map.get()),
+        g_(inbox_.geometry),
+        mask_(g_.ring_slots - 1),
+        bell_(reinterpret_cast<uint32_t*>(base_ + kDoorbellOffset + offsetof(Doorbell, bell))) {}
+
+  ~ShmTransport() override {
+    peers_.clear();  // each marks its entry closed
+    Ref<uint32_t>(base_, kDoorbellOffset + offsetof(Doorbell, closed))
+        .store(1, std::memory_order_release);
+    if (SameFile(inbox_.path, inbox_.fd.get())) ::unlink(inbox_.path.c_str());
+  }
+
+  Endpoint local_endpoint() const override { return local_; }
+  size_t max_datagram_bytes() const override { return g_.max_datagram_bytes; }
+  std::string name() const override { return "shm"; }
+
+  Result<size_t> Send(std::span<const TxDatagram> batch) override {
+    size_t taken = 0;
+    uint64_t copied = 0, errors = 0;
+    Peer* peer = nullptr;
+    bool have_port = false;
+    uint16_t port = 0;
+    for (; taken < batch.size(); ++taken) {
+      const TxDatagram& d = batch[taken];
+      if (!have_port || d.destination.port != port) {
+        port = d.destination.port;
+        have_port = true;
+        peer = FindPeer(port);
+      }
+      if (peer == nullptr || d.data.size() > kMaxDatagram) {
+        ++errors;
+        continue;
+      }
+      if (!HasRoom(*peer)) {
+        if (!peer->Alive()) {
+          DropPeer(port);
+          peer = nullptr;
+          ++errors;
+          continue;
+        }
+        counts_.send_buffer_full.Add(1);
+        break;
+      }
+      peer->Copy(d.data);
+      if (!peer->touched) {
+        peer->touched = true;
+        touched_.push_back(peer);
+      }
+      ++copied;
+    }
+    Publish();
+    if (copied > 0) counts_.datagrams_sent.Add(copied);
+    if (errors > 0) counts_.send_errors.Add(errors);
+    return taken;
+  }
+
+  Result<size_t> Receive(std::span<RxDatagram> batch, std::chrono::nanoseconds timeout) override {
+    if (batch.empty()) return size_t{0};
+    ReturnLent();
+    size_t n = Poll(batch);
+    if (n > 0 || timeout <= timeout.zero()) return n;
+    const bool forever = timeout > std::chrono::hours(24);
+    const Clock::time_point deadline = forever ? Clock::time_point::max() : Clock::now() + timeout;
+    auto sleeping = Ref<uint32_t>(base_, kDoorbellOffset + offsetof(Doorbell, sleeping));
+    std::atomic_ref<uint32_t> bell(*bell_);
+    for (;;) {
+      if (wake_.exchange(false, std::memory_order_acq_rel)) return size_t{0};
+      if (spin_ > spin_.zero()) {
+        const Clock::time_point until = std::min(deadline, Clock::now() + spin_);
+        while (Clock::now() < until) {
+          if ((n = Poll(batch)) > 0) return n;
+          if (wake_.load(std::memory_order_relaxed)) break;
+          __builtin_ia32_pause();
+        }
+      }
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) return size_t{0};
+      ReclaimDeadSenders(now);
+      // Announce the sleep, then look once more (shm.h, "Sleeping").
+      sleeping.store(1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      const uint32_t seen = bell.load(std::memory_order_acquire);
+      if ((n = Poll(batch)) > 0 || wake_.load(std::memory_order_acquire)) {
+        sleeping.store(0, std::memory_order_relaxed);
+        if (n > 0) return n;
+        continue;
+      }
+      timespec ts{};
+      if (!forever) {
+        const auto ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+        ts.tv_sec = static_cast<time_t>(ns / 1000000000);
+        ts.tv_nsec = static_cast<long>(ns % 1000000000);
+      }
+      Futex(bell_, FUTEX_WAIT, seen, forever ? nullptr : &ts);
+      sleeping.store(0, std::memory_order_relaxed);
+      if ((n = Poll(batch)) > 0) return n;
+    }
+  }
+
+  void Wake() override {
+    wake_.store(true, std::memory_order_release);
+    std::atomic_ref<uint32_t>(*bell_).fetch_add(1, std::memory_order_seq_cst);
+    Futex(bell_, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+
+  TransportCounters counters() const override {
+    TransportCounters c = counts_.Snapshot();
+    c.malformed = malformed_.Get();
+    c.doorbells = doorbells_.Get();
+    return c;
+  }
+
+ private:
+  // A destination: its inbox's header and our ring in it (the sender's side).
+  struct Peer {
+    Fd fd;  // kept open: its lock tells whether the receiver lives
+    Mapping header, ring;
+    Geometry g;
+    uint32_t entry = 0;
+    uint32_t pid = 0;
+    uint64_t head = 0;        // the next slot to fill (ours alone)
+    uint64_t tail_seen = 0;   // the consumer index last read
+    bool claimed = false;     // entry is ours: marked closed when this is destroyed
+    bool touched = false;     // holds datagrams of the current Send
+    uint8_t* slots = nullptr;
+
+    ~Peer() {
+      if (!claimed) return;
+      Ref<uint64_t>(header.get(), kEntriesOffset + entry * sizeof(Entry))
+          .store(StateOf(kClosed, pid), std::memory_order_release);
+      Ref<uint32_t>(header.get(), kTableVersionOffset).fetch_add(1, std::memory_order_acq_rel);
+    }
+    uint32_t* bell() const {
+      return reinterpret_cast<uint32_t*>(header.get() + kDoorbellOffset + offsetof(Doorbell, bell));
+    }
+    bool Closed() const {
+      if (header.get() == nullptr) return false;
+      return Ref<uint32_t>(header.get(), kDoorbellOffset + offsetof(Doorbell, closed))
+                 .load(std::memory_order_acquire) != 0;
+    }
+    // Whether the receiver still holds its inbox (a system call: only when its ring is full).
+    bool Alive() const {
+      if (Closed()) return false;
+      if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) {
+        ::flock(fd.get(), LOCK_UN);
+        return false;
+      }
+      return true;
+    }
+    void Copy(std::span<const uint8_t> data) {
+      uint8_t* slot = slots + (head & (g.ring_slots - 1)) * size_t{g.slot_bytes};
+      const size_t n = std::min<size_t>(data.size(), g.max_datagram_bytes);
+      if (n > 0) std::memcpy(slot + kSlotDataOffset, data.data(), n);
+      Ref<uint32_t>(slot, 0).store(static_cast<uint32_t>(data.size()), std::memory_order_relaxed);
+      ++head;
+    }
+  };
+
+  // A sender's ring in our inbox (the receiver's side).
+  struct Ring {
+    uint32_t entry = 0;
+    Endpoint source;
+    uint8_t* base = nullptr;
+    uint64_t tail = 0;       // the next slot to read
+    uint64_t published = 0;  // tail last stored (slots before it are the sender's again)
+    bool closing = false;    // the sender is gone: free the entry once drained
+    bool broken = false;     // its producer index made no sense: ignored from then on
+  };
+
+  bool HasRoom(Peer& p) {
+    if (p.head - p.tail_seen < p.g.ring_slots) return true;
+    p.tail_seen = Ref<uint64_t>(p.ring.get(), kTailOffset).load(std::memory_order_acquire);
+    return p.head - p.tail_seen < p.g.ring_slots;
+  }
+
+  Peer* FindPeer(uint16_t port) {
+    auto it = peers_.find(port);
+    if (it != peers_.end()) {
+      if (!it->second->Closed()) return it->second.get();
+      DropPeer(port);  // the receiver closed (or was replaced): look for a new one
+    }
+    std::unique_ptr<Peer> p = OpenPeer(port);
+    if (p == nullptr) return nullptr;
+    Peer* raw = p.get();
+    peers_.emplace(port, std::move(p));
+    return raw;
+  }
+
+  void DropPeer(uint16_t port) {
+    auto it = peers_.find(port);
+    if (it == peers_.end()) return;
+    touched_.erase(std::remove(touched_.begin(), touched_.end(), it->second.get()),
+                   touched_.end());
+    peers_.erase(it);
+  }
+
+  // Opens port's inbox and registers a ring in it; nullptr (logged at debug level) when there
+  // is no live inbox to use.
+  std::unique_ptr<Peer> OpenPeer(uint16_t port) {
+    const std::string path = InboxPath(dir_, port);
+    auto fail = [&](const std::string& why) -> std::unique_ptr<Peer> {
+      LOG(kDebug, kTransport) << "shm " << source_.ToString() << ": cannot send to port " << port
+                              << ": " << why;
+      return nullptr;
+    };
+    auto p = std::make_unique<Peer>();
+    p->fd = Fd(::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+    if (p->fd.get() < 0) return fail(path + ": " + ErrnoText(errno));
+    struct stat st{};
+    if (::fstat(p->fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+        static_cast<uint64_t>(st.st_size) < kPage) {
+      return fail(path + " is not an inbox of ours");
+    }
+    if (!p->Alive()) return fail(path + " is stale (no transport holds it)");
+    Mapping first = Mapping::Map(p->fd.get(), kPage, 0);
+    if (first.get() == nullptr) return fail("cannot map " + path);
+    if (!ReadGeometry(first.get(), static_cast<uint64_t>(st.st_size), &p->g)) {
+      return fail(path + " has a header this build does not know");
+    }
+    if (p->g.header_bytes == kPage) {
+      p->header = std::move(first);
+    } else {
+      first.Reset();
+      p->header = Mapping::Map(p->fd.get(), p->g.header_bytes, 0);
+      if (p->header.get() == nullptr) return fail("cannot map " + path);
+    }
+    if (p->Closed()) {
+      p->header.Reset();
+      return fail(path + " is closed");
+    }
+    // Claim a free entry.
+    p->pid = pid_;
+    bool claimed = false;
+    for (uint32_t e = 0; e < p->g.max_senders && !claimed; ++e) {
+      auto state = Ref<uint64_t>(p->header.get(), kEntriesOffset + e * sizeof(Entry));
+      uint64_t expected = StateOf(kFree, 0);
+      if (state.load(std::memory_order_relaxed) != expected) continue;
+      if (state.compare_exchange_strong(expected, StateOf(kClaimed, pid_),
+                                        std::memory_order_acquire)) {
+        p->entry = e;
+        p->claimed = claimed = true;
+      }
+    }
+    if (!claimed) {
+      p->header.Reset();
+      return fail(path + " has no free ring (" + std::to_string(p->g.max_senders) + " senders)");
+    }
+    const size_t entry = kEntriesOffset + p->entry * sizeof(Entry);
+    p->ring = Mapping::Map(p->fd.get(), p->g.ring_bytes,
+                           static_cast<off_t>(p->g.header_bytes + p->entry * p->g.ring_bytes));
+    if (p->ring.get() == nullptr) return fail("cannot map a ring of " + path);  // (~Peer closes)
+    p->slots = p->ring.get() + kSlotsOffset;
+    Ref<uint32_t>(p->header.get(), entry + offsetof(Entry, ipv4))
+        .store(source_.ipv4, std::memory_order_relaxed);
+    Ref<uint32_t>(p->header.get(), entry + offsetof(Entry, port))
+        .store(source_.port, std::memory_order_relaxed);
+    Ref<uint64_t>(p->header.get(), entry).store(StateOf(kActive, pid_), std::memory_order_release);
+    Ref<uint32_t>(p->header.get(), kTableVersionOffset).fetch_add(1, std::memory_order_acq_rel);
+    return p;
+  }
+
+  // Publishes the rings this Send filled, then rings the doorbells of receivers that sleep.
+  void Publish() {
+    if (touched_.empty()) return;
+    for (Peer* p : touched_) {
+      Ref<uint64_t>(p->ring.get(), kHeadOffset).store(p->head, std::memory_order_release);
+      p->touched = false;
+    }
+    counts_.send_calls.Add(touched_.size());
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (Peer* p : touched_) {
+      auto sleeping =
+          Ref<uint32_t>(p->header.get(), kDoorbellOffset + offsetof(Doorbell, sleeping));
+      if (sleeping.load(std::memory_order_relaxed) == 0) continue;
+      if (sleeping.exchange(0, std::memory_order_acq_rel) == 0) continue;  // another rang it
+      std::atomic_ref<uint32_t>(*p->bell()).fetch_add(1, std::memory_order_release);
+      Futex(p->bell(), FUTEX_WAKE, 1, nullptr);
+      doorbells_.Add(1);
+    }
+    touched_.clear();
+  }
+
+  // Gives back the slots lent by the previous Receive, and frees the entries of senders that
+  // are gone once their rings are drained.
+  void ReturnLent() {
+    bool freed = false;
+    for (Ring& r : rings_) {
+      if (r.tail != r.published) {
+        Ref<uint64_t>(r.base, kTailOffset).store(r.tail, std::memory_order_release);
+        r.published = r.tail;
+      }
+      if (r.closing &&
+          (r.broken || Ref<uint64_t>(r.base, kHeadOffset).load(std::memory_order_acquire) ==
+                           r.tail)) {
+        FreeEntry(r.entry);
+        r.entry = UINT32_MAX;
+        freed = true;
+      }
+    }
+    if (freed) {
+      std::erase_if(rings_, [](const Ring& r) { return r.entry == UINT32_MAX; });
+    }
+  }
+
+  void FreeEntry(uint32_t e) {
+    uint8_t* ring = RingBase(e);
+    Ref<uint64_t>(ring, kHeadOffset).store(0, std::memory_order_relaxed);
+    Ref<uint64_t>(ring, kTailOffset).store(0, std::memory_order_relaxed);
+    EntryState(e).store(StateOf(kFree, 0), std::memory_order_release);
+  }
+
+  uint8_t* RingBase(uint32_t e) const { return base_ + g_.header_bytes + e * g_.ring_bytes; }
+  std::atomic_ref<uint64_t> EntryState(uint32_t e) const {
+    return Ref<uint64_t>(base_, kEntriesOffset + e * sizeof(Entry));
+  }
+
+  Ring* FindRing(uint32_t e) {
+    for (Ring& r : rings_) {
+      if (r.entry == e) return &r;
+    }
+    return nullptr;
+  }
+
+  Ring& AddRing(uint32_t e) {
+    const size_t entry = kEntriesOffset + e * sizeof(Entry);
+    Ring r;
+    r.entry = e;
+    r.source.ipv4 = Ref<uint32_t>(base_, entry + offsetof(Entry, ipv4)).load(std::memory_order_relaxed);
+    r.source.port = static_cast<uint16_t>(
+        Ref<uint32_t>(base_, entry + offsetof(Entry, port)).load(std::memory_order_relaxed));
+    r.base = RingBase(e);
+    rings_.push_back(r);  // tail 0: FreeEntry (or the new file) left both indices at 0
+    return rings_.back();
+  }
+
+  // Looks for senders that registered or closed since the last look.
+  void Rescan() {
+    auto version = Ref<uint32_t>(base_, kTableVersionOffset);
+    const uint32_t v = version.load(std::memory_order_acquire);
+    if (v == table_version_) return;
+    table_version_ = v;
+    for (uint32_t e = 0; e < g_.max_senders; ++e) {
+      const uint64_t kind = EntryState(e).load(std::memory_order_acquire) >> 32;
+      if (kind != kActive && kind != kClosed) continue;
+      Ring* r = FindRing(e);
+      if (r == nullptr) r = &AddRing(e);
+      if (kind == kClosed) r->closing = true;
+    }
+  }
+
+  // Entries of senders whose process is gone: claimed ones are freed, active ones drained first.
+  // At most once a second.
+  void ReclaimDeadSenders(Clock::time_point now) {
+    if (now - last_reclaim_ < std::chrono::seconds(1)) return;
+    last_reclaim_ = now;
+    for (uint32_t e = 0; e < g_.max_senders; ++e) {
+      const uint64_t state = EntryState(e).load(std::memory_order_acquire);
+      const uint64_t kind = state >> 32;
+      if (kind != kClaimed && kind != kActive) continue;
+      if (ProcessAlive(static_cast<uint32_t>(state))) continue;
+      if (kind == kClaimed) {
+        FreeEntry(e);
+        continue;
+      }
+      Ring* r = FindRing(e);
+      if (r == nullptr) r = &AddRing(e);
+      r->closing = true;
+    }
+  }
+
+  // Takes what waits in the rings, round robin, into batch.
+  size_t Poll(std::span<RxDatagram> batch) {
+    Rescan();
+    size_t n = 0;
+    const size_t count = rings_.size();
+    for (size_t k = 0; k < count && n < batch.size(); ++k) {
+      n += Take(rings_[(next_ring_ + k) % count], batch.subspan(n));
+    }
+    if (count > 0) next_ring_ = (next_ring_ + 1) % count;
+    if (n > 0) {
+      counts_.datagrams_received.Add(n);
+      counts_.receive_calls.Add(1);
+    }
+    return n;
+  }
+
+  size_t Take(Ring& r, std::span<RxDatagram> out) {
+    if (r.broken) return 0;
+    const uint64_t head = Ref<uint64_t>(r.base, kHeadOffset).load(std::memory_order_acquire);
+    const uint64_t waiting = head - r.tail;
+    if (waiting == 0) return 0;
+    if (waiting > g_.ring_slots) {
+      r.broken = true;
+      malformed_.Add(1);
+      LOG(kWarning, kTransport) << "shm " << source_.ToString() << ": the ring of sender "
+                                << r.source.ToString() << " is corrupt; ignoring it";
+      return 0;
+    }
+    const uint64_t take = std::min<uint64_t>(waiting, out.size());
+    size_t n = 0;
+    uint64_t truncated = 0, malformed = 0;
+    for (uint64_t i = 0; i < take; ++i, ++r.tail) {
+      const uint8_t* slot = r.base + kSlotsOffset + (r.tail & mask_) * size_t{g_.slot_bytes};
+      const uint32_t length =
+          Ref<uint32_t>(const_cast<uint8_t*>(slot), 0).load(std::memory_order_relaxed);
+      if (length > kMaxLength) {
+        ++malformed;
+        continue;
+      }
+      RxDatagram& d = out[n++];
+      const bool cut = length > g_.max_datagram_bytes;
+      d.data = {slot + kSlotDataOffset, std::min<size_t>(length, g_.max_datagram_bytes)};
+      d.source = r.source;
+      d.truncated = cut;
+      truncated += cut ? 1 : 0;
+    }
+    if (truncated > 0) counts_.truncated.Add(truncated);
+    if (malformed > 0) malformed_.Add(malformed);
+    return n;
+  }
+
+  Inbox inbox_;
+  const std::string dir_;
+  const Endpoint local_;   // as bound (ipv4 0 when bound to any)
+  const Endpoint source_;  // as receivers see us
+  const std::chrono::nanoseconds spin_;
+  const uint32_t pid_;
+  uint8_t* const base_;
+  const Geometry g_;
+  const uint64_t mask_;
+  uint32_t* const bell_;
+  std::atomic<bool> wake_{false};
+  // Sender side.
+  std::unordered_map<uint16_t, std::unique_ptr<Peer>> peers_;
+  std::vector<Peer*> touched_;
+  // Receiver side.
+  std::vector<Ring> rings_;
+  size_t next_ring_ = 0;
+  uint32_t table_version_ = 0;
+  Clock::time_point last_reclaim_{};
+  SingleWriterTransportCounters counts_;
+  SingleWriterCounter malformed_, doorbells_;
+};
+
+Status ValidateOptions(const ShmOptions& o) {
+  const std::string where = "shm transport on port " + std::to_string(o.port);
+  if (o.max_datagram_bytes == 0 || o.max_datagram_bytes > kMaxDatagram) {
+    return InvalidArgumentError(where + ": max_datagram_bytes must be in 1..65507");
+  }
+  if (!PowerOfTwo(o.ring_slots) || o.ring_slots < 2 || o.ring_slots > kMaxRingSlots) {
+    return InvalidArgumentError(where + ": ring_slots must be a power of two in 2..65536");
+  }
+  if (o.max_senders == 0 || o.max_senders > kMaxSenders) {
+    return InvalidArgumentError(where + ": max_senders must be in 1..4096");
+  }
+  if (o.spin < o.spin.zero()) return InvalidArgumentError(where + ": spin must not be negative");
+  return Status();
+}
+
+Result<std::unique_ptr<Transport>> OpenShmImpl(const ShmOptions& o, const std::string& dir,
+                                               bool* in_use) {
+  *in_use = false;
+  ASSIGN_OR_RETURN(Inbox inbox, CreateInbox(o, dir, in_use));
+  return std::unique_ptr<Transport>(std::make_unique<ShmTransport>(std::move(inbox), o, dir));
+}
+
+}  // namespace
+
+std::string DefaultShmDirectory() {
+  const char* env = std::getenv("SWITCHML_SHM_DIR");
+  if (env != nullptr && env[0] != '\0') return env;
+  return "/dev/shm/switchml-" + std::to_string(::geteuid());
+}
+
+Result<std::unique_ptr<Transport>> OpenShm(const ShmOptions& options) {
+  if (options.port == 0) {
+    return InvalidArgumentError("OpenShm needs a port (OpenShmConsecutive picks free ones)");
+  }
+  RETURN_IF_ERROR(ValidateOptions(options));
+  const std::string dir = options.directory.empty() ? DefaultShmDirectory() : options.directory;
+  RETURN_IF_ERROR(EnsureDirectory(dir));
+  bool in_use = false;
+  return OpenShmImpl(options, dir, &in_use);
+}
+
+Result<std::vector<std::unique_ptr<Transport>>> OpenShmConsecutive(const ShmOptions& base,
+                                                                   size_t count) {
+  constexpr uint32_t kRandomBaseLow = 20000;
+  constexpr uint32_t kRandomBaseHigh = 32000;  // exclusive
+  constexpr int kMaxTries = 200;
+  if (count == 0) return InvalidArgumentError("OpenShmConsecutive: count must be at least 1");
+  RETURN_IF_ERROR(ValidateOptions(base));
+  const uint32_t first_base = base.port != 0 ? base.port : kRandomBaseLow;
+  if (first_base + count - 1 > 65535) {
+    return InvalidArgumentError("cannot open " + std::to_string(count) +
+                                " consecutive shm ports from " + std::to_string(first_base) +
+                                ": the range passes 65535; choose a lower base port");
+  }
+  const std::string dir = base.directory.empty() ? DefaultShmDirectory() : base.directory;
+  RETURN_IF_ERROR(EnsureDirectory(dir));
+  auto open_range = [&](uint32_t start,
+                        bool* in_use) -> Result<std::vector<std::unique_ptr<Transport>>> {
+    std::vector<std::unique_ptr<Transport>> transports;
+    for (size_t i = 0; i < count; ++i) {
+      ShmOptions o = base;
+      o.port = static_cast<uint16_t>(start + i);
+      ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, OpenShmImpl(o, dir, in_use));
+      transports.push_back(std::move(t));
+    }
+    return transports;
+  };
+  bool in_use = false;
+  if (base.port != 0) return open_range(base.port, &in_use);
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<uint32_t> pick(kRandomBaseLow, kRandomBaseHigh - 1);
+  for (int attempt = 0; attempt < kMaxTries; ++attempt) {
+    const uint32_t start = pick(rng);
+    if (start + count - 1 > 65535) continue;
+    auto result = open_range(start, &in_use);
+    if (result.ok() || !in_use) return result;
+  }
+  return UnavailableError("could not find " + std::to_string(count) +
+                          " consecutive free shm ports in " + dir +
+                          " with a base in [20000, 32000) after " + std::to_string(kMaxTries) +
+                          " tries; close some transports or give an explicit base port");
+}
+
+}  // namespace switchml::transport

@@ -1,0 +1,105 @@
+// The host-local shared-memory backend ("shm"): datagrams move between the transports of one
+// host by a user-space copy into a ring in shared memory instead of two kernel copies and a
+// system call each, and are received in place.
+//
+// Addressing is that of UDP on loopback: a transport has an endpoint (its bind address, or
+// 127.0.0.1 when bound to 0.0.0.0, and a port) and sends to endpoints; only the port selects the
+// destination (every shm transport is on this host). A transport "listens" by creating its inbox,
+// a file `inbox-<port>` in a per-user directory (ShmOptions::directory: by default
+// $SWITCHML_SHM_DIR, else /dev/shm/switchml-<uid>; made 0700 and refused unless it is ours and
+// closed to others; files 0600). The inbox holds:
+//   - a header page: geometry, the receiver's doorbell (a futex word and a "sleeping" flag), a
+//     "closed" flag, and a registration table of max_senders entries (state and pid in one
+//     64-bit word, the sender's endpoint);
+//   - max_senders single-producer/single-consumer rings of ring_slots slots, one per sending
+//     transport: a producer index, a consumer index (each on its own cache line), then slots of
+//     a length word and max_datagram_bytes of data, 64-byte aligned.
+// The file is sparse (ftruncate on tmpfs): only pages that traffic touches take memory. With
+// the defaults (1024 slots; the daemon's 1046-byte datagrams: 1088-byte slots) a ring is 1.06
+// MiB, so a pair of transports that talk costs about 1 MiB on the receiver's side and the
+// virtual size of an inbox is 256 rings, 272 MiB (max_datagram 2048: 540 MiB).
+//
+// Protocol, with what each side trusts:
+//   - Open: the inbox is made under a temporary name, locked (flock LOCK_EX, held for the
+//     transport's life), sized and initialised, then linked to `inbox-<port>`. A file of that
+//     name that is locked belongs to a live transport: the port is in use (kUnavailable). One
+//     that is not locked was left by a process that died: it is marked closed and replaced
+//     (rename, while holding its lock and after checking the name still refers to it).
+//   - A sender's first datagram to a port opens that inbox (O_NOFOLLOW, our own regular file;
+//     geometry checked against the file size; unlocked = stale: counted in send_errors), claims
+//     a free registration entry (compare-and-swap of the state word: claimed | pid), writes its
+//     endpoint, and publishes it (active | pid, release) and bumps the table version. It maps
+//     only the header and its own ring.
+//   - Send copies each datagram into the destination ring's next slot (its length word holds the
+//     datagram's length; at most max_datagram_bytes are copied), and after the batch publishes
+//     each touched ring's producer index (release), then, after a full fence, rings the
+//     receiver's doorbell once per destination if the receiver announced that it sleeps (a
+//     futex wake, shared, not FUTEX_PRIVATE). A full ring stops the batch (fewer taken,
+//     send_buffer_full), unless its receiver is gone (no lock on its inbox, or it is marked
+//     closed): then the sender forgets it and counts the datagram in send_errors. A port without
+//     an inbox: send_errors, skipped, like UDP's refused port.
+//   - Receive first returns the slots lent by the previous call (the consumer index, release),
+//     rescans the registration table when its version moved, then takes datagrams from its
+//     rings round robin (acquire). Everything read from the shared memory is untrusted input:
+//     the producer index is read once per ring and a ring whose count of waiting datagrams
+//     exceeds its slots is dropped for good; a length word is read once, and one beyond 65535 is
+//     counted in `malformed` and its slot skipped; one beyond max_datagram_bytes is cut and
+//     flagged; slot indices are masked. A sender that dies mid-write published nothing of that
+//     datagram and can never block the receiver or other senders (one ring each).
+//   - Sleeping: the receiver sets "sleeping", fences, reads the futex word, polls its rings once
+//     more, and waits on the word (FUTEX_WAIT with the remaining timeout); either the sender's
+//     fence-then-load sees "sleeping" and rings, or the receiver's poll sees the datagram.
+//     Wake() bumps the word and wakes the futex too. An optional bounded spin precedes sleeping
+//     (ShmOptions::spin; off by default: the host's cores are shared).
+//   - Close: a sender marks its entries closed (the receiver frees each once drained); a
+//     receiver marks its inbox closed and unlinks it. Entries of senders whose pid is gone are
+//     freed by the receiver (checked at most once a second, before sleeping). Processes that
+//     share a directory must share a pid namespace (the default).
+// Not here: loopback multicast (JoinLoopbackGroup is UNIMPLEMENTED, so the switch sends every
+// worker its copy); other users (the directory is per user).
+//
+// Ownership: a Transport owns its inbox (file, lock, mapping) and its mappings of the inboxes it
+// sends to. Thread-safety: as Transport (one thread uses it; Wake() and counters() from any
+// thread). Blocking: Send never blocks; Receive blocks up to its timeout.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "switchml/status.h"
+#include "transport/transport.h"
+
+namespace switchml::transport {
+
+struct ShmOptions {
+  uint32_t bind_ipv4 = 0;  // host order; 0: the transport's endpoint is 127.0.0.1
+  uint16_t port = 0;       // 0: OpenShmConsecutive picks a free one
+  // Received datagrams longer than this are cut to it and flagged truncated; TxBuffer's size.
+  size_t max_datagram_bytes = 2048;
+  // Where the inboxes live; empty: DefaultShmDirectory().
+  std::string directory;
+  // Slots of each ring (a power of two, 2 .. 65536) and rings (senders) per inbox (1 .. 4096).
+  uint32_t ring_slots = 1024;
+  uint32_t max_senders = 256;
+  // Receive polls its rings this long before it sleeps (0: sleeps at once).
+  std::chrono::nanoseconds spin{0};
+};
+
+// $SWITCHML_SHM_DIR if set, else /dev/shm/switchml-<uid>.
+std::string DefaultShmDirectory();
+
+// Opens one shm transport on options.port (which must not be 0). Errors: port in use
+// (kUnavailable), a directory that is not ours or is open to others (kFailedPrecondition), bad
+// options (kInvalidArgument).
+Result<std::unique_ptr<Transport>> OpenShm(const ShmOptions& options);
+
+// Opens `count` transports on consecutive ports base.port .. base.port + count - 1; with
+// base.port == 0 a random base in [20000, 32000), retried while some port of it is in use.
+Result<std::vector<std::unique_ptr<Transport>>> OpenShmConsecutive(const ShmOptions& base,
+                                                                   size_t count);
+
+}  // namespace switchml::transport

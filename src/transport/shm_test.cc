@@ -1,0 +1,355 @@
+// Tests of the shared-memory transport beyond the conformance suite: ring wrap-around and full
+// rings, destinations without an inbox, ports in use and stale inboxes, senders that die (in a
+// child process), malformed ring contents, wake-ups across processes, closing.
+#include "transport/shm.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace switchml::transport {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The inbox layout (shm.h) as far as the tests that forge ring contents need it: with at most
+// 120 senders (the default is 256) the header is one page; ring e starts at 4096 + e * ring_bytes; in a ring the
+// producer index is at 0, the slots from 128, each a uint32_t length and then the data.
+constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kRingHead = 0, kRingSlots = 128;
+constexpr size_t kSlotBytes2048 = 2112;  // a slot for 2048-byte datagrams: 8 + 2048, 64-aligned
+
+class ShmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/dev/shm/switchml-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    if (DIR* d = ::opendir(dir_.c_str())) {
+      while (dirent* e = ::readdir(d)) {
+        const std::string n = e->d_name;
+        if (n != "." && n != "..") ::unlink((dir_ + "/" + n).c_str());
+      }
+      ::closedir(d);
+    }
+    ::rmdir(dir_.c_str());
+  }
+
+  ShmOptions Options(uint16_t port = 0) const {
+    ShmOptions o;
+    o.bind_ipv4 = kLoopbackIpv4;
+    o.port = port;
+    o.directory = dir_;
+    return o;
+  }
+  std::unique_ptr<Transport> Open(ShmOptions o) {
+    auto ts = OpenShmConsecutive(o, 1);
+    EXPECT_TRUE(ts.ok()) << ts.status().ToString();
+    return ts.ok() ? std::move((*ts)[0]) : nullptr;
+  }
+  std::string InboxPath(uint16_t port) const { return dir_ + "/inbox-" + std::to_string(port); }
+  size_t FileCount() const {
+    size_t n = 0;
+    if (DIR* d = ::opendir(dir_.c_str())) {
+      while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+      ::closedir(d);
+    }
+    return n;
+  }
+
+  std::string dir_;
+};
+
+std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i);
+  return v;
+}
+
+// Given a ring of 8 slots, Expect a batch of 10 to stop at 8 (send_buffer_full), the slots to
+// come back only on the receiver's next Receive, and many rounds across the ring's end to
+// arrive intact and in order.
+TEST_F(ShmTest, FullRingStopsTheBatchAndTheRingWrapsAround) {
+  ShmOptions o = Options();
+  o.ring_slots = 8;
+  auto a = Open(o), b = Open(o);
+  ASSERT_TRUE(a && b);
+  std::vector<std::vector<uint8_t>> payloads;
+  for (uint8_t i = 0; i < 10; ++i) payloads.push_back(Bytes(100 + i, i));
+  std::vector<TxDatagram> tx;
+  for (auto& p : payloads) tx.push_back({b->local_endpoint(), p});
+  ASSERT_EQ(*a->Send(tx), 8u);
+  EXPECT_EQ(a->counters().send_buffer_full, 1u);
+  std::vector<RxDatagram> rx(16);
+  ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 8u);
+  // The 8 views are still lent: the ring stays full until the next Receive.
+  EXPECT_EQ(*a->Send(std::span(tx).subspan(8)), 0u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(std::vector<uint8_t>(rx[i].data.begin(), rx[i].data.end()), payloads[i]);
+  ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 0u);  // returns them
+  ASSERT_EQ(*a->Send(std::span(tx).subspan(8)), 2u);
+  ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 2u);
+  EXPECT_EQ(std::vector<uint8_t>(rx[1].data.begin(), rx[1].data.end()), payloads[9]);
+  // Rounds of 4: with the previous round's 4 still lent, the ring is exactly full.
+  uint32_t next = 0, expect = 0;
+  for (int round = 0; round < 50; ++round) {
+    std::vector<std::vector<uint8_t>> p;
+    for (int k = 0; k < 4; ++k, ++next) {
+      p.push_back(Bytes(4 + next % 50, 0));
+      std::memcpy(p.back().data(), &next, 4);
+    }
+    std::vector<TxDatagram> t;
+    for (auto& x : p) t.push_back({b->local_endpoint(), x});
+    ASSERT_EQ(*a->Send(t), 4u);
+    auto n = b->Receive(rx, milliseconds(100));
+    ASSERT_EQ(*n, 4u);
+    for (size_t i = 0; i < 4; ++i, ++expect) {
+      uint32_t seq;
+      std::memcpy(&seq, rx[i].data.data(), 4);
+      ASSERT_EQ(seq, expect);
+      ASSERT_EQ(rx[i].data.size(), 4 + expect % 50);
+      EXPECT_EQ(rx[i].source, a->local_endpoint());
+    }
+  }
+}
+
+TEST_F(ShmTest, DestinationWithoutAnInboxIsCountedAndSkipped) {
+  auto a = Open(Options()), b = Open(Options());
+  ASSERT_TRUE(a && b);
+  const uint8_t byte = 1;
+  const uint16_t nobody = b->local_endpoint().port == 65000 ? 65001 : 65000;
+  const TxDatagram tx[3] = {{{kLoopbackIpv4, nobody}, {&byte, 1}},
+                            {b->local_endpoint(), {&byte, 1}},
+                            {{kLoopbackIpv4, nobody}, {&byte, 1}}};
+  ASSERT_EQ(*a->Send(tx), 3u);
+  EXPECT_EQ(a->counters().send_errors, 2u);
+  EXPECT_EQ(a->counters().datagrams_sent, 1u);
+  RxDatagram rx;
+  EXPECT_EQ(*b->Receive({&rx, 1}, milliseconds(1000)), 1u);
+}
+
+TEST_F(ShmTest, PortOfALiveTransportIsRefusedAndClosingRemovesItsFile) {
+  auto a = Open(Options());
+  ASSERT_TRUE(a);
+  const uint16_t port = a->local_endpoint().port;
+  auto again = OpenShm(Options(port));
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(again.status().message().find("in use"), std::string::npos);
+  EXPECT_EQ(FileCount(), 1u);
+  a.reset();
+  EXPECT_EQ(FileCount(), 0u);
+  EXPECT_TRUE(OpenShm(Options(port)).ok());
+}
+
+TEST_F(ShmTest, DirectoryOpenToOthersIsRefused) {
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  auto t = OpenShm(Options(30000));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(t.status().message().find("0700"), std::string::npos);
+  ::chmod(dir_.c_str(), 0700);
+}
+
+// Given a process that opened a transport on port P and died without closing it (its inbox
+// file left behind, unlocked), Expect P to open again (the stale file replaced), and a sender
+// that still mapped the old inbox to reach the new one.
+TEST_F(ShmTest, StaleInboxOfADeadProcessIsReplaced) {
+  auto a = Open(Options());
+  ASSERT_TRUE(a);
+  uint16_t port = 0;
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto t = OpenShmConsecutive(Options(), 1);
+    uint16_t p = t.ok() ? (*t)[0]->local_endpoint().port : 0;
+    [[maybe_unused]] ssize_t w = ::write(pipefd[1], &p, sizeof p);
+    // Receives one datagram from the parent, then dies without closing anything.
+    std::vector<RxDatagram> rx(1);
+    if (t.ok()) (void)(*t)[0]->Receive(rx, std::chrono::seconds(5));
+    ::_exit(0);
+  }
+  ASSERT_EQ(::read(pipefd[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  ASSERT_NE(port, 0);
+  const uint8_t byte = 5;
+  const TxDatagram to_old{{kLoopbackIpv4, port}, {&byte, 1}};
+  ASSERT_EQ(*a->Send({&to_old, 1}), 1u);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
+  struct stat st{};
+  ASSERT_EQ(::stat(InboxPath(port).c_str(), &st), 0) << "the dead process's inbox is left";
+  auto b = OpenShm(Options(port));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const uint8_t two = 6;
+  const TxDatagram to_new{{kLoopbackIpv4, port}, {&two, 1}};
+  ASSERT_EQ(*a->Send({&to_new, 1}), 1u);
+  RxDatagram rx;
+  ASSERT_EQ(*(*b)->Receive({&rx, 1}, milliseconds(2000)), 1u);
+  EXPECT_EQ(rx.data[0], 6);
+}
+
+// Given a receiver with room for one sender, and a sender process that sent three datagrams and
+// then died leaving a fourth written but unpublished, Expect the three to arrive, nothing else,
+// and the dead sender's ring to be freed (within about a second of sleeping) for a new sender.
+TEST_F(ShmTest, DeadSenderNeitherWedgesTheReceiverNorKeepsItsRing) {
+  ShmOptions o = Options();
+  o.max_senders = 1;
+  auto b = Open(o);
+  ASSERT_TRUE(b);
+  const Endpoint to = b->local_endpoint();
+  const std::string path = InboxPath(to.port);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto t = OpenShmConsecutive(Options(), 1);
+    if (!t.ok()) ::_exit(1);
+    std::vector<uint8_t> p(64, 9);
+    std::vector<TxDatagram> tx(3, TxDatagram{to, p});
+    if (!(*t)[0]->Send(tx).ok()) ::_exit(2);
+    // Half of a fourth datagram in the next slot, never published (as if it died in memcpy).
+    const int fd = ::open(path.c_str(), O_RDWR);
+    void* m = ::mmap(nullptr, kHeaderBytes + 16384, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) ::_exit(3);
+    uint8_t* slot3 = static_cast<uint8_t*>(m) + kHeaderBytes + kRingSlots + 3 * kSlotBytes2048;
+    const uint32_t len = 64;
+    std::memcpy(slot3, &len, sizeof len);
+    std::memset(slot3 + 8, 9, 32);
+    ::_exit(0);  // no destructors: the ring stays registered to a dead pid
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::vector<RxDatagram> rx(8);
+  auto n = b->Receive(rx, milliseconds(1000));
+  ASSERT_EQ(*n, 3u);
+  EXPECT_EQ(rx[0].data.size(), 64u);
+  EXPECT_EQ(*b->Receive(rx, milliseconds(0)), 0u);
+  // The one ring is the dead sender's: a new sender finds no room and counts its datagram.
+  auto a = Open(Options());
+  ASSERT_TRUE(a);
+  const uint8_t byte = 1;
+  const TxDatagram tx{to, {&byte, 1}};
+  ASSERT_EQ(*a->Send({&tx, 1}), 1u);
+  EXPECT_EQ(a->counters().send_errors, 1u);
+  // Sleeping makes the receiver look for dead senders; then the ring is free again.
+  EXPECT_EQ(*b->Receive(rx, milliseconds(1100)), 0u);
+  EXPECT_EQ(*b->Receive(rx, milliseconds(0)), 0u);
+  ASSERT_EQ(*a->Send({&tx, 1}), 1u);
+  EXPECT_EQ(a->counters().datagrams_sent, 1u);
+  ASSERT_EQ(*b->Receive(rx, milliseconds(1000)), 1u);
+  EXPECT_EQ(rx[0].source, a->local_endpoint());
+}
+
+// Given slot contents forged by another process of the user (a length word beyond any datagram;
+// then a producer index beyond the ring), Expect the bad slot counted and dropped, the good one
+// delivered, then the corrupt ring ignored for good while other senders still get through.
+TEST_F(ShmTest, MalformedRingContentsAreCountedAndDropped) {
+  ShmOptions few = Options();
+  few.max_senders = 8;  // a header of one page (kHeaderBytes)
+  auto a = Open(Options()), b = Open(few), c = Open(Options());
+  ASSERT_TRUE(a && b && c);
+  const std::vector<uint8_t> p1(10, 1), p2(20, 2);
+  const TxDatagram tx[2] = {{b->local_endpoint(), p1}, {b->local_endpoint(), p2}};
+  ASSERT_EQ(*a->Send(tx), 2u);
+  const int fd = ::open(InboxPath(b->local_endpoint().port).c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  void* m = ::mmap(nullptr, kHeaderBytes + 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  uint8_t* ring = static_cast<uint8_t*>(m) + kHeaderBytes;  // a's ring: the first entry
+  const uint32_t huge = 0x7fffffff;
+  std::memcpy(ring + kRingSlots, &huge, sizeof huge);  // slot 0's length word
+  std::vector<RxDatagram> rx(8);
+  ASSERT_EQ(*b->Receive(rx, milliseconds(1000)), 1u);
+  EXPECT_EQ(rx[0].data.size(), 20u);
+  EXPECT_EQ(b->counters().malformed, 1u);
+  // A producer index far ahead of the consumer: the ring is dropped.
+  const uint64_t bogus = 1'000'000;
+  std::memcpy(ring + kRingHead, &bogus, sizeof bogus);
+  EXPECT_EQ(*b->Receive(rx, milliseconds(0)), 0u);
+  EXPECT_EQ(b->counters().malformed, 2u);
+  ::munmap(m, kHeaderBytes + 4096);
+  ::close(fd);
+  const TxDatagram from_c{b->local_endpoint(), p1};
+  ASSERT_EQ(*c->Send({&from_c, 1}), 1u);
+  ASSERT_EQ(*b->Receive(rx, milliseconds(1000)), 1u);
+  EXPECT_EQ(rx[0].source, c->local_endpoint());
+}
+
+// Given a receiver blocked in Receive and a sender in another process, Expect the sender's
+// doorbell to end the wait with the datagram, long before the timeout.
+TEST_F(ShmTest, DoorbellWakesAReceiverInAnotherProcess) {
+  auto b = Open(Options());
+  ASSERT_TRUE(b);
+  const Endpoint to = b->local_endpoint();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto t = OpenShmConsecutive(Options(), 1);
+    if (!t.ok()) ::_exit(1);
+    std::this_thread::sleep_for(milliseconds(150));
+    const std::vector<uint8_t> p(500, 7);
+    const TxDatagram tx{to, p};
+    ::_exit(t.ok() && (*t)[0]->Send({&tx, 1}).ok() ? 0 : 2);
+  }
+  std::vector<RxDatagram> rx(4);
+  const auto start = std::chrono::steady_clock::now();
+  auto n = b->Receive(rx, std::chrono::seconds(20));
+  const auto took = std::chrono::steady_clock::now() - start;
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(n.ok());
+  ASSERT_EQ(*n, 1u);
+  EXPECT_EQ(rx[0].data.size(), 500u);
+  EXPECT_LT(took, std::chrono::seconds(5));
+  EXPECT_GE(b->counters().datagrams_received, 1u);
+}
+
+TEST_F(ShmTest, SenderForgetsAClosedReceiverAndFindsItsSuccessor) {
+  auto a = Open(Options()), b = Open(Options());
+  ASSERT_TRUE(a && b);
+  const uint16_t port = b->local_endpoint().port;
+  const uint8_t byte = 3;
+  const TxDatagram tx{{kLoopbackIpv4, port}, {&byte, 1}};
+  ASSERT_EQ(*a->Send({&tx, 1}), 1u);
+  EXPECT_EQ(a->counters().datagrams_sent, 1u);
+  b.reset();
+  ASSERT_EQ(*a->Send({&tx, 1}), 1u);
+  EXPECT_EQ(a->counters().send_errors, 1u);
+  auto b2 = OpenShm(Options(port));
+  ASSERT_TRUE(b2.ok());
+  ASSERT_EQ(*a->Send({&tx, 1}), 1u);
+  RxDatagram rx;
+  ASSERT_EQ(*(*b2)->Receive({&rx, 1}, milliseconds(1000)), 1u);
+  EXPECT_EQ(rx.data[0], 3);
+  // Its old ring was marked closed by the sender when it forgot the inbox; none of it leaks.
+  a.reset();
+  EXPECT_EQ(*(*b2)->Receive({&rx, 1}, milliseconds(0)), 0u);
+}
+
+TEST_F(ShmTest, BadOptionsAreRefused) {
+  ShmOptions o = Options(30001);
+  o.ring_slots = 1000;
+  EXPECT_EQ(OpenShm(o).status().code(), StatusCode::kInvalidArgument);
+  o = Options(30001);
+  o.max_datagram_bytes = 70000;
+  EXPECT_EQ(OpenShm(o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenShm(Options(0)).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace switchml::transport
