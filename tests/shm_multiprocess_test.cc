@@ -1,0 +1,115 @@
+// End to end over the shared-memory transport (--transport shm): a `switchml switch` process and
+// `switchml worker` processes, and `switchml run`, all in a shm directory of the test's own
+// (SWITCHML_SHM_DIR, inherited by the children), which must be empty again once they are gone.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "process.h"
+
+namespace switchml {
+namespace {
+
+using std::chrono::seconds;
+using testing::Process;
+
+class ShmMultiProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/dev/shm/switchml-e2e-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ::setenv("SWITCHML_SHM_DIR", dir_.c_str(), 1);
+  }
+  void TearDown() override {
+    ::unsetenv("SWITCHML_SHM_DIR");
+    for (const std::string& f : Files()) ::unlink((dir_ + "/" + f).c_str());
+    ::rmdir(dir_.c_str());
+  }
+
+  std::vector<std::string> Files() const {
+    std::vector<std::string> out;
+    if (DIR* d = ::opendir(dir_.c_str())) {
+      while (dirent* e = ::readdir(d)) {
+        const std::string n = e->d_name;
+        if (n != "." && n != "..") out.push_back(n);
+      }
+      ::closedir(d);
+    }
+    return out;
+  }
+
+  static std::unique_ptr<Process> Worker(const std::string& control, uint32_t rank,
+                                         uint32_t workers, const std::string& size,
+                                         const std::string& iterations, const std::string& session,
+                                         std::vector<std::string> extra = {}) {
+    std::vector<std::string> flags = {"--threads", "2", "--session", session, "--transport", "shm"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return testing::StartWorkerProcess({control, rank, workers, size, "float32", iterations, flags});
+  }
+
+  std::string dir_;
+};
+
+// Given a switch process and two worker processes of two threads each over shm, Expect every
+// result verified, and no inbox left once the switch has stopped.
+TEST_F(ShmMultiProcessTest, SwitchAndTwoWorkerProcessesVerifyTheirResults) {
+  testing::SwitchProcess sw = testing::StartSwitchProcess({"--transport", "shm"});
+  ASSERT_FALSE(sw.control.empty()) << sw.process->output();
+  std::vector<std::unique_ptr<Process>> ps;
+  for (uint32_t r = 0; r < 2; ++r) ps.push_back(Worker(sw.control, r, 2, "1048583", "3", "11"));
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ps[r]->Wait(seconds(120))) << "rank " << r << ":\n" << ps[r]->output();
+    EXPECT_EQ(ps[r]->exit_code(), 0) << "rank " << r << ":\n" << ps[r]->output();
+    EXPECT_NE(ps[r]->output().find("status=ok verified=1"), std::string::npos) << ps[r]->output();
+  }
+  // The workers' inboxes went with them; the switch's stays while it runs.
+  EXPECT_EQ(Files().size(), 1u);
+  sw.process->Kill(SIGINT);
+  ASSERT_TRUE(sw.process->Wait(seconds(30))) << sw.process->output();
+  EXPECT_TRUE(Files().empty()) << Files().front();
+}
+
+// Given `switchml run --transport shm` with 1% loss each way (the loss wrapper around shm),
+// Expect every result verified: the workers recover the losses.
+TEST_F(ShmMultiProcessTest, RunCommandWithLoss) {
+  Process p({testing::SwitchmlBinary(), "run", "--transport", "shm", "--workers", "3", "--size",
+             "300001", "--dtype", "int32", "--iterations", "3", "--loss", "0.01"});
+  ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
+  EXPECT_EQ(p.exit_code(), 0) << p.output();
+  EXPECT_NE(p.output().find("switchml run: OK"), std::string::npos) << p.output();
+  EXPECT_TRUE(Files().empty());
+}
+
+// Given a job under way, When one worker process is killed (its rings in the switch's inbox
+// left registered to a dead process, its own inbox left behind), Expect its peer to fail, and
+// the same switch to serve a new job of two workers to verified results.
+TEST_F(ShmMultiProcessTest, KilledWorkerLeavesTheSwitchServingTheNextJob) {
+  testing::SwitchProcess sw = testing::StartSwitchProcess({"--transport", "shm"});
+  ASSERT_FALSE(sw.control.empty()) << sw.process->output();
+  std::vector<std::unique_ptr<Process>> ps;
+  for (uint32_t r = 0; r < 2; ++r) ps.push_back(Worker(sw.control, r, 2, "2000000", "100000", "21"));
+  ASSERT_TRUE(ps[0]->WaitForOutput("iteration 3/", seconds(60))) << ps[0]->output();
+  ps[1]->Kill(SIGKILL);
+  ASSERT_TRUE(ps[0]->Wait(seconds(60))) << ps[0]->output();
+  EXPECT_NE(ps[0]->exit_code(), 0) << ps[0]->output();
+  ps.clear();
+  for (uint32_t r = 0; r < 2; ++r) ps.push_back(Worker(sw.control, r, 2, "300000", "2", "22"));
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ps[r]->Wait(seconds(120))) << "rank " << r << ":\n" << ps[r]->output();
+    EXPECT_EQ(ps[r]->exit_code(), 0) << "rank " << r << ":\n" << ps[r]->output();
+    EXPECT_NE(ps[r]->output().find("status=ok verified=1"), std::string::npos) << ps[r]->output();
+  }
+  sw.process->Kill(SIGINT);
+  ASSERT_TRUE(sw.process->Wait(seconds(30))) << sw.process->output();
+}
+
+}  // namespace
+}  // namespace switchml
