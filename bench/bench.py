@@ -24,12 +24,14 @@ import sys
 import tempfile
 import time
 
-SYSTEMS = ["switchml", "switchml-mcast", "switchml-xdp", "gloo-ring", "gloo-hd", "mpi-tcp", "mpi-shm"]
+SYSTEMS = ["switchml", "switchml-mcast", "switchml-xdp", "switchml-shm", "gloo-ring", "gloo-hd",
+           "mpi-tcp", "mpi-shm"]
 SYSTEM_LABELS = {
     "switchml": "SwitchML (software switch, UDP)",
     "switchml-mcast": "SwitchML with LAN multicast (worker --multicast on: each result sent once, "
                       "replicated by the bridge; rack only)",
     "switchml-xdp": "SwitchML over AF_XDP (--transport xdp; rack only)",
+    "switchml-shm": "SwitchML over shared memory (--transport shm; loopback only)",
     "gloo-ring": "Gloo ring (TCP)",
     "gloo-hd": "Gloo halving-doubling (TCP)",
     "mpi-tcp": "Open MPI MPI_Allreduce (btl tcp)",
@@ -390,6 +392,8 @@ class Bench:
             r = self.run_switchml(tag, n, elements, extra=MCAST_ARGS)
         elif system == "switchml-xdp":
             r = self.run_switchml(tag, n, elements, transport="xdp")
+        elif system == "switchml-shm":
+            r = self.run_switchml(tag, n, elements, transport="shm")
         elif system == "gloo-ring":
             r = self.run_gloo(tag, n, elements, "ring")
         elif system == "gloo-hd":
@@ -486,8 +490,8 @@ class Bench:
                         continue
                 for n in a.workers:
                     for nbytes in a.sizes:
-                        for system in a.systems:
-                            if system == "mpi-shm" and self.rack is not None:
+                        for system in [s for _ in range(a.rounds) for s in a.systems]:
+                            if system in ("mpi-shm", "switchml-shm") and self.rack is not None:
                                 continue  # shared memory would not cross the rack's cables
                             if system == "switchml-xdp" and self.rack is None:
                                 continue  # AF_XDP needs an interface per process: rack only
@@ -658,6 +662,9 @@ def main():
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of "
                    + ", ".join(SYSTEMS))
     p.add_argument("--dtype", default="float32", choices=["float32", "int32"])
+    p.add_argument("--rounds", type=int, default=1,
+                   help="measure every system this many times per worker count and size, "
+                   "interleaved (one row each), for A/B comparisons on a busy host")
     p.add_argument("--iterations", type=int, default=5, help="timed all-reduces per run")
     p.add_argument("--warmup", type=int, default=1, help="untimed all-reduces before them")
     p.add_argument("--mtu", type=int, default=9000, help="MTU of the rack's interfaces")

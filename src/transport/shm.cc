@@ -17,6 +17,7 @@
 #include <cstring>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "base/logging.h"
 #include "base/status_macros.h"
@@ -538,7 +539,17 @@ class ShmTransport final : public Transport {
     };
     auto p = std::make_unique<Peer>();
     p->fd = Fd(::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
-    if (p->fd.get() < 0) return fail(path + ": " + ErrnoText(errno));
+    if (p->fd.get() < 0) {
+      const int err = errno;
+      // Once per port: most likely the peer is not an shm transport of this host.
+      if (err == ENOENT && missing_warned_.size() < 64 && missing_warned_.insert(port).second) {
+        LOG(kWarning, kTransport)
+            << "shm " << source_.ToString() << ": no inbox " << path
+            << ": nothing listens on port " << port << " with --transport shm on this host "
+            << "(same user, same SWITCHML_SHM_DIR); datagrams to it are dropped and counted";
+      }
+      return fail(path + ": " + ErrnoText(err));
+    }
     struct stat st{};
     if (::fstat(p->fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
         static_cast<uint64_t>(st.st_size) < kPage) {
@@ -766,6 +777,7 @@ class ShmTransport final : public Transport {
   // Sender side.
   std::unordered_map<uint16_t, std::unique_ptr<Peer>> peers_;
   std::vector<Peer*> touched_;
+  std::unordered_set<uint16_t> missing_warned_;  // ports without an inbox already logged
   // Receiver side.
   std::vector<Ring> rings_;
   size_t next_ring_ = 0;

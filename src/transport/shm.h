@@ -55,7 +55,7 @@
 //     receiver marks its inbox closed and unlinks it. Entries of senders whose pid is gone are
 //     freed by the receiver (checked at most once a second, before sleeping). Processes that
 //     share a directory must share a pid namespace (the default).
-// Not here: loopback multicast (JoinLoopbackGroup is UNIMPLEMENTED, so the switch sends every
+// Not here: multicast groups (JoinGroup is UNIMPLEMENTED, so the switch sends every
 // worker its copy); other users (the directory is per user).
 //
 // Ownership: a Transport owns its inbox (file, lock, mapping) and its mappings of the inboxes it
