@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -23,6 +25,11 @@ std::string SwitchmlBinary() { return SWITCHML_BINARY; }
 Process::Process(const std::vector<std::string>& argv) {
   char tmpl[] = "/tmp/switchml-test-XXXXXX";
   int fd = mkstemp(tmpl);
+  if (fd < 0) {
+    start_error_ = std::string("test process: mkstemp: ") + strerror(errno) + "\n";
+    exit_code_ = 127;
+    return;
+  }
   path_ = tmpl;
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -37,6 +44,12 @@ Process::Process(const std::vector<std::string>& argv) {
     (void)!write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1);
     _exit(127);
   }
+  if (pid_ < 0) {
+    // No child: it counts as ended at once. (pid -1 must never reach waitpid or kill: -1 means
+    // any child to waitpid, and every process we may signal to kill.)
+    start_error_ = std::string("test process: fork: ") + strerror(errno) + "\n";
+    exit_code_ = 127;
+  }
   close(fd);
 }
 
@@ -45,11 +58,11 @@ Process::~Process() {
     Kill(SIGKILL);
     Wait(std::chrono::seconds(5));
   }
-  unlink(path_.c_str());
+  if (!path_.empty()) unlink(path_.c_str());
 }
 
 bool Process::running() {
-  if (exit_code_ >= 0) return false;
+  if (exit_code_ >= 0 || pid_ <= 0) return false;
   int status = 0;
   if (waitpid(pid_, &status, WNOHANG) == pid_) {
     exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -68,10 +81,11 @@ bool Process::Wait(std::chrono::milliseconds timeout) {
 }
 
 void Process::Kill(int signal) {
-  if (exit_code_ < 0) kill(pid_, signal);
+  if (exit_code_ < 0 && pid_ > 0) kill(pid_, signal);
 }
 
 std::string Process::output() const {
+  if (!start_error_.empty()) return start_error_;
   std::ifstream f(path_);
   std::stringstream s;
   s << f.rdbuf();

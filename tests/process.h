@@ -10,7 +10,8 @@
 
 namespace switchml::testing {
 
-// A child process whose stdout and stderr go to one temporary file.
+// A child process whose stdout and stderr go to one temporary file. A child that cannot be
+// started (fork or the file failed) counts as ended with exit code 127, and output() says why.
 class Process {
  public:
   explicit Process(const std::vector<std::string>& argv);
@@ -29,9 +30,10 @@ class Process {
   bool WaitForOutput(const std::string& text, std::chrono::milliseconds timeout);
 
  private:
-  pid_t pid_ = -1;
+  pid_t pid_ = -1;  // -1: the child was never started (start_error_ says why)
   int exit_code_ = -1;
   std::string path_;
+  std::string start_error_;
 };
 
 // The path of the switchml binary under test.
