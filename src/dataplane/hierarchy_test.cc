@@ -130,6 +130,11 @@ TEST_F(TorScenarioTest, PartialGoesUpResultComesDownShadowAnswersRetransmissions
   EXPECT_EQ(c.upstream_resent, 2u);
   EXPECT_EQ(c.upstream_coalesced, 1u);
   EXPECT_EQ(c.upstream_results, 1u);
+  // The switch-wide count outlives the job (its counters go with it when it closes).
+  ASSERT_TRUE(tor_.RemoveJob(kSession).ok());
+  EXPECT_EQ(tor_.counters().upstream_results, 1u);
+  EXPECT_NE(tor_.FormatCounters(false).find("upstream_results 1\n"), std::string::npos)
+      << tor_.FormatCounters(false);
 }
 
 TEST_F(TorScenarioTest, ResultsForNoWaitingRoundAreDropped) {

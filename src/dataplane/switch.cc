@@ -645,6 +645,7 @@ const Action& Switch::ProcessResult(Job& job, const proto::Header& header,
   md.reply_tsi = header.tsi;
   t.has_result = true;
   ++job.counters.upstream_results;
+  ++counters_.upstream_results;
   action_.destinations = job.FillDestinations(t.offset, t.source_port);
   job.counters.multicast_packets += job.spec.num_workers;
   action_.kind = Action::Kind::kMulticast;
@@ -663,9 +664,12 @@ std::string Switch::FormatCounters(bool per_slot) const {
   uint64_t malformed = 0;
   for (uint64_t c : counters_.dropped_malformed) malformed += c;
   add("switch: %zu jobs, received %" PRIu64 ", malformed %" PRIu64 ", unknown_source %" PRIu64
-      ", jobs_evicted %" PRIu64 "\n",
+      ", jobs_evicted %" PRIu64,
       jobs_.size(), counters_.received, malformed, counters_.dropped_unknown_source,
       counters_.jobs_evicted);
+  // (A top-of-rack switch's, over every job: its jobs' tables below end when the jobs close.)
+  if (counters_.upstream_results > 0) add(", upstream_results %" PRIu64, counters_.upstream_results);
+  out += '\n';
   for (int e = 1; e < proto::kNumDecodeErrors; ++e) {
     if (counters_.dropped_malformed[e] == 0) continue;
     const std::string label =

@@ -159,6 +159,9 @@ struct SwitchCounters {
   uint64_t dropped_malformed[proto::kNumDecodeErrors] = {};
   uint64_t dropped_unknown_source = 0;
   uint64_t jobs_evicted = 0;  // dead jobs removed by CreateJob or AddWorker (see Switch)
+  // Results from upstream multicast to racks (JobCounters::upstream_results), of every job
+  // including those removed since: a closed job takes its own counters with it.
+  uint64_t upstream_results = 0;
 };
 
 class Switch {

@@ -379,6 +379,7 @@ dataplane::SwitchCounters SwitchDaemon::switch_counters() const {
       sum.dropped_malformed[e] += c.dropped_malformed[e];
     }
     sum.dropped_unknown_source += c.dropped_unknown_source;
+    sum.upstream_results += c.upstream_results;
   }
   std::lock_guard<std::mutex> lock(switch_->mu);
   sum.jobs_evicted = switch_->sw.counters().jobs_evicted;
