@@ -139,11 +139,14 @@ namespace {
 // same on every worker: an address in 239.192.0.0/14 (RFC 2365's organization-local scope, whose
 // Ethernet addresses 01:00:5e:40:00:00.. do not alias the link-local groups 224.0.0.x that
 // snooping switches always flood) and first port in [12000, 20000) from a hash of the session id
-// (below Linux's ephemeral ports and the workers' own [20000, 32000)). Two sessions on one switch
+// and the switch's control port (below Linux's ephemeral ports and the workers' own
+// [20000, 32000)). The control port keeps apart the jobs of one session id on two switches of
+// one host (the racks of a hierarchy, whose workers share the session id): on one group each
+// worker would also receive, and drop, the other switch's results. Two sessions on one switch
 // that hash alike cannot both hold it: the switch keeps it for the first only
 // (dataplane::JobSpec::multicast_group), and the other gets results one copy per worker.
-Endpoint MulticastGroupOf(uint64_t session_id, uint32_t num_ports) {
-  uint64_t h = session_id + 0x9e3779b97f4a7c15ULL;  // splitmix64
+Endpoint MulticastGroupOf(uint64_t session_id, uint16_t control_port, uint32_t num_ports) {
+  uint64_t h = session_id + 0x9e3779b97f4a7c15ULL * (uint64_t{control_port} + 1);  // splitmix64
   h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
   h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
   h ^= h >> 31;
@@ -188,7 +191,7 @@ Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint32_t bind_i
                                      "--multicast on");
     }
   }
-  const Endpoint g = MulticastGroupOf(session_id, config.num_worker_threads);
+  const Endpoint g = MulticastGroupOf(session_id, config.control_port, config.num_worker_threads);
   Status joined;
   for (uint32_t t = 0; t < config.num_worker_threads && joined.ok(); ++t) {
     joined = transports[t]->JoinGroup(Endpoint{g.ipv4, static_cast<uint16_t>(g.port + t)},
