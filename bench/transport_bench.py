@@ -19,7 +19,7 @@ Sections (--sections, default rates,run):
          of one host (memif / loopback), aggregated elements/s (median all-reduce) and the CPU
          time of the whole process tree (switch and workers, from wait4); --run-transports
          (default dpdk,dpdk-naps,udp: dpdk-naps is memif with SWITCHML_DPDK_DOORBELL=off; also
-         udp-plain); --run-rounds N interleaves N rounds of them and reports the run of median
+         udp-plain and shm, the shared-memory transport); --run-rounds N interleaves N rounds of them and reports the run of median
          elements/s.
   rack   Verified all-reduces on an emulated rack (scripts/rack.sh: the switch on a bridge, each
          worker in a namespace behind a veth pair; --rack-rate none = unshaped, or e.g. 1gbit
@@ -336,6 +336,7 @@ RUN_KINDS = {
     "dpdk-naps": ("dpdk", {"SWITCHML_DPDK_DOORBELL": "off"}),  # memif without doorbells
     "udp": ("udp", {}),
     "udp-plain": ("udp-plain", {}),
+    "shm": ("shm", {}),  # shared-memory rings (transport/shm.h)
 }
 
 
@@ -573,7 +574,8 @@ def main():
     p.add_argument("--iterations", type=int, default=3, help="run, rack: timed all-reduces")
     p.add_argument("--run-workers", default="2,4")
     p.add_argument("--run-transports", default="dpdk,dpdk-naps,udp",
-                   help="run: " + ",".join(RUN_KINDS) + " (dpdk-naps: memif without doorbells)")
+                   help="run: " + ",".join(RUN_KINDS) + " (dpdk-naps: memif without doorbells; shm: "
+                   "shared-memory rings)")
     p.add_argument("--run-rounds", type=int, default=1,
                    help="run: rounds of every transport, interleaved (the run of median elements/s)")
     p.add_argument("--rack-transports", default="udp,udp-plain,xdp")
