@@ -319,6 +319,54 @@ TEST_F(ShmTest, DoorbellWakesAReceiverInAnotherProcess) {
   EXPECT_GE(b->counters().datagrams_received, 1u);
 }
 
+// Given two processes that bounce a datagram back and forth, each blocking in Receive with a
+// 5 s timeout, Expect every round trip to end by a doorbell, never by the timeout: a lost
+// wake-up (the sender missing the receiver's announcement of sleep) would wait it out.
+TEST_F(ShmTest, PingPongAcrossProcessesNeverWaitsOutTheTimeout) {
+  auto a = Open(Options()), b = Open(Options());
+  ASSERT_TRUE(a && b);
+  constexpr int kRounds = 3000;
+  const Endpoint pa = a->local_endpoint();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // b echoes what it receives back to a.
+    std::vector<RxDatagram> rx(4);
+    for (int i = 0; i < kRounds;) {
+      auto n = b->Receive(rx, std::chrono::seconds(5));
+      if (!n.ok() || *n == 0) ::_exit(1);
+      for (size_t k = 0; k < *n; ++k, ++i) {
+        const TxDatagram tx{pa, rx[k].data};
+        if (!b->Send({&tx, 1}).ok()) ::_exit(2);
+      }
+    }
+    ::_exit(0);
+  }
+  std::vector<RxDatagram> rx(4);
+  auto slowest = std::chrono::nanoseconds::zero();
+  int got = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    const uint32_t v = static_cast<uint32_t>(i);
+    const TxDatagram tx{b->local_endpoint(), {reinterpret_cast<const uint8_t*>(&v), sizeof v}};
+    ASSERT_EQ(*a->Send({&tx, 1}), 1u);
+    const auto start = std::chrono::steady_clock::now();
+    auto n = a->Receive(rx, std::chrono::seconds(5));
+    slowest = std::max(slowest, std::chrono::steady_clock::now() - start);
+    ASSERT_TRUE(n.ok());
+    ASSERT_EQ(*n, 1u) << "round " << i << " waited out its timeout";
+    uint32_t echo;
+    std::memcpy(&echo, rx[0].data.data(), sizeof echo);
+    ASSERT_EQ(echo, v);
+    ++got;
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(got, kRounds);
+  EXPECT_LT(slowest, std::chrono::seconds(2));
+  EXPECT_GT(a->counters().doorbells + b->counters().doorbells, 0u);
+}
+
 TEST_F(ShmTest, SenderForgetsAClosedReceiverAndFindsItsSuccessor) {
   auto a = Open(Options()), b = Open(Options());
   ASSERT_TRUE(a && b);
