@@ -52,7 +52,8 @@ class ShmMultiProcessTest : public ::testing::Test {
                                          std::vector<std::string> extra = {}) {
     std::vector<std::string> flags = {"--threads", "2", "--session", session, "--transport", "shm"};
     flags.insert(flags.end(), extra.begin(), extra.end());
-    return testing::StartWorkerProcess({control, rank, workers, size, "float32", iterations, flags});
+    return testing::StartWorkerProcess(
+        {control, rank, workers, size, "float32", iterations, flags});
   }
 
   std::string dir_;
@@ -95,7 +96,8 @@ TEST_F(ShmMultiProcessTest, KilledWorkerLeavesTheSwitchServingTheNextJob) {
   testing::SwitchProcess sw = testing::StartSwitchProcess({"--transport", "shm"});
   ASSERT_FALSE(sw.control.empty()) << sw.process->output();
   std::vector<std::unique_ptr<Process>> ps;
-  for (uint32_t r = 0; r < 2; ++r) ps.push_back(Worker(sw.control, r, 2, "2000000", "100000", "21"));
+  for (uint32_t r = 0; r < 2; ++r)
+    ps.push_back(Worker(sw.control, r, 2, "2000000", "100000", "21"));
   ASSERT_TRUE(ps[0]->WaitForOutput("iteration 3/", seconds(60))) << ps[0]->output();
   ps[1]->Kill(SIGKILL);
   ASSERT_TRUE(ps[0]->Wait(seconds(60))) << ps[0]->output();

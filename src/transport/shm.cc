@@ -53,7 +53,7 @@ struct Fixed {  // offset 0; written once by the receiver before the file gets i
 };
 static_assert(sizeof(Fixed) <= kLine);
 
-struct Doorbell {  // offset 64
+struct Doorbell {     // offset 64
   uint32_t bell;      // the futex word: bumped by every ring of the doorbell
   uint32_t sleeping;  // 1: the receiver announced that it is about to sleep
   uint32_t closed;    // 1: the receiver is gone (or was replaced): senders forget this inbox
@@ -61,7 +61,7 @@ struct Doorbell {  // offset 64
 constexpr size_t kDoorbellOffset = kLine;
 constexpr size_t kTableVersionOffset = 2 * kLine;  // a uint32_t bumped on every (un)registration
 
-struct Entry {  // one per ring, from kEntriesOffset
+struct Entry {     // one per ring, from kEntriesOffset
   uint64_t state;  // kind << 32 | pid
   uint32_t ipv4;   // the sender's endpoint
   uint32_t port;
@@ -120,7 +120,8 @@ bool ReadGeometry(const uint8_t* header, uint64_t file_bytes, Geometry* out) {
   if (f.max_datagram_bytes == 0 || f.max_datagram_bytes > kMaxDatagram) return false;
   const Geometry g = MakeGeometry(f.max_senders, f.ring_slots, f.max_datagram_bytes);
   if (f.slot_bytes != g.slot_bytes || f.header_bytes != g.header_bytes ||
-      f.ring_bytes != g.ring_bytes || f.total_bytes != g.total_bytes || g.total_bytes > file_bytes) {
+      f.ring_bytes != g.ring_bytes || f.total_bytes != g.total_bytes ||
+      g.total_bytes > file_bytes) {
     return false;
   }
   *out = g;
@@ -202,7 +203,7 @@ Status EnsureDirectory(const std::string& dir) {
                                    ErrnoText(errno) +
                                    "; set SWITCHML_SHM_DIR to a directory of tmpfs you own");
   }
-  struct stat st{};
+  struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return FailedPreconditionError("the shm transport directory " + dir +
                                    " is not a directory (a symbolic link is refused)");
@@ -217,14 +218,15 @@ Status EnsureDirectory(const std::string& dir) {
 }
 
 bool SameFile(const std::string& path, int fd) {
-  struct stat a{}, b{};
+  struct stat a {
+  }, b{};
   return ::stat(path.c_str(), &a) == 0 && ::fstat(fd, &b) == 0 && a.st_dev == b.st_dev &&
          a.st_ino == b.st_ino;
 }
 
 // Marks the inbox behind fd closed (a stale one being replaced), if it looks like an inbox.
 void MarkStaleClosed(int fd) {
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < kPage) return;
   Mapping m = Mapping::Map(fd, kPage, 0);
   if (m.get() == nullptr) return;
@@ -250,8 +252,8 @@ Result<Inbox> CreateInbox(const ShmOptions& o, const std::string& dir, bool* in_
   *in_use = false;
   const std::string where = "shm transport on port " + std::to_string(o.port);
   Inbox inbox;
-  inbox.geometry = MakeGeometry(o.max_senders, o.ring_slots,
-                                static_cast<uint32_t>(o.max_datagram_bytes));
+  inbox.geometry =
+      MakeGeometry(o.max_senders, o.ring_slots, static_cast<uint32_t>(o.max_datagram_bytes));
   const Geometry& g = inbox.geometry;
   inbox.path = InboxPath(dir, o.port);
   std::string tmp = dir + "/.inbox-" + std::to_string(o.port) + ".XXXXXX";
@@ -271,8 +273,8 @@ Result<Inbox> CreateInbox(const ShmOptions& o, const std::string& dir, bool* in_
   }
   if (::ftruncate(inbox.fd.get(), static_cast<off_t>(g.total_bytes)) != 0) {
     return ResourceExhaustedError("cannot size the inbox " + tmp + " (" +
-                                  std::to_string(g.total_bytes) + " bytes, sparse): " +
-                                  ErrnoText(errno));
+                                  std::to_string(g.total_bytes) +
+                                  " bytes, sparse): " + ErrnoText(errno));
   }
   inbox.map = Mapping::Map(inbox.fd.get(), g.total_bytes, 0);
   if (inbox.map.get() == nullptr) {
@@ -452,10 +454,10 @@ class ShmTransport final : public Transport {
     Geometry g;
     uint32_t entry = 0;
     uint32_t pid = 0;
-    uint64_t head = 0;        // the next slot to fill (ours alone)
-    uint64_t tail_seen = 0;   // the consumer index last read
-    bool claimed = false;     // entry is ours: marked closed when this is destroyed
-    bool touched = false;     // holds datagrams of the current Send
+    uint64_t head = 0;       // the next slot to fill (ours alone)
+    uint64_t tail_seen = 0;  // the consumer index last read
+    bool claimed = false;    // entry is ours: marked closed when this is destroyed
+    bool touched = false;    // holds datagrams of the current Send
     uint8_t* slots = nullptr;
 
     ~Peer() {
@@ -523,8 +525,7 @@ class ShmTransport final : public Transport {
   void DropPeer(uint16_t port) {
     auto it = peers_.find(port);
     if (it == peers_.end()) return;
-    touched_.erase(std::remove(touched_.begin(), touched_.end(), it->second.get()),
-                   touched_.end());
+    touched_.erase(std::remove(touched_.begin(), touched_.end(), it->second.get()), touched_.end());
     peers_.erase(it);
   }
 
@@ -544,13 +545,13 @@ class ShmTransport final : public Transport {
       // Once per port: most likely the peer is not an shm transport of this host.
       if (err == ENOENT && missing_warned_.size() < 64 && missing_warned_.insert(port).second) {
         LOG(kWarning, kTransport)
-            << "shm " << source_.ToString() << ": no inbox " << path
-            << ": nothing listens on port " << port << " with --transport shm on this host "
+            << "shm " << source_.ToString() << ": no inbox " << path << ": nothing listens on port "
+            << port << " with --transport shm on this host "
             << "(same user, same SWITCHML_SHM_DIR); datagrams to it are dropped and counted";
       }
       return fail(path + ": " + ErrnoText(err));
     }
-    struct stat st{};
+    struct stat st {};
     if (::fstat(p->fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
         static_cast<uint64_t>(st.st_size) < kPage) {
       return fail(path + " is not an inbox of ours");
@@ -634,8 +635,8 @@ class ShmTransport final : public Transport {
         r.published = r.tail;
       }
       if (r.closing &&
-          (r.broken || Ref<uint64_t>(r.base, kHeadOffset).load(std::memory_order_acquire) ==
-                           r.tail)) {
+          (r.broken ||
+           Ref<uint64_t>(r.base, kHeadOffset).load(std::memory_order_acquire) == r.tail)) {
         FreeEntry(r.entry);
         r.entry = UINT32_MAX;
         freed = true;
@@ -669,7 +670,8 @@ class ShmTransport final : public Transport {
     const size_t entry = kEntriesOffset + e * sizeof(Entry);
     Ring r;
     r.entry = e;
-    r.source.ipv4 = Ref<uint32_t>(base_, entry + offsetof(Entry, ipv4)).load(std::memory_order_relaxed);
+    r.source.ipv4 =
+        Ref<uint32_t>(base_, entry + offsetof(Entry, ipv4)).load(std::memory_order_relaxed);
     r.source.port = static_cast<uint16_t>(
         Ref<uint32_t>(base_, entry + offsetof(Entry, port)).load(std::memory_order_relaxed));
     r.base = RingBase(e);

@@ -23,8 +23,9 @@ namespace {
 using std::chrono::milliseconds;
 
 // The inbox layout (shm.h) as far as the tests that forge ring contents need it: with at most
-// 120 senders (the default is 256) the header is one page; ring e starts at 4096 + e * ring_bytes; in a ring the
-// producer index is at 0, the slots from 128, each a uint32_t length and then the data.
+// 120 senders (the default is 256) the header is one page; ring e starts at 4096 + e * ring_bytes;
+// in a ring the producer index is at 0, the slots from 128, each a uint32_t length and then the
+// data.
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kRingHead = 0, kRingSlots = 128;
 constexpr size_t kSlotBytes2048 = 2112;  // a slot for 2048-byte datagrams: 8 + 2048, 64-aligned
@@ -96,7 +97,8 @@ TEST_F(ShmTest, FullRingStopsTheBatchAndTheRingWrapsAround) {
   ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 8u);
   // The 8 views are still lent: the ring stays full until the next Receive.
   EXPECT_EQ(*a->Send(std::span(tx).subspan(8)), 0u);
-  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(std::vector<uint8_t>(rx[i].data.begin(), rx[i].data.end()), payloads[i]);
+  for (size_t i = 0; i < 8; ++i)
+    EXPECT_EQ(std::vector<uint8_t>(rx[i].data.begin(), rx[i].data.end()), payloads[i]);
   ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 0u);  // returns them
   ASSERT_EQ(*a->Send(std::span(tx).subspan(8)), 2u);
   ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 2u);
@@ -191,7 +193,7 @@ TEST_F(ShmTest, StaleInboxOfADeadProcessIsReplaced) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ::close(pipefd[0]);
   ::close(pipefd[1]);
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(InboxPath(port).c_str(), &st), 0) << "the dead process's inbox is left";
   auto b = OpenShm(Options(port));
   ASSERT_TRUE(b.ok()) << b.status().ToString();
