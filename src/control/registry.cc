@@ -467,8 +467,8 @@ Status Registry::Register(const RegisterRequest& r, const Caller& caller, std::s
         std::lock_guard sw_lock(sw_->mu);
         const dataplane::JobSpec* spec = sw_->sw.FindJob(r.session_id);
         *multicast_group_kept = spec != nullptr && spec->multicast_group.ipv4 != 0 &&
-                               spec->multicast_group.ipv4 == r.multicast_group_ipv4 &&
-                               spec->multicast_group.port == r.multicast_group_port;
+                                spec->multicast_group.ipv4 == r.multicast_group_ipv4 &&
+                                spec->multicast_group.port == r.multicast_group_port;
       }
     }
     // A refusal marks the session failed, so the job fails fast on every worker, unless the

@@ -206,8 +206,8 @@ Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint32_t bind_i
   }
   *group = g;
   if (!local) {
-    LOG(kInfo, kRuntime) << "results expected on multicast group " << g.ToString() << " (+ thread) via "
-                         << via->name;
+    LOG(kInfo, kRuntime) << "results expected on multicast group " << g.ToString()
+                         << " (+ thread) via " << via->name;
   }
   return Status();
 }
@@ -336,10 +336,11 @@ Status Context::Impl::Setup() {
     if (!group_interface.loopback) {
       return FailedPreconditionError(
           "the switch did not keep LAN multicast group " + args.multicast_group.ToString() +
-          " for this job (it runs with --no-lan-multicast, is bound to 0.0.0.0 rather than the "
-          "address of the interface the workers reach (--bind), uses a transport other than "
-          "kernel UDP, another of its jobs holds the group, or it is a reference switch); run "
-          "the workers without --multicast on");
+          " for this job (rank 0 ran without --multicast on, or the switch runs with "
+          "--no-lan-multicast, is bound to 0.0.0.0 rather than the address of the interface the "
+          "workers reach (--bind), uses a transport other than kernel UDP, holds the group for "
+          "another job, or is a reference switch); run every worker with --multicast on, or "
+          "none");
     }
     args.multicast_group = Endpoint{};
   }
@@ -383,14 +384,14 @@ Status Context::Impl::Setup() {
     wait.wake_batch = config.wake_batch;
     std::string expected_group;  // checked for LAN groups only (a loopback one cannot fail)
     if (args.multicast_group.ipv4 != 0 && !group_interface.loopback) {
-      expected_group = Endpoint{args.multicast_group.ipv4,
-                                static_cast<uint16_t>(args.multicast_group.port + t)}
-                           .ToString() +
-                       " on " + group_interface.name;
+      expected_group =
+          Endpoint{args.multicast_group.ipv4, static_cast<uint16_t>(args.multicast_group.port + t)}
+              .ToString() +
+          " on " + group_interface.name;
     }
     threads.push_back(std::make_unique<runtime::WorkerThread>(
-        sc, std::move(transports[t]), shard, failure, wait, switch_data.port,
-        reply.num_data_ports, std::move(expected_group)));
+        sc, std::move(transports[t]), shard, failure, wait, switch_data.port, reply.num_data_ports,
+        std::move(expected_group)));
   }
   return Status();
 }

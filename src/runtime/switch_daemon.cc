@@ -154,18 +154,16 @@ void ChooseMulticastScope(SwitchDaemonOptions* options, transport::TransportOpti
   }
   auto iface = transport::InterfaceToward(bind, bind);
   if (!iface.ok() || !iface->multicast || iface->loopback) {
-    LOG(kWarning, kDataplane)
-        << "LAN multicast off: "
-        << (iface.ok() ? "interface " + iface->name + " of " + Ipv4ToString(bind) +
-                             " cannot send multicast"
-                       : iface.status().message())
-        << "; results go to each worker";
+    LOG(kWarning, kDataplane) << "LAN multicast off: "
+                              << (iface.ok() ? "interface " + iface->name + " of " +
+                                                   Ipv4ToString(bind) + " cannot send multicast"
+                                             : iface.status().message())
+                              << "; results go to each worker";
     return;
   }
   c.lan_multicast = true;
   topts->multicast_ttl = options->multicast_ttl;
-  LOG(kInfo, kDataplane) << "LAN multicast on " << iface->name << " (TTL "
-                         << options->multicast_ttl
+  LOG(kInfo, kDataplane) << "LAN multicast on " << iface->name << " (TTL " << options->multicast_ttl
                          << ") for jobs whose workers ask for it (switchml worker --multicast on)";
 }
 }  // namespace

@@ -361,8 +361,9 @@ Status Engine::Setup() {
         rank_local[r] = rack_size[t]++;
       }
       dataplane::Switch& spine = *switches_[jc.switch_node];
-      RETURN_IF_ERROR(spine.CreateJob({jc.session_id, static_cast<uint32_t>(racks.size()), jc.size,
-                                       T, jc.window, /*running_tsi=*/true, /*multicast_group=*/{}}));
+      RETURN_IF_ERROR(
+          spine.CreateJob({jc.session_id, static_cast<uint32_t>(racks.size()), jc.size, T,
+                           jc.window, /*running_tsi=*/true, /*multicast_group=*/{}}));
       for (uint32_t k = 0; k < racks.size(); ++k) {
         dataplane::Switch& tor = *switches_[racks[k]];
         RETURN_IF_ERROR(tor.CreateJob({jc.session_id, rack_size[racks[k]], jc.size, T, jc.window,

@@ -504,9 +504,9 @@ Status SetMulticastEgress(int fd, const UdpOptions& options, const std::string& 
   if (::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &via, sizeof via) != 0 ||
       ::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof ttl) != 0 ||
       ::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &loop, sizeof loop) != 0) {
-    return UnavailableError("UDP transport on " + address +
-                            ": cannot set the multicast interface, TTL or loop: " +
-                            ErrnoText(errno));
+    return UnavailableError(
+        "UDP transport on " + address +
+        ": cannot set the multicast interface, TTL or loop: " + ErrnoText(errno));
   }
   return Status();
 }
