@@ -173,12 +173,28 @@ struct Switch::Job {
   }
 };
 
+struct Switch::ClosedJob {
+  uint64_t id = 0;
+  uint32_t num_registered = 0;
+  JobSpec spec;
+  JobCounters counters;
+  bool has_upstream = false;
+  UpstreamSpec upstream;
+};
+
 Switch::Switch(SwitchConfig config) : config_(config) {
   const Status st = config_.Validate();
   CHECK(st.ok()) << st.ToString();
 }
 
 Switch::~Switch() = default;
+
+void Switch::Retire(const Job& job) {
+  if (job.counters.received == 0) return;
+  if (closed_.size() >= kMaxClosedJobs) closed_.erase(closed_.begin());
+  closed_.push_back(ClosedJob{job.spec.session_id, job.num_registered, job.spec, job.counters,
+                              job.has_upstream, job.upstream});
+}
 
 Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
   const std::string name = SessionName(spec.session_id);
@@ -206,6 +222,7 @@ Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
   }
   if (auto it = jobs_.find(spec.session_id); it != jobs_.end()) {
     RemoveFromLookup(*it->second);
+    Retire(*it->second);
     jobs_.erase(it);
   } else if (jobs_.size() >= config_.max_jobs) {
     // Sessions are never closed, so a full table holds dead jobs: make room by evicting the one
@@ -338,6 +355,7 @@ void Switch::Evict(uint64_t session_id, std::vector<uint64_t>* evicted) {
   auto it = jobs_.find(session_id);
   CHECK(it != jobs_.end()) << SessionName(session_id);
   RemoveFromLookup(*it->second);
+  Retire(*it->second);
   jobs_.erase(it);
   mutations_.fetch_add(1, std::memory_order_release);
   ++counters_.jobs_evicted;
@@ -410,6 +428,7 @@ Status Switch::RemoveJob(uint64_t session_id) {
   auto it = jobs_.find(session_id);
   if (it == jobs_.end()) return NotFoundError(SessionName(session_id) + " does not exist");
   RemoveFromLookup(*it->second);
+  Retire(*it->second);
   jobs_.erase(it);
   mutations_.fetch_add(1, std::memory_order_release);
   return Status::Ok();
@@ -431,6 +450,10 @@ void Switch::MirrorJobs(const Switch& master) {
       continue;
     }
     RemoveFromLookup(*it->second);
+    // (A job whose workers changed is re-created here with the master's: not a closed one.)
+    if (m == master.jobs_.end() || m->second->generation != it->second->generation) {
+      Retire(*it->second);
+    }
     it = jobs_.erase(it);
   }
   // Jobs of master missing here: created with master's workers.
@@ -676,24 +699,24 @@ std::string Switch::FormatCounters(bool per_slot) const {
         std::string("malformed ") + proto::DecodeErrorName(static_cast<proto::DecodeError>(e));
     add("  %-26s %12" PRIu64 "\n", label.c_str(), counters_.dropped_malformed[e]);
   }
-  for (uint64_t id : job_ids()) {
-    const Job& job = *jobs_.at(id);
-    const JobCounters& c = job.counters;
-    add("session %" PRIu64 ": %u/%u workers registered, size %s, %u ports/worker, window %u\n", id,
-        job.num_registered, job.spec.num_workers, SizeName(job.spec.size), job.spec.num_ports,
-        job.spec.max_outstanding_packets);
+  // One job's table: a live one's (then its per-slot counters may follow) or a closed one's.
+  auto table = [&](uint64_t id, bool closed, uint32_t num_registered, const JobSpec& spec,
+                   const JobCounters& c, const UpstreamSpec* upstream) {
+    add("session %" PRIu64 "%s: %u/%u workers registered, size %s, %u ports/worker, window %u\n",
+        id, closed ? " (closed)" : "", num_registered, spec.num_workers, SizeName(spec.size),
+        spec.num_ports, spec.max_outstanding_packets);
     add("  %-26s %12" PRIu64 "\n", "received", c.received);
     add("  %-26s %12" PRIu64 "\n", "aggregated", c.aggregated);
     add("  %-26s %12" PRIu64 "\n", "completed", c.completed);
     add("  %-26s %12" PRIu64 "\n", "multicast_packets", c.multicast_packets);
-    if (job.spec.multicast_group.ipv4 != 0) {
-      add("  %-26s %12s\n", "multicast_group", job.spec.multicast_group.ToString().c_str());
+    if (spec.multicast_group.ipv4 != 0) {
+      add("  %-26s %12s\n", "multicast_group", spec.multicast_group.ToString().c_str());
       add("  %-26s %12" PRIu64 "\n", "group_sends", c.group_sends);
     }
     add("  %-26s %12" PRIu64 "\n", "retransmitted", c.retransmitted);
-    if (job.has_upstream) {
+    if (upstream != nullptr) {
       add("  %-26s %12s\n", "upstream",
-          (Ipv4ToString(job.upstream.ipv4) + ":" + std::to_string(job.upstream.port)).c_str());
+          (Ipv4ToString(upstream->ipv4) + ":" + std::to_string(upstream->port)).c_str());
       add("  %-26s %12" PRIu64 "\n", "upstream_sent", c.upstream_sent);
       add("  %-26s %12" PRIu64 "\n", "upstream_resent", c.upstream_resent);
       add("  %-26s %12" PRIu64 "\n", "upstream_results", c.upstream_results);
@@ -705,6 +728,14 @@ std::string Switch::FormatCounters(bool per_slot) const {
           std::string("dropped ") + DropReasonName(static_cast<DropReason>(r));
       add("  %-26s %12" PRIu64 "\n", label.c_str(), c.dropped[r]);
     }
+  };
+  for (const ClosedJob& j : closed_) {
+    table(j.id, true, j.num_registered, j.spec, j.counters, j.has_upstream ? &j.upstream : nullptr);
+  }
+  for (uint64_t id : job_ids()) {
+    const Job& job = *jobs_.at(id);
+    table(id, false, job.num_registered, job.spec, job.counters,
+          job.has_upstream ? &job.upstream : nullptr);
     if (!per_slot) continue;
     bool header = false;
     for (size_t s = 0; s < job.slot_counters.size(); ++s) {

@@ -263,10 +263,19 @@ class Switch {
   void RemoveFromLookup(const Job& job);
   // Removes the job of session_id (which must exist) as an eviction: counted and reported.
   void Evict(uint64_t session_id, std::vector<uint64_t>* evicted);
+  // Keeps the counters of a job about to be removed (one that saw traffic) for FormatCounters.
+  void Retire(const Job& job);
 
   SwitchConfig config_;
   SwitchCounters counters_;
   std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;
+  // The last kMaxClosedJobs jobs removed after they saw traffic (closed, expired, evicted or
+  // re-created; on a mirror, gone from its master), oldest first: FormatCounters still shows
+  // them, so that the counters printed at exit do not depend on whether a datagram came after
+  // the job's workers closed it. (Not their per-slot counters.)
+  struct ClosedJob;
+  static constexpr size_t kMaxClosedJobs = 8;
+  std::vector<ClosedJob> closed_;
   // Lookup tables (the "receive/lookup" stage): exact (ip, port) and any-port (ip) entries.
   std::unordered_map<Endpoint, std::pair<Job*, uint32_t>> by_endpoint_;
   std::unordered_map<uint32_t, std::pair<Job*, uint32_t>> by_address_;

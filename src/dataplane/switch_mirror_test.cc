@@ -1,6 +1,7 @@
 // Switch::MirrorJobs and mutations(): the replication a multi-threaded data plane relies on.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "dataplane/switch.h"
@@ -95,6 +96,29 @@ TEST(SwitchMirrorTest, RecreatedRemovedAndNewJobsFollowTheMaster) {
   EXPECT_FALSE(mirror.HasJob(7));
   EXPECT_EQ(mirror.Process(Worker(0), Packet(3, 1)).reason, DropReason::kUnknownSource);
   EXPECT_EQ(mirror.Process(Endpoint{kIp, 2000}, Packet(4, 9)).kind, Action::Kind::kMulticast);
+}
+
+// Given a job that completed a slot on a mirror and was then removed from the master (its
+// workers closed it), Expect the mirror's counters to still show its table, marked closed, once
+// it mirrors the removal (a datagram after the close makes a data-plane thread do so), next to
+// the jobs still running; a job that never saw traffic leaves nothing behind.
+TEST(SwitchMirrorTest, ClosedJobsStayInTheCounters) {
+  Switch master(Config()), mirror(Config());
+  ASSERT_TRUE(master.CreateJob(Spec(7, 1)).ok());
+  ASSERT_TRUE(master.AddWorker(7, 0, {kIp, 1000}).ok());
+  ASSERT_TRUE(master.CreateJob(Spec(8, 1)).ok());
+  ASSERT_TRUE(master.AddWorker(8, 0, {kIp, 1001}).ok());
+  mirror.MirrorJobs(master);
+  ASSERT_EQ(mirror.Process(Worker(0), Packet(3, 5)).kind, Action::Kind::kMulticast);
+  ASSERT_TRUE(master.RemoveJob(7).ok());
+  ASSERT_TRUE(master.RemoveJob(8).ok());
+  ASSERT_TRUE(master.CreateJob(Spec(9, 1)).ok());
+  mirror.MirrorJobs(master);
+  EXPECT_FALSE(mirror.HasJob(7));
+  const std::string out = mirror.FormatCounters(false);
+  EXPECT_NE(out.find("session 7 (closed): 1/1 workers registered"), std::string::npos) << out;
+  EXPECT_NE(out.find("session 9: 0/1 workers registered"), std::string::npos) << out;
+  EXPECT_EQ(out.find("session 8"), std::string::npos) << out;
 }
 
 }  // namespace
