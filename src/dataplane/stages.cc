@@ -9,20 +9,21 @@ namespace switchml::dataplane {
 WorkerBitmapStage::WorkerBitmapStage(uint32_t num_slots) : bitmaps_(size_t{num_slots} * 2, 0) {}
 
 void WorkerBitmapStage::Apply(PacketMetadata& md) {
-  const size_t mine = RegisterIndex(md.header.slot);
-  const size_t other = mine ^ 1;  // the same slot's other set
-  md.bitmap_before = bitmaps_[mine];
-  md.other_bitmap_before = bitmaps_[other];
-  bitmaps_[mine] |= md.worker_bit;
-  bitmaps_[other] &= ~md.worker_bit;
-  md.first = md.bitmap_before == 0;
-  md.seen = (md.bitmap_before & md.worker_bit) != 0;
+  const size_t r = RegisterIndex(md.header.slot);
+  WorkerBitmap& mine = bitmaps_[r];
+  WorkerBitmap& other = bitmaps_[r ^ 1];  // the same slot's other set
+  md.first = mine.Empty();
+  md.seen = mine.Test(md.rank);
+  md.other_had_bit = other.Test(md.rank);
+  mine.Set(md.rank);
+  other.Clear(md.rank);
 }
 
+// Apply changed only the sender's bit, in both sets.
 void WorkerBitmapStage::Restore(const PacketMetadata& md) {
-  const size_t mine = RegisterIndex(md.header.slot);
-  bitmaps_[mine] = md.bitmap_before;
-  bitmaps_[mine ^ 1] = md.other_bitmap_before;
+  const size_t r = RegisterIndex(md.header.slot);
+  if (!md.seen) bitmaps_[r].Clear(md.rank);
+  if (md.other_had_bit) bitmaps_[r ^ 1].Set(md.rank);
 }
 
 WorkerCounterStage::WorkerCounterStage(uint32_t num_slots)

@@ -62,6 +62,16 @@ class WorkerBitmap {
   friend constexpr WorkerBitmap operator|(WorkerBitmap a, const WorkerBitmap& b) { return a |= b; }
   friend constexpr bool operator==(const WorkerBitmap& a, const WorkerBitmap& b) = default;
   uint64_t word(uint32_t i) const { return w_[i]; }
+  // Single-bit forms for the packet path (r < 256): one word each, no 256-bit shift.
+  static constexpr WorkerBitmap Bit(uint32_t r) {
+    WorkerBitmap b;
+    b.Set(r);
+    return b;
+  }
+  constexpr bool Test(uint32_t r) const { return ((w_[r / 64] >> (r % 64)) & 1) != 0; }
+  constexpr void Set(uint32_t r) { w_[r / 64] |= uint64_t{1} << (r % 64); }
+  constexpr void Clear(uint32_t r) { w_[r / 64] &= ~(uint64_t{1} << (r % 64)); }
+  constexpr bool Empty() const { return (w_[0] | w_[1] | w_[2] | w_[3]) == 0; }
 
  private:
   uint64_t w_[kWords] = {};
@@ -80,20 +90,20 @@ enum class NextStep : uint8_t {
   kUnicast,        // retransmission into a complete set: send the stored result to the sender
 };
 
-// The pipeline's metadata (the P4 program's user metadata), one per packet, on the stack.
+// The pipeline's metadata (the P4 program's user metadata), one per packet, on the stack. Kept
+// small (no 256-bit bitmaps in it): it is made, zeroed, for every packet.
 struct PacketMetadata {
   // Set by the parser and the job lookup before the first stage.
   proto::Header header;
   std::span<const uint8_t> payload;  // the header's numel int32 values, wire order
   uint32_t num_workers = 0;
-  WorkerBitmap worker_bit = 0;  // 1 << rank of the sender
-  bool running_tsi = false;     // the job's JobSpec::running_tsi
+  uint32_t rank = 0;          // the sender's rank: its bit in the worker bitmaps
+  bool running_tsi = false;   // the job's JobSpec::running_tsi
 
   // WorkerBitmapStage.
-  WorkerBitmap bitmap_before = 0;        // this set's bitmap before the packet
-  WorkerBitmap other_bitmap_before = 0;  // the other set's, so a stale packet can be undone
-  bool first = false;  // bitmap_before == 0: the first contribution of a fresh round
+  bool first = false;  // this set's bitmap was empty: the first contribution of a fresh round
   bool seen = false;   // the sender's bit was already set: a retransmission
+  bool other_had_bit = false;  // the sender's bit was set in the other set (Restore puts it back)
 
   // WorkerCounterStage.
   bool contribute = false;  // the payload and exponents go into the slot
@@ -120,7 +130,7 @@ struct PacketMetadata {
 class WorkerBitmapStage {
  public:
   explicit WorkerBitmapStage(uint32_t num_slots);
-  // Reads md.header.slot and md.worker_bit; writes bitmap_before, other_bitmap_before, first, seen.
+  // Reads md.header.slot and md.rank; writes first, seen, other_had_bit.
   void Apply(PacketMetadata& md);
   // Puts both sets back as they were before Apply(md): used for stale packets (md.stale).
   void Restore(const PacketMetadata& md);

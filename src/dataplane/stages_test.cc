@@ -14,7 +14,7 @@ using proto::SlotId;
 PacketMetadata Md(SlotId slot, uint32_t rank, uint32_t num_workers) {
   PacketMetadata md;
   md.header.slot = slot;
-  md.worker_bit = WorkerBitmap{1} << rank;
+  md.rank = rank;
   md.num_workers = num_workers;
   return md;
 }
@@ -33,14 +33,12 @@ TEST(WorkerBitmapStageTest, FirstThenOthersThenRetransmission) {
   stage.Apply(a);
   EXPECT_TRUE(a.first);
   EXPECT_FALSE(a.seen);
-  EXPECT_EQ(a.bitmap_before, 0u);
   EXPECT_EQ(stage.bitmap({2, 0}), 0b1u);
 
   PacketMetadata b = Md({2, 0}, 2, 3);
   stage.Apply(b);
   EXPECT_FALSE(b.first);
   EXPECT_FALSE(b.seen);
-  EXPECT_EQ(b.bitmap_before, 0b1u);
   EXPECT_EQ(stage.bitmap({2, 0}), 0b101u);
 
   PacketMetadata again = Md({2, 0}, 0, 3);
@@ -64,7 +62,7 @@ TEST(WorkerBitmapStageTest, PacketClearsSenderInOtherSet) {
   PacketMetadata md = Md({0, 1}, 1, 3);
   stage.Apply(md);
   EXPECT_TRUE(md.first);
-  EXPECT_EQ(md.other_bitmap_before, 0b111u);
+  EXPECT_TRUE(md.other_had_bit);
   EXPECT_EQ(stage.bitmap({0, 0}), 0b101u);
   EXPECT_EQ(stage.bitmap({0, 1}), 0b010u);
 }
@@ -82,6 +80,19 @@ TEST(WorkerBitmapStageTest, HighestRankOf256AndWordBoundaries) {
   EXPECT_EQ((WorkerBitmap{0x8000000000000001ull} << 1).word(1), 1u);
   EXPECT_EQ((WorkerBitmap{0x8000000000000001ull} << 1).word(0), 2u);
   EXPECT_EQ((WorkerBitmap{1} << 255).word(3), uint64_t{1} << 63);
+  for (uint32_t r : {0u, 1u, 63u, 64u, 127u, 128u, 191u, 192u, 255u}) {
+    const WorkerBitmap b = WorkerBitmap::Bit(r);
+    EXPECT_EQ(b, WorkerBitmap{1} << r) << r;
+    EXPECT_TRUE(b.Test(r)) << r;
+    EXPECT_FALSE(b.Test(r ^ 1)) << r;
+    EXPECT_FALSE(b.Empty()) << r;
+    WorkerBitmap c = ~WorkerBitmap{};
+    c.Clear(r);
+    EXPECT_EQ(c, ~b) << r;
+    c.Set(r);
+    EXPECT_EQ(c, ~WorkerBitmap{}) << r;
+  }
+  EXPECT_TRUE(WorkerBitmap{}.Empty());
   WorkerBitmapStage stage(1);
   for (uint32_t r : {255u, 64u, 63u}) {
     PacketMetadata md = Md({0, 1}, r, 256);
@@ -111,6 +122,19 @@ TEST(WorkerBitmapStageTest, RestoreUndoesBothSets) {
   stage.Restore(c);
   EXPECT_EQ(stage.bitmap({0, 0}), 0b01u);
   EXPECT_EQ(stage.bitmap({0, 1}), 0b10u);
+}
+
+TEST(WorkerBitmapStageTest, RestoreOfASenderInNeitherSet) {
+  WorkerBitmapStage stage(1);
+  PacketMetadata a = Md({0, 0}, 0, 2);
+  stage.Apply(a);
+  PacketMetadata b = Md({0, 0}, 1, 2);
+  stage.Apply(b);
+  EXPECT_FALSE(b.other_had_bit);
+  EXPECT_EQ(stage.bitmap({0, 0}), 0b11u);
+  stage.Restore(b);
+  EXPECT_EQ(stage.bitmap({0, 0}), 0b01u);
+  EXPECT_EQ(stage.bitmap({0, 1}), 0u);
 }
 
 // ---- WorkerCounterStage ----

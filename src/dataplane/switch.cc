@@ -570,7 +570,7 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
   md.payload = datagram.subspan(proto::kPrefixBytes);
   md.num_workers = job.spec.num_workers;
   md.running_tsi = job.spec.running_tsi;
-  md.worker_bit = WorkerBitmap{1} << rank;
+  md.rank = rank;
 
   // The pipeline.
   job.bitmap.Apply(md);
@@ -616,14 +616,14 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
           // worker that already asked asks again (that re-send went unanswered). The others'
           // retransmissions of the same wave would only load the uplink, which carries one packet
           // per round of the whole rack.
-          const bool asked_again = (t.asked & md.worker_bit) != WorkerBitmap{};
+          const bool asked_again = t.asked.Test(md.rank);
           if (t.asked == WorkerBitmap{} || asked_again) {
-            t.asked = md.worker_bit;
+            t.asked = WorkerBitmap::Bit(md.rank);
             ++job.counters.upstream_resent;
             SendUp(job, t.offset);
             break;
           }
-          t.asked |= md.worker_bit;
+          t.asked.Set(md.rank);
           ++job.counters.upstream_coalesced;
           return DropForJob(job, DropReason::kDuplicate);
         }
