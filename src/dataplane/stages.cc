@@ -87,8 +87,17 @@ void AggregateStage::Apply(PacketMetadata& md) {
   const std::span<int32_t> sums(values_.get() + RegisterIndex(md.header.slot) * numel_, numel_);
   if (md.contribute) {
     // Straight from the wire bytes: byte order conversion and (for later contributions) the add
-    // in one SIMD pass. Plain 32-bit wrap-around, as the switch's ALUs do.
-    if (md.first) {
+    // in one SIMD pass. Plain 32-bit wrap-around, as the switch's ALUs do. A contribution that
+    // completes the set also writes the reply's payload in that pass (no second pass over the
+    // sums in the deparser).
+    if (md.complete && !md.reply_payload.empty()) {
+      if (md.first) {
+        proto::LoadPayloadAndCopy(md.payload, sums, md.reply_payload);
+      } else {
+        proto::AddPayloadAndStore(md.payload, sums, md.reply_payload);
+      }
+      md.reply_payload_written = true;
+    } else if (md.first) {
       proto::LoadPayload(md.payload, sums);
     } else {
       proto::AddPayload(md.payload, sums);
@@ -134,6 +143,13 @@ size_t EncodeReply(const PacketMetadata& md, std::span<uint8_t> out) {
   h.slot = md.header.slot;
   h.e0 = md.max_e0;
   h.e1 = md.max_e1;
+  if (md.reply_payload_written) {
+    CHECK(md.reply_payload.data() == out.data() + proto::kPrefixBytes &&
+          md.reply_payload.size() == md.result.size() * 4)
+        << "the reply's payload was written elsewhere";
+    proto::EncodeHeader(h, out);
+    return proto::kPrefixBytes + md.reply_payload.size();
+  }
   return proto::Encode(h, md.result, out);
 }
 

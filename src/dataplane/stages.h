@@ -117,6 +117,12 @@ struct PacketMetadata {
   // AggregateStage: the set's values after this packet; points into the stage's registers and
   // is valid until the stage's next Apply.
   std::span<const int32_t> result;
+  // Where the reply's payload goes, set by the caller: out[kPrefixBytes, ...) of the buffer the
+  // deparser will write (it may be the packet's own payload: a reply built over the datagram it
+  // answers); empty: the deparser writes it. A contribution that completes its set adds and
+  // writes the reply's payload in one pass (AggregateStage) and sets reply_payload_written.
+  std::span<uint8_t> reply_payload;
+  bool reply_payload_written = false;
 
   // NextStepStage.
   NextStep next = NextStep::kConsume;
@@ -207,7 +213,8 @@ class ExponentMaxStage {
 class AggregateStage {
  public:
   AggregateStage(uint32_t num_slots, size_t numel);
-  // Reads header.slot, payload, contribute, first; writes result.
+  // Reads header.slot, payload, contribute, first, complete, reply_payload; writes result and,
+  // for a contribution that completes the set, the reply's payload (reply_payload_written).
   void Apply(PacketMetadata& md);
   std::span<const int32_t> values(proto::SlotId s) const {
     return {values_.get() + RegisterIndex(s) * numel_, numel_};
@@ -242,7 +249,9 @@ class NextStepStage {
 
 // The deparser: encodes the reply of a kMulticast or kUnicast packet (msg_type 1, the packet's
 // size and pool index, md.reply_* header fields, the max exponents and the sums) into out, which
-// must hold proto::DatagramBytes(md.header.size). Returns the bytes written.
+// must hold proto::DatagramBytes(md.header.size). With md.reply_payload_written the sums are in
+// place already (md.reply_payload is out's payload, CHECKed) and only the header is written.
+// Returns the bytes written.
 size_t EncodeReply(const PacketMetadata& md, std::span<uint8_t> out);
 
 }  // namespace switchml::dataplane

@@ -568,6 +568,7 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
   }
 
   md.payload = datagram.subspan(proto::kPrefixBytes);
+  md.reply_payload = reply_out.subspan(proto::kPrefixBytes, md.payload.size());
   md.num_workers = job.spec.num_workers;
   md.running_tsi = job.spec.running_tsi;
   md.rank = rank;

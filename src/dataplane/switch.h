@@ -215,8 +215,11 @@ class Switch {
   const Action& Process(const Endpoint& source, std::span<const uint8_t> datagram);
   // The same, encoding a reply straight into reply_out (at least proto::kMaxDatagramBytes bytes;
   // CHECKed), e.g. a transport's transmit buffer: Action::reply then points into reply_out, and
-  // nothing is copied. reply_out is not touched when the packet produces no reply. This is the
-  // data path's form: no allocation, copy or virtual call per packet.
+  // nothing is copied. reply_out is not touched when the packet produces no reply. reply_out may
+  // be the datagram's own memory (the same start: a reply built over the datagram it answers, as
+  // the daemon does with a transport that allows it) but must not otherwise overlap it. This is
+  // the data path's form: no allocation, copy or virtual call per packet; a packet that completes
+  // its set is added and its reply's payload written in one pass.
   const Action& Process(const Endpoint& source, std::span<const uint8_t> datagram,
                         std::span<uint8_t> reply_out);
 

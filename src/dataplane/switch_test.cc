@@ -743,6 +743,49 @@ TEST(SwitchSpecialCaseTest, ProcessEncodesTheReplyIntoTheCallersBuffer) {
   EXPECT_TRUE(untouched);
 }
 
+// Given jobs of 1 and 3 workers, when each datagram's reply is built over the datagram itself
+// (the daemon's form with a transport that lends received buffers for replies), expect the bytes
+// of the 2-argument form: for the completing contribution (added, or only loaded in a 1-worker
+// job, with the reply's payload in the same pass), for a retransmission into the complete set
+// (the stored result), and a consumed packet's memory untouched.
+TEST(SwitchSpecialCaseTest, ProcessBuildsTheReplyOverTheDatagramItAnswers) {
+  for (uint32_t n : {1u, 3u}) {
+    SCOPED_TRACE(n);
+    Switch in_place(SmallConfig());
+    Switch reference(SmallConfig());
+    for (Switch* sw : {&in_place, &reference}) {
+      ASSERT_TRUE(sw->CreateJob(Spec(1, n, proto::SizeCode::k1024B)).ok());
+      for (uint32_t r = 0; r < n; ++r) ASSERT_TRUE(sw->AddWorker(1, r, {kIpA + r, 1000}).ok());
+    }
+    for (uint32_t round = 0; round < 3; ++round) {
+      const SlotId slot{2, static_cast<uint8_t>(round % 2)};
+      for (uint32_t r = 0; r <= n; ++r) {  // r == n: rank 0 retransmits into the complete set
+        const uint32_t rank = r % n;
+        std::vector<int32_t> values(256);
+        for (size_t i = 0; i < values.size(); ++i) {
+          values[i] = static_cast<int32_t>(i * 7919 + rank * 104729 + round) * (i % 2 ? -1 : 1);
+        }
+        const std::vector<uint8_t> d =
+            Datagram(slot, values, static_cast<int8_t>(rank), 0, round * 10);
+        std::vector<uint8_t> buffer(proto::kMaxDatagramBytes, 0);
+        std::copy(d.begin(), d.end(), buffer.begin());
+        const Endpoint from{kIpA + rank, 1000};
+        const Action& got =
+            in_place.Process(from, std::span<const uint8_t>(buffer.data(), d.size()), buffer);
+        const Action& want = reference.Process(from, d);
+        ASSERT_EQ(got.kind, want.kind) << "round " << round << " r " << r;
+        if (want.kind == Action::Kind::kDrop) {
+          EXPECT_TRUE(std::equal(d.begin(), d.end(), buffer.begin()));
+          continue;
+        }
+        EXPECT_EQ(got.reply.data(), buffer.data());
+        EXPECT_EQ(std::vector<uint8_t>(got.reply.begin(), got.reply.end()),
+                  std::vector<uint8_t>(want.reply.begin(), want.reply.end()));
+      }
+    }
+  }
+}
+
 TEST(SwitchCountersTest, FormatCounters) {
   Switch sw(SmallConfig());
   ASSERT_TRUE(sw.CreateJob(Spec(77, 2)).ok());

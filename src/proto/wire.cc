@@ -45,6 +45,49 @@ void AddPayloadKernel(const uint8_t* HWY_RESTRICT wire, int32_t* HWY_RESTRICT su
   }
 }
 
+// sums += wire, then out = sums in wire order, in one pass. out may be wire itself (each vector
+// is loaded before it is stored over), so neither is HWY_RESTRICT.
+void AddPayloadAndStoreKernel(const uint8_t* wire, int32_t* HWY_RESTRICT sums, uint8_t* out,
+                              size_t n) {
+  const hn::ScalableTag<int32_t> d;
+  const size_t lanes = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto s = hn::Add(hn::LoadU(d, sums + i), LoadBigEndian(d, wire + 4 * i));
+    hn::StoreU(s, d, sums + i);
+    StoreBigEndian(s, d, out + 4 * i);
+  }
+  for (; i < n; ++i) {
+    sums[i] = static_cast<int32_t>(static_cast<uint32_t>(sums[i]) + LoadBe32(wire + 4 * i));
+    StoreBe32(static_cast<uint32_t>(sums[i]), out + 4 * i);
+  }
+}
+
+// values = wire in host order; out = the wire bytes unchanged (nothing to write when out is wire).
+void LoadPayloadAndCopyKernel(const uint8_t* wire, int32_t* HWY_RESTRICT values, uint8_t* out,
+                              size_t n) {
+  if (out == wire) {
+    LoadPayloadKernel(wire, values, n);
+    return;
+  }
+  size_t i = 0;
+#if HWY_TARGET != HWY_SCALAR  // (one int32 lane has no byte vector of its own)
+  const hn::ScalableTag<int32_t> d;
+  const hn::Repartition<uint8_t, decltype(d)> d8;
+  const size_t lanes = hn::Lanes(d);
+  for (; i + lanes <= n; i += lanes) {
+    const auto bytes = hn::LoadU(d8, wire + 4 * i);
+    hn::StoreU(hn::BitCast(d, hn::TableLookupBytes(bytes, ReverseLaneBytesIndices(d8))), d,
+               values + i);
+    hn::StoreU(bytes, d8, out + 4 * i);
+  }
+#endif
+  for (; i < n; ++i) {
+    values[i] = static_cast<int32_t>(LoadBe32(wire + 4 * i));
+    StoreBe32(LoadBe32(wire + 4 * i), out + 4 * i);
+  }
+}
+
 }  // namespace switchml::proto::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -54,6 +97,8 @@ namespace switchml::proto {
 HWY_EXPORT(LoadPayloadKernel);
 HWY_EXPORT(StorePayloadKernel);
 HWY_EXPORT(AddPayloadKernel);
+HWY_EXPORT(AddPayloadAndStoreKernel);
+HWY_EXPORT(LoadPayloadAndCopyKernel);
 
 bool SizeCodeForNumel(size_t numel, SizeCode* out) {
   if (numel == 64) {
@@ -134,6 +179,31 @@ void StorePayload(std::span<const int32_t> values, std::span<uint8_t> wire) {
 void AddPayload(std::span<const uint8_t> wire, std::span<int32_t> sums) {
   CHECK_EQ(wire.size(), sums.size() * 4);
   HWY_DYNAMIC_DISPATCH(AddPayloadKernel)(wire.data(), sums.data(), sums.size());
+}
+
+namespace {
+// out is wire, or does not overlap it.
+bool SameOrDisjoint(std::span<const uint8_t> wire, std::span<const uint8_t> out) {
+  return out.data() == wire.data() || out.data() + out.size() <= wire.data() ||
+         wire.data() + wire.size() <= out.data();
+}
+}  // namespace
+
+void AddPayloadAndStore(std::span<const uint8_t> wire, std::span<int32_t> sums,
+                        std::span<uint8_t> out) {
+  CHECK_EQ(wire.size(), sums.size() * 4);
+  CHECK_EQ(out.size(), wire.size());
+  CHECK(SameOrDisjoint(wire, out)) << "out overlaps wire";
+  HWY_DYNAMIC_DISPATCH(AddPayloadAndStoreKernel)(wire.data(), sums.data(), out.data(), sums.size());
+}
+
+void LoadPayloadAndCopy(std::span<const uint8_t> wire, std::span<int32_t> values,
+                        std::span<uint8_t> out) {
+  CHECK_EQ(wire.size(), values.size() * 4);
+  CHECK_EQ(out.size(), wire.size());
+  CHECK(SameOrDisjoint(wire, out)) << "out overlaps wire";
+  HWY_DYNAMIC_DISPATCH(LoadPayloadAndCopyKernel)(wire.data(), values.data(), out.data(),
+                                                 values.size());
 }
 
 DecodeError Decode(std::span<const uint8_t> d, Packet* out) {

@@ -94,6 +94,15 @@ void StorePayload(std::span<const int32_t> values, std::span<uint8_t> wire);
 // sums[i] += the big-endian int32 wire element i, with 32-bit wrap-around (the switch's add).
 // wire.size() must equal 4 * sums.size().
 void AddPayload(std::span<const uint8_t> wire, std::span<int32_t> sums);
+// The switch's contribution that completes a set, with the reply's payload in the same pass:
+// AddPayloadAndStore is AddPayload, then out = the new sums in wire order; LoadPayloadAndCopy is
+// LoadPayload, then out = wire's bytes. out.size() must equal wire.size(); out may be wire itself
+// (a reply written over the datagram it answers; LoadPayloadAndCopy then writes nothing there)
+// but must not otherwise overlap it (CHECKed).
+void AddPayloadAndStore(std::span<const uint8_t> wire, std::span<int32_t> sums,
+                        std::span<uint8_t> out);
+void LoadPayloadAndCopy(std::span<const uint8_t> wire, std::span<int32_t> values,
+                        std::span<uint8_t> out);
 
 // A decoded packet with its payload in host order (the tests' and simulator's view).
 struct Packet {

@@ -175,5 +175,62 @@ TEST_P(PayloadKernelTest, LoadStoreAndAddMatchTheDefinition) {
   }
 }
 
+// The fused forms (the switch's completing contribution with its reply's payload), into another
+// buffer and in place over the wire bytes.
+TEST_P(PayloadKernelTest, FusedAddAndLoadWriteTheReplyPayload) {
+  for (size_t n : {0, 1, 7, 8, 9, 16, 17, 64, 100, 256}) {
+    for (size_t offset : {0, 1, 3}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "n " << n << " offset " << offset << " in place "
+                                        << in_place);
+        const std::vector<int32_t> values = RandomValues(n, static_cast<uint32_t>(n * 3 + offset));
+        std::vector<uint8_t> in_buffer(offset + 4 * n + 8, 0xee);
+        const std::span<uint8_t> wire(in_buffer.data() + offset, 4 * n);
+        std::vector<uint8_t> out_buffer(offset + 4 * n + 8, 0xdd);
+        const std::span<uint8_t> out =
+            in_place ? wire : std::span<uint8_t>(out_buffer.data() + offset, 4 * n);
+
+        StorePayload(values, wire);
+        std::vector<int32_t> sums = RandomValues(n, static_cast<uint32_t>(n + 2000));
+        std::vector<int32_t> expected(n);
+        for (size_t i = 0; i < n; ++i) {
+          expected[i] = static_cast<int32_t>(static_cast<uint32_t>(sums[i]) +
+                                             static_cast<uint32_t>(values[i]));
+        }
+        AddPayloadAndStore(wire, sums, out);
+        EXPECT_EQ(sums, expected);
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(LoadBe32(&out[4 * i]), static_cast<uint32_t>(expected[i])) << i;
+        }
+
+        StorePayload(values, wire);
+        std::vector<int32_t> loaded(n + 1, 42);
+        LoadPayloadAndCopy(wire, std::span<int32_t>(loaded).first(n), out);
+        EXPECT_EQ(std::vector<int32_t>(loaded.begin(), loaded.begin() + static_cast<long>(n)),
+                  values);
+        EXPECT_EQ(loaded[n], 42);
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(LoadBe32(&out[4 * i]), static_cast<uint32_t>(values[i])) << i;
+        }
+        // Nothing outside the payloads is touched.
+        for (size_t i = offset + 4 * n; i < in_buffer.size(); ++i) ASSERT_EQ(in_buffer[i], 0xee);
+        for (size_t i = 0; i < out_buffer.size(); ++i) {
+          if (!in_place && i >= offset && i < offset + 4 * n) continue;
+          ASSERT_EQ(out_buffer[i], 0xdd) << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(WireDeathTest, FusedKernelsRefuseAnOverlapThatIsNotInPlace) {
+  std::vector<uint8_t> buffer(1024 + 4);
+  std::vector<int32_t> sums(256);
+  const std::span<const uint8_t> wire(buffer.data(), 1024);
+  const std::span<uint8_t> shifted(buffer.data() + 4, 1024);
+  EXPECT_DEATH(AddPayloadAndStore(wire, sums, shifted), "overlaps");
+  EXPECT_DEATH(LoadPayloadAndCopy(wire, sums, shifted), "overlaps");
+}
+
 }  // namespace
 }  // namespace switchml::proto
