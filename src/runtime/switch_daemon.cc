@@ -307,10 +307,13 @@ void SwitchDaemon::Run(Shard& shard) {
           shard.truncated.fetch_add(1, std::memory_order_relaxed);
           continue;
         }
-        const std::span<uint8_t> reply = transport.TxBuffer(replies);
+        // The reply goes over the datagram where the transport lends it for that (DPDK: no
+        // transmit buffer to take and fill), else into a transmit buffer.
+        const bool over = rx[i].reply_buffer.size() >= proto::kMaxDatagramBytes;
+        const std::span<uint8_t> reply = over ? rx[i].reply_buffer : transport.TxBuffer(replies);
         const dataplane::Action& a = shard.sw.Process(rx[i].source, rx[i].data, reply);
         if (a.kind == dataplane::Action::Kind::kDrop) continue;
-        ++replies;
+        if (!over) ++replies;
         for (const Endpoint& dst : a.destinations) shard.tx.push_back({dst, a.reply});
       }
     }

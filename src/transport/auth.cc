@@ -124,6 +124,7 @@ class AuthTransport final : public Transport {
           batch[i].data = batch[i].data.first(max);
           batch[i].truncated = true;
         }
+        LendLess(batch[i]);
       }
       return got;
     }
@@ -136,9 +137,13 @@ class AuthTransport final : public Transport {
           d.data = d.data.first(max);
           d.truncated = true;
         }
+        LendLess(d);
         batch[kept++] = d;
         continue;
       }
+      // A keyed peer's reply is tagged in place in a TxBuffer; one over the received datagram
+      // would be copied to be tagged, so that is not offered.
+      d.reply_buffer = {};
       // (Longer than any tagged datagram of max_datagram_bytes(): never one of ours.)
       if (d.truncated || d.data.size() < kAuthTagBytes || d.data.size() > max + kAuthTagBytes) {
         ++bad;
@@ -171,6 +176,14 @@ class AuthTransport final : public Transport {
     size_t len = 0;
     AuthPeer peer;
   };
+
+  // A received datagram's reply_buffer, as the inner transport's buffers are lent: less the room
+  // of a tag.
+  static void LendLess(RxDatagram& d) {
+    d.reply_buffer = d.reply_buffer.size() > kAuthRoomBytes
+                         ? d.reply_buffer.first(d.reply_buffer.size() - kAuthRoomBytes)
+                         : std::span<uint8_t>();
+  }
 
   // Who this side is: a worker's rank (fixed_), or the switch.
   uint32_t TxSender() const { return fixed_ ? fixed_->sender : kAuthSwitchSender; }

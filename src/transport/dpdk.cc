@@ -64,6 +64,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include "base/endpoint.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "transport/checksum.h"
 #include "transport/udp.h"
 
 namespace switchml::transport {
@@ -620,6 +621,7 @@ struct PortRef {
   std::unique_ptr<IdLock> id_lock;
   std::unique_ptr<Bell> peer_bell;  // memif: the doorbell of the transport on the other end
   bool ring_pending = false;        // in DpdkTransport::to_ring_
+  uint32_t idle_polls = 0;          // consecutive polls that found nothing, up to kIdlePolls
 };
 
 class DpdkTransport final : public Transport {
@@ -765,7 +767,7 @@ class DpdkTransport final : public Transport {
       counts_.datagrams_sent.Add(sent);
       for (size_t i = sent; i < built; ++i) {  // not taken: a handed-over buffer goes back
         if (frame_slot_[i] >= 0) {
-          tx_mbufs_[frame_slot_[i]] = frames_[i];
+          LentMbuf(frame_slot_[i]) = frames_[i];
         } else {
           rte_pktmbuf_free(frames_[i]);  // a copy, or a reference of a slot that keeps its own
         }
@@ -819,7 +821,7 @@ class DpdkTransport final : public Transport {
       std::chrono::nanoseconds nap = rung_by_peers_ ? max_sleep_ : step;
       if (!forever) nap = std::min<std::chrono::nanoseconds>(nap, timeout - (now - start));
       const uint32_t seen = bell->PrepareSleep();
-      if (const size_t got = PollOnce(batch); got > 0) {  // came before the peers saw the flag
+      if (const size_t got = PollOnce(batch, true); got > 0) {  // came before the peers saw the flag
         bell->Awake();
         if (yield_for_.count() > 0) last_rx_ = std::chrono::steady_clock::now();
         return got;
@@ -846,6 +848,9 @@ class DpdkTransport final : public Transport {
 
  private:
   static constexpr size_t kBurst = 64;
+  static constexpr size_t kRxHeld = 1024;  // received mbufs held until the next Receive
+  static constexpr uint32_t kIdlePolls = 16;  // PollOnce: a power of two
+  static constexpr size_t kLentSlots = kTxBuffers + kRxHeld;
   static constexpr unsigned kTxStash = 32;
 
   // A fresh mbuf for transmitting, from a stash filled in bulk (one mempool access per
@@ -886,20 +891,33 @@ class DpdkTransport final : public Transport {
 
   Status ConnectClient(const Endpoint& dst);
 
-  // The slot whose lent mbuf holds `payload` (the address TxBuffer returned), or -1. O(1): the
-  // mbuf sits at a fixed offset before its payload, and only an address inside the pool's memory
-  // is looked at; the slot index stored in the mbuf (hash.usr, unused on transmit) is confirmed
-  // by tx_mbufs_, so memory of another transport or of the caller never matches.
+  // The mbuf whose payload (behind the headers) would be at `payload`, when the mbuf has the
+  // layout of the pool's: buffer right behind it, default headroom.
+  static uintptr_t MbufBehind(const uint8_t* payload) {
+    return reinterpret_cast<uintptr_t>(payload) -
+           (kHeaderBytes + RTE_PKTMBUF_HEADROOM + sizeof(rte_mbuf));
+  }
+
+  // The lent mbuf of a slot: [0, kTxBuffers) the TxBuffer slots, [kTxBuffers, kLentSlots) the
+  // received mbufs lent for replies (RxDatagram::reply_buffer), rx_mbufs_[slot - kTxBuffers].
+  rte_mbuf*& LentMbuf(int64_t slot) {
+    return slot < static_cast<int64_t>(kTxBuffers) ? tx_mbufs_[slot] : rx_mbufs_[slot - kTxBuffers];
+  }
+
+  // The slot whose lent mbuf holds `payload` (the address TxBuffer returned, or a received
+  // datagram's reply_buffer), or -1. O(1): the mbuf sits at a fixed offset before its payload, and
+  // only an address inside the pool's memory is looked at; the slot index stored in the mbuf
+  // (hash.usr, unused on transmit, written when lent) is confirmed by tx_mbufs_ or rx_mbufs_, so
+  // memory of another transport or of the caller never matches.
   int64_t LentSlot(const uint8_t* payload) const {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(payload) -
-                        (kHeaderBytes + RTE_PKTMBUF_HEADROOM + sizeof(rte_mbuf));
+    const uintptr_t a = MbufBehind(payload);
     if (!Proc().InPool(a, sizeof(rte_mbuf))) return -1;
     const auto* m = reinterpret_cast<const rte_mbuf*>(a);
     const uint32_t slot = m->hash.usr;
-    if (slot >= kTxBuffers || tx_mbufs_[slot] != m ||
-        rte_pktmbuf_mtod_offset(m, const uint8_t*, kHeaderBytes) != payload) {
-      return -1;
-    }
+    const bool lent = slot < kTxBuffers
+                          ? tx_mbufs_[slot] == m
+                          : slot - kTxBuffers < rx_held_ && rx_mbufs_[slot - kTxBuffers] == m;
+    if (!lent || rte_pktmbuf_mtod_offset(m, const uint8_t*, kHeaderBytes) != payload) return -1;
     return slot;
   }
 
@@ -914,12 +932,13 @@ class DpdkTransport final : public Transport {
     // the next burst, so every destination of a multicast (one memif port each, so one burst
     // each) is built in place; a NIC holds it until sent, so its other destinations are copies.
     // The last use hands the slot's reference over.
-    if (slot >= 0 && tx_built_burst_[slot] != burst_gen_ && tx_mbufs_[slot] != nullptr &&
-        rte_mbuf_refcnt_read(tx_mbufs_[slot]) == 1) {
+    if (slot >= 0 && tx_built_burst_[slot] != burst_gen_ && LentMbuf(slot) != nullptr &&
+        rte_mbuf_refcnt_read(LentMbuf(slot)) == 1) {
       tx_built_burst_[slot] = burst_gen_;
-      m = tx_mbufs_[slot];
+      m = LentMbuf(slot);
       if (tx_uses_[slot] <= 1) {
-        tx_mbufs_[slot] = nullptr;  // the driver frees it; TxBuffer(slot) takes a fresh one
+        // The driver frees it; TxBuffer(slot) takes a fresh one (a received mbuf: FreeRx skips it).
+        LentMbuf(slot) = nullptr;
         *handed_over = slot;
       } else {
         rte_mbuf_refcnt_update(m, 1);  // the driver's reference; the slot keeps its own
@@ -975,7 +994,7 @@ class DpdkTransport final : public Transport {
       udp->dgram_cksum = rte_ipv4_phdr_cksum(ip, m->ol_flags);
     } else {
       m->ol_flags = 0;
-      ip->hdr_checksum = rte_ipv4_cksum(ip);
+      ip->hdr_checksum = Ipv4HeaderChecksum(ip);
       if (udp_checksum_) {  // over memif: 0 (no checksum), as the kernel leaves it on loopback
         uint16_t c = rte_ipv4_udptcp_cksum(ip, udp);
         udp->dgram_cksum = c == 0 ? 0xffff : c;
@@ -1011,24 +1030,35 @@ class DpdkTransport final : public Transport {
     if (rte_eth_tx_burst(p.port, p.queue, &m, 1) != 1) rte_pktmbuf_free(m);
   }
 
-  // One pass over the ports: fills batch with the datagrams for us.
-  size_t PollOnce(std::span<RxDatagram> batch) {
+  // One pass over the ports: fills batch with the datagrams for us. A port that has been idle
+  // for kIdlePolls polls (a memif server's interfaces without a worker) is polled only every
+  // kIdlePolls-th pass, unless `all` (the last poll before a sleep, which must see every frame).
+  size_t PollOnce(std::span<RxDatagram> batch, bool all = false) {
     size_t n = 0;
     const size_t nports = ports_.size();
-    for (size_t k = 0; k < nports && n < batch.size(); ++k) {
-      const size_t pi = (rx_next_port_ + k) % nports;
+    const bool poll_idle = all || (++poll_pass_ & (kIdlePolls - 1)) == 0;
+    size_t pi = rx_next_port_;
+    for (size_t k = 0; k < nports && n < batch.size(); ++k, pi = pi + 1 == nports ? 0 : pi + 1) {
       PortRef& p = ports_[pi];
+      if (p.idle_polls >= kIdlePolls && !poll_idle) continue;
       const uint16_t want =
           static_cast<uint16_t>(std::min({batch.size() - n, kBurst, rx_mbufs_.size() - rx_held_}));
       if (want == 0) break;
       rte_mbuf** into = rx_mbufs_.data() + rx_held_;
       const uint16_t got = rte_eth_rx_burst(p.port, p.queue, into, want);
-      if (got == 0) continue;
+      if (got == 0) {
+        if (p.idle_polls < kIdlePolls) ++p.idle_polls;
+        continue;
+      }
+      p.idle_polls = 0;
       counts_.receive_calls.Add(1);
       for (uint16_t i = 0; i < got; ++i) {
         rte_mbuf* m = into[i];
         if (i + 1 < got) rte_prefetch0(rte_pktmbuf_mtod(into[i + 1], void*));
         if (Parse(m, p, static_cast<int>(pi), &batch[n])) {
+          if (!batch[n].reply_buffer.empty()) {
+            m->hash.usr = static_cast<uint32_t>(kTxBuffers + rx_held_);  // for LentSlot
+          }
           ++n;
           rx_mbufs_[rx_held_++] = m;
         } else {
@@ -1036,7 +1066,7 @@ class DpdkTransport final : public Transport {
         }
       }
     }
-    rx_next_port_ = nports == 0 ? 0 : (rx_next_port_ + 1) % nports;
+    rx_next_port_ = rx_next_port_ + 1 >= nports ? 0 : rx_next_port_ + 1;
     if (n > 0) counts_.datagrams_received.Add(n);
     return n;
   }
@@ -1070,7 +1100,7 @@ class DpdkTransport final : public Transport {
     if (l3 == RTE_MBUF_F_RX_IP_CKSUM_BAD || l4 == RTE_MBUF_F_RX_L4_CKSUM_BAD) return false;
     const size_t len = udp_len - 8;
     const bool whole = m->nb_segs == 1 && 14 + ip_len <= frame;
-    if (whole && l3 != RTE_MBUF_F_RX_IP_CKSUM_GOOD && rte_ipv4_cksum(ip) != 0) return false;
+    if (whole && l3 != RTE_MBUF_F_RX_IP_CKSUM_GOOD && Ipv4HeaderChecksum(ip) != 0) return false;
     if (whole && l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD && udp->dgram_cksum != 0 &&
         rte_ipv4_udptcp_cksum_verify(ip, udp) != 0) {
       return false;
@@ -1082,6 +1112,15 @@ class DpdkTransport final : public Transport {
     d->truncated = !whole || len > options_.max_datagram_bytes;
     d->data = {payload, std::min(have, options_.max_datagram_bytes)};
     if (d->truncated) counts_.truncated.Add(1);
+    // Lent for a reply built over it when Send can hand this mbuf to the driver as it would a
+    // TxBuffer's: one segment of our own, not shared, at the pool's layout (LentSlot finds it).
+    d->reply_buffer = {};
+    if (!d->truncated && m->nb_segs == 1 && RTE_MBUF_DIRECT(m) && rte_mbuf_refcnt_read(m) == 1 &&
+        MbufBehind(payload) == reinterpret_cast<uintptr_t>(m) &&
+        payload + options_.max_datagram_bytes <=
+            static_cast<const uint8_t*>(m->buf_addr) + m->buf_len) {
+      d->reply_buffer = {const_cast<uint8_t*>(payload), options_.max_datagram_bytes};
+    }
     // Learn the way back: the sender's MAC, and (several ports) its port.
     if (src_ip != last_src_ip_ || !rte_is_same_ether_addr(&eth->src_addr, &last_src_mac_)) {
       last_src_ip_ = src_ip;
@@ -1136,15 +1175,18 @@ class DpdkTransport final : public Transport {
   std::chrono::microseconds max_sleep_{10000};  // SWITCHML_DPDK_MAX_SLEEP_US (doorbells)
   std::atomic<bool> woken_{false};
   // Receive side.
-  std::array<rte_mbuf*, 1024> rx_mbufs_{};
+  std::array<rte_mbuf*, kRxHeld> rx_mbufs_{};  // null: handed to the driver as a reply
   size_t rx_held_ = 0;
   size_t rx_next_port_ = 0;
+  uint32_t poll_pass_ = 0;  // PollOnce's passes (its idle ports are polled every kIdlePolls-th)
   // Transmit side: the lent mbufs by slot, how often the current Send uses each, and the burst
   // that last built a frame in place in it (a second destination in the same burst is a copy).
   std::array<rte_mbuf*, kTxBuffers> tx_mbufs_;
-  std::array<uint64_t, kTxBuffers> tx_gen_;        // the Send whose uses tx_uses_ counts
-  std::array<uint32_t, kTxBuffers> tx_uses_{};     // datagrams of that Send yet to use the slot
-  std::array<uint64_t, kTxBuffers> tx_built_burst_;  // the burst that built a frame in place
+  // By slot (LentMbuf): the Send whose uses tx_uses_ counts, the datagrams of that Send yet to
+  // use the slot, the burst that built a frame in place in it.
+  std::array<uint64_t, kLentSlots> tx_gen_;
+  std::array<uint32_t, kLentSlots> tx_uses_{};
+  std::array<uint64_t, kLentSlots> tx_built_burst_;
   uint64_t send_gen_ = 0;
   uint64_t burst_gen_ = 0;
   std::vector<int32_t> batch_slots_;          // Send: each datagram's lent slot, or -1

@@ -37,6 +37,11 @@ struct RxDatagram {
   std::span<const uint8_t> data;
   Endpoint source;
   bool truncated = false;
+  // Where the backend allows it (DPDK), the memory of the datagram lent for a reply built over
+  // it: it starts at data.data(), and the caller may write a datagram of up to its size there
+  // (the received bytes are then gone) and pass it to the next Send, before the next Receive, as
+  // it would a TxBuffer: sent without a copy (a switch answering in place). Empty otherwise.
+  std::span<uint8_t> reply_buffer;
 };
 
 // Counters of a transport since it was opened (relaxed snapshots; readable from any thread).
