@@ -37,7 +37,8 @@
 // 1 ms. Wake() rings the doorbell. SWITCHML_DPDK_SPIN / _YIELD_US / _NAP_US / _MAX_NAP_US tune it;
 // SWITCHML_DPDK_POLL=spin keeps spinning until the timeout. See docs/dpdk.md.
 //
-// Buffers: Receive lends the payloads inside the received mbufs (freed on the next Receive);
+// Buffers: Receive lends the payloads inside the received mbufs (freed on the next Receive), also
+// for a reply written over them (RxDatagram::reply_buffer: Send then hands that mbuf over);
 // TxBuffer(i) lends the payload area of an mbuf that the transport holds, behind room for the
 // headers, so Send writes only the headers and hands that mbuf to the driver (zero copy). A span
 // from TxBuffer(i) is valid until the Send that carries it (call TxBuffer again for each batch,

@@ -9,7 +9,9 @@
 // memory (AF_XDP, DPDK) can plug in without copies:
 //   - Receive fills RxDatagram views into the transport's memory, valid until the next Receive;
 //   - TxBuffer(i) lends the storage for the i-th datagram of the next Send; a TxDatagram may
-//     also point at caller-owned memory (a transport copies what it does not own).
+//     also point at caller-owned memory (a transport copies what it does not own);
+//   - where the backend allows (DPDK), a received datagram's memory is also lent for a reply
+//     built over it (RxDatagram::reply_buffer), sent like a TxBuffer.
 // Thread-safety: a Transport is used by one thread, except Wake() and counters(), which any
 // thread may call.
 #pragma once
