@@ -34,7 +34,7 @@ class FakeTransport final : public Transport {
   }
   Result<size_t> Receive(std::span<RxDatagram> batch, std::chrono::nanoseconds) override {
     const size_t n = std::min(batch.size(), rx_.size());
-    for (size_t i = 0; i < n; ++i) batch[i] = RxDatagram{rx_[i], kPeer, false};
+    for (size_t i = 0; i < n; ++i) batch[i] = RxDatagram{rx_[i], kPeer, false, {}};
     return n;
   }
   TransportCounters counters() const override { return {}; }

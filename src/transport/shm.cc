@@ -832,44 +832,15 @@ Result<std::unique_ptr<Transport>> OpenShm(const ShmOptions& options) {
 
 Result<std::vector<std::unique_ptr<Transport>>> OpenShmConsecutive(const ShmOptions& base,
                                                                    size_t count) {
-  constexpr uint32_t kRandomBaseLow = 20000;
-  constexpr uint32_t kRandomBaseHigh = 32000;  // exclusive
-  constexpr int kMaxTries = 200;
-  if (count == 0) return InvalidArgumentError("OpenShmConsecutive: count must be at least 1");
   RETURN_IF_ERROR(ValidateOptions(base));
-  const uint32_t first_base = base.port != 0 ? base.port : kRandomBaseLow;
-  if (first_base + count - 1 > 65535) {
-    return InvalidArgumentError("cannot open " + std::to_string(count) +
-                                " consecutive shm ports from " + std::to_string(first_base) +
-                                ": the range passes 65535; choose a lower base port");
-  }
   const std::string dir = base.directory.empty() ? DefaultShmDirectory() : base.directory;
   RETURN_IF_ERROR(EnsureDirectory(dir));
-  auto open_range = [&](uint32_t start,
-                        bool* in_use) -> Result<std::vector<std::unique_ptr<Transport>>> {
-    std::vector<std::unique_ptr<Transport>> transports;
-    for (size_t i = 0; i < count; ++i) {
-      ShmOptions o = base;
-      o.port = static_cast<uint16_t>(start + i);
-      ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, OpenShmImpl(o, dir, in_use));
-      transports.push_back(std::move(t));
-    }
-    return transports;
-  };
-  bool in_use = false;
-  if (base.port != 0) return open_range(base.port, &in_use);
-  std::mt19937 rng(std::random_device{}());
-  std::uniform_int_distribution<uint32_t> pick(kRandomBaseLow, kRandomBaseHigh - 1);
-  for (int attempt = 0; attempt < kMaxTries; ++attempt) {
-    const uint32_t start = pick(rng);
-    if (start + count - 1 > 65535) continue;
-    auto result = open_range(start, &in_use);
-    if (result.ok() || !in_use) return result;
-  }
-  return UnavailableError("could not find " + std::to_string(count) +
-                          " consecutive free shm ports in " + dir +
-                          " with a base in [20000, 32000) after " + std::to_string(kMaxTries) +
-                          " tries; close some transports or give an explicit base port");
+  return OpenOnConsecutivePorts(base.port, count, "shm", " in " + dir, "close some transports",
+                                [&](uint16_t port, bool* in_use) {
+                                  ShmOptions o = base;
+                                  o.port = port;
+                                  return OpenShmImpl(o, dir, in_use);
+                                });
 }
 
 }  // namespace switchml::transport

@@ -19,6 +19,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -135,5 +137,15 @@ class Transport {
  private:
   std::vector<uint8_t> tx_arena_;  // the default TxBuffer's memory, made on first use
 };
+
+// Opens `count` transports on consecutive ports, one per worker thread: from base_port, or, with
+// base_port 0, from a random base in [20000, 32000) (below Linux's ephemeral range), trying
+// another base while a port of the range is taken. open_one(port, &in_use) opens one transport
+// and sets in_use when its port was taken. `kind` ("UDP", "shm"), `where` (" on 0.0.0.0") and
+// `if_busy` (what the user can do) go into the errors.
+using OpenOnePort = std::function<Result<std::unique_ptr<Transport>>(uint16_t port, bool* in_use)>;
+Result<std::vector<std::unique_ptr<Transport>>> OpenOnConsecutivePorts(
+    uint16_t base_port, size_t count, const std::string& kind, const std::string& where,
+    const std::string& if_busy, const OpenOnePort& open_one);
 
 }  // namespace switchml::transport

@@ -648,43 +648,12 @@ Result<std::unique_ptr<Transport>> OpenUdp(const UdpOptions& options) {
 
 Result<std::vector<std::unique_ptr<Transport>>> OpenUdpConsecutive(const UdpOptions& base,
                                                                    size_t count) {
-  constexpr uint32_t kRandomBaseLow = 20000;
-  constexpr uint32_t kRandomBaseHigh = 32000;  // exclusive; stays below Linux's ephemeral range
-  constexpr int kMaxTries = 200;
-  if (count == 0) return InvalidArgumentError("OpenUdpConsecutive: count must be at least 1");
-  const uint32_t first_base = base.port != 0 ? base.port : kRandomBaseLow;
-  if (first_base + count - 1 > 65535) {
-    return InvalidArgumentError("cannot open " + std::to_string(count) +
-                                " consecutive UDP ports from " + std::to_string(first_base) +
-                                ": the range passes 65535; choose a lower base port");
-  }
-  auto open_range = [&](uint16_t start,
-                        bool* in_use) -> Result<std::vector<std::unique_ptr<Transport>>> {
-    std::vector<std::unique_ptr<Transport>> transports;
-    transports.reserve(count);
-    for (size_t i = 0; i < count; ++i) {
-      UdpOptions options = base;
-      options.port = static_cast<uint16_t>(start + i);
-      ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, OpenUdpImpl(options, in_use));
-      transports.push_back(std::move(t));
-    }
-    return transports;
-  };
-  bool in_use = false;
-  if (base.port != 0) return open_range(base.port, &in_use);
-
-  std::mt19937 rng(std::random_device{}());
-  std::uniform_int_distribution<uint32_t> pick(kRandomBaseLow, kRandomBaseHigh - 1);
-  for (int attempt = 0; attempt < kMaxTries; ++attempt) {
-    const uint32_t start = pick(rng);
-    if (start + count - 1 > 65535) continue;
-    auto result = open_range(static_cast<uint16_t>(start), &in_use);
-    if (result.ok() || !in_use) return result;
-  }
-  return UnavailableError("could not find " + std::to_string(count) +
-                          " consecutive free UDP ports on " + Ipv4ToString(base.bind_ipv4) +
-                          " with a base in [20000, 32000) after " + std::to_string(kMaxTries) +
-                          " tries; free some ports or give an explicit base port");
+  return OpenOnConsecutivePorts(base.port, count, "UDP", " on " + Ipv4ToString(base.bind_ipv4),
+                                "free some ports", [&](uint16_t port, bool* in_use) {
+                                  UdpOptions options = base;
+                                  options.port = port;
+                                  return OpenUdpImpl(options, in_use);
+                                });
 }
 
 }  // namespace switchml::transport
