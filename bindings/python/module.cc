@@ -19,6 +19,7 @@
 #include "bindings/python/half.h"
 #include "runtime/switch_daemon.h"
 #include "switchml/context.h"
+#include "transport/factory.h"
 
 namespace py = pybind11;
 
@@ -42,6 +43,22 @@ py::object& ErrorType() {
 
 void Check(const Status& st) {
   if (!st.ok()) Raise(st);
+}
+
+// Config.multicast: the CLI's --multicast mode over Config's two fields.
+std::string MulticastMode(const Config& c) {
+  if (c.lan_multicast) return "on";
+  return c.loopback_multicast ? "auto" : "off";
+}
+
+void SetMulticastMode(Config& c, const std::string& mode) {
+  if (mode != "auto" && mode != "on" && mode != "off") {
+    Raise(InvalidArgumentError("multicast must be 'auto', 'on' or 'off', not '" + mode +
+                               "' (auto: loopback multicast with a switch on this host; on: "
+                               "also on the LAN; off: never)"));
+  }
+  c.loopback_multicast = mode != "off";
+  c.lan_multicast = mode == "on";
 }
 
 // Runs fn (returning a Status) with the GIL released, then raises its error, if any.
@@ -269,11 +286,12 @@ std::unique_ptr<WorkerContext> CreateContext(const py::object& config, const py:
 class InProcessSwitch {
  public:
   InProcessSwitch(const std::string& bind_address, uint16_t data_port, uint16_t control_port,
-                  bool require_authenticated_data) {
+                  bool require_authenticated_data, const std::string& transport) {
     runtime::SwitchDaemonOptions o;
     o.bind_address = bind_address;
     o.data_port = data_port;
     o.control_port = control_port;
+    o.transport = transport;
     o.control.registry.require_authenticated_data = require_authenticated_data;
     auto d = runtime::SwitchDaemon::Start(o);
     if (!d.ok()) Raise(d.status());
@@ -317,6 +335,11 @@ PYBIND11_MODULE(_core, m) {
                                 "(e.g. 'DEADLINE_EXCEEDED', 'UNAVAILABLE'), str() says what to do.",
                                 PyExc_RuntimeError, nullptr));
   m.attr("SwitchMLError") = ErrorType();
+  // The data-plane transports Config.transport and Switch(transport=) accept.
+  py::tuple kinds(transport::TransportKinds().size());
+  for (size_t i = 0; i < transport::TransportKinds().size(); ++i)
+    kinds[i] = transport::TransportKinds()[i];
+  m.attr("TRANSPORTS") = kinds;
 
   py::class_<Config> config(m, "Config",
                             "Everything a worker needs to join a job (switchml::Config). Every "
@@ -340,9 +363,29 @@ PYBIND11_MODULE(_core, m) {
   config.def_readwrite("packet_numel", &Config::packet_numel, "elements per packet: 64 or 256");
   config.def_readwrite("bind_address", &Config::bind_address, "local IPv4 address to bind");
   config.def_readwrite("udp_port", &Config::udp_port, "first local UDP port (0: any)");
-  config.def_readwrite("transport", &Config::transport,
-                       "data-plane transport ('udp', 'udp-plain')");
+  config.def_readwrite(
+      "transport", &Config::transport,
+      "data-plane transport, one of switchml.TRANSPORTS: 'udp' (kernel UDP with GSO/GRO), "
+      "'udp-plain' (without them), 'xdp' (AF_XDP; root), 'dpdk', or 'shm' (shared-memory rings "
+      "to a switch on this host, in $SWITCHML_SHM_DIR or /dev/shm/switchml-<uid>)");
   config.def_readwrite("busy_poll", &Config::busy_poll, "poll without sleeping");
+  config.def_readwrite(
+      "wake_batch", &Config::wake_batch,
+      "wake-up batching in [0, 1] (docs/architecture.md 4.6; 0: off): after handling results a "
+      "worker thread sleeps until about this fraction of its packets in flight should be back");
+  config.def_readwrite("loopback_multicast", &Config::loopback_multicast,
+                       "with a switch on this host, results come once to a multicast group of "
+                       "the job (docs/architecture.md, \"Multicast results\"); on by default");
+  config.def_readwrite("lan_multicast", &Config::lan_multicast,
+                       "with a switch on another host, results come once to a group joined on "
+                       "the interface toward it, replicated by the network; off by default");
+  config.def_property(
+      "multicast", &MulticastMode, &SetMulticastMode,
+      "the two multicast fields as switchml worker's --multicast: 'auto' (loopback multicast "
+      "only, the default), 'on' (also LAN multicast) or 'off' (neither)");
+  config.def_readwrite("check_tensors", &Config::check_tensors,
+                       "have the switch check that every worker all-reduces the same element "
+                       "count and type (one control message per all-reduce)");
   config.def_readwrite("timeout", &Config::timeout,
                        "a packet's retransmission timeout before round trips are measured");
   config.def_readwrite("min_timeout", &Config::min_timeout, "the retransmission timeout's floor");
@@ -360,6 +403,16 @@ PYBIND11_MODULE(_core, m) {
   config.def_readwrite("authenticate_data", &Config::authenticate_data,
                        "the authenticated data plane (docs/security.md 4.4): every datagram "
                        "carries a tag keyed per job; every worker of a job must set the same");
+  config.def_readwrite("job_secret", &Config::job_secret,
+                       "the job's secret (at most 64 bytes), the same on every worker; empty: an "
+                       "unprotected job (docs/security.md)");
+  config.def_readwrite("tls_ca_file", &Config::tls_ca_file,
+                       "PEM CA of the switch's certificate: TLS on the control channel");
+  config.def_readwrite("tls_cert_file", &Config::tls_cert_file,
+                       "PEM client certificate, for a switch that requires one");
+  config.def_readwrite("tls_key_file", &Config::tls_key_file, "PEM private key of tls_cert_file");
+  config.def_readwrite("tls_server_name", &Config::tls_server_name,
+                       "the name in the switch's certificate (default: switch_host)");
   config.def(
       "validate", [](const Config& c) { Check(c.Validate()); },
       "Raises SwitchMLError saying which field is wrong.");
@@ -413,6 +466,9 @@ PYBIND11_MODULE(_core, m) {
         d["rto_us"] = s.rto_us;
         d["foreign_source_dropped"] = s.foreign_source_dropped;
         d["auth_dropped"] = s.auth_dropped;
+        d["datagrams_received"] = s.datagrams_received;
+        d["group_datagrams_received"] = s.group_datagrams_received;
+        d["coalesced_receives"] = s.coalesced_receives;
         return d;
       });
 
@@ -420,10 +476,12 @@ PYBIND11_MODULE(_core, m) {
       m, "Switch",
       "An in-process software switch (as `switchml switch`); port 0 picks a free one; "
       "require_authenticated_data: refuse jobs without Config.authenticate_data (as "
-      "`switchml switch --require-auth-data`).")
-      .def(py::init<const std::string&, uint16_t, uint16_t, bool>(),
+      "`switchml switch --require-auth-data`); transport: the data plane's, one of "
+      "switchml.TRANSPORTS (as `switchml switch --transport`; the workers use the same).")
+      .def(py::init<const std::string&, uint16_t, uint16_t, bool, const std::string&>(),
            py::arg("bind_address") = "127.0.0.1", py::arg("data_port") = 0,
-           py::arg("control_port") = 0, py::arg("require_authenticated_data") = false)
+           py::arg("control_port") = 0, py::arg("require_authenticated_data") = false,
+           py::arg("transport") = "udp")
       .def_property_readonly("data_port", &InProcessSwitch::data_port)
       .def_property_readonly("control_port", &InProcessSwitch::control_port)
       .def("counters", &InProcessSwitch::Counters,

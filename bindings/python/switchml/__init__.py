@@ -9,6 +9,6 @@
 `import switchml.torch` registers the "switchml" torch.distributed backend. See docs/python.md.
 """
 
-from switchml._core import Config, Context, Handle, Switch, SwitchMLError
+from switchml._core import TRANSPORTS, Config, Context, Handle, Switch, SwitchMLError
 
-__all__ = ["Config", "Context", "Handle", "Switch", "SwitchMLError"]
+__all__ = ["Config", "Context", "Handle", "Switch", "SwitchMLError", "TRANSPORTS"]

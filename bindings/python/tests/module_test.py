@@ -2,6 +2,9 @@
 the GIL released while they wait), against an in-process switch on loopback."""
 import array
 import datetime
+import os
+import shutil
+import tempfile
 import threading
 import time
 import unittest
@@ -66,6 +69,53 @@ class ConfigTest(unittest.TestCase):
         c.packet_numel = 100
         with self.assertRaisesRegex(switchml.SwitchMLError, "use 64 or 256"):
             c.validate()
+
+    def test_data_path_options_round_trip(self):
+        c = switchml.Config()
+        self.assertEqual((c.transport, c.wake_batch, c.multicast, c.check_tensors),
+                         ("udp", 0.0, "auto", True))
+        self.assertEqual((c.loopback_multicast, c.lan_multicast), (True, False))
+        self.assertIn("shm", switchml.TRANSPORTS)
+        for kind in switchml.TRANSPORTS:
+            c.transport = kind
+            c.validate()
+            self.assertEqual(c.transport, kind)
+        c.wake_batch = 0.25
+        c.check_tensors = False
+        c.job_secret = "s3cret"
+        c.tls_ca_file, c.tls_cert_file, c.tls_key_file, c.tls_server_name = "a", "b", "c", "d"
+        self.assertEqual((c.wake_batch, c.check_tensors, c.job_secret), (0.25, False, "s3cret"))
+        self.assertEqual((c.tls_ca_file, c.tls_cert_file, c.tls_key_file, c.tls_server_name),
+                         ("a", "b", "c", "d"))
+        # multicast is switchml worker's --multicast over the two fields.
+        for mode, fields in (("on", (True, True)), ("off", (False, False)),
+                             ("auto", (True, False))):
+            c.multicast = mode
+            self.assertEqual((c.loopback_multicast, c.lan_multicast), fields)
+            self.assertEqual(c.multicast, mode)
+        c.loopback_multicast = False
+        self.assertEqual(c.multicast, "off")
+
+    def test_bad_data_path_options_are_refused_at_setup(self):
+        cases = ((dict(wake_batch=1.5), "wake_batch must be in [0, 1]"),
+                 (dict(wake_batch=-0.1), "wake_batch must be in [0, 1]"),
+                 (dict(transport="tcp"), "unknown transport 'tcp': use one of udp, udp-plain, "
+                                         "xdp, dpdk, shm"),
+                 (dict(multicast="maybe"), "multicast must be 'auto', 'on' or 'off', not 'maybe'"),
+                 (dict(multicast="on", authenticate_data=True),
+                  "lan_multicast cannot go with authenticate_data"),
+                 (dict(job_secret="x" * 65), "job_secret must be at most 64 bytes"))
+        for options, message in cases:
+            start = time.monotonic()
+            with self.assertRaises(switchml.SwitchMLError, msg=options) as cm:
+                # No switch listens there: refused before any connection is tried.
+                switchml.Context(rank=0, num_workers=2, control_port=1, setup_timeout=30.0,
+                                 **options)
+            self.assertEqual(cm.exception.code, "INVALID_ARGUMENT", options)
+            self.assertIn(message, str(cm.exception))
+            self.assertLess(time.monotonic() - start, 5, options)
+        with self.assertRaisesRegex(switchml.SwitchMLError, "unknown transport 'tcp'"):
+            switchml.Switch(transport="tcp")
 
     def test_unreachable_switch_raises_within_the_setup_timeout(self):
         sw = switchml.Switch()
@@ -172,6 +222,27 @@ class AllReduceTest(unittest.TestCase):
             np.testing.assert_array_equal(x, np.arange(100000, dtype=np.int32) * 6)
             self.assertEqual((after, n), (2, 3))
 
+    def test_multicast_and_wake_batch_options_reach_the_library(self):
+        def body(ctx, r):
+            x = np.arange(50000, dtype=np.int32) * (r + 1)
+            ctx.allreduce(x, out=x)
+            c = ctx.config
+            return x, ctx.stats(), (c.multicast, c.wake_batch, c.check_tensors)
+
+        # With a switch on this host results come through the job's group unless it is off.
+        for options, group in ((dict(multicast="auto", wake_batch=0.5), True),
+                               (dict(multicast="off", check_tensors=False), False)):
+            for x, stats, fields in self.run_job(2, body, **options):
+                np.testing.assert_array_equal(x, np.arange(50000, dtype=np.int32) * 3)
+                self.assertEqual(fields, (options["multicast"], options.get("wake_batch", 0.0),
+                                          options.get("check_tensors", True)))
+                # 196 packets of 256 elements, each answered once.
+                self.assertGreaterEqual(stats["datagrams_received"], 196)
+                if group:
+                    self.assertGreaterEqual(stats["group_datagrams_received"], 196, stats)
+                else:
+                    self.assertEqual(stats["group_datagrams_received"], 0, stats)
+
     def test_wrong_dtype_and_size(self):
         def body(ctx, r):
             with self.assertRaisesRegex(TypeError, "float32, int32 or float16"):
@@ -199,6 +270,50 @@ class AllReduceTest(unittest.TestCase):
         code, seconds = self.run_job(2, body, peer_timeout=1.0)[0]
         self.assertEqual(code, "DEADLINE_EXCEEDED")
         self.assertLess(seconds, 10)
+
+
+class SharedMemoryTest(unittest.TestCase):
+    """transport='shm' end to end: a switch on shared-memory rings and two workers, in a shm
+    directory of the test's own (SWITCHML_SHM_DIR)."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None,
+                                    prefix="switchml-pytest-")
+        self.saved = os.environ.get("SWITCHML_SHM_DIR")
+        os.environ["SWITCHML_SHM_DIR"] = self.dir
+
+    def tearDown(self):
+        if self.saved is None:
+            del os.environ["SWITCHML_SHM_DIR"]
+        else:
+            os.environ["SWITCHML_SHM_DIR"] = self.saved
+        shutil.rmtree(self.dir)
+
+    def test_two_workers_over_shm(self):
+        sw = switchml.Switch(transport="shm")
+        try:
+            self.assertIn(f"inbox-{sw.data_port}", os.listdir(self.dir))
+
+            def body(ctx, r):
+                x = np.arange(100000, dtype=np.int32) * (r + 1)
+                ctx.allreduce(x, out=x)
+                y = ctx.allreduce(inputs(r, 5000, np.float32))
+                return x, y, ctx.config.transport, ctx.stats()
+
+            res = run_workers(sw, 2, body, 601, transport="shm", num_worker_threads=2)
+            counters = sw.counters()
+        finally:
+            sw.stop()
+        expect = sum(inputs(r, 5000, np.float32).astype(np.float64) for r in range(2))
+        for x, y, transport, stats in res:
+            np.testing.assert_array_equal(x, np.arange(100000, dtype=np.int32) * 3)
+            bound = 4 * 2.0 ** np.ceil(np.log2(np.abs(expect).max() + 1)) / 2**32
+            np.testing.assert_allclose(y, expect, rtol=2**-23, atol=bound)
+            self.assertEqual(transport, "shm")
+            self.assertEqual(stats["group_datagrams_received"], 0)  # shm has no groups
+        # Every packet of both workers (391 + 20 each) went through the switch's rings.
+        self.assertGreaterEqual(counters["received"], 2 * (391 + 20))
+        self.assertEqual(os.listdir(self.dir), [])  # every inbox removed
 
 
 class AuthenticatedDataTest(unittest.TestCase):
