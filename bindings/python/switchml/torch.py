@@ -7,23 +7,35 @@ all_reduce with SUM on CPU float32, int32, float16 and bfloat16 tensors goes thr
 switch (float16/bfloat16 as float32 on the way); every other collective, op, dtype or device is
 served by a Gloo process group made on the same store. The switch and the worker options come
 from init_process_group(pg_options=switchml.torch.Options(...)) or, for what those leave unset,
-from the environment:
+from the environment (switchml worker's flag in brackets):
 
     SWITCHML_SWITCH=host[:port]    the switch's control plane (default 127.0.0.1:50099)
-    SWITCHML_THREADS=N             worker threads (UDP ports) per process (default 1)
-    SWITCHML_WINDOW=N              packets in flight per process (default: the library's)
+    SWITCHML_THREADS=N             worker threads (UDP ports) per process (default 1) [--threads]
+    SWITCHML_WINDOW=N              packets in flight per process (default: from the link rate and
+                                   base round trip) [--window]
+    SWITCHML_LINK_GBPS=G           link rate the automatic window is sized for (10) [--link-gbps]
+    SWITCHML_BASE_RTT=SECONDS      round trip the automatic window is sized for (0.0001)
     SWITCHML_PACKET_NUMEL=64|256   elements per packet (default 256)
-    SWITCHML_BIND_ADDRESS=IPv4     local address for the data plane (default 0.0.0.0)
-    SWITCHML_TRANSPORT=udp|udp-plain
+    SWITCHML_BIND_ADDRESS=IPv4     local address for the data plane (default 0.0.0.0) [--bind]
+    SWITCHML_UDP_PORT=N            first local data-plane port (default 0: any) [--udp-port]
+    SWITCHML_TRANSPORT=udp|udp-plain|xdp|dpdk|shm  the data-plane transport (default udp)
     SWITCHML_BUSY_POLL=0|1
+    SWITCHML_WAKE_BATCH=F          wake-up batching, F in [0, 1] (default 0: off) [--wake-batch]
+    SWITCHML_MULTICAST=auto|on|off results once per job to a multicast group: auto = with a
+                                   switch on this host only, on = also on the LAN (default auto)
+    SWITCHML_CHECK_TENSORS=0|1     the switch checks every all-reduce's count and type (default 1)
     SWITCHML_PEER_TIMEOUT=SECONDS  an all-reduce fails when no result comes for this long (10)
+    SWITCHML_RETRANSMIT_TIMEOUT=SECONDS      a packet's timeout until round trips are measured
+    SWITCHML_MIN_RETRANSMIT_TIMEOUT=SECONDS  and its floor and ceiling (0.01, 0.01, 1)
+    SWITCHML_MAX_RETRANSMIT_TIMEOUT=SECONDS
     SWITCHML_EARLY_RETRANSMIT=N    re-send a packet once N later ones got results (0: off)
     SWITCHML_AUTH_DATA=0|1         the authenticated data plane (docs/security.md 4.4; every
                                    process of the job the same)
     SWITCHML_SETUP_TIMEOUT=SECONDS joining the switch fails after this long (the group's
                                    timeout, at most 60)
 
-See docs/python.md.
+A bad value raises ValueError from init_process_group, naming the option or variable. See
+docs/python.md.
 """
 
 import dataclasses
@@ -33,10 +45,12 @@ from typing import Optional
 
 import torch.distributed as dist
 
+import switchml
 from switchml import _torch
 
 ProcessGroupSwitchML = _torch.ProcessGroupSwitchML
 DEFAULT_CONTROL_PORT = 50099
+MULTICAST_MODES = ("auto", "on", "off")
 
 
 @dataclasses.dataclass
@@ -46,63 +60,118 @@ class Options:
     switch: Optional[str] = None  # "host[:port]"
     threads: Optional[int] = None
     window: Optional[int] = None
+    link_gbps: Optional[float] = None  # Config::link_gbps (the automatic window)
+    base_rtt: Optional[float] = None  # seconds; Config::base_rtt (the automatic window)
     packet_numel: Optional[int] = None
     bind_address: Optional[str] = None
-    transport: Optional[str] = None
+    udp_port: Optional[int] = None  # Config::udp_port (0: any)
+    transport: Optional[str] = None  # one of switchml.TRANSPORTS
     busy_poll: Optional[bool] = None
+    wake_batch: Optional[float] = None  # Config::wake_batch, in [0, 1] (0: off)
+    multicast: Optional[str] = None  # "auto", "on" or "off" (switchml worker --multicast)
+    check_tensors: Optional[bool] = None  # Config::check_tensors
     peer_timeout: Optional[float] = None  # seconds
     setup_timeout: Optional[float] = None  # seconds
+    retransmit_timeout: Optional[float] = None  # seconds; Config::timeout
+    min_retransmit_timeout: Optional[float] = None  # seconds; Config::min_timeout
+    max_retransmit_timeout: Optional[float] = None  # seconds; Config::max_timeout
     early_retransmit: Optional[int] = None  # Config::early_retransmit_after (0: off)
     authenticate_data: Optional[bool] = None  # Config::authenticate_data
     session_id: int = 0  # 0: rank 0 picks a random one and shares it through the store
 
 
 def _resolve(options, group_timeout):
+    """The switchml.Config fields that the options and the environment set (None: the library's
+    default), checked: a bad value raises ValueError naming the Options field or the variable."""
     o = options if options is not None else Options()
     env = os.environ
 
-    def pick(value, name, default, convert):
-        if value is not None:
-            return value
-        raw = env.get(name)
-        if raw is None or raw == "":
-            return default
-        try:
-            return convert(raw)
-        except ValueError:
-            raise ValueError(f"switchml: {name}={raw!r} is not valid") from None
+    def pick(field, name, default, convert, valid=None, hint=""):
+        value = getattr(o, field)
+        shown = f"{field}={value!r}"
+        if value is None:
+            raw = env.get(name)
+            if raw is None or raw == "":
+                return default
+            shown = f"{name}={raw!r}"
+            try:
+                value = convert(raw)
+            except ValueError:
+                value = None
+        if value is None or (valid is not None and not valid(value)):
+            raise ValueError(f"switchml: {shown} is not valid" + (f": {hint}" if hint else ""))
+        return value
 
     def flag(raw):
         if raw not in ("0", "1"):
             raise ValueError(raw)
         return raw == "1"
 
-    switch = pick(o.switch, "SWITCHML_SWITCH", "127.0.0.1", str)
+    def seconds(field, name, hint="seconds, > 0"):
+        v = pick(field, name, None, float, lambda x: x > 0, hint)
+        return None if v is None else datetime.timedelta(seconds=v)
+
+    switch = pick("switch", "SWITCHML_SWITCH", "127.0.0.1", str)
     host, _, port = switch.rpartition(":") if ":" in switch else (switch, "", "")
     if not port.isdigit() and port != "":
         raise ValueError(f"switchml: switch address {switch!r} is not host[:port]")
-    peer_timeout = pick(o.peer_timeout, "SWITCHML_PEER_TIMEOUT", None, float)
-    early = pick(o.early_retransmit, "SWITCHML_EARLY_RETRANSMIT", None, int)
-    if early is not None and not 0 <= early <= 1_000_000:
-        raise ValueError(f"switchml: early_retransmit={early} is not in [0, 1000000] (0: off)")
-    return dict(
+    kinds = ", ".join(switchml.TRANSPORTS)
+    kwargs = dict(
         switch_host=host,
         control_port=int(port) if port else DEFAULT_CONTROL_PORT,
         setup_timeout=datetime.timedelta(seconds=pick(
-            o.setup_timeout, "SWITCHML_SETUP_TIMEOUT",
-            min(group_timeout.total_seconds(), 60.0), float)),
+            "setup_timeout", "SWITCHML_SETUP_TIMEOUT",
+            min(group_timeout.total_seconds(), 60.0), float, lambda x: x > 0, "seconds, > 0")),
         session_id=o.session_id,
         # None: switchml::Config's default.
-        num_worker_threads=pick(o.threads, "SWITCHML_THREADS", None, int),
-        max_outstanding_packets=pick(o.window, "SWITCHML_WINDOW", None, int),
-        packet_numel=pick(o.packet_numel, "SWITCHML_PACKET_NUMEL", None, int),
-        bind_address=pick(o.bind_address, "SWITCHML_BIND_ADDRESS", None, str),
-        transport=pick(o.transport, "SWITCHML_TRANSPORT", None, str),
-        busy_poll=pick(o.busy_poll, "SWITCHML_BUSY_POLL", None, lambda s: s not in ("0", "")),
-        peer_timeout=None if peer_timeout is None else datetime.timedelta(seconds=peer_timeout),
-        early_retransmit_after=early,
-        authenticate_data=pick(o.authenticate_data, "SWITCHML_AUTH_DATA", None, flag),
+        num_worker_threads=pick("threads", "SWITCHML_THREADS", None, int,
+                                lambda x: 1 <= x <= 64, "use 1..64"),
+        max_outstanding_packets=pick("window", "SWITCHML_WINDOW", None, int,
+                                     lambda x: 0 <= x <= 16384,
+                                     "use 1..16384 packets (0: automatic)"),
+        link_gbps=pick("link_gbps", "SWITCHML_LINK_GBPS", None, float,
+                       lambda x: 0 < x <= 1e6, "Gbit/s in (0, 1e6]"),
+        base_rtt=seconds("base_rtt", "SWITCHML_BASE_RTT", "seconds in (0, 10], e.g. 0.0001"),
+        packet_numel=pick("packet_numel", "SWITCHML_PACKET_NUMEL", None, int,
+                          lambda x: x in (64, 256), "use 64 or 256"),
+        bind_address=pick("bind_address", "SWITCHML_BIND_ADDRESS", None, str),
+        udp_port=pick("udp_port", "SWITCHML_UDP_PORT", None, int, lambda x: 0 <= x <= 65535,
+                      "use 0..65535 (0: any free ports)"),
+        transport=pick("transport", "SWITCHML_TRANSPORT", None, str,
+                       lambda x: x in switchml.TRANSPORTS, f"use one of {kinds}"),
+        busy_poll=pick("busy_poll", "SWITCHML_BUSY_POLL", None, lambda s: s not in ("0", "")),
+        wake_batch=pick("wake_batch", "SWITCHML_WAKE_BATCH", None, float,
+                        lambda x: 0 <= x <= 1,
+                        "use a fraction in [0, 1] of the packets in flight (0: off)"),
+        multicast=pick("multicast", "SWITCHML_MULTICAST", None, str,
+                       lambda x: x in MULTICAST_MODES,
+                       "use auto (with a switch on this host), on (also on the LAN) or off"),
+        check_tensors=pick("check_tensors", "SWITCHML_CHECK_TENSORS", None, flag, None, "0 or 1"),
+        peer_timeout=seconds("peer_timeout", "SWITCHML_PEER_TIMEOUT"),
+        timeout=seconds("retransmit_timeout", "SWITCHML_RETRANSMIT_TIMEOUT"),
+        min_timeout=seconds("min_retransmit_timeout", "SWITCHML_MIN_RETRANSMIT_TIMEOUT"),
+        max_timeout=seconds("max_retransmit_timeout", "SWITCHML_MAX_RETRANSMIT_TIMEOUT"),
+        early_retransmit_after=pick("early_retransmit", "SWITCHML_EARLY_RETRANSMIT", None, int,
+                                    lambda x: 0 <= x <= 1_000_000, "use 0..1000000 (0: off)"),
+        authenticate_data=pick("authenticate_data", "SWITCHML_AUTH_DATA", None, flag, None,
+                               "0 or 1"),
     )
+    _config(kwargs, 0, 1)  # what only the combination can get wrong
+    return kwargs
+
+
+def _config(kwargs, rank, size):
+    """A switchml.Config from _resolve's fields for this rank, validated (ValueError)."""
+    c = switchml.Config()
+    c.rank, c.num_workers = rank, size
+    for field, value in kwargs.items():
+        if value is not None:
+            setattr(c, field, value)
+    try:
+        c.validate()
+    except switchml.SwitchMLError as e:
+        raise ValueError(f"switchml: {e.message}") from None
+    return c
 
 
 def create_process_group(backend_options, pg_options=None):
@@ -111,9 +180,9 @@ def create_process_group(backend_options, pg_options=None):
     store = backend_options.store
     rank, size = backend_options.group_rank, backend_options.group_size
     timeout = backend_options.timeout
-    kwargs = _resolve(pg_options, timeout)
+    config = _config(_resolve(pg_options, timeout), rank, size)
     gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
-    return ProcessGroupSwitchML(dist.PrefixStore("switchml/", store), rank, size, gloo, **kwargs)
+    return ProcessGroupSwitchML(dist.PrefixStore("switchml/", store), rank, size, gloo, config)
 
 
 if "SWITCHML" not in dist.Backend._plugins:

@@ -5,6 +5,7 @@ Exits 77 (ctest: skipped) saying so loudly when python3-torch or the backend is 
 import datetime
 import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -267,6 +268,24 @@ def auth_body(rank, world):
             "world": dist.group.WORLD.authenticate_data, "second": second.authenticate_data}
 
 
+def data_path_body(rank, world):
+    # WORLD's data-path options from the environment, a second group's from pg_options; both
+    # over the transport of SWITCHML_TRANSPORT.
+    second = dist.new_group(backend="switchml", pg_options=swtorch.Options(
+        wake_batch=0.5, multicast="off", check_tensors=True, threads=2, link_gbps=1,
+        base_rtt=0.002, retransmit_timeout=0.02, min_retransmit_timeout=0.005,
+        max_retransmit_timeout=2.0))
+
+    def fields(group):
+        c = group.config
+        return (c.transport, c.wake_batch, c.multicast, c.check_tensors, c.num_worker_threads,
+                c.link_gbps, c.base_rtt, c.timeout, c.min_timeout, c.max_timeout)
+
+    return {"ok": exact_in_world_and(second, rank, world),
+            "world": fields(dist.group.WORLD), "second": fields(second),
+            "second_window": second.window}
+
+
 def destroy_with_fallback_work_pending_body(rank, world):
     # Rank 0 destroys the group while a collective of the Gloo fallback, whose tensor Python no
     # longer holds, still waits for rank 1: ~ProcessGroupGloo waits for it to end, then Gloo's
@@ -362,6 +381,42 @@ class TorchBackendTest(unittest.TestCase):
         self.assertGreaterEqual(counters["received"], 2 * 2 * 196)
         self.assertEqual(counters["auth_dropped"], 0)
 
+    def test_shm_transport_and_data_path_options(self):
+        # A switch on shared-memory rings, in a shm directory of the test's own (the workers
+        # inherit SWITCHML_SHM_DIR), two processes with two groups.
+        shm_dir = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None,
+                                   prefix="switchml-torchtest-")
+        saved = os.environ.get("SWITCHML_SHM_DIR")
+        os.environ["SWITCHML_SHM_DIR"] = shm_dir
+        try:
+            sw = switchml.Switch(transport="shm")
+            try:
+                res = run_job(self, 2, data_path_body, switch_port=sw.control_port, env={
+                    "SWITCHML_TRANSPORT": "shm", "SWITCHML_WAKE_BATCH": "0.25",
+                    "SWITCHML_MULTICAST": "on", "SWITCHML_CHECK_TENSORS": "0"})
+                counters = sw.counters()
+            finally:
+                sw.stop()
+        finally:
+            if saved is None:
+                del os.environ["SWITCHML_SHM_DIR"]
+            else:
+                os.environ["SWITCHML_SHM_DIR"] = saved
+            shutil.rmtree(shm_dir)
+        ms = datetime.timedelta(milliseconds=1)
+        for out in res:
+            self.assertTrue(out["ok"])
+            # The library's defaults where nothing was set.
+            self.assertEqual(out["world"], ("shm", 0.25, "on", False, 1, 10.0, 0.1 * ms, 10 * ms,
+                                            10 * ms, 1000 * ms))
+            self.assertEqual(out["second"], ("shm", 0.5, "off", True, 2, 1.0, 2 * ms, 20 * ms,
+                                             5 * ms, 2000 * ms))
+            # Twice 1 Gbit/s x 2 ms (250 KB) in packets of 1046 + 28 + 38 bytes on the wire:
+            # 450, rounded up to a multiple of 32.
+            self.assertEqual(out["second_window"], 480)
+        # Both groups' int32 all-reduces (196 packets each per rank) came through the rings.
+        self.assertGreaterEqual(counters["received"], 2 * 2 * 196)
+
     def test_bad_options_raise_value_error(self):
         timeout = datetime.timedelta(seconds=30)
         with self.assertRaisesRegex(ValueError, "early_retransmit=-1"):
@@ -378,6 +433,33 @@ class TorchBackendTest(unittest.TestCase):
                 swtorch._resolve(None, timeout)
         finally:
             del os.environ["SWITCHML_AUTH_DATA"]
+        bad_options = (
+            (dict(transport="tcp"), "transport='tcp' is not valid: use one of udp, udp-plain, "
+                                    "xdp, dpdk, shm"),
+            (dict(wake_batch=1.5), r"wake_batch=1.5 is not valid: use a fraction in \[0, 1\]"),
+            (dict(multicast="yes"), "multicast='yes' is not valid: use auto"),
+            (dict(multicast="on", authenticate_data=True),
+             "lan_multicast cannot go with authenticate_data"),
+            (dict(threads=0), "threads=0 is not valid: use 1..64"),
+            (dict(packet_numel=128), "packet_numel=128 is not valid: use 64 or 256"),
+            (dict(retransmit_timeout=0), "retransmit_timeout=0 is not valid"),
+            (dict(min_retransmit_timeout=2.0), "max_timeout must be at least min_timeout"),
+            (dict(udp_port=70000), "udp_port=70000 is not valid"))
+        for options, message in bad_options:
+            with self.assertRaisesRegex(ValueError, "switchml: " + message, msg=options):
+                swtorch._resolve(swtorch.Options(**options), timeout)
+        bad_env = (("SWITCHML_TRANSPORT", "tcp"), ("SWITCHML_WAKE_BATCH", "x"),
+                   ("SWITCHML_WAKE_BATCH", "2"), ("SWITCHML_MULTICAST", "lan"),
+                   ("SWITCHML_CHECK_TENSORS", "no"), ("SWITCHML_BASE_RTT", "-1"))
+        for name, value in bad_env:
+            os.environ[name] = value
+            try:
+                with self.assertRaisesRegex(ValueError, f"switchml: {name}={value!r}"):
+                    swtorch._resolve(None, timeout)
+            finally:
+                del os.environ[name]
+        for field in ("wake_batch", "multicast", "check_tensors", "transport", "timeout"):
+            self.assertIsNone(swtorch._resolve(None, timeout)[field], field)
         self.assertIsNone(swtorch._resolve(None, timeout)["authenticate_data"])
         self.assertIsNone(swtorch._resolve(None, timeout)["early_retransmit_after"])
         self.assertEqual(swtorch._resolve(swtorch.Options(early_retransmit=0),
