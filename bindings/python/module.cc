@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bindings/python/half.h"
+#include "bindings/python/stats.h"
 #include "runtime/switch_daemon.h"
 #include "switchml/context.h"
 #include "transport/factory.h"
@@ -449,28 +450,9 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly(
           "config", [](WorkerContext& c) { return c.context().config(); },
           "A copy of the Config this context runs with (session_id as given, 0 if picked).")
-      .def("stats", [](WorkerContext& c) {
-        const ContextStats s = c.context().stats();
-        py::dict d;
-        d["packets_sent"] = s.packets_sent;
-        d["packets_retransmitted"] = s.packets_retransmitted;
-        d["timeouts"] = s.timeouts;
-        d["results"] = s.results;
-        d["duplicates_dropped"] = s.duplicates_dropped;
-        d["stale_dropped"] = s.stale_dropped;
-        d["malformed_dropped"] = s.malformed_dropped;
-        d["rtt_samples"] = s.rtt_samples;
-        d["backoffs"] = s.backoffs;
-        d["srtt_us"] = s.srtt_us;
-        d["rttvar_us"] = s.rttvar_us;
-        d["rto_us"] = s.rto_us;
-        d["foreign_source_dropped"] = s.foreign_source_dropped;
-        d["auth_dropped"] = s.auth_dropped;
-        d["datagrams_received"] = s.datagrams_received;
-        d["group_datagrams_received"] = s.group_datagrams_received;
-        d["coalesced_receives"] = s.coalesced_receives;
-        return d;
-      });
+      .def(
+          "stats", [](WorkerContext& c) { return StatsDict(c.context().stats()); },
+          "The worker's counters (switchml::ContextStats) as a dict.");
 
   py::class_<InProcessSwitch>(
       m, "Switch",

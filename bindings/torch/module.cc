@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "bindings/python/stats.h"
 #include "bindings/torch/process_group.h"
 #include "switchml/config.h"
 
@@ -64,6 +65,11 @@ PYBIND11_MODULE(_torch, m) {
           "config", [](const ProcessGroupSwitchML& pg) { return pg.config(); },
           "A copy of the switchml.Config the group runs with (its session id and secret "
           "included).")
+      .def(
+          "stats",
+          [](const ProcessGroupSwitchML& pg) { return switchml::python::StatsDict(pg.stats()); },
+          "The group's worker counters (switchml::ContextStats) as a dict, as "
+          "switchml.Context.stats().")
       .def_property_readonly("session_id", &ProcessGroupSwitchML::session_id)
       .def_property_readonly(
           "early_retransmit_after",

@@ -40,6 +40,7 @@ class ProcessGroupSwitchML final : public c10d::ProcessGroup {
   const std::string getBackendName() const override { return "switchml"; }
   uint64_t session_id() const { return context_->session_id(); }
   const Config& config() const { return context_->config(); }
+  ContextStats stats() const { return context_->stats(); }
   // All-reduces that went through the switch / were handed to the fallback (for tests).
   uint64_t switch_calls() const { return switch_calls_; }
   uint64_t fallback_calls() const { return fallback_calls_; }

@@ -2,7 +2,10 @@
 step, the speed-up, the phases, the bare all-reduce, accuracy and rank 0's loss gap; an optional
 JSON of everything and a plot. Exits 1 when the accuracies differ by more than 0.5 points.
 
-    rack_report.py OUT_DIR WORKERS_LIST RATE SCRIPT [JSON] [PLOT]
+    rack_report.py OUT_DIR WORKERS_LIST RATE SCRIPT [JSON] [PLOT] [MULTICAST]
+
+MULTICAST: the switchml runs' mode (rack_train.sh --multicast), checked against what rank 0's
+group ran with; the share of results that came through the job's multicast group is printed.
 """
 import json
 import statistics
@@ -58,6 +61,7 @@ def main():
     out, workers_list, rate, script = sys.argv[1:5]
     json_path = sys.argv[5] if len(sys.argv) > 5 else ""
     plot_path = sys.argv[6] if len(sys.argv) > 6 else ""
+    multicast = sys.argv[7] if len(sys.argv) > 7 else "auto"
     rows, ok = [], True
     for workers in [int(w) for w in workers_list.split(",")]:
         res = load(out, workers)
@@ -70,12 +74,16 @@ def main():
                       "accuracy": r["accuracy"], "losses": r["losses"]}
             if "allreduce_seconds" in r:
                 row[b]["allreduce_s"] = r["allreduce_seconds"]
+            if "switchml" in r:  # rank 0's transport, multicast mode and datagram counters
+                row[b]["switchml"] = r["switchml"]
         g, s = row["gloo"], row["switchml"]
         row["speedup"] = g["step_s"] / s["step_s"]
         gap = np.abs(np.array(g["losses"]) - np.array(s["losses"]))
         row["max_loss_gap"] = float(gap.max())
         acc_gap = abs(g["accuracy"] - s["accuracy"])
-        ok = ok and acc_gap <= 0.5
+        if acc_gap > 0.5:
+            ok = False
+            print(f"FAIL: {workers} workers: the test accuracies differ by {acc_gap:.2f} points")
         for b in BACKENDS:
             r = row[b]
             ph = ", ".join(f"{k} {v:.3f}" for k, v in r["phases_s"].items())
@@ -84,10 +92,24 @@ def main():
                   f"{r['steps']} steps ({ph}){ar}; loss {r['losses'][0]:.4f} -> "
                   f"{r['losses'][-1]:.4f}, test accuracy {r['accuracy']:.2f}%")
         extra = ""
+        sw = s.get("switchml")
+        if sw is not None:
+            share = sw["group_datagrams_received"] / max(1, sw["datagrams_received"])
+            print(f"  {workers} workers switchml: multicast {sw['multicast']}, "
+                  f"{sw['group_datagrams_received']} of rank 0's {sw['datagrams_received']} "
+                  f"datagrams through the job's group ({100 * share:.0f}%), "
+                  f"{sw['packets_retransmitted']} of {sw['packets_sent']} packets re-sent")
+            extra += f" multicast={sw['multicast']} group_share={share:.3f}"
+            if sw["multicast"] != multicast:
+                ok = False
+                print(f"FAIL: switchml ran with multicast {sw['multicast']}, not {multicast}")
+            elif multicast == "on" and share < 0.5:
+                ok = False
+                print("FAIL: with --multicast on, most results came unicast")
         if "allreduce_s" in g and "allreduce_s" in s:
-            extra = (f" gloo_allreduce_s={g['allreduce_s']:.4f} "
-                     f"switchml_allreduce_s={s['allreduce_s']:.4f} "
-                     f"allreduce_speedup={g['allreduce_s'] / s['allreduce_s']:.3f}")
+            extra += (f" gloo_allreduce_s={g['allreduce_s']:.4f} "
+                      f"switchml_allreduce_s={s['allreduce_s']:.4f} "
+                      f"allreduce_speedup={g['allreduce_s'] / s['allreduce_s']:.3f}")
         print(f"RACK_TRAIN script={script} workers={workers} rate={rate} "
               f"parameters={row['parameters']} gloo_step_s={g['step_s']:.4f} "
               f"switchml_step_s={s['step_s']:.4f} speedup={row['speedup']:.3f}{extra} "
@@ -100,7 +122,8 @@ def main():
     if plot_path:
         plot(rows, rate, script, plot_path)
     if not ok:
-        print("FAIL: the backends' test accuracies differ by more than 0.5 points")
+        print("FAIL: the backends' test accuracies differ by more than 0.5 points, or "
+              "switchml did not run as asked (see above)")
     sys.exit(0 if ok else 1)
 
 

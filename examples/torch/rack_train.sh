@@ -9,7 +9,12 @@
 #
 #   rack_train.sh BUILD_DIR [--workers 4,8] [--rate 1gbit] [--script train_rec.py]
 #                 [--json FILE] [--plot FILE.png] [--backends gloo,switchml] [--logs DIR]
-#                 [-- TRAINING_SCRIPT_FLAGS...]
+#                 [--multicast auto|on|off] [-- TRAINING_SCRIPT_FLAGS...]
+#
+# --multicast: switchml's results (SWITCHML_MULTICAST, as `switchml worker --multicast`): auto
+# (the default) one datagram per worker from the switch, as the workers are on other hosts; on:
+# LAN multicast, each result sent once to the job's group and replicated by the rack's bridge
+# (the switch is bound to the bridge's address, as bench.py's switchml-mcast); off: never.
 #
 # --script: train_rec.py (default; the communication-bound recommendation model) or
 # train_digits.py (the compute-bound MLP; e.g. `-- --hidden 2048 --epochs 1 --warmup 5`).
@@ -38,7 +43,8 @@ if [ "${1:-}" = "--inside" ]; then
     for ((r = 0; r < workers; r++)); do
       ip netns exec "$RACK_NAME-w$r" env PYTHONPATH="$build/python" RANK=$r \
         WORLD_SIZE="$workers" MASTER_ADDR="${ips[0]}" MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 \
-        SWITCHML_SWITCH="$RACK_SWITCH_IP:50099" /usr/bin/python3 "$here/$script" \
+        SWITCHML_SWITCH="$RACK_SWITCH_IP:50099" SWITCHML_MULTICAST="${SWITCHML_MULTICAST:-auto}" \
+        /usr/bin/python3 "$here/$script" \
         --backend "$backend" --out "$out/$backend-$workers.json" "$@" \
         >"$out/$backend-$workers-$r.log" 2>&1 &
       pids+=($!)
@@ -55,10 +61,11 @@ if [ "${1:-}" = "--inside" ]; then
   exit 0
 fi
 
-usage="usage: rack_train.sh BUILD_DIR [--workers N[,N...]] [--rate R] [--script S] [--json F] [--plot F] [--backends B[,B]] [--logs DIR] [-- FLAGS...]"
+usage="usage: rack_train.sh BUILD_DIR [--workers N[,N...]] [--rate R] [--script S] [--json F] [--plot F] [--backends B[,B]] [--logs DIR] [--multicast auto|on|off] [-- FLAGS...]"
 build=$(cd "${1:?$usage}" && pwd)
 shift
 workers_list=4 rate=1gbit script=train_rec.py json="" plot="" backends=gloo,switchml logs=""
+multicast=auto
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case "$1" in
     --workers) workers_list=$2 ;;
@@ -68,6 +75,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     --plot) plot=$2 ;;
     --backends) backends=$2 ;;
     --logs) logs=$2 ;;
+    --multicast) multicast=$2 ;;
     *)
       echo "$usage" >&2
       exit 2
@@ -76,6 +84,15 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   shift 2
 done
 [ $# -gt 0 ] && shift  # the "--"
+case "$multicast" in
+  auto | on | off) ;;
+  *)
+    echo "rack_train: --multicast must be auto, on or off, not '$multicast'" >&2
+    exit 2
+    ;;
+esac
+# Read by --inside (below, through rack.sh) for the switchml runs' workers.
+export SWITCHML_MULTICAST=$multicast
 [ -f "$here/$script" ] || {
   echo "rack_train: no training script $here/$script" >&2
   exit 2
@@ -107,4 +124,5 @@ for workers in "${counts[@]}"; do
   [ "$rc" = 0 ] || exit "$rc"
 done
 [ "$backends" = gloo,switchml ] || exit 0  # one backend (e.g. for profiling): no comparison
-/usr/bin/python3 "$here/rack_report.py" "$out" "$workers_list" "$rate" "$script" "$json" "$plot"
+/usr/bin/python3 "$here/rack_report.py" "$out" "$workers_list" "$rate" "$script" "$json" "$plot" \
+  "$multicast"

@@ -257,7 +257,8 @@ def options_body(rank, world):
                             pg_options=swtorch.Options(early_retransmit=1, window=64))
     return {"ok": exact_in_world_and(second, rank, world),
             "world": (dist.group.WORLD.early_retransmit_after, dist.group.WORLD.window),
-            "second": (second.early_retransmit_after, second.window)}
+            "second": (second.early_retransmit_after, second.window),
+            "world_stats": dist.group.WORLD.stats()}
 
 
 def auth_body(rank, world):
@@ -283,7 +284,7 @@ def data_path_body(rank, world):
 
     return {"ok": exact_in_world_and(second, rank, world),
             "world": fields(dist.group.WORLD), "second": fields(second),
-            "second_window": second.window}
+            "second_window": second.window, "second_stats": second.stats()}
 
 
 def destroy_with_fallback_work_pending_body(rank, world):
@@ -365,6 +366,10 @@ class TorchBackendTest(unittest.TestCase):
             self.assertTrue(out["ok"])
             self.assertEqual(out["world"], (3, 128))
             self.assertEqual(out["second"], (1, 64))
+            # 196 results of the int32 all-reduce at least, through the job's loopback
+            # multicast group (on by default with a switch on this host).
+            stats = out["world_stats"]
+            self.assertGreaterEqual(stats["group_datagrams_received"], 196, stats)
 
     def test_authenticated_data_plane_option(self):
         # A switch that refuses jobs without it: each group it serves asked for it.
@@ -414,6 +419,9 @@ class TorchBackendTest(unittest.TestCase):
             # Twice 1 Gbit/s x 2 ms (250 KB) in packets of 1046 + 28 + 38 bytes on the wire:
             # 450, rounded up to a multiple of 32.
             self.assertEqual(out["second_window"], 480)
+            stats = out["second_stats"]  # shm: every result its own datagram, no group
+            self.assertGreaterEqual(stats["datagrams_received"], 196, stats)
+            self.assertEqual(stats["group_datagrams_received"], 0, stats)
         # Both groups' int32 all-reduces (196 packets each per rank) came through the rings.
         self.assertGreaterEqual(counters["received"], 2 * 2 * 196)
 
