@@ -53,8 +53,7 @@ PYBIND11_MODULE(_torch, m) {
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        const c10::intrusive_ptr<c10d::ProcessGroup>& fallback,
                        const switchml::Config& config) {
-             return c10::make_intrusive<ProcessGroupSwitchML>(store, rank, size, config,
-                                                              fallback);
+             return c10::make_intrusive<ProcessGroupSwitchML>(store, rank, size, config, fallback);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("fallback"),
            py::arg("config"), py::call_guard<py::gil_scoped_release>(),
