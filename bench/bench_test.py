@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Checks bench.py's CPU accounting and table without running anything: result lines of fake
+processes go through Bench.collect, rows through markdown()."""
+import os
+import sys
+import unittest
+from types import SimpleNamespace
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+
+
+class FakeProc:
+    def __init__(self, text, cpu_s=0.0):
+        self.text = text
+        self.cpu_s = cpu_s
+
+    def output(self):
+        return self.text
+
+
+def fake_bench(iterations, warmup):
+    b = bench.Bench.__new__(bench.Bench)  # no runner, rack or log directory needed
+    b.args = SimpleNamespace(iterations=iterations, warmup=warmup)
+    return b
+
+
+class CollectTest(unittest.TestCase):
+    def test_switch_counts_in_cpu_but_not_in_hosts_cpu(self):
+        b = fake_bench(iterations=2, warmup=2)
+        workers = [FakeProc(f"SWITCHML_RESULT rank={r} status=ok verified=1 times=0.5,0.7 "
+                            f"cpu=0.25,0.5\n", cpu_s=9.0) for r in range(2)]
+        switch = FakeProc("", cpu_s=4.0)
+        out = b.collect(workers, "SWITCHML_RESULT", 2, [switch])
+        self.assertEqual(out["times_s"], [0.5, 0.7])
+        # Hosts: the ranks' own reports, 2 x (0.25 + 0.5).
+        self.assertAlmostEqual(out["cpu_hosts_timed_s"], 1.5)
+        # All processes: plus the switch's whole life x iterations / (iterations + warm-up).
+        self.assertAlmostEqual(out["cpu_timed_s"], 1.5 + 4.0 * 2 / 4)
+        self.assertAlmostEqual(out["cpu_lifetime_s"], 22.0)
+
+    def test_without_a_switch_hosts_cpu_is_all_cpu(self):
+        b = fake_bench(iterations=1, warmup=0)
+        ranks = [FakeProc(f"BENCH_RESULT rank={r} status=ok verified=1 times=1.0 cpu=0.75\n")
+                 for r in range(3)]
+        out = b.collect(ranks, "BENCH_RESULT", 3)
+        self.assertAlmostEqual(out["cpu_timed_s"], 2.25)
+        self.assertAlmostEqual(out["cpu_hosts_timed_s"], 2.25)
+
+
+class MarkdownTest(unittest.TestCase):
+    def test_hosts_column(self):
+        common = {"setting": "rack:1gbit", "workers": 4, "bytes": 64 << 20, "p99_s": 0.7,
+                  "elements_per_s": 2.8e7, "algbw_GBps": 0.11, "busbw_GBps": 0.16,
+                  "cpu_lifetime_s_per_gib": 20.0}
+        rows = [dict(common, system="switchml", median_s=0.6, cpu_s_per_gib=9.5,
+                     cpu_hosts_s_per_gib=6.25),
+                dict(common, system="gloo-hd", median_s=0.9, cpu_s_per_gib=6.5,
+                     cpu_hosts_s_per_gib=6.5),
+                dict(common, system="gloo-ring", error="boom")]
+        report = {"rows": rows, "commit": "abc", "host_cpus": 2, "kernel": "k",
+                  "started": "now", "config": {"iterations": 5, "warmup": 1}}
+        table = [line for line in bench.markdown(report).splitlines() if line.startswith("|")]
+        header, rule, switchml, gloo, failed = table
+        cells = [c.strip() for c in header.strip("|").split("|")]
+        self.assertEqual(cells[9:11], ["CPU s/GiB", "hosts CPU s/GiB"])
+        for line in (rule, switchml, gloo, failed):
+            self.assertEqual(line.count("|"), header.count("|"), line)
+        self.assertEqual([c.strip() for c in switchml.strip("|").split("|")][9:11],
+                         ["9.50", "6.25"])
+        self.assertEqual([c.strip() for c in gloo.strip("|").split("|")][9:11], ["6.50", "6.50"])
+
+
+if __name__ == "__main__":
+    unittest.main()
