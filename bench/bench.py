@@ -41,6 +41,10 @@ SYSTEM_LABELS = {
 MCAST_ARGS = ["--multicast", "on"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = float(1 << 30)
+# --audit-kernel: perf's system-wide sampling rate (per CPU) and the softirq handlers whose
+# presence in a sample's call chain marks network work (the bridge, veth, tbf, IP, UDP, TCP).
+AUDIT_HZ = 499
+NET_SOFTIRQ = ("net_rx_action", "net_tx_action")
 
 
 class Interrupted(Exception):
@@ -220,6 +224,32 @@ def result_lines(procs, prefix):
     return results
 
 
+def uncharged_net_samples(script_text, run_comms):
+    """Parses `perf script -F comm,pid,ip,sym` of a system-wide call-graph recording and returns
+    (samples of the run's processes, samples of network softirq work that ran in any other task,
+    the idle task included). A process is the run's when any of its samples carries one of
+    run_comms (its threads may have other names). The kernel charges softirq work to whichever
+    task it interrupts (no CONFIG_IRQ_TIME_ACCOUNTING here), so the second count is the run's
+    network work that no process of the run was charged for (with other traffic on the host,
+    theirs too)."""
+    samples = []
+    for block in script_text.split("\n\n"):
+        lines = [line for line in block.splitlines() if line.strip()]
+        if not lines:
+            continue
+        head = lines[0].split()  # the comm (right-aligned, may hold spaces) and the pid
+        if len(head) < 2 or not head[-1].isdigit():
+            continue
+        # Then one frame per line, indented: its address and symbol.
+        samples.append((" ".join(head[:-1]), head[-1],
+                        [f.split()[1] for f in lines[1:] if len(f.split()) >= 2]))
+    run_pids = {pid for comm, pid, _ in samples if comm in run_comms}
+    ours = sum(1 for _, pid, _ in samples if pid in run_pids)
+    uncharged = sum(1 for _, pid, chain in samples
+                    if pid not in run_pids and any(f in NET_SOFTIRQ for f in chain))
+    return ours, uncharged
+
+
 def floats(text):
     return [float(x) for x in text.split(",") if x]
 
@@ -389,6 +419,7 @@ class Bench:
         log(f"{setting}: {system}, {n} workers, {size_label(nbytes)} {a.dtype} "
             f"({a.iterations} iterations after {a.warmup} warm-up)")
         load = os.getloadavg()[0]  # other work on the host skews every figure: recorded
+        audit = self.start_audit(tag) if a.audit_kernel else None
         t0 = time.monotonic()
         if system == "switchml":
             r = self.run_switchml(tag, n, elements)
@@ -406,9 +437,11 @@ class Bench:
             r = self.run_mpi(tag, n, elements, "tcp,self")
         else:
             r = self.run_mpi(tag, n, elements, "vader,self")
+        wall = time.monotonic() - t0
+        uncharged_ms = self.stop_audit(audit, system) if audit else None
         row = {"setting": setting, "system": system, "workers": n, "bytes": nbytes,
                "elements": elements, "dtype": a.dtype, "iterations": a.iterations,
-               "warmup": a.warmup, "wall_s": round(time.monotonic() - t0, 3),
+               "warmup": a.warmup, "wall_s": round(wall, 3),
                "loadavg_1m": round(load, 2)}
         if "error" in r:
             row["error"] = r["error"]
@@ -434,6 +467,8 @@ class Bench:
             row["cpu_s_per_gib"] = r["cpu_timed_s"] / (nbytes * a.iterations / GIB)
             row["cpu_method"] = r["cpu_method"]
             row["cpu_hosts_s_per_gib"] = r["cpu_hosts_timed_s"] / (nbytes * a.iterations / GIB)
+        if uncharged_ms is not None:
+            row["uncharged_net_ms_per_allreduce"] = uncharged_ms
         if "retransmitted" in r:
             row["retransmitted"] = r["retransmitted"]
             row["switch_cpu_s_per_allreduce"] = r["switch_cpu_s_per_allreduce"]
@@ -442,8 +477,39 @@ class Bench:
         log(f"{system}: median {med:.4f} s, p99 {row['p99_s']:.4f} s, "
             f"{row['elements_per_s']:.3g} elements/s, busbw {row['busbw_GBps']:.3f} GB/s, "
             f"CPU {row.get('cpu_s_per_gib', row['cpu_lifetime_s_per_gib']):.2f} s/GiB"
-            + (f" (hosts {row['cpu_hosts_s_per_gib']:.2f})" if "retransmitted" in r else ""))
+            + (f" (hosts {row['cpu_hosts_s_per_gib']:.2f})" if "retransmitted" in r else "")
+            + (f"; network softirq charged to no process of the run {uncharged_ms:.0f} ms per "
+               f"all-reduce" if uncharged_ms is not None else ""))
         return row
+
+    def start_audit(self, tag):
+        path = os.path.join(self.logs, f"{tag}-perf.data")
+        p = subprocess.Popen(["perf", "record", "-a", "-g", "-F", str(AUDIT_HZ), "-o", path],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        time.sleep(1)  # perf opens its per-CPU buffers before the run starts
+        return p, path
+
+    def stop_audit(self, audit, system):
+        """Network softirq work charged to no process of the run, in CPU ms per all-reduce
+        (warm-up included, like the switch's share), or None if perf failed."""
+        p, path = audit
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(60)
+            text = subprocess.run(["perf", "script", "-i", path, "-F", "comm,pid,ip,sym"],
+                                  capture_output=True, text=True, timeout=600).stdout
+        except (subprocess.TimeoutExpired, OSError) as e:
+            log(f"--audit-kernel: perf failed: {e}")
+            return None
+        binary = {"gloo-ring": self.args.gloo, "gloo-hd": self.args.gloo}.get(
+            system, self.args.mpi if system.startswith("mpi") else self.args.switchml)
+        ours, uncharged = uncharged_net_samples(text, {os.path.basename(binary)[:15]})
+        if ours == 0:
+            log("--audit-kernel: no samples of the run's processes (perf record -a failed?)")
+            return None
+        os.remove(path)
+        return uncharged * 1000.0 / AUDIT_HZ / (self.args.iterations + self.args.warmup)
 
     # --- Settings --------------------------------------------------------------------------------
 
@@ -570,6 +636,16 @@ def markdown(report):
             lines.append(head + f" {r['median_s']:.4f} | {r['p99_s']:.4f} | "
                          f"{r['elements_per_s']:.3g} | {r['algbw_GBps']:.3f} | "
                          f"{r['busbw_GBps']:.3f} | {link} | {cpu} | {hosts} | {vs} |")
+        audited = [r for r in rows if r["setting"] == setting
+                   and "uncharged_net_ms_per_allreduce" in r]
+        if audited:
+            lines += ["", "Network softirq work charged to no process of the run (--audit-kernel: "
+                      "perf record -a, samples with net_rx_action or net_tx_action in their call "
+                      "chain that ran in another task or the idle task), CPU ms per all-reduce: "
+                      + "; ".join(f"{r['workers']} workers {size_label(r['bytes'])} "
+                                  f"{r['system']} {r['uncharged_net_ms_per_allreduce']:.0f}"
+                                  for r in audited) + ". Not in CPU s/GiB, which counts the "
+                      "processes' own CPU."]
         skipped = [r for r in rows if r["setting"] == setting and "system" not in r]
         lines += [f"{r['error']}" for r in skipped]
         lines.append("")
@@ -689,6 +765,10 @@ def main():
     p.add_argument("--mpi", default=os.path.join(build, "bench", "mpi_allreduce"))
     p.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
     p.add_argument("--rack-script", default=os.path.join(REPO, "scripts", "rack.sh"))
+    p.add_argument("--audit-kernel", action="store_true",
+                   help="record every run with `perf record -a` (root) and report the network "
+                   "softirq work the kernel charged to no process of the run (another task or the "
+                   "idle task): a separate figure, not in CPU s/GiB; perf's sampling adds load")
     p.add_argument("--replot", metavar="JSON", help="only redraw table and plots from a JSON")
     a = p.parse_args()
 

@@ -48,6 +48,27 @@ class CollectTest(unittest.TestCase):
         self.assertAlmostEqual(out["cpu_hosts_timed_s"], 2.25)
 
 
+def sample(comm, pid, *frames):
+    return f"{comm:>16} {pid} \n" + "".join(f"\tffffffff81000000 {f}\n" for f in frames) + "\n"
+
+
+class AuditTest(unittest.TestCase):
+    def test_network_softirq_in_other_tasks_is_uncharged(self):
+        text = (sample("switchml", 10, "udp_sendmsg", "__sys_sendmmsg")
+                # a thread of the run's process with another name: still the run's
+                + sample("grpc_global_tim", 10, "net_rx_action", "handle_softirqs")
+                + sample("switchml", 11, "net_rx_action", "do_softirq")
+                + sample("cc1plus", 20, "tcp_v4_rcv", "net_rx_action", "__irq_exit_rcu")
+                + sample("swapper", 0, "veth_xmit", "net_tx_action", "handle_softirqs")
+                + sample("cc1plus", 20, "cpp_lex")  # others' own work: not the run's network
+                + sample("swapper", 0, "default_idle"))
+        self.assertEqual(bench.uncharged_net_samples(text, {"switchml"}), (3, 2))
+
+    def test_no_run_process_counts_nothing_as_ours(self):
+        text = sample("cc1plus", 20, "net_rx_action")
+        self.assertEqual(bench.uncharged_net_samples(text, {"gloo_allreduce"}), (0, 1))
+
+
 class MarkdownTest(unittest.TestCase):
     def test_hosts_column(self):
         common = {"setting": "rack:1gbit", "workers": 4, "bytes": 64 << 20, "p99_s": 0.7,
@@ -69,6 +90,9 @@ class MarkdownTest(unittest.TestCase):
         self.assertEqual([c.strip() for c in switchml.strip("|").split("|")][9:11],
                          ["9.50", "6.25"])
         self.assertEqual([c.strip() for c in gloo.strip("|").split("|")][9:11], ["6.50", "6.50"])
+        self.assertNotIn("charged to no process", bench.markdown(report))
+        rows[1]["uncharged_net_ms_per_allreduce"] = 104.6
+        self.assertIn("4 workers 64 MiB gloo-hd 105.", bench.markdown(report))
 
 
 if __name__ == "__main__":
