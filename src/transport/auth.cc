@@ -75,6 +75,12 @@ class AuthTransport final : public Transport {
     return b.first(b.size() - kAuthRoomBytes);
   }
 
+  std::span<uint8_t> TxBufferTo(size_t index, const Endpoint& destination) override {
+    const std::span<uint8_t> b = inner_->TxBufferTo(index, destination);
+    if (keyed()) NoteLent(index, b);  // tagged in place there, as a TxBuffer
+    return b.first(b.size() - kAuthRoomBytes);
+  }
+
   Result<size_t> Send(std::span<const TxDatagram> batch) override {
     Refresh();
     if (!keyed()) return inner_->Send(batch);

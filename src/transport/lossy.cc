@@ -22,6 +22,9 @@ class LossyTransport final : public Transport {
   size_t max_datagram_bytes() const override { return inner_->max_datagram_bytes(); }
   std::string name() const override { return "lossy(" + inner_->name() + ")"; }
   std::span<uint8_t> TxBuffer(size_t index) override { return inner_->TxBuffer(index); }
+  std::span<uint8_t> TxBufferTo(size_t index, const Endpoint& destination) override {
+    return inner_->TxBufferTo(index, destination);  // (a dropped datagram is one left out)
+  }
   void Wake() override { inner_->Wake(); }
 
   Result<size_t> Send(std::span<const TxDatagram> batch) override {

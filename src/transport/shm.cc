@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/check.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
 
@@ -340,6 +341,7 @@ class ShmTransport final : public Transport {
 
   ~ShmTransport() override {
     peers_.clear();  // each marks its entry closed
+    retired_.clear();
     Ref<uint32_t>(base_, kDoorbellOffset + offsetof(Doorbell, closed))
         .store(1, std::memory_order_release);
     if (SameFile(inbox_.path, inbox_.fd.get())) ::unlink(inbox_.path.c_str());
@@ -349,9 +351,27 @@ class ShmTransport final : public Transport {
   size_t max_datagram_bytes() const override { return g_.max_datagram_bytes; }
   std::string name() const override { return "shm"; }
 
+  std::span<uint8_t> TxBuffer(size_t index) override {
+    if (index == 0) NewLendingBatch();
+    return Transport::TxBuffer(index);
+  }
+
+  // A slot of the destination's ring (shm.h, "Lending"), else TxBuffer's memory.
+  std::span<uint8_t> TxBufferTo(size_t index, const Endpoint& destination) override {
+    if (index == 0) NewLendingBatch();
+    CHECK_LT(index, kTxBuffers) << "TxBufferTo index out of range";
+    Peer* p = FindPeer(destination.port);
+    if (p == nullptr || p->g.max_datagram_bytes < g_.max_datagram_bytes ||
+        !HasRoom(*p, index + 1)) {
+      return Transport::TxBuffer(index);
+    }
+    p->lent_batch = lending_batch_;
+    return {p->SlotData(p->head + index), g_.max_datagram_bytes};
+  }
+
   Result<size_t> Send(std::span<const TxDatagram> batch) override {
     size_t taken = 0;
-    uint64_t copied = 0, errors = 0;
+    uint64_t copied = 0, errors = 0, in_place = 0;
     Peer* peer = nullptr;
     bool have_port = false;
     uint16_t port = 0;
@@ -366,7 +386,7 @@ class ShmTransport final : public Transport {
         ++errors;
         continue;
       }
-      if (!HasRoom(*peer)) {
+      if (!HasRoom(*peer, 1)) {
         if (!peer->Alive()) {
           DropPeer(port);
           peer = nullptr;
@@ -376,7 +396,7 @@ class ShmTransport final : public Transport {
         counts_.send_buffer_full.Add(1);
         break;
       }
-      peer->Copy(d.data);
+      in_place += peer->Copy(d.data) ? 1 : 0;
       if (!peer->touched) {
         peer->touched = true;
         touched_.push_back(peer);
@@ -385,6 +405,7 @@ class ShmTransport final : public Transport {
     }
     Publish();
     if (copied > 0) counts_.datagrams_sent.Add(copied);
+    if (in_place > 0) sent_in_place_.Add(in_place);
     if (errors > 0) counts_.send_errors.Add(errors);
     return taken;
   }
@@ -443,6 +464,7 @@ class ShmTransport final : public Transport {
     TransportCounters c = counts_.Snapshot();
     c.malformed = malformed_.Get();
     c.doorbells = doorbells_.Get();
+    c.sent_in_place = sent_in_place_.Get();
     return c;
   }
 
@@ -458,6 +480,7 @@ class ShmTransport final : public Transport {
     uint64_t tail_seen = 0;  // the consumer index last read
     bool claimed = false;    // entry is ours: marked closed when this is destroyed
     bool touched = false;    // holds datagrams of the current Send
+    uint64_t lent_batch = 0;  // the lending batch that last lent a slot of its ring (0: none)
     uint8_t* slots = nullptr;
 
     ~Peer() {
@@ -483,12 +506,20 @@ class ShmTransport final : public Transport {
       }
       return true;
     }
-    void Copy(std::span<const uint8_t> data) {
-      uint8_t* slot = slots + (head & (g.ring_slots - 1)) * size_t{g.slot_bytes};
+    uint8_t* Slot(uint64_t index) const {
+      return slots + (index & (g.ring_slots - 1)) * size_t{g.slot_bytes};
+    }
+    uint8_t* SlotData(uint64_t index) const { return Slot(index) + kSlotDataOffset; }
+    // Writes data into the next slot; true when it was already there (built in a lent slot).
+    // memmove: data may be another lent slot of this ring (one left out shifts the rest down).
+    bool Copy(std::span<const uint8_t> data) {
+      uint8_t* slot = Slot(head);
       const size_t n = std::min<size_t>(data.size(), g.max_datagram_bytes);
-      if (n > 0) std::memcpy(slot + kSlotDataOffset, data.data(), n);
+      const bool in_place = data.data() == slot + kSlotDataOffset;
+      if (n > 0 && !in_place) std::memmove(slot + kSlotDataOffset, data.data(), n);
       Ref<uint32_t>(slot, 0).store(static_cast<uint32_t>(data.size()), std::memory_order_relaxed);
       ++head;
+      return in_place;
     }
   };
 
@@ -503,29 +534,54 @@ class ShmTransport final : public Transport {
     bool broken = false;     // its producer index made no sense: ignored from then on
   };
 
-  bool HasRoom(Peer& p) {
-    if (p.head - p.tail_seen < p.g.ring_slots) return true;
+  // Whether the next `slots` slots of p's ring are free. The consumer index is untrusted: one
+  // beyond head counts as a full ring.
+  static bool Room(const Peer& p, uint64_t slots) {
+    const uint64_t used = p.head - p.tail_seen;
+    return used <= p.g.ring_slots && p.g.ring_slots - used >= slots;
+  }
+  bool HasRoom(Peer& p, uint64_t slots) {
+    if (Room(p, slots)) return true;
     p.tail_seen = Ref<uint64_t>(p.ring.get(), kTailOffset).load(std::memory_order_acquire);
-    return p.head - p.tail_seen < p.g.ring_slots;
+    return Room(p, slots);
+  }
+
+  // Starts another batch of lent transmit memory: destinations dropped while lent in the last
+  // one are unmapped now (their slots were the caller's until this call).
+  void NewLendingBatch() {
+    ++lending_batch_;
+    retired_.clear();
   }
 
   Peer* FindPeer(uint16_t port) {
+    // (A worker sends to one port: the last one found is remembered.)
+    if (last_peer_ != nullptr && last_port_ == port && !last_peer_->Closed()) return last_peer_;
     auto it = peers_.find(port);
-    if (it != peers_.end()) {
-      if (!it->second->Closed()) return it->second.get();
-      DropPeer(port);  // the receiver closed (or was replaced): look for a new one
+    Peer* found = nullptr;
+    if (it != peers_.end() && !it->second->Closed()) {
+      found = it->second.get();
+    } else {
+      if (it != peers_.end()) DropPeer(port);  // the receiver closed (or was replaced)
+      std::unique_ptr<Peer> p = OpenPeer(port);
+      if (p == nullptr) return nullptr;
+      found = p.get();
+      peers_.emplace(port, std::move(p));
     }
-    std::unique_ptr<Peer> p = OpenPeer(port);
-    if (p == nullptr) return nullptr;
-    Peer* raw = p.get();
-    peers_.emplace(port, std::move(p));
-    return raw;
+    last_peer_ = found;
+    last_port_ = port;
+    return found;
   }
 
   void DropPeer(uint16_t port) {
     auto it = peers_.find(port);
     if (it == peers_.end()) return;
     touched_.erase(std::remove(touched_.begin(), touched_.end(), it->second.get()), touched_.end());
+    if (last_peer_ == it->second.get()) last_peer_ = nullptr;
+    // Lent in this batch: the caller may still hold its memory, so it stays mapped until the
+    // next batch (its entry is marked closed then, which a closed receiver no longer reads).
+    if (it->second->lent_batch == lending_batch_ && lending_batch_ != 0) {
+      retired_.push_back(std::move(it->second));
+    }
     peers_.erase(it);
   }
 
@@ -779,6 +835,10 @@ class ShmTransport final : public Transport {
   // Sender side.
   std::unordered_map<uint16_t, std::unique_ptr<Peer>> peers_;
   std::vector<Peer*> touched_;
+  Peer* last_peer_ = nullptr;  // FindPeer's last answer, and its port
+  uint16_t last_port_ = 0;
+  uint64_t lending_batch_ = 0;                 // batches of lent transmit memory so far
+  std::vector<std::unique_ptr<Peer>> retired_;  // dropped while lent in the current batch
   std::unordered_set<uint16_t> missing_warned_;  // ports without an inbox already logged
   // Receiver side.
   std::vector<Ring> rings_;
@@ -786,7 +846,7 @@ class ShmTransport final : public Transport {
   uint32_t table_version_ = 0;
   Clock::time_point last_reclaim_{};
   SingleWriterTransportCounters counts_;
-  SingleWriterCounter malformed_, doorbells_;
+  SingleWriterCounter malformed_, doorbells_, sent_in_place_;
 };
 
 Status ValidateOptions(const ShmOptions& o) {

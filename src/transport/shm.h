@@ -30,8 +30,15 @@
 //     a free registration entry (compare-and-swap of the state word: claimed | pid), writes its
 //     endpoint, and publishes it (active | pid, release) and bumps the table version. It maps
 //     only the header and its own ring.
-//   - Send copies each datagram into the destination ring's next slot (its length word holds the
-//     datagram's length; at most max_datagram_bytes are copied), and after the batch publishes
+//   - Lending (TxBufferTo(i, destination)): slot head + i of our ring in the destination's
+//     inbox, while the ring has room for it and its slots hold max_datagram_bytes(); else
+//     TxBuffer(i)'s private memory. Nothing is published until Send takes the datagram; a
+//     destination dropped while lent (closed, gone) stays mapped until the next batch (the next
+//     TxBuffer or TxBufferTo call for index 0).
+//   - Send copies each datagram into the destination ring's next slot, unless it was built
+//     there (a lent slot: counted in sent_in_place), with memmove (a datagram left out before
+//     others moves the later lent ones down); its length word holds the datagram's length; at
+//     most max_datagram_bytes are copied. After the batch it publishes
 //     each touched ring's producer index (release), then, after a full fence, rings the
 //     receiver's doorbell once per destination if the receiver announced that it sleeps (a
 //     futex wake, shared, not FUTEX_PRIVATE). A full ring stops the batch (fewer taken,

@@ -1,6 +1,7 @@
 // Tests of the shared-memory transport beyond the conformance suite: ring wrap-around and full
 // rings, destinations without an inbox, ports in use and stale inboxes, senders that die (in a
-// child process), malformed ring contents, wake-ups across processes, closing.
+// child process), malformed ring contents, wake-ups across processes, closing, and transmit
+// memory lent in the destination's ring (TxBufferTo).
 #include "transport/shm.h"
 
 #include <dirent.h>
@@ -389,6 +390,109 @@ TEST_F(ShmTest, SenderForgetsAClosedReceiverAndFindsItsSuccessor) {
   // Its old ring was marked closed by the sender when it forgot the inbox; none of it leaks.
   a.reset();
   EXPECT_EQ(*(*b2)->Receive({&rx, 1}, milliseconds(0)), 0u);
+}
+
+// Given a ring of 8 slots and batches of 5 buffers lent by TxBufferTo of which only some are
+// sent, Expect every sent datagram to arrive intact and in order across many turns of the ring,
+// those still at their lent slot to be sent in place (counted) and the others to be moved down.
+TEST_F(ShmTest, LentSlotsAreSentInPlaceAndAbandonedOnesCostNothing) {
+  ShmOptions o = Options();
+  o.ring_slots = 8;
+  auto a = Open(o), b = Open(o);
+  ASSERT_TRUE(a && b);
+  const Endpoint to = b->local_endpoint();
+  std::vector<RxDatagram> rx(16);
+  uint32_t next = 0, expect = 0;
+  uint64_t in_place = 0;
+  for (int round = 0; round < 60; ++round) {
+    // Odd rounds send buffers 0, 1, 2 (all in place); even rounds 0, 2, 4 (only 0 in place).
+    const std::vector<size_t> sent = round % 2 ? std::vector<size_t>{0, 1, 2}
+                                               : std::vector<size_t>{0, 2, 4};
+    std::vector<std::span<uint8_t>> lent;
+    for (size_t i = 0; i < 5; ++i) {
+      lent.push_back(a->TxBufferTo(i, to));
+      ASSERT_GE(lent.back().size(), a->max_datagram_bytes());
+      std::memset(lent.back().data(), 0xee, 64);  // abandoned ones are written too
+    }
+    std::vector<TxDatagram> tx;
+    for (size_t i : sent) {
+      const size_t len = 8 + next % 40;
+      std::memcpy(lent[i].data(), &next, 4);
+      lent[i][len - 1] = static_cast<uint8_t>(next);
+      tx.push_back({to, lent[i].first(len)});
+      ++next;
+    }
+    in_place += round % 2 ? 3 : 1;
+    ASSERT_EQ(*a->Send(tx), 3u);
+    ASSERT_EQ(*b->Receive(rx, milliseconds(100)), 3u);
+    for (size_t i = 0; i < 3; ++i, ++expect) {
+      uint32_t seq;
+      std::memcpy(&seq, rx[i].data.data(), 4);
+      ASSERT_EQ(seq, expect) << "round " << round;
+      ASSERT_EQ(rx[i].data.size(), 8 + expect % 40);
+      EXPECT_EQ(rx[i].data.back(), static_cast<uint8_t>(expect));
+    }
+  }
+  EXPECT_EQ(a->counters().sent_in_place, in_place);
+  EXPECT_EQ(a->counters().datagrams_sent, 180u);
+}
+
+// Given a ring of 8 slots that nobody drains, Expect TxBufferTo to lend ring slots only while
+// they are free (the rest is TxBuffer's memory), the batch to stop at the full ring, and the
+// rest to go, intact, once the receiver has returned its slots.
+TEST_F(ShmTest, FullRingWhileLentFallsBackToTransmitMemory) {
+  ShmOptions o = Options();
+  o.ring_slots = 8;
+  auto a = Open(o), b = Open(o);
+  ASSERT_TRUE(a && b);
+  const Endpoint to = b->local_endpoint();
+  std::vector<TxDatagram> tx;
+  for (uint8_t i = 0; i < 12; ++i) {
+    std::span<uint8_t> buf = a->TxBufferTo(i, to);
+    std::memset(buf.data(), i, 100);
+    tx.push_back({to, buf.first(100)});
+  }
+  ASSERT_EQ(*a->Send(tx), 8u);
+  EXPECT_EQ(a->counters().sent_in_place, 8u);
+  EXPECT_EQ(a->counters().send_buffer_full, 1u);
+  std::vector<RxDatagram> rx(16);
+  ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 8u);
+  for (size_t i = 0; i < 8; ++i) ASSERT_EQ(rx[i].data[99], i);
+  ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 0u);  // returns the slots
+  ASSERT_EQ(*a->Send(std::span(tx).subspan(8)), 4u);  // still the caller's: copied now
+  ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(std::vector<uint8_t>(rx[i].data.begin(), rx[i].data.end()),
+              std::vector<uint8_t>(100, static_cast<uint8_t>(8 + i)));
+  }
+  EXPECT_EQ(a->counters().sent_in_place, 8u);
+}
+
+// Given buffers lent in a receiver's ring and the receiver closing before Send, Expect the
+// memory to stay writable until the next batch, the datagrams to be counted as errors, and the
+// next batch to reach the receiver's successor.
+TEST_F(ShmTest, ReceiverClosedWhileLentKeepsTheMemoryUntilTheNextBatch) {
+  auto a = Open(Options()), b = Open(Options());
+  ASSERT_TRUE(a && b);
+  const Endpoint to = b->local_endpoint();
+  std::span<uint8_t> buf0 = a->TxBufferTo(0, to), buf1 = a->TxBufferTo(1, to);
+  b.reset();
+  std::memset(buf0.data(), 1, buf0.size());
+  std::memset(buf1.data(), 2, buf1.size());
+  const TxDatagram tx[2] = {{to, buf0.first(10)}, {to, buf1.first(10)}};
+  ASSERT_EQ(*a->Send(tx), 2u);
+  EXPECT_EQ(a->counters().send_errors, 2u);
+  std::memset(buf1.data(), 3, buf1.size());  // not yet the next batch: still mapped
+  auto b2 = OpenShm(Options(to.port));
+  ASSERT_TRUE(b2.ok());
+  std::span<uint8_t> again = a->TxBufferTo(0, to);
+  std::memset(again.data(), 4, 10);
+  const TxDatagram one{to, again.first(10)};
+  ASSERT_EQ(*a->Send({&one, 1}), 1u);
+  RxDatagram rx;
+  ASSERT_EQ(*(*b2)->Receive({&rx, 1}, milliseconds(1000)), 1u);
+  EXPECT_EQ(rx.data[9], 4);
+  EXPECT_EQ(a->counters().sent_in_place, 1u);
 }
 
 TEST_F(ShmTest, BadOptionsAreRefused) {

@@ -11,7 +11,10 @@
 //   - TxBuffer(i) lends the storage for the i-th datagram of the next Send; a TxDatagram may
 //     also point at caller-owned memory (a transport copies what it does not own);
 //   - where the backend allows (DPDK), a received datagram's memory is also lent for a reply
-//     built over it (RxDatagram::reply_buffer), sent like a TxBuffer.
+//     built over it (RxDatagram::reply_buffer), sent like a TxBuffer;
+//   - TxBufferTo(i, destination) lends, where the backend allows (shm), memory of the
+//     destination itself: the datagram is built where its receiver reads it, and Send only
+//     publishes it.
 // Thread-safety: a Transport is used by one thread, except Wake() and counters(), which any
 // thread may call.
 #pragma once
@@ -66,6 +69,7 @@ struct TransportCounters {
   uint64_t group_datagrams_received = 0;  // of datagrams_received, through a joined group
   uint64_t malformed = 0;  // received entries that broke the backend's framing, dropped (shm.h)
   uint64_t doorbells = 0;  // wake-ups of sleeping receivers that sends rang (shm.h)
+  uint64_t sent_in_place = 0;  // of datagrams_sent, built in their destination's memory (shm.h)
 };
 
 // A counter that one thread adds to and any thread reads (relaxed: a snapshot, not a fence).
@@ -119,6 +123,21 @@ class Transport {
   // A backend without packet memory of its own lends plain memory allocated and touched once.
   static constexpr size_t kTxBuffers = 1024;
   virtual std::span<uint8_t> TxBuffer(size_t index);
+
+  // As TxBuffer(index), for a datagram the caller will send to `destination`. A backend whose
+  // receivers read datagrams from memory it writes (shm) lends the destination's own memory
+  // where it has room, so that Send takes the datagram without a copy; others lend
+  // TxBuffer(index). The rules that make that possible:
+  //   - pass the datagrams built in such buffers to Send in index order, each to the
+  //     destination it was lent for (any may be left out: an abandoned buffer costs nothing);
+  //     a datagram sent out of that order is still delivered, but may overwrite the memory of
+  //     a later one of the same batch;
+  //   - once Send has taken the datagram the memory is the destination's: do not write it
+  //     again (unlike TxBuffer's); what Send has not taken stays the caller's until the next
+  //     call for index 0, which starts another batch.
+  virtual std::span<uint8_t> TxBufferTo(size_t index, const Endpoint& destination) {
+    return TxBuffer(index);
+  }
 
   virtual TransportCounters counters() const = 0;
 
