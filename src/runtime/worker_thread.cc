@@ -243,7 +243,8 @@ bool WorkerThread::RunSlice(const Pending& p) {
     worker::Nanos now = Now();
     size_t n = 0;
     while (n < kTxBatch) {
-      std::span<uint8_t> buf = transport_->TxBuffer(n).first(max_bytes);
+      // Where the transport lends the switch's own memory (shm), encoded straight into it.
+      std::span<uint8_t> buf = transport_->TxBufferTo(n, switch_data_).first(max_bytes);
       const size_t len = session_.PollTransmit(now, buf);
       if (len == 0) break;
       tx[n] = transport::TxDatagram{switch_data_, buf.first(len)};
