@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process.h"
@@ -121,6 +122,59 @@ TEST(FailureProcessTest, KilledSwitchFailsEveryWorker) {
   // control plane at HOST:PORT is unavailable" (a barrier under way): both name the switch.
   ExpectAllFailFast({ps[0].get(), ps[1].get()}, t0, sw.control, "killed switch");
   for (auto& p : ps) EXPECT_NE(p->output().find("UNAVAILABLE"), std::string::npos) << p->output();
+}
+
+// Counts the all-reduces a worker reported ("...: iteration N/M: ...").
+size_t IterationsDone(const Process& p) {
+  const std::string out = p.output();
+  size_t n = 0;
+  for (size_t at = out.find(": iteration "); at != std::string::npos;
+       at = out.find(": iteration ", at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+// Given a job under way, When the switch (or a worker) is stopped with SIGSTOP for 3 s and then
+// continued, Expect the job to finish with verified results and nobody to report a lost
+// connection: a stalled host (load, a VM's stolen time, a paused process) answers keepalive
+// pings late but is not a vanished one (docs/protocol.md, 4.10). Before the keepalive timeout
+// was raised from 1 s to 10 s, gRPC closed the stalled party's connections ("keepalive watchdog
+// timeout") and the job failed.
+TEST(FailureProcessTest, JobSurvivesAStalledSwitchOrWorker) {
+  constexpr auto kStall = std::chrono::milliseconds(3000);
+  for (const bool stall_switch : {true, false}) {
+    const std::string what = stall_switch ? "stalled switch" : "stalled worker (rank 1)";
+    SCOPED_TRACE(what);
+    SwitchProcess sw = StartSwitch({"--log-level", "info"});
+    ASSERT_FALSE(sw.control.empty());
+    Job j{2, "1000", "float32", "400", {}};
+    std::vector<std::unique_ptr<Process>> ps;
+    for (uint32_t r = 0; r < j.workers; ++r) ps.push_back(StartWorker(sw.control, j, r));
+    ASSERT_TRUE(ps[0]->WaitForOutput("iteration 3/", seconds(60))) << ps[0]->output();
+    Process* stalled = stall_switch ? sw.process.get() : ps[1].get();
+    stalled->Kill(SIGSTOP);
+    const size_t before = IterationsDone(*ps[0]);
+    // The stall must fall inside the job, or it proves nothing.
+    ASSERT_TRUE(ps[0]->running()) << what << ": the job ended before the stall:\n"
+                                  << ps[0]->output();
+    std::this_thread::sleep_for(kStall);
+    // Rank 0 waited for the stalled party (at most the all-reduce under way finished).
+    EXPECT_LE(IterationsDone(*ps[0]), before + 1) << ps[0]->output();
+    stalled->Kill(SIGCONT);
+    for (auto& p : ps) {
+      ASSERT_TRUE(p->Wait(seconds(60))) << what << ": a worker still runs:\n" << p->output();
+      EXPECT_EQ(p->exit_code(), 0) << what << ":\n" << p->output();
+      EXPECT_NE(p->output().find("status=ok verified=1"), std::string::npos) << p->output();
+      EXPECT_EQ(p->output().find("lost the control connection"), std::string::npos)
+          << p->output();
+    }
+    EXPECT_EQ(sw.process->output().find("lost its control connection"), std::string::npos)
+        << sw.process->output();
+    std::printf("%s: %zu of %s all-reduces done before a %.1f s stall; then the job ended\n",
+                what.c_str(), before, j.iterations.c_str(),
+                std::chrono::duration<double>(kStall).count());
+  }
 }
 
 // Given workers that pass tensors of different sizes, or of different types, to the same

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "base/status_macros.h"
+#include "control/keepalive.h"
 #include "control/switchml.grpc.pb.h"
 #include "control/switchml.pb.h"
 
@@ -23,9 +24,6 @@ namespace {
 // Reconnect quickly while waiting for a switch that starts after the worker.
 constexpr int kReconnectBackoffMs = 100;
 constexpr int kMaxReconnectBackoffMs = 1000;
-// Keepalive pings while a call (the Attach stream) is open, so that a switch host that vanished
-// is noticed within about two seconds.
-constexpr int kKeepaliveMs = 1000;
 
 Result<std::string> ReadFile(const std::string& path, const char* what) {
   std::ifstream f(path);
@@ -122,8 +120,11 @@ struct ControlClient::Impl {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveMs);
+    // Keepalive pings while a call (the Attach stream) is open, so that a switch host that
+    // vanished is noticed in bounded time while a stalled one is not failed
+    // (control/keepalive.h).
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
     if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
     channel = grpc::CreateCustomChannel(target, credentials, args);

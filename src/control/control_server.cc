@@ -20,6 +20,7 @@
 #include "base/endpoint.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "control/keepalive.h"
 #include "control/session_hooks.h"
 #include "control/switchml.grpc.pb.h"
 #include "control/switchml.pb.h"
@@ -30,9 +31,6 @@ namespace {
 
 // How long Shutdown() lets in-flight RPCs finish before gRPC cancels them.
 constexpr auto kShutdownGrace = std::chrono::seconds(2);
-// Keepalive pings on idle connections, so that a worker host that vanishes (no FIN, no RST) is
-// noticed within about two seconds (docs/protocol.md, 4.10).
-constexpr int kKeepaliveMs = 1000;
 
 grpc::StatusCode ToGrpcCode(StatusCode code) {
   switch (code) {
@@ -557,13 +555,16 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerO
   // gRPC enables SO_REUSEPORT by default, which would let a second switch silently share the
   // port; a port in use must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveMs);
+  // Keepalive pings on idle connections, so that a worker host that vanishes (no FIN, no RST)
+  // is noticed in bounded time while a stalled one is not failed (control/keepalive.h).
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  // Workers ping every second too (to notice a switch that vanished): allow it.
+  // Workers ping every kKeepaliveTimeMs too (to notice a switch that vanished): accept pings
+  // twice as often, and never count a ping as a strike against its sender.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                             kKeepaliveMs / 2);
+                             kKeepaliveTimeMs / 2);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   // Control messages are small: refuse big ones before they are parsed.
   builder.SetMaxReceiveMessageSize(64 << 10);
