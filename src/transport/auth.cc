@@ -75,9 +75,13 @@ class AuthTransport final : public Transport {
     return b.first(b.size() - kAuthRoomBytes);
   }
 
+  // While a peer is keyed, TxBuffer's memory: the inner transport may lend memory its receiver
+  // and other local processes can write (shm), and the tag, computed over what is there at
+  // Send, would then vouch for whatever was written there between the caller's write and Send.
+  // The datagram is built and tagged in private memory, and copied once by the inner Send.
   std::span<uint8_t> TxBufferTo(size_t index, const Endpoint& destination) override {
+    if (keyed()) return TxBuffer(index);
     const std::span<uint8_t> b = inner_->TxBufferTo(index, destination);
-    if (keyed()) NoteLent(index, b);  // tagged in place there, as a TxBuffer
     return b.first(b.size() - kAuthRoomBytes);
   }
 

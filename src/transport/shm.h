@@ -34,7 +34,8 @@
 //     inbox, while the ring has room for it and its slots hold max_datagram_bytes(); else
 //     TxBuffer(i)'s private memory. Nothing is published until Send takes the datagram; a
 //     destination dropped while lent (closed, gone) stays mapped until the next batch (the next
-//     TxBuffer or TxBufferTo call for index 0).
+//     TxBuffer or TxBufferTo call for index 0). (auth.h's wrapper does not lend while keyed:
+//     a tag computed in shared memory would vouch for what another process wrote there.)
 //   - Send copies each datagram into the destination ring's next slot, unless it was built
 //     there (a lent slot: counted in sent_in_place), with memmove (a datagram left out before
 //     others moves the later lent ones down); its length word holds the datagram's length; at

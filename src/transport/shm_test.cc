@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "transport/auth.h"
+
 namespace switchml::transport {
 namespace {
 
@@ -493,6 +495,64 @@ TEST_F(ShmTest, ReceiverClosedWhileLentKeepsTheMemoryUntilTheNextBatch) {
   ASSERT_EQ(*(*b2)->Receive({&rx, 1}, milliseconds(1000)), 1u);
   EXPECT_EQ(rx.data[9], 4);
   EXPECT_EQ(a->counters().sent_in_place, 1u);
+}
+
+// Given a worker's authenticated transport over shm and another local process that can write
+// the switch's inbox (shared memory is untrusted), When that process rewrites the datagram
+// between the worker's write and Send, Expect the switch to receive the worker's bytes (or
+// nothing), never the rewritten ones under a valid tag: the wrapper builds keyed datagrams in
+// private memory (before, TxBufferTo lent a slot of the inbox and the tag, computed there at
+// Send, vouched for the rewritten bytes).
+TEST_F(ShmTest, AuthenticatedDatagramsAreNotBuiltInSharedMemory) {
+  ShmOptions o = Options();
+  o.ring_slots = 8;
+  o.max_senders = 4;
+  auto a = Open(o), b = Open(o);
+  ASSERT_TRUE(a && b);
+  const Endpoint from = a->local_endpoint(), to = b->local_endpoint();
+  constexpr uint64_t kSession = 77;
+  constexpr uint32_t kRank = 1;
+  const AuthKey key = NewAuthKey();
+  auto table = std::make_shared<AuthKeyTable>();
+  table->Add(kSession, key, kRank, from.ipv4, from.port, 1);
+  auto worker = MakeAuthenticated(std::move(a), kSession, kRank, key);
+  auto sw = MakeAuthenticated(std::move(b), table);
+
+  const char kHonest[] = "switchml-honest-payload-0123456";
+  const char kForged[] = "switchml-FORGED-payload-0123456";
+  static_assert(sizeof kHonest == sizeof kForged);
+  std::span<uint8_t> buf = worker->TxBufferTo(0, to);
+  ASSERT_GE(buf.size(), sizeof kHonest);
+  std::memcpy(buf.data(), kHonest, sizeof kHonest);
+
+  // The other process: maps the inbox and rewrites the payload wherever it finds it.
+  const int fd = ::open(InboxPath(to.port).c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  struct stat st;
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  void* map = ::mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(map, MAP_FAILED);
+  uint8_t* p = static_cast<uint8_t*>(map);
+  uint8_t* const end = p + st.st_size;
+  size_t rewritten = 0;
+  while (void* hit = ::memmem(p, end - p, kHonest, sizeof kHonest)) {
+    p = static_cast<uint8_t*>(hit);
+    std::memcpy(p, kForged, sizeof kForged);
+    p += sizeof kForged;
+    ++rewritten;
+  }
+  EXPECT_EQ(rewritten, 0u) << "the keyed datagram was built in the receiver's inbox";
+
+  const TxDatagram tx{to, buf.first(sizeof kHonest)};
+  ASSERT_EQ(*worker->Send({&tx, 1}), 1u);
+  EXPECT_EQ(worker->counters().sent_in_place, 0u);
+  RxDatagram rx;
+  ASSERT_EQ(*sw->Receive({&rx, 1}, milliseconds(1000)), 1u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(rx.data.data()), rx.data.size()),
+            std::string(kHonest, sizeof kHonest));
+  EXPECT_EQ(sw->counters().auth_dropped, 0u);
+  ::munmap(map, st.st_size);
 }
 
 TEST_F(ShmTest, BadOptionsAreRefused) {
