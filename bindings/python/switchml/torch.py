@@ -57,27 +57,29 @@ MULTICAST_MODES = ("auto", "on", "off")
 class Options:
     """Backend options; a field left None is read from the environment, then defaulted."""
 
+    # The fields before session_id in the order they always had: Options is also built
+    # positionally. Fields added later go after it, never between.
     switch: Optional[str] = None  # "host[:port]"
     threads: Optional[int] = None
     window: Optional[int] = None
-    link_gbps: Optional[float] = None  # Config::link_gbps (the automatic window)
-    base_rtt: Optional[float] = None  # seconds; Config::base_rtt (the automatic window)
     packet_numel: Optional[int] = None
     bind_address: Optional[str] = None
-    udp_port: Optional[int] = None  # Config::udp_port (0: any)
     transport: Optional[str] = None  # one of switchml.TRANSPORTS
     busy_poll: Optional[bool] = None
-    wake_batch: Optional[float] = None  # Config::wake_batch, in [0, 1] (0: off)
-    multicast: Optional[str] = None  # "auto", "on" or "off" (switchml worker --multicast)
-    check_tensors: Optional[bool] = None  # Config::check_tensors
     peer_timeout: Optional[float] = None  # seconds
     setup_timeout: Optional[float] = None  # seconds
-    retransmit_timeout: Optional[float] = None  # seconds; Config::timeout
-    min_retransmit_timeout: Optional[float] = None  # seconds; Config::min_timeout
-    max_retransmit_timeout: Optional[float] = None  # seconds; Config::max_timeout
     early_retransmit: Optional[int] = None  # Config::early_retransmit_after (0: off)
     authenticate_data: Optional[bool] = None  # Config::authenticate_data
     session_id: int = 0  # 0: rank 0 picks a random one and shares it through the store
+    link_gbps: Optional[float] = None  # Config::link_gbps (the automatic window)
+    base_rtt: Optional[float] = None  # seconds; Config::base_rtt (the automatic window)
+    udp_port: Optional[int] = None  # Config::udp_port (0: any)
+    wake_batch: Optional[float] = None  # Config::wake_batch, in [0, 1] (0: off)
+    multicast: Optional[str] = None  # "auto", "on" or "off" (switchml worker --multicast)
+    check_tensors: Optional[bool] = None  # Config::check_tensors
+    retransmit_timeout: Optional[float] = None  # seconds; Config::timeout
+    min_retransmit_timeout: Optional[float] = None  # seconds; Config::min_timeout
+    max_retransmit_timeout: Optional[float] = None  # seconds; Config::max_timeout
 
 
 def _resolve(options, group_timeout):

@@ -473,6 +473,22 @@ class TorchBackendTest(unittest.TestCase):
         self.assertEqual(swtorch._resolve(swtorch.Options(early_retransmit=0),
                                           timeout)["early_retransmit_after"], 0)
 
+    def test_options_keep_their_positional_order(self):
+        # Options built positionally (as before the data-path fields were added) keep their
+        # meaning: the fields they had stay first, in their order, session_id last of them.
+        o = swtorch.Options("10.0.0.1:5000", 2, 64, 64, "10.0.0.2", "udp-plain", True, 3.0, 4.0,
+                            5, True, 99)
+        self.assertEqual((o.switch, o.threads, o.window, o.packet_numel, o.bind_address,
+                          o.transport, o.busy_poll, o.peer_timeout, o.setup_timeout,
+                          o.early_retransmit, o.authenticate_data, o.session_id),
+                         ("10.0.0.1:5000", 2, 64, 64, "10.0.0.2", "udp-plain", True, 3.0, 4.0,
+                          5, True, 99))
+        self.assertIsNone(o.link_gbps)
+        self.assertIsNone(o.udp_port)
+        r = swtorch._resolve(o, datetime.timedelta(seconds=30))
+        self.assertEqual((r["packet_numel"], r["transport"], r["session_id"]),
+                         (64, "udp-plain", 99))
+
     def test_destroying_a_group_with_fallback_work_pending_does_not_hang(self):
         self.assertEqual(run_job(self, 2, destroy_with_fallback_work_pending_body, timeout=30),
                          [True, True])
