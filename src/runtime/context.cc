@@ -16,6 +16,7 @@
 #include "transport/address.h"
 #include "transport/auth.h"
 #include "transport/factory.h"
+#include "transport/shm.h"
 #include "transport/udp.h"
 
 namespace switchml {
@@ -281,6 +282,13 @@ Status Context::Impl::Setup() {
   // With the authenticated data plane every datagram carries a tag behind it (transport/auth.h).
   topts.max_datagram_bytes =
       proto::kMaxDatagramBytes + (config.authenticate_data ? transport::kAuthRoomBytes : 0);
+  // shm: each thread's inbox has room for twice its window of results (at least the default).
+  if (topts.kind == "shm") {
+    const uint64_t window = config.OutstandingPackets() / config.num_worker_threads;
+    uint32_t slots = transport::kShmDataPlaneRingSlots;
+    while (slots < 2 * window && slots < 65536) slots *= 2;
+    topts.shm_ring_slots = slots;
+  }
   ASSIGN_OR_RETURN(auto transports, transport::OpenTransports(topts, config.num_worker_threads));
   const uint16_t base_port = transports[0]->local_endpoint().port;
 

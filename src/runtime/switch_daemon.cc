@@ -11,6 +11,7 @@
 #include "base/status_macros.h"
 #include "proto/wire.h"
 #include "transport/factory.h"
+#include "transport/shm.h"
 #include "transport/udp.h"
 
 namespace switchml::runtime {
@@ -186,6 +187,7 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   topts.max_datagram_bytes = proto::kMaxDatagramBytes + transport::kAuthRoomBytes;
   topts.socket_buffer_bytes = 16 << 20;  // room for every worker's window at once
   topts.switch_side = true;
+  topts.shm_ring_slots = transport::kShmDataPlaneRingSlots;  // (shm only)
   topts.loss = options.loss;
   topts.loss_seed = options.seed;
   auto ts = transport::OpenTransports(topts, options.threads);

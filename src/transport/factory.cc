@@ -54,6 +54,7 @@ ShmOptions ToShm(const TransportOptions& o) {
   s.bind_ipv4 = o.bind_ipv4;
   s.port = o.port;
   s.max_datagram_bytes = o.max_datagram_bytes;
+  if (o.shm_ring_slots != 0) s.ring_slots = o.shm_ring_slots;
   return s;
 }
 

@@ -37,6 +37,9 @@ struct TransportOptions {
   // Datagrams to multicast groups (kernel UDP; udp.h UdpOptions::multicast_ttl): 0, within this
   // host only; 1..255, on the interface holding bind_ipv4 with that TTL.
   int multicast_ttl = 0;
+  // shm: slots of each ring of this transport's inbox (a power of two, 2 .. 65536); 0: the
+  // default of ShmOptions (shm.h). A worker sizes its own from its window (context.cc).
+  uint32_t shm_ring_slots = 0;
   // Drop this fraction of datagrams in each direction (received, and each sent), seeded: for
   // exercising loss recovery. 0 = no wrapper.
   double loss = 0;

@@ -15,9 +15,10 @@
 //     transport: a producer index, a consumer index (each on its own cache line), then slots of
 //     a length word and max_datagram_bytes of data, 64-byte aligned.
 // The file is sparse (ftruncate on tmpfs): only pages that traffic touches take memory. With
-// the defaults (1024 slots; the daemon's 1046-byte datagrams: 1088-byte slots) a ring is 1.06
-// MiB, so a pair of transports that talk costs about 1 MiB on the receiver's side and the
-// virtual size of an inbox is 256 rings, 272 MiB (max_datagram 2048: 540 MiB).
+// the data plane's 512 slots (kShmDataPlaneRingSlots; the default is 1024) and the daemon's
+// 1046-byte datagrams (1088-byte slots) a ring is 0.54 MiB, so a pair of transports that talk
+// costs about 0.5 MiB on the receiver's side and the virtual size of an inbox is 256 rings,
+// 137 MiB (1024 slots: twice that).
 //
 // Protocol, with what each side trusts:
 //   - Open: the inbox is made under a temporary name, locked (flock LOCK_EX, held for the
@@ -91,11 +92,19 @@ struct ShmOptions {
   // Where the inboxes live; empty: DefaultShmDirectory().
   std::string directory;
   // Slots of each ring (a power of two, 2 .. 65536) and rings (senders) per inbox (1 .. 4096).
+  // (The switch daemon and the workers choose smaller rings: kShmDataPlaneRingSlots.)
   uint32_t ring_slots = 1024;
   uint32_t max_senders = 256;
   // Receive polls its rings this long before it sleeps (0: sleeps at once).
   std::chrono::nanoseconds spin{0};
 };
+
+// The data plane's rings (the switch daemon's inbox; a worker's, unless its window needs more):
+// twice a worker's automatic window on loopback (256), and half the memory that rings of 1024
+// cycle through, which took less switch CPU per all-reduce in most loaded A/B rounds (noisy:
+// docs/benchmarks.md, "Lending and smaller rings"). A
+// sender with more in flight than a ring holds is held back by Send taking fewer.
+inline constexpr uint32_t kShmDataPlaneRingSlots = 512;
 
 // $SWITCHML_SHM_DIR if set, else /dev/shm/switchml-<uid>.
 std::string DefaultShmDirectory();
