@@ -11,9 +11,12 @@ import bench  # noqa: E402
 
 
 class FakeProc:
-    def __init__(self, text, cpu_s=0.0):
+    def __init__(self, text, cpu_s=0.0, cpu_before_s=0.0):
         self.text = text
         self.cpu_s = cpu_s
+        self.cpu_before_s = cpu_before_s
+
+    measured_cpu_s = bench.Proc.measured_cpu_s
 
     def output(self):
         return self.text
@@ -38,6 +41,27 @@ class CollectTest(unittest.TestCase):
         # All processes: plus the switch's whole life x iterations / (iterations + warm-up).
         self.assertAlmostEqual(out["cpu_timed_s"], 1.5 + 4.0 * 2 / 4)
         self.assertAlmostEqual(out["cpu_lifetime_s"], 22.0)
+
+    def test_the_switch_start_up_is_not_counted(self):
+        b = fake_bench(iterations=3, warmup=1)
+        workers = [FakeProc(f"SWITCHML_RESULT rank={r} status=ok verified=1 times=1,1,1 "
+                            f"cpu=0.5,0.5,0.5\n") for r in range(2)]
+        switch = FakeProc("", cpu_s=2.5, cpu_before_s=0.5)
+        out = b.collect(workers, "SWITCHML_RESULT", 2, [switch])
+        # (2.5 - 0.5) x 3 / 4 of the switch on top of the ranks' 3.0.
+        self.assertAlmostEqual(out["cpu_timed_s"], 3.0 + 1.5)
+        self.assertAlmostEqual(out["cpu_lifetime_s"], 2.5)
+
+    def test_start_cpu_is_read_from_proc(self):
+        p = bench.Proc.__new__(bench.Proc)
+        p.pid, p.cpu_s, p.cpu_before_s = os.getpid(), 0.0, 0.0
+        spent = os.times()
+        while os.times().user - spent.user < 0.05:  # burn a little CPU first
+            pass
+        p.mark_start_cpu()
+        self.assertGreaterEqual(p.cpu_before_s, 0.03)
+        p.cpu_s = p.cpu_before_s - 1.0  # a mark can never make the measured CPU negative
+        self.assertEqual(p.measured_cpu_s(), 0.0)
 
     def test_without_a_switch_hosts_cpu_is_all_cpu(self):
         b = fake_bench(iterations=1, warmup=0)
