@@ -473,6 +473,23 @@ class TorchBackendTest(unittest.TestCase):
         self.assertEqual(swtorch._resolve(swtorch.Options(early_retransmit=0),
                                           timeout)["early_retransmit_after"], 0)
 
+    def test_process_group_keeps_its_keyword_constructor(self):
+        # ProcessGroupSwitchML built directly with the keyword arguments it took before the
+        # Config form (a world of one, in this process).
+        store = dist.HashStore()
+        timeout = datetime.timedelta(seconds=30)
+        gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), 0, 1, timeout)
+        pg = swtorch.ProcessGroupSwitchML(
+            dist.PrefixStore("switchml/", store), 0, 1, gloo, switch_host="127.0.0.1",
+            control_port=self.switch.control_port, setup_timeout=timeout,
+            max_outstanding_packets=32, early_retransmit_after=2)
+        self.assertEqual((pg.window, pg.early_retransmit_after), (32, 2))
+        t = torch.arange(1000, dtype=torch.int32)
+        pg.allreduce([t]).wait()
+        self.assertTrue(torch.equal(t, torch.arange(1000, dtype=torch.int32)))
+        self.assertEqual(pg.switch_calls, 1)
+        del pg
+
     def test_options_keep_their_positional_order(self):
         # Options built positionally (as before the data-path fields were added) keep their
         # meaning: the fields they had stay first, in their order, session_id last of them.
