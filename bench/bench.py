@@ -521,6 +521,9 @@ class Bench:
                                   capture_output=True, text=True, timeout=600).stdout
         except (subprocess.TimeoutExpired, OSError) as e:
             log(f"--audit-kernel: perf failed: {e}")
+            if p.poll() is None:  # never left recording behind the next runs
+                p.kill()
+                p.wait()
             return None
         binary = {"gloo-ring": self.args.gloo, "gloo-hd": self.args.gloo}.get(
             system, self.args.mpi if system.startswith("mpi") else self.args.switchml)
