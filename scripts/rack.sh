@@ -247,6 +247,12 @@ rack_up() {
       sleep 0.1
     done
   done
+  # The bridge's querier counts as present a query response interval (1 s, above) after br0
+  # came up. A job whose workers joined a LAN multicast group within that second lost the group
+  # on some ports (bench.py, 8 workers, the first run on a fresh rack: a rank got every result
+  # as a unicast retransmission and none through the group, 2 runs of 2; after this wait, 0 of
+  # 2), so the rack is handed over only after it.
+  sleep 1.5
   trap - EXIT INT TERM
 }
 
