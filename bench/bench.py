@@ -101,6 +101,17 @@ def median(values):
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
+def stat_cpu_ticks(path):
+    """utime + stime, in clock ticks, of a /proc/.../stat file; None if it cannot be read (the
+    process or thread is gone)."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class Proc:
     """A started process; its output goes to files, its rusage comes from wait4."""
 
@@ -127,21 +138,14 @@ class Proc:
         for tid in tids:
             if tid == str(self.pid):
                 continue
-            try:
-                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            self.thread_ticks[tid] = int(fields[11]) + int(fields[12])  # utime + stime
+            ticks = stat_cpu_ticks(f"/proc/{self.pid}/task/{tid}/stat")
+            if ticks is not None:
+                self.thread_ticks[tid] = ticks
 
     def mark_start_cpu(self):
         """Records the CPU used so far (/proc/PID/stat, all threads) as not measured."""
-        try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            self.cpu_before_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            self.cpu_before_s = 0.0
+        ticks = stat_cpu_ticks(f"/proc/{self.pid}/stat")
+        self.cpu_before_s = 0.0 if ticks is None else ticks / os.sysconf("SC_CLK_TCK")
 
     def measured_cpu_s(self):
         """CPU of its life after mark_start_cpu (all of it without a mark)."""
