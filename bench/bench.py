@@ -545,6 +545,7 @@ class Bench:
         name = self.rack_name = f"smlbench{os.getpid()}"
         argv = [a.rack_script, "up", "--name", name, "--workers", str(workers), "--rate", rate,
                 "--mtu", str(a.mtu)]
+        argv += ["--bridge-netfilter", a.bridge_netfilter]
         if "switchml-xdp" in a.systems:
             # AF_XDP bypasses the sender's qdisc: every system of this run then has its uplink
             # shaped at the switch end, so that all cross the same cables.
@@ -557,7 +558,8 @@ class Bench:
         for line in p.stdout.splitlines():
             k, _, v = line.partition("=")
             self.rack[k] = v.strip('"')
-        log(f"rack {name}: {workers} workers, {rate} per cable each way, MTU {a.mtu}")
+        log(f"rack {name}: {workers} workers, {rate} per cable each way, MTU {a.mtu}, "
+            f"bridge netfilter {a.bridge_netfilter}")
 
     def rack_down(self):
         """Removes the rack, also one whose `up` was interrupted."""
@@ -780,6 +782,10 @@ def main():
     p.add_argument("--iterations", type=int, default=5, help="timed all-reduces per run")
     p.add_argument("--warmup", type=int, default=1, help="untimed all-reduces before them")
     p.add_argument("--mtu", type=int, default=9000, help="MTU of the rack's interfaces")
+    p.add_argument("--bridge-netfilter", choices=["on", "off"], default="off",
+                   help="whether the rack's bridge runs the switch namespace's netfilter hooks on "
+                        "bridged packets (scripts/rack.sh --bridge-netfilter; a switch ASIC "
+                        "does not)")
     p.add_argument("--run-timeout", type=int, default=900, help="seconds before a run is killed")
     p.add_argument("--switchml-args", default="",
                    help="extra flags for every `switchml worker`, e.g. '--window 512'")

@@ -37,6 +37,13 @@ Options:
                    1gbit, 8mb at 10gbit; much smaller buckets collapse throughput at 10gbit)
   --latency L      tbf queue, as the longest a packet may wait (default 20ms)
   --mtu M          MTU of every interface (default 9000)
+  --bridge-netfilter on|off
+                   whether the bridge hands bridged IPv4/IPv6/ARP packets to the switch
+                   namespace's netfilter hooks (the net.bridge.bridge-nf-call-* sysctls of the
+                   kernel's br_netfilter, 1 in every new namespace where it is built in or
+                   loaded). Default off: a rack's switch ASIC runs no host firewall, and with
+                   it on every packet crossing the bridge pays for an IP route lookup and the
+                   netfilter hooks in whichever process sends it (all systems alike)
   --ingress-shaping
                    shape the worker-to-switch direction at the switch end (port p<i>'s ingress,
                    through an ifb device) instead of at the worker's eth0 egress: for traffic
@@ -90,6 +97,7 @@ burst=""
 latency=20ms
 mtu=9000
 ingress_shaping=0
+bridge_netfilter=off
 where=""
 command_args=()
 while [ $# -gt 0 ]; do
@@ -100,6 +108,7 @@ while [ $# -gt 0 ]; do
     --burst) burst="${2:?--burst needs a value}"; shift 2 ;;
     --latency) latency="${2:?--latency needs a value}"; shift 2 ;;
     --mtu) mtu="${2:?--mtu needs a value}"; shift 2 ;;
+    --bridge-netfilter) bridge_netfilter="${2:?--bridge-netfilter needs on or off}"; shift 2 ;;
     --ingress-shaping) ingress_shaping=1; shift ;;
     --in) where="${2:?--in needs a value}"; shift 2 ;;
     --)
@@ -118,6 +127,8 @@ done
 [[ "$name" =~ ^[A-Za-z0-9_-]{1,40}$ ]] || die "--name must be 1-40 letters, digits, '-' or '_', not '$name'"
 [[ "$workers" =~ ^[0-9]+$ ]] && [ "$workers" -ge 1 ] && [ "$workers" -le 64 ] ||
   die "--workers must be an integer in 1..64, not '$workers'"
+[ "$bridge_netfilter" = on ] || [ "$bridge_netfilter" = off ] ||
+  die "--bridge-netfilter must be on or off, not '$bridge_netfilter'"
 [[ "$mtu" =~ ^[0-9]+$ ]] && [ "$mtu" -ge 576 ] && [ "$mtu" -le 65000 ] ||
   die "--mtu must be an integer in 576..65000, not '$mtu'"
 
@@ -199,6 +210,13 @@ rack_up() {
     exit "$kNoNamespaces"
   fi
   ip -n "$ns_sw" link set lo up
+  # The bridge as a switch ASIC: no netfilter on bridged packets (--bridge-netfilter). The
+  # sysctls are per namespace and exist only where the kernel has br_netfilter; the bridge's own
+  # nf_call_* options default to off.
+  local v=0
+  [ "$bridge_netfilter" = on ] && v=1
+  ip netns exec "$ns_sw" sh -c "for f in /proc/sys/net/bridge/bridge-nf-call-*; do
+    [ ! -e \$f ] || echo $v > \$f; done"
   # (A querier counts as present only a query response interval after it is enabled, 10 s by
   # default; until then the bridge floods: 1 s here, set before the querier.)
   ip -n "$ns_sw" link add br0 mtu "$mtu" type bridge mcast_query_response_interval 100
@@ -295,8 +313,8 @@ existing_rack() {
 case "$cmd" in
   up)
     rack_up
-    echo "rack: up: $name, $workers workers, rate ${rate}${burst:+ (burst $burst)}, MTU $mtu" \
-      "(scripts/rack.sh down --name $name removes it)" >&2
+    echo "rack: up: $name, $workers workers, rate ${rate}${burst:+ (burst $burst)}, MTU $mtu," \
+      "bridge netfilter $bridge_netfilter (scripts/rack.sh down --name $name removes it)" >&2
     print_env
     ;;
   down)
@@ -336,7 +354,8 @@ case "$cmd" in
     trap 'rack_down' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
-    echo "rack: up: $name, $workers workers, rate ${rate}${burst:+ (burst $burst)}, MTU $mtu" >&2
+    echo "rack: up: $name, $workers workers, rate ${rate}${burst:+ (burst $burst)}, MTU $mtu," \
+      "bridge netfilter $bridge_netfilter" >&2
     set -a
     eval "$(print_env)"
     set +a

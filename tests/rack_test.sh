@@ -30,6 +30,14 @@ if [ "${2:-}" = "--inside" ]; then
   fi
   read -r -a ips <<<"$RACK_WORKER_IPS"
   status=0
+  # The bridge runs no netfilter hooks (rack.sh --bridge-netfilter off, the default), where the
+  # kernel has them at all.
+  for f in iptables ip6tables arptables; do
+    v=$(ip netns exec "$RACK_SWITCH_NS" cat "/proc/sys/net/bridge/bridge-nf-call-$f" 2>/dev/null ||
+      echo absent)
+    [ "$v" = 0 ] || [ "$v" = absent ] ||
+      { echo "FAIL: bridge-nf-call-$f is $v in the switch namespace, not 0"; status=1; }
+  done
   for dtype in float32 int32; do
     pids=()
     for r in 0 1; do
