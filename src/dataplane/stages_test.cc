@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -12,7 +13,7 @@ namespace {
 using proto::SlotId;
 
 PacketMetadata Md(SlotId slot, uint32_t rank, uint32_t num_workers) {
-  PacketMetadata md;
+  PacketMetadata md{};
   md.header.slot = slot;
   md.rank = rank;
   md.num_workers = num_workers;
@@ -251,7 +252,7 @@ TEST(WorkerCounterStageTest, FreshRoundRestartsCount) {
 TEST(WorkerCounterStageTest, FirstContributionOfLastCompletedRoundIsStale) {
   WorkerCounterStage stage(1);
   CompleteRound(stage, 10, 3);
-  PacketMetadata md;
+  PacketMetadata md{};
 
   md = CounterMd({0, 0}, 2, /*first=*/true, /*seen=*/false, 10, 3);
   stage.Apply(md);
@@ -273,7 +274,7 @@ TEST(WorkerCounterStageTest, FirstContributionOfLastCompletedRoundIsStale) {
 TEST(WorkerCounterStageTest, FirstContributionWithOtherJobNumberStartsFresh) {
   WorkerCounterStage stage(1);
   CompleteRound(stage, 10, 3);
-  PacketMetadata md;
+  PacketMetadata md{};
   md = CounterMd({0, 0}, 2, true, false, 10, 4);
   stage.Apply(md);
   EXPECT_FALSE(md.stale);
@@ -425,7 +426,7 @@ TEST(WorkerCounterStageTest, ReferenceTsiMayRestart) {
 // ---- ExponentMaxStage ----
 
 PacketMetadata ExpMd(SlotId slot, int8_t e0, int8_t e1, bool first, bool contribute = true) {
-  PacketMetadata md;
+  PacketMetadata md{};
   md.header.slot = slot;
   md.header.e0 = e0;
   md.header.e1 = e1;
@@ -481,7 +482,7 @@ class AggregateStageTest : public ::testing::Test {
                               bool contribute = true) {
     wires_.emplace_back(values.size() * 4);
     proto::StorePayload(values, wires_.back());
-    PacketMetadata md;
+    PacketMetadata md{};
     md.header.slot = slot;
     md.payload = wires_.back();
     md.first = first;
@@ -553,7 +554,7 @@ TEST_F(AggregateStageTest, SetsAndSlotsAreSeparate) {
 
 PacketMetadata StepMd(SlotId slot, uint8_t job, uint32_t tsi, bool contribute, bool seen,
                       bool complete, bool stale = false) {
-  PacketMetadata md;
+  PacketMetadata md{};
   md.header.slot = slot;
   md.header.job_number = job;
   md.header.tsi = tsi;
@@ -606,12 +607,124 @@ TEST(NextStepStageTest, StoresPerSet) {
   EXPECT_EQ(md.reply_tsi, 200u);
 }
 
+// ---- The pipeline as a whole ----
+
+// The five stages of one job, run in Switch::Process's order (Restore for a stale packet).
+struct Pipeline {
+  explicit Pipeline(uint32_t slots, size_t numel)
+      : bitmap(slots), counter(slots), exponents(slots), aggregate(slots, numel), next(slots) {}
+  void Run(PacketMetadata& md) {
+    bitmap.Apply(md);
+    counter.Apply(md);
+    if (md.stale) bitmap.Restore(md);
+    exponents.Apply(md);
+    aggregate.Apply(md);
+    next.Apply(md);
+  }
+  WorkerBitmapStage bitmap;
+  WorkerCounterStage counter;
+  ExponentMaxStage exponents;
+  AggregateStage aggregate;
+  NextStepStage next;
+};
+
+// Switch::Process does not zero a packet's metadata: each stage must write every one of its
+// outputs on every path. Given two pipelines fed the same packets (contributions, completions with
+// and without a reply buffer, retransmissions into incomplete and complete sets, stale copies),
+// one with zeroed metadata and one whose outputs are poisoned with 0x01 bytes before each packet
+// (a read before the write would see true, kDropDuplicate, or a wild span), expect the same
+// outputs, sums and reply payloads from both.
+TEST(PipelineTest, EveryStageWritesAllItsOutputsOnEveryPath) {
+  constexpr size_t kNumel = 64;
+  constexpr uint32_t kWorkers = 3;
+  Pipeline zeroed(2, kNumel), poisoned(2, kNumel);
+  struct Step {
+    uint32_t rank;
+    SlotId slot;
+    uint32_t tsi;
+    bool reply_buffer;
+  };
+  const std::vector<Step> steps = {
+      {0, {1, 0}, 10, true},  {0, {1, 0}, 10, true},   // first, then a retransmission
+      {1, {1, 0}, 10, false}, {2, {1, 0}, 10, true},   // completes (fused)
+      {1, {1, 0}, 10, true},  {0, {1, 1}, 11, false},  // unicast; next round on the other set
+      {0, {1, 0}, 10, true},                           // stale: its sender moved on
+      {1, {1, 1}, 11, true},  {2, {1, 1}, 11, false},  // completes (deparser writes)
+      {0, {0, 0}, 12, true},  {0, {1, 0}, 10, true},   // another slot; a late copy again
+  };
+  int consumed = 0, duplicates = 0, stale = 0, fused = 0, deparsed = 0, unicast = 0;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    SCOPED_TRACE(k);
+    const Step& st = steps[k];
+    std::vector<int32_t> values(kNumel);
+    for (size_t i = 0; i < kNumel; ++i) {
+      values[i] = static_cast<int32_t>(i * 1000003u + st.rank * 7919u + k) |
+                  (i % 3 == 0 ? std::numeric_limits<int32_t>::min() : 0);
+    }
+    std::vector<uint8_t> wire(kNumel * 4);
+    proto::StorePayload(values, wire);
+    std::vector<uint8_t> reply_a(kNumel * 4, 0xcc), reply_b(kNumel * 4, 0xcc);
+    PacketMetadata a{};
+    PacketMetadata b;
+    std::memset(static_cast<void*>(&b), 0x01, sizeof b);
+    for (PacketMetadata* md : {&a, &b}) {
+      md->header = proto::Header{proto::kMsgTypeData, proto::SizeCode::k256B, 0, st.tsi,
+                                 st.slot, static_cast<int8_t>(st.rank), -1};
+      md->payload = wire;
+      md->num_workers = kWorkers;
+      md->rank = st.rank;
+      md->running_tsi = true;
+      md->reply_payload = {};
+    }
+    if (st.reply_buffer) {
+      a.reply_payload = reply_a;
+      b.reply_payload = reply_b;
+    }
+    zeroed.Run(a);
+    poisoned.Run(b);
+    EXPECT_EQ(a.first, b.first);
+    EXPECT_EQ(a.seen, b.seen);
+    EXPECT_EQ(a.other_had_bit, b.other_had_bit);
+    EXPECT_EQ(a.contribute, b.contribute);
+    EXPECT_EQ(a.stale, b.stale);
+    EXPECT_EQ(a.complete, b.complete);
+    EXPECT_EQ(a.max_e0, b.max_e0);
+    EXPECT_EQ(a.max_e1, b.max_e1);
+    ASSERT_EQ(a.result.size(), kNumel);
+    ASSERT_EQ(b.result.size(), kNumel);
+    EXPECT_TRUE(std::equal(a.result.begin(), a.result.end(), b.result.begin()));
+    EXPECT_EQ(a.reply_payload_written, b.reply_payload_written);
+    EXPECT_EQ(a.next, b.next);
+    EXPECT_EQ(a.reply_job_number, b.reply_job_number);
+    EXPECT_EQ(a.reply_tsi, b.reply_tsi);
+    EXPECT_EQ(reply_a, reply_b);
+    if (a.reply_payload_written) {
+      std::vector<uint8_t> want(kNumel * 4);
+      proto::StorePayload(a.result, want);
+      EXPECT_EQ(reply_a, want);
+    }
+    consumed += a.next == NextStep::kConsume;
+    duplicates += a.next == NextStep::kDropDuplicate && !a.stale;
+    stale += a.stale;
+    fused += a.next == NextStep::kMulticast && a.reply_payload_written;
+    deparsed += a.next == NextStep::kMulticast && !a.reply_payload_written;
+    unicast += a.next == NextStep::kUnicast;
+  }
+  // The steps reached every decision, with and without the fused reply payload.
+  EXPECT_EQ(consumed, 5);
+  EXPECT_EQ(duplicates, 1);
+  EXPECT_EQ(stale, 2);
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(deparsed, 1);
+  EXPECT_EQ(unicast, 1);
+}
+
 // ---- EncodeReply ----
 
 TEST(EncodeReplyTest, EncodesResultFields) {
   std::vector<int32_t> sums(64);
   for (int k = 0; k < 64; ++k) sums[k] = k * 1000 - 5;
-  PacketMetadata md;
+  PacketMetadata md{};
   md.header = proto::Header{1, proto::SizeCode::k256B, 7, 0xdeadbeef, SlotId{0x1abc, 1}, 3, 4};
   md.reply_job_number = 42;
   md.reply_tsi = 0x01020304;

@@ -568,12 +568,9 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
   }
 
   md.payload = datagram.subspan(proto::kPrefixBytes);
-  // A reply built over the datagram: the completing contribution writes the reply's payload in
-  // its add (LoadPayloadAndCopy then writes nothing). Into another buffer the two passes measured
-  // faster (BM_Process), so the deparser writes it there.
-  if (reply_out.data() == datagram.data()) {
-    md.reply_payload = reply_out.subspan(proto::kPrefixBytes, md.payload.size());
-  }
+  // The completing contribution writes the reply's payload in its add (whether reply_out is a
+  // transmit buffer or the datagram itself; LoadPayloadAndCopy then writes nothing).
+  md.reply_payload = reply_out.subspan(proto::kPrefixBytes, md.payload.size());
   md.num_workers = job.spec.num_workers;
   md.running_tsi = job.spec.running_tsi;
   md.rank = rank;
@@ -664,7 +661,7 @@ const Action& Switch::ProcessResult(Job& job, const proto::Header& header,
   if (t.has_result || !job.counter.IsCompleteRound(s, header.job_number, header.tsi)) {
     return DropForJob(job, DropReason::kStaleResult);
   }
-  PacketMetadata md;
+  PacketMetadata md{};
   md.header = header;
   md.result = job.aggregate.Store(s, datagram.subspan(proto::kPrefixBytes));
   job.exponents.Store(s, header.e0, header.e1);

@@ -219,7 +219,8 @@ class Switch {
   // be the datagram's own memory (the same start: a reply built over the datagram it answers, as
   // the daemon does with a transport that allows it) but must not otherwise overlap it. This is
   // the data path's form: no allocation, copy or virtual call per packet; a packet that completes
-  // its set with the reply built over it is added and its reply's payload written in one pass.
+  // its set is added (or, as a round's first contribution, loaded) and its reply's payload written
+  // into reply_out in the same pass, so the deparser writes only the header.
   const Action& Process(const Endpoint& source, std::span<const uint8_t> datagram,
                         std::span<uint8_t> reply_out);
 

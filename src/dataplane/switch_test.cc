@@ -786,6 +786,74 @@ TEST(SwitchSpecialCaseTest, ProcessBuildsTheReplyOverTheDatagramItAnswers) {
   }
 }
 
+// The completing contribution adds (or, in a 1-worker job, loads) and writes the reply's payload
+// in one pass, into whatever buffer the caller passes (proto::AddPayloadAndStore /
+// LoadPayloadAndCopy). Given jobs of 1 to 4 workers, both packet sizes, values at the int32
+// extremes (the sums wrap around) and transmit buffers filled with garbage, rounds on both sets of
+// a slot: expect each result equal to the exact wrap-around sum computed here element by element
+// (not by the switch's kernels), the max exponents and the completing packet's tsi, and each
+// retransmission into the complete set answered with the same bytes (the shadow copy).
+TEST(SwitchArithmeticTest, FusedReplyIntoATransmitBufferIsTheExactSum) {
+  constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
+  constexpr int32_t kMin = std::numeric_limits<int32_t>::min();
+  for (proto::SizeCode size : {proto::SizeCode::k256B, proto::SizeCode::k1024B}) {
+    const size_t numel = proto::NumelOf(size);
+    for (uint32_t n = 1; n <= 4; ++n) {
+      SCOPED_TRACE(testing::Message() << "numel " << numel << " workers " << n);
+      Switch sw(SmallConfig());
+      ASSERT_TRUE(sw.CreateJob(Spec(1, n, size)).ok());
+      for (uint32_t r = 0; r < n; ++r) ASSERT_TRUE(sw.AddWorker(1, r, {kIpA + r, 1000}).ok());
+      for (uint32_t round = 1; round <= 4; ++round) {
+        const SlotId slot{5, static_cast<uint8_t>(round % 2)};
+        std::vector<uint32_t> expected(numel, 0);
+        std::vector<uint8_t> multicast;
+        for (uint32_t r = 0; r < n; ++r) {
+          std::vector<int32_t> values(numel);
+          for (size_t i = 0; i < numel; ++i) {
+            const uint32_t k = static_cast<uint32_t>(i * 2654435761u + r * 40503u + round);
+            values[i] = k % 5 == 0   ? kMax
+                        : k % 5 == 1 ? kMin
+                        : k % 5 == 2 ? -1
+                                     : static_cast<int32_t>(k);
+            expected[i] += static_cast<uint32_t>(values[i]);
+          }
+          std::vector<uint8_t> transmit(proto::kMaxDatagramBytes, static_cast<uint8_t>(0xa5 + r));
+          const Action& a = sw.Process({kIpA + r, 1000},
+                                       Datagram(slot, values, static_cast<int8_t>(r) - 2,
+                                                static_cast<int8_t>(-r), round * 100, 3),
+                                       transmit);
+          if (r + 1 < n) {
+            ASSERT_EQ(a.kind, Action::Kind::kDrop) << "round " << round << " rank " << r;
+            ASSERT_EQ(a.reason, DropReason::kNone);
+            continue;
+          }
+          ASSERT_EQ(a.kind, Action::Kind::kMulticast) << "round " << round;
+          ASSERT_EQ(a.reply.data(), transmit.data());
+          ASSERT_EQ(a.reply.size(), proto::DatagramBytes(size));
+          const proto::Packet p = Reply(a);
+          EXPECT_EQ(p.header.tsi, round * 100);
+          EXPECT_EQ(p.header.job_number, 3);
+          EXPECT_EQ(p.header.slot, slot);
+          EXPECT_EQ(p.header.e0, static_cast<int8_t>(n - 1) - 2);
+          EXPECT_EQ(p.header.e1, 0);
+          for (size_t i = 0; i < numel; ++i) {
+            ASSERT_EQ(static_cast<uint32_t>(p.values[i]), expected[i]) << "round " << round << " i " << i;
+          }
+          multicast.assign(a.reply.begin(), a.reply.end());
+        }
+        // Every rank retransmits (another payload, ignored): the stored result, byte for byte.
+        for (uint32_t r = 0; r < n; ++r) {
+          std::vector<uint8_t> transmit(proto::kMaxDatagramBytes, 0x5a);
+          const Action& a = sw.Process(
+              {kIpA + r, 1000}, Datagram(slot, Fill(7, numel), 0, 0, round * 100, 3), transmit);
+          ASSERT_EQ(a.kind, Action::Kind::kUnicast) << "round " << round << " rank " << r;
+          EXPECT_EQ(std::vector<uint8_t>(a.reply.begin(), a.reply.end()), multicast);
+        }
+      }
+    }
+  }
+}
+
 TEST(SwitchCountersTest, FormatCounters) {
   Switch sw(SmallConfig());
   ASSERT_TRUE(sw.CreateJob(Spec(77, 2)).ok());
