@@ -231,10 +231,23 @@ class UdpTransport final : public Transport {
     const bool forever = timeout > std::chrono::hours(24);
     const Clock::time_point deadline =
         forever ? Clock::time_point::max() : Clock::now() + std::max(timeout, timeout.zero());
-    for (;;) {
-      ASSIGN_OR_RETURN(bool got, ReceiveNow());
+    if (timeout <= timeout.zero() || TryBeforeWaiting()) {
+      const bool after_drain = !last_full_;
+      bool got;
+      if (group_fd_ >= 0 && after_drain) {
+        // Two sockets, both likely empty: one ppoll names the readable one(s) where a recvmmsg
+        // on each would be two system calls.
+        static constexpr timespec kNow{};
+        ASSIGN_OR_RETURN(Polled polled, PollThenReceive(&kNow, /*wakeable=*/false));
+        got = polled == Polled::kData;
+      } else {
+        ASSIGN_OR_RETURN(got, ReceiveNow());
+      }
+      if (after_drain) hits_after_drain_ = got;
       if (got) return TakePending(batch);
       if (timeout <= timeout.zero()) return size_t{0};
+    }
+    for (;;) {
       timespec ts{};
       if (!forever) {
         const auto remaining = deadline - Clock::now();
@@ -243,21 +256,10 @@ class UdpTransport final : public Transport {
         ts.tv_sec = static_cast<time_t>(ns / 1000000000);
         ts.tv_nsec = static_cast<long>(ns % 1000000000);
       }
-      pollfd fds[3] = {{socket_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}, {group_fd_, POLLIN, 0}};
-      const int rc = ::ppoll(fds, group_fd_ >= 0 ? 3 : 2, forever ? nullptr : &ts, nullptr);
-      if (rc < 0) {
-        if (errno == EINTR) continue;
-        return InternalError("poll on UDP socket " + local_.ToString() +
-                             " failed: " + ErrnoText(errno));
-      }
-      if (fds[1].revents & POLLIN) {
-        uint64_t value;
-        // Resets the eventfd; a concurrent Wake() after this read stays pending for the next call.
-        [[maybe_unused]] ssize_t ignored = ::read(wake_fd_, &value, sizeof value);
-        return size_t{0};
-      }
-      if (rc == 0) return size_t{0};
-      // The socket is readable (or reported an error): try again.
+      ASSIGN_OR_RETURN(Polled polled, PollThenReceive(forever ? nullptr : &ts, /*wakeable=*/true));
+      if (polled == Polled::kData) return TakePending(batch);
+      if (polled == Polled::kNone) return size_t{0};
+      // kAgain: readable, but only an error was queued: wait again.
     }
   }
 
@@ -283,6 +285,7 @@ class UdpTransport final : public Transport {
   static constexpr size_t kMaxGroBytes = 65536;
   static constexpr size_t kGroMessages = 16;
   static constexpr size_t kControlBytes = 64;  // CMSG_SPACE of one int or uint16, with room
+  static constexpr uint32_t kProbeEvery = 16;  // TryBeforeWaiting
 
   struct Control {
     alignas(cmsghdr) uint8_t bytes[kControlBytes];
@@ -345,6 +348,48 @@ class UdpTransport final : public Transport {
 
   bool HavePending() const { return rx_message_ < rx_received_; }
 
+  // Whether a Receive that may wait tries a nonblocking recvmmsg before ppoll. After a
+  // recvmmsg that filled every message of its batch, more is likely queued: yes. After one that
+  // drained the queue, a try costs a system call that mostly fails where data arrives in
+  // bursts further apart than the caller's work on one (a worker: one GSO run of results per
+  // wake-up, a recvmmsg that returns EAGAIN before every ppoll), and mostly succeeds where
+  // senders keep the queue busy (the switch): so as long as the last such try found data, and
+  // once in kProbeEvery waits otherwise (to notice when the traffic changed). Going to ppoll
+  // first costs nothing when data is queued: ppoll returns at once.
+  bool TryBeforeWaiting() {
+    if (last_full_ || hits_after_drain_) return true;
+    return ++waits_without_try_ % kProbeEvery == 0;
+  }
+
+  // What PollThenReceive found: datagrams now pending; nothing (the time passed, or Wake());
+  // a socket that poll called readable but that had only an error to report.
+  enum class Polled { kData, kNone, kAgain };
+
+  // Waits in ppoll at most *timeout (nullptr: without limit) until a socket is readable (or,
+  // if wakeable, Wake() was called: its eventfd is then reset), and reads the readable one(s).
+  Result<Polled> PollThenReceive(const timespec* timeout, bool wakeable) {
+    pollfd fds[3] = {{socket_fd_, POLLIN, 0}, {group_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    // (The group's entry is ignored by ppoll when there is no group: its fd is -1.)
+    const int rc = ::ppoll(fds, wakeable ? 3 : 2, timeout, nullptr);
+    if (rc < 0) {
+      if (errno == EINTR) return Polled::kAgain;
+      return InternalError("poll on UDP socket " + local_.ToString() +
+                           " failed: " + ErrnoText(errno));
+    }
+    if (wakeable && (fds[2].revents & POLLIN)) {
+      uint64_t value;
+      // Resets the eventfd; a concurrent Wake() after this read stays pending for the next call.
+      [[maybe_unused]] ssize_t ignored = ::read(wake_fd_, &value, sizeof value);
+      return Polled::kNone;
+    }
+    const bool unicast = fds[0].revents != 0, group = group_fd_ >= 0 && fds[1].revents != 0;
+    if (!unicast && !group) return Polled::kNone;
+    ASSIGN_OR_RETURN(bool got, unicast && group ? ReceiveNow()
+                               : unicast        ? ReceiveNow(socket_fd_)
+                                                : ReceiveNow(group_fd_));
+    return got ? Polled::kData : Polled::kAgain;
+  }
+
   // One nonblocking recvmmsg into the arena, from the socket or the loopback group's (taking
   // turns, so that neither waits behind the other); false when nothing is queued on either.
   Result<bool> ReceiveNow() {
@@ -379,7 +424,10 @@ class UdpTransport final : public Transport {
                      nullptr);
       if (r >= 0) break;
       const int err = errno;
-      if (err == EAGAIN || err == EWOULDBLOCK) return false;
+      if (err == EAGAIN || err == EWOULDBLOCK) {
+        last_full_ = false;
+        return false;
+      }
       if ((err == EINTR || IsAsyncIcmpError(err)) && attempt < 16) continue;
       if (err == EINTR || IsAsyncIcmpError(err)) return false;
       return InternalError("UDP receive on " + local_.ToString() + " failed: " + ErrnoText(err));
@@ -405,6 +453,7 @@ class UdpTransport final : public Transport {
       rx_segment_[static_cast<size_t>(i)] = segment;
     }
     rx_received_ = static_cast<size_t>(r);
+    last_full_ = rx_received_ == rx_messages_;
     rx_message_ = 0;
     rx_offset_ = 0;
     rx_from_group_ = fd == group_fd_;
@@ -471,6 +520,11 @@ class UdpTransport final : public Transport {
   size_t rx_received_ = 0;          // messages the last recvmmsg returned
   size_t rx_message_ = 0;           // the next message to hand out
   size_t rx_offset_ = 0;            // the next datagram's offset in it
+  // TryBeforeWaiting's state: the last recvmmsg filled its batch; the last try after a drained
+  // queue found data; waits since one was tried.
+  bool last_full_ = false;
+  bool hits_after_drain_ = true;
+  uint32_t waits_without_try_ = 0;
   const int socket_buffer_bytes_;
   int group_fd_ = -1;           // the multicast group's socket, if joined
   bool group_first_ = false;    // which socket the next ReceiveNow tries first

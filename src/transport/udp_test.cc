@@ -172,6 +172,79 @@ TEST_P(UdpPathTest, WakeUnblocksAReceive) {
   EXPECT_EQ(*got, 0u);
 }
 
+// After a receive that drained the queue, a waiting Receive goes to poll first (udp.cc,
+// TryBeforeWaiting): datagrams that come while it waits, or that came before it was called,
+// are still received at once, every round (more rounds than the transport's probe period), and
+// a zero-timeout Receive on an empty queue returns nothing.
+TEST_P(UdpPathTest, DatagramsAfterADrainedQueueArriveWhetherSentBeforeOrDuringTheWait) {
+  auto a = Open();
+  auto b = Open();
+  ASSERT_TRUE(a && b);
+  std::vector<RxDatagram> rx(8);
+  const std::vector<uint8_t> payload(100, 7);
+  const TxDatagram d{b->local_endpoint(), payload};
+  for (int round = 0; round < 40; ++round) {
+    auto none = b->Receive(rx, milliseconds(0));
+    ASSERT_TRUE(none.ok());
+    EXPECT_EQ(*none, 0u) << "round " << round;
+    std::thread sender;
+    if (round % 2 == 0) {
+      // Sent while the receiver waits.
+      sender = std::thread([&] {
+        std::this_thread::sleep_for(milliseconds(2));
+        ASSERT_EQ(*a->Send(std::span(&d, 1)), 1u);
+      });
+    } else {
+      // Sent (and queued) before it is called.
+      ASSERT_EQ(*a->Send(std::span(&d, 1)), 1u);
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    const auto start = Clock::now();
+    auto got = b->Receive(rx, std::chrono::seconds(20));
+    const auto elapsed = Clock::now() - start;
+    if (sender.joinable()) sender.join();
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(*got, 1u) << "round " << round;
+    EXPECT_EQ(rx[0].data.size(), payload.size());
+    EXPECT_LT(elapsed, std::chrono::seconds(10)) << "round " << round;
+  }
+  EXPECT_EQ(b->counters().datagrams_received, 40u);
+}
+
+// A transport that joined a (loopback) multicast group receives from both of its sockets: a
+// zero-timeout Receive finds what is queued on either (one poll names the readable ones), and a
+// waiting Receive wakes for either.
+TEST_P(UdpPathTest, GroupAndUnicastDatagramsBothArrive) {
+  auto member = Open();
+  auto sender = Open();
+  ASSERT_TRUE(member && sender);
+  const Endpoint group{0xefc0f00du, static_cast<uint16_t>(member->local_endpoint().port ^ 0x5a5a)};
+  const Status joined = member->JoinGroup(group, 0);
+  if (!joined.ok()) GTEST_SKIP() << "no loopback multicast here: " << joined.ToString();
+  std::vector<RxDatagram> rx(8);
+  const std::vector<uint8_t> to_group(64, 1), to_member(32, 2);
+  const TxDatagram g{group, to_group}, u{member->local_endpoint(), to_member};
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (int round = 0; round < 20; ++round) {
+    const bool zero_timeout = round % 2 == 0;
+    ASSERT_EQ(*sender->Send(std::span(&g, 1)), 1u);
+    ASSERT_EQ(*sender->Send(std::span(&u, 1)), 1u);
+    if (zero_timeout) std::this_thread::sleep_for(milliseconds(2));
+    size_t group_bytes = 0, unicast_bytes = 0;
+    while ((group_bytes == 0 || unicast_bytes == 0) && Clock::now() < deadline) {
+      auto got = member->Receive(rx, zero_timeout ? milliseconds(0) : milliseconds(100));
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      for (size_t i = 0; i < *got; ++i) {
+        (rx[i].data.size() == to_group.size() ? group_bytes : unicast_bytes) += rx[i].data.size();
+      }
+    }
+    ASSERT_EQ(group_bytes, to_group.size()) << "round " << round;
+    ASSERT_EQ(unicast_bytes, to_member.size()) << "round " << round;
+  }
+  EXPECT_EQ(member->counters().group_datagrams_received, 20u);
+  EXPECT_EQ(member->counters().datagrams_received, 40u);
+}
+
 TEST(UdpTransportTest, TimeoutReturnsZeroWithinABound) {
   auto t = OpenLoopback();
   ASSERT_TRUE(t);
