@@ -175,6 +175,9 @@ class WorkerSession {
   uint32_t Tsi(uint64_t q) const;
   void Enqueue(uint32_t local_slot);
   size_t Encode(uint32_t packet, const Slot& slot, std::span<uint8_t> buf);
+  // Prefetches block `block` of the slice's input (kWrite false) or output (true), if it exists.
+  template <bool kWrite>
+  void PrefetchBlock(const void* base, uint64_t block) const;
   void Complete(uint32_t local_slot, const proto::Header& h, std::span<const uint8_t> payload);
   void Finish(Status status);
   // The RTO estimate: an accepted result of a packet sent once is a round-trip sample; it
