@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,13 @@ class ShmMultiProcessTest : public ::testing::Test {
   std::string dir_;
 };
 
+// The group_received= count of a worker's SWITCHML_RESULT line (-1: no such line).
+long long GroupReceived(const std::string& output) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex("group_received=([0-9]+)"))) return -1;
+  return std::stoll(m[1].str());
+}
+
 // Given a switch process and two worker processes of two threads each over shm, Expect every
 // result verified, and no inbox left once the switch has stopped.
 TEST_F(ShmMultiProcessTest, SwitchAndTwoWorkerProcessesVerifyTheirResults) {
@@ -70,12 +78,44 @@ TEST_F(ShmMultiProcessTest, SwitchAndTwoWorkerProcessesVerifyTheirResults) {
     ASSERT_TRUE(ps[r]->Wait(seconds(120))) << "rank " << r << ":\n" << ps[r]->output();
     EXPECT_EQ(ps[r]->exit_code(), 0) << "rank " << r << ":\n" << ps[r]->output();
     EXPECT_NE(ps[r]->output().find("status=ok verified=1"), std::string::npos) << ps[r]->output();
+    // Over shm both sides use the job's groups by default (--multicast auto).
+    EXPECT_GT(GroupReceived(ps[r]->output()), 0) << ps[r]->output();
   }
-  // The workers' inboxes went with them; the switch's stays while it runs.
+  // The workers' inboxes and groups went with them; the switch's inbox stays while it runs.
   EXPECT_EQ(Files().size(), 1u);
   sw.process->Kill(SIGINT);
   ASSERT_TRUE(sw.process->Wait(seconds(30))) << sw.process->output();
   EXPECT_TRUE(Files().empty()) << Files().front();
+}
+
+// Given a switch over shm that loses 1% of datagrams each way, and a job of three worker
+// processes of two threads each, two of them in the job's groups (the default) and one not
+// (--multicast off, as a reference worker), Expect every result verified: the members read each
+// result once from the group's ring, the third gets its own copies, and results the switch lost
+// (a group datagram lost is lost for every member) come back as unicast retransmissions.
+TEST_F(ShmMultiProcessTest, GroupMembersAndANonMemberWithLossVerifyTheirResults) {
+  testing::SwitchProcess sw =
+      testing::StartSwitchProcess({"--transport", "shm", "--loss", "0.01", "--seed", "7"});
+  ASSERT_FALSE(sw.control.empty()) << sw.process->output();
+  std::vector<std::unique_ptr<Process>> ps;
+  for (uint32_t r = 0; r < 3; ++r) {
+    std::vector<std::string> extra = {"--timeout-ms", "2", "--min-timeout-us", "2000"};
+    if (r == 2) extra.insert(extra.end(), {"--multicast", "off"});
+    ps.push_back(Worker(sw.control, r, 3, "300007", "3", "31", extra));
+  }
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(ps[r]->Wait(seconds(120))) << "rank " << r << ":\n" << ps[r]->output();
+    EXPECT_EQ(ps[r]->exit_code(), 0) << "rank " << r << ":\n" << ps[r]->output();
+    EXPECT_NE(ps[r]->output().find("status=ok verified=1"), std::string::npos) << ps[r]->output();
+    if (r < 2) {
+      EXPECT_GT(GroupReceived(ps[r]->output()), 0) << ps[r]->output();
+    } else {
+      EXPECT_EQ(GroupReceived(ps[r]->output()), 0) << ps[r]->output();
+    }
+  }
+  EXPECT_EQ(Files().size(), 1u);  // the switch's inbox; the groups went with their members
+  sw.process->Kill(SIGINT);
+  ASSERT_TRUE(sw.process->Wait(seconds(30))) << sw.process->output();
 }
 
 // Given `switchml run --transport shm` with 1% loss each way (the loss wrapper around shm),

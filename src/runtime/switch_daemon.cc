@@ -1,6 +1,7 @@
 #include "runtime/switch_daemon.h"
 
 #include <array>
+#include <cstring>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -66,6 +67,31 @@ struct SwitchDaemon::Shard {
     for (size_t i = 0; i < tx.size(); ++i) sorted[bucket_start[tx_bucket[i]]++] = tx[i];
   }
 
+  // After a reply built in memory lent for reply_group (index: its transmit buffer index): the
+  // reply to send, moved to spill unless it goes to that group alone (memory lent for a
+  // destination is that destination's alone: transport.h TxBufferTo); and the next reply's
+  // group.
+  std::span<const uint8_t> KeepGroupMemoryForTheGroup(const dataplane::Action& a, size_t index) {
+    std::span<const uint8_t> data = a.reply;
+    const bool alone = a.destinations.size() == 1 && a.destinations[0] == reply_group;
+    if (!alone) {
+      if (spill.empty()) spill.resize(kBatch * proto::kMaxDatagramBytes);
+      uint8_t* to = spill.data() + index * proto::kMaxDatagramBytes;
+      std::memcpy(to, a.reply.data(), a.reply.size());
+      data = {to, a.reply.size()};
+    }
+    NoteReplyGroup(a);
+    return data;
+  }
+  void NoteReplyGroup(const dataplane::Action& a) {
+    constexpr uint32_t kMulticastMask = 0xf0000000, kMulticastNet = 0xe0000000;
+    if (a.destinations.size() == 1 && (a.destinations[0].ipv4 & kMulticastMask) == kMulticastNet) {
+      reply_group = a.destinations[0];
+    } else if (a.kind == dataplane::Action::Kind::kMulticast) {
+      reply_group = Endpoint{};
+    }
+  }
+
   // The destination's bucket: a job's few workers are found in a small array of recent
   // destinations without hashing; others in the table.
   uint32_t Bucket(const Endpoint& destination) {
@@ -93,6 +119,10 @@ struct SwitchDaemon::Shard {
   std::vector<uint32_t> bucket_start;
   std::array<std::pair<Endpoint, uint32_t>, 8> recent{};  // of buckets, the latest misses
   size_t recent_count = 0, recent_next = 0;
+  // The group the last reply went to alone (ipv4 0: none): the next reply is built in its
+  // memory where the transport lends it (shm: in the group's ring, sent without a copy).
+  Endpoint reply_group;
+  std::vector<uint8_t> spill;  // kBatch replies that were built in a group's memory but go elsewhere
   std::thread thread;
 };
 
@@ -134,7 +164,8 @@ Status SwitchDaemonOptions::Validate() const {
   return switch_config.Validate();
 }
 
-// Kernel UDP sends to multicast groups (transport/udp.cc); the others do not. Bound to a
+// Kernel UDP (transport/udp.cc) and shm (transport/shm.h, groups of this host) send to multicast
+// groups; the others do not. Bound to a
 // loopback address or to any: groups of this host's workers, on the loopback interface. Bound
 // to a LAN address: groups on that address's interface (the workers cannot reach the switch
 // through the loopback interface then).
@@ -143,6 +174,10 @@ void ChooseMulticastScope(SwitchDaemonOptions* options, transport::TransportOpti
   constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
   dataplane::SwitchConfig& c = options->switch_config;
   c.loopback_multicast = c.lan_multicast = false;
+  if (options->transport == "shm") {  // groups of this host's shm transports (transport/shm.h)
+    c.loopback_multicast = true;
+    return;
+  }
   if (options->transport != "udp" && options->transport != "udp-plain") return;
   const uint32_t bind = topts->bind_ipv4;
   if (bind == 0 || (bind & kLoopbackMask) == kLoopbackNet) {
@@ -312,11 +347,21 @@ void SwitchDaemon::Run(Shard& shard) {
         // The reply goes over the datagram where the transport lends it for that (DPDK: no
         // transmit buffer to take and fill), else into a transmit buffer.
         const bool over = rx[i].reply_buffer.size() >= proto::kMaxDatagramBytes;
-        const std::span<uint8_t> reply = over ? rx[i].reply_buffer : transport.TxBuffer(replies);
+        const bool to_group = !over && shard.reply_group.ipv4 != 0;
+        const std::span<uint8_t> reply =
+            over       ? rx[i].reply_buffer
+            : to_group ? transport.TxBufferTo(replies, shard.reply_group)
+                       : transport.TxBuffer(replies);
         const dataplane::Action& a = shard.sw.Process(rx[i].source, rx[i].data, reply);
         if (a.kind == dataplane::Action::Kind::kDrop) continue;
+        std::span<const uint8_t> data = a.reply;
+        if (to_group) {
+          data = shard.KeepGroupMemoryForTheGroup(a, replies);
+        } else {
+          shard.NoteReplyGroup(a);
+        }
         if (!over) ++replies;
-        for (const Endpoint& dst : a.destinations) shard.tx.push_back({dst, a.reply});
+        for (const Endpoint& dst : a.destinations) shard.tx.push_back({dst, data});
       }
     }
     shard.GroupByDestination();

@@ -262,6 +262,48 @@ TEST_P(TransportConformanceTest, OneBufferToSeveralDestinationsReachesEach) {
   EXPECT_EQ(got1[1].second, want);
 }
 
+// Given two transports that joined a multicast group of this host (a backend without groups is
+// skipped), Expect one send to the group to reach both, from the sender's endpoint, counted as
+// received through the group (a unicast datagram is not), and a transport that left the group
+// to receive no more of it.
+TEST_P(TransportConformanceTest, GroupOfThisHostReachesEveryMemberOnce) {
+  auto a = Open(false, 1, 2048, true), b = Open(true, 2);
+  ASSERT_FALSE(a.empty() || b.size() < 2);
+  const Endpoint group{0xefc00000u | (static_cast<uint32_t>(::getpid()) & 0x3ffff),
+                       static_cast<uint16_t>(12000 + ::getpid() % 8000)};
+  const Status joined = b[0]->JoinGroup(group, 0);
+  if (joined.code() == StatusCode::kUnimplemented) GTEST_SKIP() << joined.ToString();
+  ASSERT_TRUE(joined.ok()) << joined.ToString();
+  ASSERT_TRUE(b[1]->JoinGroup(group, 0).ok());
+  std::vector<std::vector<uint8_t>> payloads = {{1, 2, 3}, {4, 5, 6, 7}, {8}};
+  std::vector<TxDatagram> tx;
+  for (auto& p : payloads) tx.push_back({group, p});
+  const std::vector<uint8_t> unicast = {9, 9};
+  tx.push_back({b[0]->local_endpoint(), unicast});
+  SendAll(*a[0], tx);
+  EXPECT_EQ(a[0]->counters().datagrams_sent, 4u);
+  for (int k = 0; k < 2; ++k) {
+    auto got = ReceiveN(*b[k], k == 0 ? 4 : 3);
+    ASSERT_EQ(got.size(), k == 0 ? 4u : 3u);
+    size_t from_group = 0;
+    for (auto& [source, bytes] : got) {
+      EXPECT_EQ(source, a[0]->local_endpoint());
+      if (bytes != unicast) {
+        EXPECT_EQ(bytes, payloads[from_group]);
+        ++from_group;
+      }
+    }
+    EXPECT_EQ(from_group, 3u);
+    EXPECT_EQ(b[k]->counters().group_datagrams_received, 3u);
+  }
+  b[1]->LeaveGroup();
+  const TxDatagram more{group, payloads[0]};
+  SendAll(*a[0], {&more, 1});
+  EXPECT_EQ(ReceiveN(*b[0], 1).size(), 1u);
+  std::vector<RxDatagram> rx(4);
+  EXPECT_EQ(*b[1]->Receive(rx, milliseconds(100)), 0u);
+}
+
 TEST_P(TransportConformanceTest, OversizedDatagramIsCutAndFlagged) {
   auto a = Open(false, 1), b = Open(true, 1, /*max_datagram=*/100, true);
   ASSERT_FALSE(a.empty() || b.empty());

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -325,6 +326,263 @@ Result<Inbox> CreateInbox(const ShmOptions& o, const std::string& dir, bool* in_
                           " keeps changing): choose another port");
 }
 
+// ---- Group files (shm.h, "Groups"): one producer (a switch thread) writes each datagram once;
+// every member reads it with a cursor of its own.
+
+constexpr uint64_t kGroupMagic = 0x315052474c4d5753ULL;  // "SWMLGRP1" read little-endian
+constexpr uint32_t kGroupVersion = 1;
+constexpr uint32_t kGroupMembers = 128;
+
+struct GroupFixed {  // offset 0; written once by the member that made the file
+  uint64_t magic;
+  uint32_t version;
+  uint32_t max_members;
+  uint32_t ring_slots;
+  uint32_t slot_bytes;
+  uint32_t max_datagram_bytes;
+  uint32_t reserved;
+  uint64_t header_bytes;
+  uint64_t total_bytes;
+};
+static_assert(sizeof(GroupFixed) <= kLine);
+constexpr size_t kGroupClosedOffset = kLine;       // uint32_t: 1 once removed or replaced
+constexpr size_t kGroupVersionOffset = kLine + 4;  // uint32_t: bumped on every member change
+constexpr size_t kGroupHeadOffset = 2 * kLine;     // uint64_t: the producer index
+constexpr size_t kGroupProducerOffset = 3 * kLine;  // uint32_t ipv4, port: the producer's endpoint
+constexpr size_t kGroupMembersOffset = 4 * kLine;   // kGroupMembers entries, one line each
+
+struct Member {     // a member's entry: written by the member, but cursor set by the producer
+  uint64_t state;   // kind << 32 | pid
+  uint64_t cursor;  // the next slot the member reads
+  uint32_t ipv4;    // the member's endpoint (its inbox: where its doorbell is)
+  uint32_t port;
+};
+static_assert(sizeof(Member) <= kLine);
+
+enum MemberKind : uint64_t {
+  kMemberFree = 0,
+  kMemberClaimed = 1,  // being set up by a member
+  kMemberJoining = 2,  // waits for the producer to set its cursor to the head
+  kMemberActive = 3,   // reads from its cursor; the producer does not overwrite what it has not read
+  kMemberDropped = 4,  // its cursor made no sense to the producer: it must join again
+};
+
+// The byte of the file that a live producer, or member e, holds an OFD lock on (fcntl locks
+// per open file description: released when the holder closes the file or dies).
+constexpr off_t kProducerLockByte = 0;
+off_t MemberLockByte(uint32_t e) { return 1 + static_cast<off_t>(e); }
+
+bool LockByte(int fd, off_t byte) {
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  l.l_start = byte;
+  l.l_len = 1;
+  return ::fcntl(fd, F_OFD_SETLK, &l) == 0;
+}
+
+void UnlockByte(int fd, off_t byte) {
+  struct flock l {};
+  l.l_type = F_UNLCK;
+  l.l_whence = SEEK_SET;
+  l.l_start = byte;
+  l.l_len = 1;
+  ::fcntl(fd, F_OFD_SETLK, &l);
+}
+
+// Whether another open file description holds a lock on the byte (when the question cannot be
+// answered: yes, the cautious answer).
+bool ByteLocked(int fd, off_t byte) {
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  l.l_start = byte;
+  l.l_len = 1;
+  if (::fcntl(fd, F_OFD_GETLK, &l) != 0) return true;
+  return l.l_type != F_UNLCK;
+}
+
+struct GroupGeometry {
+  uint32_t ring_slots = 0;
+  uint32_t slot_bytes = 0;
+  uint32_t max_datagram_bytes = 0;  // the whole slot after its length word
+  uint64_t header_bytes = 0;
+  uint64_t total_bytes = 0;
+};
+
+GroupGeometry MakeGroupGeometry(uint32_t ring_slots, uint32_t max_datagram) {
+  GroupGeometry g;
+  g.ring_slots = ring_slots;
+  g.slot_bytes = static_cast<uint32_t>(RoundUp(kSlotDataOffset + max_datagram, kLine));
+  g.max_datagram_bytes = static_cast<uint32_t>(g.slot_bytes - kSlotDataOffset);
+  g.header_bytes = RoundUp(kGroupMembersOffset + size_t{kGroupMembers} * kLine, kPage);
+  g.total_bytes = g.header_bytes + RoundUp(uint64_t{ring_slots} * g.slot_bytes, kPage);
+  return g;
+}
+
+// The geometry a group file's header claims, if it is one this code would have made; read once.
+bool ReadGroupGeometry(const uint8_t* header, uint64_t file_bytes, GroupGeometry* out) {
+  GroupFixed f;
+  std::memcpy(&f, header, sizeof f);
+  if (f.magic != kGroupMagic || f.version != kGroupVersion || f.max_members != kGroupMembers) {
+    return false;
+  }
+  if (!PowerOfTwo(f.ring_slots) || f.ring_slots < 2 || f.ring_slots > kMaxRingSlots) return false;
+  if (f.slot_bytes < kSlotDataOffset + 1 || f.slot_bytes > kSlotDataOffset + kMaxDatagram + kLine) {
+    return false;
+  }
+  const GroupGeometry g =
+      MakeGroupGeometry(f.ring_slots, static_cast<uint32_t>(f.slot_bytes - kSlotDataOffset));
+  if (f.slot_bytes != g.slot_bytes || f.max_datagram_bytes != g.max_datagram_bytes ||
+      f.header_bytes != g.header_bytes || f.total_bytes != g.total_bytes ||
+      g.total_bytes > file_bytes) {
+    return false;
+  }
+  *out = g;
+  return true;
+}
+
+bool IsGroupAddress(const Endpoint& e) { return (e.ipv4 & 0xf0000000u) == 0xe0000000u; }
+
+std::string GroupPath(const std::string& dir, const Endpoint& group) {
+  return dir + "/group-" + Ipv4ToString(group.ipv4) + "-" + std::to_string(group.port);
+}
+
+std::atomic_ref<uint64_t> MemberState(uint8_t* header, uint32_t e) {
+  return Ref<uint64_t>(header, kGroupMembersOffset + e * kLine + offsetof(Member, state));
+}
+std::atomic_ref<uint64_t> MemberCursor(uint8_t* header, uint32_t e) {
+  return Ref<uint64_t>(header, kGroupMembersOffset + e * kLine + offsetof(Member, cursor));
+}
+
+// A group file mapped whole (header, member table, ring).
+struct GroupFile {
+  std::string path;
+  Fd fd;
+  Mapping map;
+  GroupGeometry g;
+  uint8_t* Slot(uint64_t index) const {
+    return map.get() + g.header_bytes + (index & (g.ring_slots - 1)) * size_t{g.slot_bytes};
+  }
+  bool Closed() const {
+    return Ref<uint32_t>(map.get(), kGroupClosedOffset).load(std::memory_order_acquire) != 0;
+  }
+};
+
+// Maps an open group file after checking that it is ours and has a header this code knows;
+// false otherwise.
+bool MapGroupFile(GroupFile* f) {
+  struct stat st {};
+  if (::fstat(f->fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+      static_cast<uint64_t>(st.st_size) < kPage) {
+    return false;
+  }
+  Mapping first = Mapping::Map(f->fd.get(), kPage, 0);
+  if (first.get() == nullptr ||
+      !ReadGroupGeometry(first.get(), static_cast<uint64_t>(st.st_size), &f->g)) {
+    return false;
+  }
+  first.Reset();
+  f->map = Mapping::Map(f->fd.get(), f->g.total_bytes, 0);
+  return f->map.get() != nullptr;
+}
+
+// Makes a new group file under a temporary name in dir, holding LOCK_SH on it; *tmp: its name.
+Result<GroupFile> MakeGroupFile(const std::string& dir, const GroupGeometry& g, std::string* tmp) {
+  GroupFile f;
+  *tmp = dir + "/.group.XXXXXX";
+  f.fd = Fd(::mkostemp(tmp->data(), O_CLOEXEC));
+  if (f.fd.get() < 0) {
+    return UnavailableError("cannot create a file in " + dir + " for a group: " + ErrnoText(errno));
+  }
+  if (::flock(f.fd.get(), LOCK_SH | LOCK_NB) != 0 ||
+      ::ftruncate(f.fd.get(), static_cast<off_t>(g.total_bytes)) != 0) {
+    ::unlink(tmp->c_str());
+    return ResourceExhaustedError("cannot lock and size the group file " + *tmp + " (" +
+                                  std::to_string(g.total_bytes) + " bytes, sparse): " +
+                                  ErrnoText(errno));
+  }
+  f.g = g;
+  f.map = Mapping::Map(f.fd.get(), g.total_bytes, 0);
+  if (f.map.get() == nullptr) {
+    ::unlink(tmp->c_str());
+    return ResourceExhaustedError("cannot map the group file " + *tmp + ": " + ErrnoText(errno));
+  }
+  GroupFixed fixed{};
+  fixed.magic = kGroupMagic;
+  fixed.version = kGroupVersion;
+  fixed.max_members = kGroupMembers;
+  fixed.ring_slots = g.ring_slots;
+  fixed.slot_bytes = g.slot_bytes;
+  fixed.max_datagram_bytes = g.max_datagram_bytes;
+  fixed.header_bytes = g.header_bytes;
+  fixed.total_bytes = g.total_bytes;
+  std::memcpy(f.map.get(), &fixed, sizeof fixed);  // the rest is zero (ftruncate)
+  std::atomic_thread_fence(std::memory_order_release);
+  return f;
+}
+
+// Opens the group's file as a member (shm.h, "Groups"), holding LOCK_SH on it: the file that
+// live members hold, else a new one (replacing one that no one holds: left by members that died,
+// or of another geometry).
+Result<GroupFile> OpenGroupAsMember(const std::string& dir, const Endpoint& group,
+                                    const GroupGeometry& want) {
+  const std::string path = GroupPath(dir, group);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    Fd old(::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+    if (old.get() < 0 && errno != ENOENT) {
+      return UnavailableError("cannot open the group file " + path + ": " + ErrnoText(errno));
+    }
+    if (old.get() >= 0 && ::flock(old.get(), LOCK_EX | LOCK_NB) != 0) {
+      // Live members hold it (LOCK_SH), or one holds it alone for a moment (leaving): join it.
+      if (::flock(old.get(), LOCK_SH | LOCK_NB) != 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        continue;
+      }
+      GroupFile f;
+      f.path = path;
+      f.fd = std::move(old);
+      if (!MapGroupFile(&f)) {
+        return FailedPreconditionError("the group file " + path +
+                                       " held by live members is not one this build knows");
+      }
+      if (f.Closed() || !SameFile(path, f.fd.get())) continue;  // removed meanwhile
+      return f;
+    }
+    // No file, or one that no one holds: a new one takes the name.
+    std::string tmp;
+    ASSIGN_OR_RETURN(GroupFile f, MakeGroupFile(dir, want, &tmp));
+    f.path = path;
+    if (old.get() < 0) {
+      const bool linked = ::link(tmp.c_str(), path.c_str()) == 0;
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      if (linked) return f;
+      if (err != EEXIST) {
+        return UnavailableError("cannot name the group file " + path + ": " + ErrnoText(err));
+      }
+      continue;  // another member made it meanwhile
+    }
+    if (!SameFile(path, old.get())) {
+      ::unlink(tmp.c_str());
+      continue;
+    }
+    // (Held LOCK_EX: no member can join it meanwhile; a producer that maps it sees it closed.)
+    GroupFile stale;
+    stale.fd = std::move(old);
+    if (MapGroupFile(&stale)) {
+      Ref<uint32_t>(stale.map.get(), kGroupClosedOffset).store(1, std::memory_order_release);
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      return UnavailableError("cannot replace the group file " + path + ": " + ErrnoText(err));
+    }
+    return f;
+  }
+  return UnavailableError("the group file " + path + " keeps changing: try again");
+}
+
 class ShmTransport final : public Transport {
  public:
   ShmTransport(Inbox inbox, const ShmOptions& o, std::string dir)
@@ -340,6 +598,9 @@ class ShmTransport final : public Transport {
         bell_(reinterpret_cast<uint32_t*>(base_ + kDoorbellOffset + offsetof(Doorbell, bell))) {}
 
   ~ShmTransport() override {
+    LeaveJoined();
+    groups_.clear();
+    retired_groups_.clear();
     peers_.clear();  // each marks its entry closed
     retired_.clear();
     Ref<uint32_t>(base_, kDoorbellOffset + offsetof(Doorbell, closed))
@@ -360,6 +621,16 @@ class ShmTransport final : public Transport {
   std::span<uint8_t> TxBufferTo(size_t index, const Endpoint& destination) override {
     if (index == 0) NewLendingBatch();
     CHECK_LT(index, kTxBuffers) << "TxBufferTo index out of range";
+    if (IsGroupAddress(destination)) {
+      GroupPeer* gp = FindGroup(destination);
+      if (gp == nullptr || gp->file.g.max_datagram_bytes < g_.max_datagram_bytes) {
+        return Transport::TxBuffer(index);
+      }
+      RescanMembers(*gp);
+      if (!GroupRoom(*gp, index + 1, /*reclaim=*/false)) return Transport::TxBuffer(index);
+      gp->lent_batch = lending_batch_;
+      return {gp->file.Slot(gp->head + index) + kSlotDataOffset, g_.max_datagram_bytes};
+    }
     Peer* p = FindPeer(destination.port);
     if (p == nullptr || p->g.max_datagram_bytes < g_.max_datagram_bytes ||
         !HasRoom(*p, index + 1)) {
@@ -377,6 +648,14 @@ class ShmTransport final : public Transport {
     uint16_t port = 0;
     for (; taken < batch.size(); ++taken) {
       const TxDatagram& d = batch[taken];
+      if (IsGroupAddress(d.destination)) {  // (never stops the batch: dropped when full)
+        if (d.data.size() <= kMaxDatagram && SendToGroup(d.destination, d.data, &in_place)) {
+          ++copied;
+        } else {
+          ++errors;
+        }
+        continue;
+      }
       if (!have_port || d.destination.port != port) {
         port = d.destination.port;
         have_port = true;
@@ -465,8 +744,34 @@ class ShmTransport final : public Transport {
     c.malformed = malformed_.Get();
     c.doorbells = doorbells_.Get();
     c.sent_in_place = sent_in_place_.Get();
+    c.group_datagrams_received = group_received_.Get();
     return c;
   }
+
+  // Joins the group on this host (shm.h, "Groups"): interface_index must be 0 (loopback).
+  Status JoinGroup(const Endpoint& group, uint32_t interface_index) override {
+    LeaveGroup();
+    if (interface_index != 0) {
+      return UnimplementedError("the shm transport's groups are of this host only (interface "
+                                "index 0), not on interface " + std::to_string(interface_index));
+    }
+    if (!IsGroupAddress(group) || group.port == 0) {
+      return InvalidArgumentError("shm: " + group.ToString() + " is not a multicast group");
+    }
+    auto j = std::make_unique<Joined>();
+    j->group = group;
+    ASSIGN_OR_RETURN(j->file, OpenGroupAsMember(dir_, group,
+                                                MakeGroupGeometry(g_.ring_slots,
+                                                                  g_.max_datagram_bytes)));
+    if (!ClaimMember(*j)) {
+      return ResourceExhaustedError("shm: group " + group.ToString() + " has " +
+                                    std::to_string(kGroupMembers) + " members already");
+    }
+    joined_ = std::move(j);
+    return Status();
+  }
+
+  void LeaveGroup() override { LeaveJoined(); }
 
  private:
   // A destination: its inbox's header and our ring in it (the sender's side).
@@ -534,6 +839,408 @@ class ShmTransport final : public Transport {
     bool broken = false;     // its producer index made no sense: ignored from then on
   };
 
+  // ---- Groups, the producer's side (shm.h, "Groups").
+
+  // A member of a group as the producer knows it: its entry, the state it saw there, and its
+  // inbox's doorbell.
+  struct GroupMember {
+    uint32_t entry = 0;
+    uint64_t state = 0;
+    Mapping bell_page;  // the first page of the member's inbox (null: no doorbell to ring)
+  };
+
+  // A group this transport sends to (it holds the producer's lock of the group's file).
+  struct GroupPeer {
+    Endpoint group;
+    GroupFile file;
+    uint64_t head = 0;          // the next slot to fill (ours alone)
+    uint64_t min_cursor = 0;    // the members' least cursor as last read
+    uint32_t version_seen = 0;  // the member table's version the members reflect
+    bool rescan = true;
+    bool touched = false;
+    bool full_warned = false;
+    uint64_t lent_batch = 0;
+    Clock::time_point last_reclaim{};
+    std::vector<GroupMember> members;
+    uint8_t* header() const { return file.map.get(); }
+    // Writes data into the next slot; true when it was already there (built in a lent slot).
+    bool Copy(std::span<const uint8_t> data) {
+      uint8_t* slot = file.Slot(head);
+      const size_t n = std::min<size_t>(data.size(), file.g.max_datagram_bytes);
+      const bool in_place = data.data() == slot + kSlotDataOffset;
+      if (n > 0 && !in_place) std::memmove(slot + kSlotDataOffset, data.data(), n);
+      Ref<uint32_t>(slot, 0).store(static_cast<uint32_t>(data.size()), std::memory_order_relaxed);
+      ++head;
+      return in_place;
+    }
+  };
+
+  GroupPeer* FindGroup(const Endpoint& group) {
+    if (last_group_ != nullptr && last_group_->group == group && !last_group_->file.Closed()) {
+      return last_group_;
+    }
+    GroupPeer* found = nullptr;
+    auto it = groups_.find(group);
+    if (it != groups_.end() && !it->second->file.Closed()) {
+      found = it->second.get();
+    } else {
+      if (it != groups_.end()) DropGroup(group);  // its last member left (or it was replaced)
+      auto retry = group_retry_.find(group);
+      const Clock::time_point now = Clock::now();
+      if (retry != group_retry_.end() && now < retry->second) return nullptr;
+      std::unique_ptr<GroupPeer> p = OpenGroup(group);
+      if (p == nullptr) {
+        if (group_retry_.size() > 4096) group_retry_.clear();
+        group_retry_[group] = now + std::chrono::milliseconds(20);
+        return nullptr;
+      }
+      group_retry_.erase(group);
+      found = p.get();
+      groups_.emplace(group, std::move(p));
+    }
+    last_group_ = found;
+    return found;
+  }
+
+  void DropGroup(const Endpoint& group) {
+    auto it = groups_.find(group);
+    if (it == groups_.end()) return;
+    GroupPeer* p = it->second.get();
+    touched_groups_.erase(std::remove(touched_groups_.begin(), touched_groups_.end(), p),
+                          touched_groups_.end());
+    if (last_group_ == p) last_group_ = nullptr;
+    if (p->lent_batch == lending_batch_ && lending_batch_ != 0) {
+      retired_groups_.push_back(std::move(it->second));
+    }
+    groups_.erase(it);
+  }
+
+  // Opens the group's file as its producer; nullptr (logged at debug level) while no member
+  // made it, or when another live producer holds it.
+  std::unique_ptr<GroupPeer> OpenGroup(const Endpoint& group) {
+    auto p = std::make_unique<GroupPeer>();
+    p->group = group;
+    p->file.path = GroupPath(dir_, group);
+    p->file.fd = Fd(::open(p->file.path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+    auto fail = [&](const std::string& why) -> std::unique_ptr<GroupPeer> {
+      LOG(kDebug, kTransport) << "shm " << source_.ToString() << ": cannot send to group "
+                              << group.ToString() << ": " << why;
+      return nullptr;
+    };
+    if (p->file.fd.get() < 0) return fail(p->file.path + ": " + ErrnoText(errno));
+    if (!MapGroupFile(&p->file)) return fail(p->file.path + " is not a group file of ours");
+    if (p->file.Closed()) return fail(p->file.path + " is closed");
+    if (!LockByte(p->file.fd.get(), kProducerLockByte)) {
+      if (producer_warned_.size() < 64 && producer_warned_.insert(group).second) {
+        LOG(kWarning, kTransport) << "shm " << source_.ToString() << ": another process sends to "
+                                  << "group " << group.ToString()
+                                  << "; datagrams to it are dropped and counted";
+      }
+      return fail("another live producer holds it");
+    }
+    // A producer that died left its last published head: continue from there.
+    p->head = Ref<uint64_t>(p->header(), kGroupHeadOffset).load(std::memory_order_acquire);
+    Ref<uint32_t>(p->header(), kGroupProducerOffset).store(source_.ipv4, std::memory_order_relaxed);
+    Ref<uint32_t>(p->header(), kGroupProducerOffset + 4)
+        .store(source_.port, std::memory_order_release);
+    return p;
+  }
+
+  // Takes in members that joined (their cursor: the head) and forgets those that left, when the
+  // member table changed.
+  void RescanMembers(GroupPeer& p) {
+    auto version = Ref<uint32_t>(p.header(), kGroupVersionOffset);
+    const uint32_t v = version.load(std::memory_order_acquire);
+    if (!p.rescan && v == p.version_seen) return;
+    p.rescan = false;
+    p.version_seen = v;
+    std::vector<GroupMember> old = std::move(p.members);
+    p.members.clear();
+    for (uint32_t e = 0; e < kGroupMembers; ++e) {
+      auto state = MemberState(p.header(), e);
+      uint64_t s = state.load(std::memory_order_acquire);
+      if (s >> 32 == kMemberJoining) {
+        MemberCursor(p.header(), e).store(p.head, std::memory_order_relaxed);
+        const uint64_t active = uint64_t{kMemberActive} << 32 | (s & 0xffffffffu);
+        if (!state.compare_exchange_strong(s, active, std::memory_order_acq_rel)) continue;
+        s = active;
+      }
+      if (s >> 32 != kMemberActive) continue;
+      GroupMember m;
+      m.entry = e;
+      m.state = s;
+      for (GroupMember& o : old) {  // the doorbell of a member already known
+        if (o.entry == e && o.state == s) m.bell_page = std::move(o.bell_page);
+      }
+      if (m.bell_page.get() == nullptr) {
+        const uint32_t port = Ref<uint32_t>(p.header(), kGroupMembersOffset + e * kLine +
+                                                            offsetof(Member, port))
+                                  .load(std::memory_order_relaxed);
+        m.bell_page = MapDoorbell(port);
+      }
+      p.members.push_back(std::move(m));
+    }
+    RefreshCursors(p);
+  }
+
+  // The first page of the inbox of port (for its doorbell), if it is an inbox of ours.
+  Mapping MapDoorbell(uint32_t port) {
+    if (port == 0 || port > 65535) return Mapping();
+    Fd fd(::open(InboxPath(dir_, static_cast<uint16_t>(port)).c_str(),
+                 O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st {};
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != ::geteuid() || static_cast<uint64_t>(st.st_size) < kPage) {
+      return Mapping();
+    }
+    Mapping m = Mapping::Map(fd.get(), kPage, 0);
+    uint64_t magic = 0;
+    if (m.get() != nullptr) std::memcpy(&magic, m.get(), sizeof magic);
+    return magic == kMagic ? std::move(m) : Mapping();
+  }
+
+  // Reads the members' cursors (untrusted: one beyond the head, or more than a ring behind it,
+  // drops the member, which then joins again).
+  void RefreshCursors(GroupPeer& p) {
+    uint64_t least = p.head;
+    for (size_t k = 0; k < p.members.size();) {
+      GroupMember& m = p.members[k];
+      const uint64_t c = MemberCursor(p.header(), m.entry).load(std::memory_order_acquire);
+      if (c > p.head || p.head - c > p.file.g.ring_slots) {
+        uint64_t expected = m.state;
+        MemberState(p.header(), m.entry)
+            .compare_exchange_strong(expected, uint64_t{kMemberDropped} << 32 | (m.state & 0xffffffffu),
+                                     std::memory_order_acq_rel);
+        malformed_.Add(1);
+        LOG(kWarning, kTransport) << "shm " << source_.ToString() << ": member " << m.entry
+                                  << " of group " << p.group.ToString()
+                                  << " has a cursor that makes no sense; dropped";
+        p.members[k] = std::move(p.members.back());
+        p.members.pop_back();
+        continue;
+      }
+      least = std::min(least, c);
+      ++k;
+    }
+    p.min_cursor = least;
+  }
+
+  // Frees the entries of members that hold back the ring and are gone (their lock released).
+  // At most once per 10 ms per group: each look is a system call per member.
+  void ReclaimDeadMembers(GroupPeer& p, uint64_t slots) {
+    const Clock::time_point now = Clock::now();
+    if (now - p.last_reclaim < std::chrono::milliseconds(10)) return;
+    p.last_reclaim = now;
+    for (size_t k = 0; k < p.members.size();) {
+      GroupMember& m = p.members[k];
+      const uint64_t c = MemberCursor(p.header(), m.entry).load(std::memory_order_acquire);
+      if (p.head - c + slots > p.file.g.ring_slots &&
+          !ByteLocked(p.file.fd.get(), MemberLockByte(m.entry))) {
+        uint64_t expected = m.state;
+        MemberState(p.header(), m.entry)
+            .compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+        LOG(kInfo, kTransport) << "shm " << source_.ToString() << ": member " << m.entry
+                               << " of group " << p.group.ToString() << " is gone; dropped";
+        p.members[k] = std::move(p.members.back());
+        p.members.pop_back();
+        continue;
+      }
+      ++k;
+    }
+    RefreshCursors(p);
+  }
+
+  // Whether the next `slots` slots of the group's ring are free: every live member has read
+  // what they held. reclaim: also look for members that are gone.
+  bool GroupRoom(GroupPeer& p, uint64_t slots, bool reclaim) {
+    const uint64_t ring = p.file.g.ring_slots;
+    if (p.head - p.min_cursor + slots <= ring) return true;
+    RefreshCursors(p);
+    if (p.head - p.min_cursor + slots <= ring) return true;
+    if (!reclaim) return false;
+    ReclaimDeadMembers(p, slots);
+    return p.head - p.min_cursor + slots <= ring;
+  }
+
+  // Copies (or publishes in place) one datagram to a group; false when it was dropped: no
+  // group file, or a live member has not read the ring's oldest slot.
+  bool SendToGroup(const Endpoint& group, std::span<const uint8_t> data, uint64_t* in_place) {
+    GroupPeer* p = FindGroup(group);
+    if (p == nullptr) return false;
+    RescanMembers(*p);
+    if (!GroupRoom(*p, 1, /*reclaim=*/true)) {
+      if (!p->full_warned) {
+        p->full_warned = true;
+        LOG(kWarning, kTransport) << "shm " << source_.ToString() << ": group "
+                                  << p->group.ToString() << " is full: a live member does not "
+                                  << "read it; its datagrams are dropped and counted";
+      }
+      return false;
+    }
+    *in_place += p->Copy(data) ? 1 : 0;
+    if (!p->touched) {
+      p->touched = true;
+      touched_groups_.push_back(p);
+    }
+    return true;
+  }
+
+  // Rings the doorbells of the members of the touched groups that sleep (after the fence).
+  void RingGroupDoorbells() {
+    for (GroupPeer* p : touched_groups_) {
+      for (const GroupMember& m : p->members) {
+        if (m.bell_page.get() == nullptr) continue;
+        auto sleeping =
+            Ref<uint32_t>(m.bell_page.get(), kDoorbellOffset + offsetof(Doorbell, sleeping));
+        if (sleeping.load(std::memory_order_relaxed) == 0) continue;
+        if (sleeping.exchange(0, std::memory_order_acq_rel) == 0) continue;
+        uint32_t* bell = reinterpret_cast<uint32_t*>(m.bell_page.get() + kDoorbellOffset +
+                                                     offsetof(Doorbell, bell));
+        std::atomic_ref<uint32_t>(*bell).fetch_add(1, std::memory_order_release);
+        Futex(bell, FUTEX_WAKE, 1, nullptr);
+        doorbells_.Add(1);
+      }
+      p->touched = false;
+    }
+    touched_groups_.clear();
+  }
+
+  // ---- Groups, a member's side.
+
+  // The group this transport joined.
+  struct Joined {
+    Endpoint group;
+    GroupFile file;
+    uint32_t entry = UINT32_MAX;  // our entry (UINT32_MAX: none; claimed again on the next poll)
+    bool active = false;          // the producer set our cursor
+    uint64_t cursor = 0;          // the next slot to read
+    uint64_t published = 0;       // cursor last stored
+  };
+
+  // Claims a free entry of the member table, locks it, and asks the producer to take us in.
+  bool ClaimMember(Joined& j) {
+    uint8_t* h = j.file.map.get();
+    for (uint32_t e = 0; e < kGroupMembers; ++e) {
+      auto state = MemberState(h, e);
+      uint64_t expected = 0;
+      if (state.load(std::memory_order_relaxed) != 0) continue;
+      if (!state.compare_exchange_strong(expected, uint64_t{kMemberClaimed} << 32 | pid_,
+                                         std::memory_order_acquire)) {
+        continue;
+      }
+      if (!LockByte(j.file.fd.get(), MemberLockByte(e))) {  // (a table someone else wrote)
+        state.store(0, std::memory_order_release);
+        continue;
+      }
+      const size_t entry = kGroupMembersOffset + e * kLine;
+      Ref<uint32_t>(h, entry + offsetof(Member, ipv4)).store(source_.ipv4, std::memory_order_relaxed);
+      Ref<uint32_t>(h, entry + offsetof(Member, port)).store(source_.port, std::memory_order_relaxed);
+      state.store(uint64_t{kMemberJoining} << 32 | pid_, std::memory_order_release);
+      Ref<uint32_t>(h, kGroupVersionOffset).fetch_add(1, std::memory_order_acq_rel);
+      j.entry = e;
+      j.active = false;
+      return true;
+    }
+    return false;
+  }
+
+  // Gives our entry back (if it is still ours).
+  void ReleaseMember(Joined& j) {
+    if (j.entry == UINT32_MAX) return;
+    uint8_t* h = j.file.map.get();
+    auto state = MemberState(h, j.entry);
+    uint64_t s = state.load(std::memory_order_acquire);
+    if ((s & 0xffffffffu) == pid_ && s >> 32 != kMemberFree) {
+      state.compare_exchange_strong(s, 0, std::memory_order_acq_rel);
+    }
+    UnlockByte(j.file.fd.get(), MemberLockByte(j.entry));
+    Ref<uint32_t>(h, kGroupVersionOffset).fetch_add(1, std::memory_order_acq_rel);
+    j.entry = UINT32_MAX;
+    j.active = false;
+  }
+
+  // Joins again (dropped by the producer, or a ring that made no sense): from the head.
+  void Rejoin(Joined& j) {
+    ReleaseMember(j);
+    if (!ClaimMember(j) && !group_full_warned_) {
+      group_full_warned_ = true;
+      LOG(kWarning, kTransport) << "shm " << source_.ToString() << ": group "
+                                << j.group.ToString() << " has no free entry; results come "
+                                << "through retransmissions";
+    }
+  }
+
+  // Takes what waits in the joined group's ring into out (the rules of Take).
+  size_t TakeGroup(std::span<RxDatagram> out) {
+    Joined& j = *joined_;
+    if (j.entry == UINT32_MAX) {
+      Rejoin(j);
+      return 0;
+    }
+    uint8_t* h = j.file.map.get();
+    const uint64_t s = MemberState(h, j.entry).load(std::memory_order_acquire);
+    if (s != (uint64_t{kMemberActive} << 32 | pid_)) {
+      if (s != (uint64_t{kMemberJoining} << 32 | pid_)) Rejoin(j);  // dropped
+      return 0;
+    }
+    if (!j.active) {
+      j.active = true;
+      j.cursor = j.published = MemberCursor(h, j.entry).load(std::memory_order_acquire);
+    }
+    const uint64_t head = Ref<uint64_t>(h, kGroupHeadOffset).load(std::memory_order_acquire);
+    const uint64_t waiting = head - j.cursor;
+    if (waiting == 0) return 0;
+    if (waiting > j.file.g.ring_slots) {
+      malformed_.Add(1);
+      LOG(kWarning, kTransport) << "shm " << source_.ToString() << ": the ring of group "
+                                << j.group.ToString() << " is corrupt; joining it again";
+      Rejoin(j);
+      return 0;
+    }
+    Endpoint source;
+    source.ipv4 = Ref<uint32_t>(h, kGroupProducerOffset).load(std::memory_order_relaxed);
+    source.port = static_cast<uint16_t>(
+        Ref<uint32_t>(h, kGroupProducerOffset + 4).load(std::memory_order_relaxed));
+    const uint64_t take = std::min<uint64_t>(waiting, out.size());
+    size_t n = 0;
+    uint64_t truncated = 0, malformed = 0;
+    for (uint64_t i = 0; i < take; ++i, ++j.cursor) {
+      const uint8_t* slot = j.file.Slot(j.cursor);
+      const uint32_t length =
+          Ref<uint32_t>(const_cast<uint8_t*>(slot), 0).load(std::memory_order_relaxed);
+      if (length > kMaxLength) {
+        ++malformed;
+        continue;
+      }
+      RxDatagram& d = out[n++];
+      const size_t limit = std::min<size_t>(g_.max_datagram_bytes, j.file.g.max_datagram_bytes);
+      const bool cut = length > limit;
+      d.data = {slot + kSlotDataOffset, std::min<size_t>(length, limit)};
+      d.source = source;
+      d.truncated = cut;
+      truncated += cut ? 1 : 0;
+    }
+    if (truncated > 0) counts_.truncated.Add(truncated);
+    if (malformed > 0) malformed_.Add(malformed);
+    if (n > 0) group_received_.Add(n);
+    return n;
+  }
+
+  // Leaves the joined group; the last member to leave removes its file.
+  void LeaveJoined() {
+    if (!joined_) return;
+    Joined& j = *joined_;
+    if (j.active && j.cursor != j.published) {
+      MemberCursor(j.file.map.get(), j.entry).store(j.cursor, std::memory_order_release);
+    }
+    ReleaseMember(j);
+    if (::flock(j.file.fd.get(), LOCK_EX | LOCK_NB) == 0 && SameFile(j.file.path, j.file.fd.get())) {
+      Ref<uint32_t>(j.file.map.get(), kGroupClosedOffset).store(1, std::memory_order_release);
+      ::unlink(j.file.path.c_str());
+    }
+    joined_.reset();
+  }
+
   // Whether the next `slots` slots of p's ring are free. The consumer index is untrusted: one
   // beyond head counts as a full ring.
   static bool Room(const Peer& p, uint64_t slots) {
@@ -551,6 +1258,7 @@ class ShmTransport final : public Transport {
   void NewLendingBatch() {
     ++lending_batch_;
     retired_.clear();
+    retired_groups_.clear();
   }
 
   Peer* FindPeer(uint16_t port) {
@@ -662,13 +1370,17 @@ class ShmTransport final : public Transport {
 
   // Publishes the rings this Send filled, then rings the doorbells of receivers that sleep.
   void Publish() {
-    if (touched_.empty()) return;
+    if (touched_.empty() && touched_groups_.empty()) return;
     for (Peer* p : touched_) {
       Ref<uint64_t>(p->ring.get(), kHeadOffset).store(p->head, std::memory_order_release);
       p->touched = false;
     }
-    counts_.send_calls.Add(touched_.size());
+    for (GroupPeer* p : touched_groups_) {
+      Ref<uint64_t>(p->header(), kGroupHeadOffset).store(p->head, std::memory_order_release);
+    }
+    counts_.send_calls.Add(touched_.size() + touched_groups_.size());
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    RingGroupDoorbells();
     for (Peer* p : touched_) {
       auto sleeping =
           Ref<uint32_t>(p->header.get(), kDoorbellOffset + offsetof(Doorbell, sleeping));
@@ -684,6 +1396,11 @@ class ShmTransport final : public Transport {
   // Gives back the slots lent by the previous Receive, and frees the entries of senders that
   // are gone once their rings are drained.
   void ReturnLent() {
+    if (joined_ && joined_->active && joined_->cursor != joined_->published) {
+      MemberCursor(joined_->file.map.get(), joined_->entry)
+          .store(joined_->cursor, std::memory_order_release);
+      joined_->published = joined_->cursor;
+    }
     bool freed = false;
     for (Ring& r : rings_) {
       if (r.tail != r.published) {
@@ -774,11 +1491,15 @@ class ShmTransport final : public Transport {
   size_t Poll(std::span<RxDatagram> batch) {
     Rescan();
     size_t n = 0;
+    // The joined group's ring first every other poll (as UDP's group socket).
+    group_first_ = !group_first_;
+    if (joined_ && group_first_) n += TakeGroup(batch);
     const size_t count = rings_.size();
     for (size_t k = 0; k < count && n < batch.size(); ++k) {
       n += Take(rings_[(next_ring_ + k) % count], batch.subspan(n));
     }
     if (count > 0) next_ring_ = (next_ring_ + 1) % count;
+    if (joined_ && !group_first_ && n < batch.size()) n += TakeGroup(batch.subspan(n));
     if (n > 0) {
       counts_.datagrams_received.Add(n);
       counts_.receive_calls.Add(1);
@@ -840,13 +1561,22 @@ class ShmTransport final : public Transport {
   uint64_t lending_batch_ = 0;                 // batches of lent transmit memory so far
   std::vector<std::unique_ptr<Peer>> retired_;  // dropped while lent in the current batch
   std::unordered_set<uint16_t> missing_warned_;  // ports without an inbox already logged
+  std::unordered_map<Endpoint, std::unique_ptr<GroupPeer>> groups_;  // groups we produce for
+  GroupPeer* last_group_ = nullptr;                  // FindGroup's last answer
+  std::vector<GroupPeer*> touched_groups_;            // hold datagrams of the current Send
+  std::vector<std::unique_ptr<GroupPeer>> retired_groups_;  // closed while lent in this batch
+  std::unordered_map<Endpoint, Clock::time_point> group_retry_;  // no group file until then
+  std::unordered_set<Endpoint> producer_warned_;  // groups another producer held, logged
   // Receiver side.
   std::vector<Ring> rings_;
   size_t next_ring_ = 0;
   uint32_t table_version_ = 0;
   Clock::time_point last_reclaim_{};
+  std::unique_ptr<Joined> joined_;  // the group we receive from, if any
+  bool group_first_ = false;        // whether this poll takes the group's ring first
+  bool group_full_warned_ = false;
   SingleWriterTransportCounters counts_;
-  SingleWriterCounter malformed_, doorbells_, sent_in_place_;
+  SingleWriterCounter malformed_, doorbells_, sent_in_place_, group_received_;
 };
 
 Status ValidateOptions(const ShmOptions& o) {

@@ -64,11 +64,53 @@
 //     receiver marks its inbox closed and unlinks it. Entries of senders whose pid is gone are
 //     freed by the receiver (checked at most once a second, before sleeping). Processes that
 //     share a directory must share a pid namespace (the default).
-// Not here: multicast groups (JoinGroup is UNIMPLEMENTED, so the switch sends every
-// worker its copy); other users (the directory is per user).
 //
-// Ownership: a Transport owns its inbox (file, lock, mapping) and its mappings of the inboxes it
-// sends to. Thread-safety: as Transport (one thread uses it; Wake() and counters() from any
+// Groups (multicast on this host; docs/architecture.md, "Multicast results"): a datagram sent
+// to an address in 224.0.0.0/4 goes to the group file `group-<address>-<port>` in the same
+// directory, written once however many members read it. JoinGroup(group, 0) makes a transport
+// a member: its Receive then also takes the group's datagrams (from the producer's endpoint,
+// counted in group_datagrams_received). The file holds:
+//   - a header page: geometry, a "closed" flag, the member table's version, the producer index
+//     (on a line of its own), the producer's endpoint, and a member table of 128 entries, one
+//     cache line each: state and pid in one 64-bit word, the member's cursor (the next slot it
+//     reads), the member's endpoint (its inbox, whose doorbell the producer rings);
+//   - one ring of slots as an inbox ring's (a length word and the data, 64-byte aligned), of
+//     the first member's ring_slots; datagrams up to the slot's size after the length word.
+// Protocol, with what each side trusts:
+//   - Members hold the file with flock LOCK_SH. The first member makes it (a temporary name,
+//     then link). A file that no one holds (left by members that died, or not a group file) is
+//     replaced (marked closed, rename) by the next member. A member claims a free entry
+//     (compare-and-swap: claimed | pid), takes an OFD lock (fcntl F_OFD_SETLK) on byte 1 + entry
+//     of the file, held while it is a member (the kernel releases it when the process dies),
+//     writes its endpoint, marks it joining and bumps the table version. The last member to
+//     leave (LOCK_EX then succeeds) marks the file closed and unlinks it.
+//   - One producer per group: the first transport that sends to it takes an OFD lock on byte 0
+//     (another transport that tries counts its datagrams in send_errors). It continues from the
+//     published producer index. On each Send it compares the table version: when it moved, it
+//     takes every joining member in (sets its cursor to the producer index, then marks it
+//     active: a member starts at the head) and forgets members that left.
+//   - Send writes a datagram into the group's next slot when every active member's cursor is
+//     less than a ring behind, unless it was built there (TxBufferTo(i, group) lends slot
+//     head + i while there is room: sent_in_place); publishes the producer index after the
+//     batch (release), then, after the fence that unicast doorbells use, rings the doorbell of
+//     each member's inbox that announced it sleeps. A live member never has unread slots
+//     overwritten: while one holds the ring full, datagrams to the group are dropped and
+//     counted in send_errors (they are recovered as lost results are: unicast retransmission)
+//     and the batch goes on. A member whose OFD lock is released (it died) is dropped when the
+//     ring is full (looked at at most every 10 ms: a system call per member); a cursor beyond
+//     the producer index or more than a ring behind it is counted in `malformed` and its
+//     member dropped (marked so: it joins again, at the head).
+//   - Receive takes the group's slots, every other call before the inbox rings (as UDP's group
+//     socket), and returns them as the inbox's: by storing its cursor on the next Receive. Read
+//     from the file, untrusted: its own entry's state (not active: join again), the producer
+//     index once per call (more than a ring ahead: `malformed`, join again), each length word
+//     once (beyond 65535: `malformed`, skipped; beyond the receiver's max_datagram_bytes: cut
+//     and flagged), slot indices masked.
+// Not here: other users (the directory is per user); groups on a LAN (interface_index must be
+// 0).
+//
+// Ownership: a Transport owns its inbox (file, lock, mapping), its mappings of the inboxes and
+// groups it sends to, and of the group it joined. Thread-safety: as Transport (one thread uses it; Wake() and counters() from any
 // thread). Blocking: Send never blocks; Receive blocks up to its timeout.
 #pragma once
 

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -553,6 +554,316 @@ TEST_F(ShmTest, AuthenticatedDatagramsAreNotBuiltInSharedMemory) {
             std::string(kHonest, sizeof kHonest));
   EXPECT_EQ(sw->counters().auth_dropped, 0u);
   ::munmap(map, st.st_size);
+}
+
+// ---- Groups (shm.h, "Groups"): the group file's layout as far as the tests that forge it need
+// it: the producer index at 128, member entry e at 256 + 64 e (state, then cursor), the ring's
+// slots from 12288 (a uint32_t length, then the data).
+constexpr size_t kGroupHead = 128, kGroupMember0 = 256, kGroupRing = 12288;
+const Endpoint kGroup{0xefc00102, 15000};  // 239.192.1.2:15000
+
+class ShmGroupTest : public ShmTest {
+ protected:
+  std::string GroupFile() const { return dir_ + "/group-239.192.1.2-15000"; }
+  // Sends `count` datagrams of 4 + i % 30 bytes numbered from *next to the group; returns how
+  // many the producer wrote (counted in datagrams_sent) and advances *next by count.
+  static void SendNumbered(Transport& p, uint32_t count, uint32_t* next) {
+    std::vector<std::vector<uint8_t>> payloads;
+    for (uint32_t i = 0; i < count; ++i, ++*next) {
+      payloads.push_back(Bytes(4 + *next % 30, 7));
+      std::memcpy(payloads.back().data(), next, 4);
+    }
+    std::vector<TxDatagram> tx;
+    for (auto& x : payloads) tx.push_back({kGroup, x});
+    ASSERT_EQ(*p.Send(tx), count);  // a group never stops the batch
+  }
+  // Receives what waits and checks it continues the numbering at *expect.
+  static size_t ReceiveNumbered(Transport& t, uint32_t* expect, const Endpoint& from) {
+    std::vector<RxDatagram> rx(64);
+    auto n = t.Receive(rx, milliseconds(0));
+    EXPECT_TRUE(n.ok());
+    for (size_t i = 0; i < *n; ++i, ++*expect) {
+      uint32_t seq;
+      std::memcpy(&seq, rx[i].data.data(), 4);
+      EXPECT_EQ(seq, *expect);
+      EXPECT_EQ(rx[i].data.size(), 4 + *expect % 30);
+      EXPECT_EQ(rx[i].source, from);
+    }
+    return *n;
+  }
+};
+
+// Given three members of a group and a producer, Expect each datagram written once (sent
+// once, in place when built in a lent slot) and read by every member, counted as received
+// through the group; many rounds wrap the ring.
+TEST_F(ShmGroupTest, EveryMemberReadsEachDatagramWrittenOnce) {
+  ShmOptions o = Options();
+  o.ring_slots = 16;
+  auto p = Open(Options());
+  std::vector<std::unique_ptr<Transport>> m;
+  for (int k = 0; k < 3; ++k) m.push_back(Open(o));
+  ASSERT_TRUE(p && m[0] && m[1] && m[2]);
+  for (auto& t : m) ASSERT_TRUE(t->JoinGroup(kGroup, 0).ok());
+  uint32_t next = 0;
+  uint32_t expect[3] = {0, 0, 0};
+  for (int round = 0; round < 40; ++round) {
+    if (round % 2) {
+      SendNumbered(*p, 5, &next);
+    } else {  // built in the group's ring
+      std::vector<TxDatagram> tx;
+      for (size_t i = 0; i < 5; ++i, ++next) {
+        std::span<uint8_t> b = p->TxBufferTo(i, kGroup);
+        ASSERT_GE(b.size(), p->max_datagram_bytes());
+        std::memset(b.data(), 7, 4 + next % 30);
+        std::memcpy(b.data(), &next, 4);
+        tx.push_back({kGroup, b.first(4 + next % 30)});
+      }
+      ASSERT_EQ(*p->Send(tx), 5u);
+    }
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(ReceiveNumbered(*m[k], &expect[k], p->local_endpoint()), 5u) << round;
+    }
+  }
+  EXPECT_EQ(p->counters().datagrams_sent, 200u);
+  EXPECT_EQ(p->counters().sent_in_place, 100u);
+  for (auto& t : m) {
+    EXPECT_EQ(t->counters().group_datagrams_received, 200u);
+    EXPECT_EQ(t->counters().datagrams_received, 200u);
+  }
+}
+
+// Given a ring of 8 slots and a live member that does not read, Expect the producer to write
+// up to the ring's size, then to drop (and count) what does not fit rather than stop the batch
+// or overwrite the slow member's slots; the other member reads everything written; once the
+// slow member has read, the ring takes datagrams again.
+TEST_F(ShmGroupTest, SlowLiveMemberHoldsTheRingAndTheRestIsDroppedNotOverwritten) {
+  ShmOptions o = Options();
+  o.ring_slots = 8;
+  auto p = Open(Options()), fast = Open(o), slow = Open(o), other = Open(o);
+  ASSERT_TRUE(p && fast && slow && other);
+  ASSERT_TRUE(fast->JoinGroup(kGroup, 0).ok());
+  ASSERT_TRUE(slow->JoinGroup(kGroup, 0).ok());
+  uint32_t next = 0, fast_expect = 0, slow_expect = 0;
+  SendNumbered(*p, 6, &next);
+  EXPECT_EQ(ReceiveNumbered(*fast, &fast_expect, p->local_endpoint()), 6u);
+  // A unicast datagram in the same batch behind the full group still goes.
+  std::vector<uint8_t> u(8, 1);
+  std::vector<std::vector<uint8_t>> g(4, std::vector<uint8_t>(8, 2));
+  std::vector<TxDatagram> tx;
+  for (auto& x : g) tx.push_back({kGroup, x});
+  tx.push_back({other->local_endpoint(), u});
+  ASSERT_EQ(*p->Send(tx), 5u);
+  EXPECT_EQ(p->counters().datagrams_sent, 6u + 2u + 1u);
+  EXPECT_EQ(p->counters().send_errors, 2u);
+  std::vector<RxDatagram> rx(16);
+  EXPECT_EQ(*other->Receive(rx, milliseconds(0)), 1u);
+  EXPECT_EQ(*fast->Receive(rx, milliseconds(0)), 2u);
+  // The slow member reads its 8, intact, and returns them.
+  ASSERT_EQ(*slow->Receive(rx, milliseconds(0)), 8u);
+  for (uint32_t i = 0; i < 6; ++i) {
+    uint32_t seq;
+    std::memcpy(&seq, rx[i].data.data(), 4);
+    EXPECT_EQ(seq, i);
+  }
+  EXPECT_EQ(rx[6].data[0], 2);
+  EXPECT_EQ(rx[7].data[0], 2);
+  ASSERT_EQ(*slow->Receive(rx, milliseconds(0)), 0u);
+  ASSERT_EQ(*fast->Receive(rx, milliseconds(0)), 0u);
+  next = fast_expect = slow_expect = 100;
+  SendNumbered(*p, 8, &next);
+  EXPECT_EQ(ReceiveNumbered(*fast, &fast_expect, p->local_endpoint()), 8u);
+  EXPECT_EQ(ReceiveNumbered(*slow, &slow_expect, p->local_endpoint()), 8u);
+  EXPECT_EQ(p->counters().send_errors, 2u);
+}
+
+// Given a member in another process that dies (SIGKILL) without reading, Expect the producer to
+// find its lock released once the ring is full and drop it: no datagram of the live member is
+// lost, and the group goes on.
+TEST_F(ShmGroupTest, DeadMemberIsDroppedWithoutWedgingTheGroup) {
+  ShmOptions o = Options();
+  o.ring_slots = 8;
+  auto p = Open(Options()), live = Open(o);
+  ASSERT_TRUE(p && live);
+  ASSERT_TRUE(live->JoinGroup(kGroup, 0).ok());
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto t = OpenShmConsecutive(o, 1);
+    if (!t.ok() || !(*t)[0]->JoinGroup(kGroup, 0).ok()) ::_exit(1);
+    const char c = 1;
+    if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+    ::pause();
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  uint32_t next = 0, expect = 0;
+  SendNumbered(*p, 8, &next);  // the child is taken in at the first send, and then holds all 8
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  for (int round = 0; round < 10; ++round) {
+    EXPECT_EQ(ReceiveNumbered(*live, &expect, p->local_endpoint()), 8u) << round;
+    ASSERT_EQ(ReceiveNumbered(*live, &expect, p->local_endpoint()), 0u);  // returns the 8
+    SendNumbered(*p, 8, &next);
+  }
+  EXPECT_EQ(p->counters().send_errors, 0u);
+  EXPECT_EQ(p->counters().datagrams_sent, 88u);
+}
+
+// Given a group under way, Expect a member that joins to start at the head: it reads what is
+// written after it joined, not what the others have already been sent.
+TEST_F(ShmGroupTest, MemberJoiningMidStreamStartsAtTheHead) {
+  auto p = Open(Options()), a = Open(Options()), b = Open(Options());
+  ASSERT_TRUE(p && a && b);
+  ASSERT_TRUE(a->JoinGroup(kGroup, 0).ok());
+  uint32_t next = 0, a_expect = 0;
+  SendNumbered(*p, 5, &next);
+  ASSERT_TRUE(b->JoinGroup(kGroup, 0).ok());
+  uint32_t b_expect = next;
+  std::vector<RxDatagram> rx(16);
+  EXPECT_EQ(*b->Receive(rx, milliseconds(0)), 0u);  // nothing of the 5
+  SendNumbered(*p, 3, &next);
+  EXPECT_EQ(ReceiveNumbered(*a, &a_expect, p->local_endpoint()), 8u);
+  EXPECT_EQ(ReceiveNumbered(*b, &b_expect, p->local_endpoint()), 3u);
+  // Leaving and joining again: from the head again.
+  b->LeaveGroup();
+  SendNumbered(*p, 2, &next);
+  ASSERT_TRUE(b->JoinGroup(kGroup, 0).ok());
+  b_expect = next;
+  SendNumbered(*p, 4, &next);
+  EXPECT_EQ(ReceiveNumbered(*b, &b_expect, p->local_endpoint()), 4u);
+  EXPECT_EQ(ReceiveNumbered(*a, &a_expect, p->local_endpoint()), 6u);
+  EXPECT_EQ(b->counters().group_datagrams_received, 7u);
+}
+
+// Given values forged in the group file by another process of the user: a length word beyond
+// any datagram, a member's cursor beyond the head, then a producer index far ahead, Expect each
+// counted (malformed) and survived: the bad slot dropped, the member with the forged cursor
+// dropped by the producer and joining again at the head, and the member that saw the forged
+// head joining again; datagrams written afterwards arrive.
+TEST_F(ShmGroupTest, ForgedGroupContentsAreCountedAndSurvived) {
+  ShmOptions o = Options();
+  o.ring_slots = 16;
+  auto p = Open(Options()), a = Open(o);
+  ASSERT_TRUE(p && a);
+  ASSERT_TRUE(a->JoinGroup(kGroup, 0).ok());
+  uint32_t next = 0, expect = 0;
+  SendNumbered(*p, 2, &next);
+  const int fd = ::open(GroupFile().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  ASSERT_GE(static_cast<size_t>(st.st_size), kGroupRing + 16 * 2112);
+  void* m = ::mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  uint8_t* f = static_cast<uint8_t*>(m);
+  const uint32_t huge = 0x7fffffff;
+  std::memcpy(f + kGroupRing, &huge, sizeof huge);  // slot 0's length word
+  std::vector<RxDatagram> rx(16);
+  ASSERT_EQ(*a->Receive(rx, milliseconds(0)), 1u);
+  EXPECT_EQ(a->counters().malformed, 1u);
+  ASSERT_EQ(*a->Receive(rx, milliseconds(0)), 0u);
+  // A cursor beyond the head: the producer drops the member once it looks (a full ring).
+  const uint64_t ahead = 1000;
+  std::memcpy(f + kGroupMember0 + 8, &ahead, sizeof ahead);
+  next = expect = 50;
+  SendNumbered(*p, 16, &next);  // fills the ring as the producer last saw it, then looks
+  EXPECT_EQ(p->counters().malformed, 1u);
+  ASSERT_EQ(*a->Receive(rx, milliseconds(0)), 0u);  // dropped: joins again
+  expect = next;
+  SendNumbered(*p, 3, &next);  // taken in at the head first
+  EXPECT_EQ(ReceiveNumbered(*a, &expect, p->local_endpoint()), 3u);
+  // A producer index far ahead of the member: the member joins again.
+  const uint64_t bogus = 1'000'000'000;
+  std::memcpy(f + kGroupHead, &bogus, sizeof bogus);
+  const uint64_t malformed = a->counters().malformed;
+  ASSERT_EQ(*a->Receive(rx, milliseconds(0)), 0u);
+  EXPECT_EQ(a->counters().malformed, malformed + 1);
+  ::munmap(m, st.st_size);
+  ::close(fd);
+  expect = next;
+  SendNumbered(*p, 2, &next);  // takes the member in again (its publish repairs the head)
+  EXPECT_EQ(ReceiveNumbered(*a, &expect, p->local_endpoint()), 2u);
+}
+
+// Given a member blocked in Receive in another process, Expect the producer's write to the
+// group to ring the member's doorbell: the wait ends long before its timeout.
+TEST_F(ShmGroupTest, GroupDatagramWakesASleepingMember) {
+  auto a = Open(Options());
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->JoinGroup(kGroup, 0).ok());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto t = OpenShmConsecutive(Options(), 1);
+    if (!t.ok()) ::_exit(1);
+    std::this_thread::sleep_for(milliseconds(200));
+    const uint8_t byte = 5;
+    const TxDatagram tx{kGroup, {&byte, 1}};
+    ::_exit((*t)[0]->Send({&tx, 1}).ok() ? 0 : 2);
+  }
+  std::vector<RxDatagram> rx(4);
+  const auto start = std::chrono::steady_clock::now();
+  auto n = a->Receive(rx, std::chrono::seconds(20));
+  const auto took = std::chrono::steady_clock::now() - start;
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1u);
+  EXPECT_LT(took, std::chrono::seconds(10));
+  EXPECT_EQ(a->counters().group_datagrams_received, 1u);
+}
+
+// Given the last member leaving, Expect its file removed, the producer's datagrams to the
+// group then counted in send_errors, and, once a new member made a new file, delivered again.
+TEST_F(ShmGroupTest, LastMemberRemovesTheFileAndTheProducerFindsTheNextOne) {
+  auto p = Open(Options()), a = Open(Options());
+  ASSERT_TRUE(p && a);
+  ASSERT_TRUE(a->JoinGroup(kGroup, 0).ok());
+  uint32_t next = 0, expect = 0;
+  SendNumbered(*p, 2, &next);
+  EXPECT_EQ(ReceiveNumbered(*a, &expect, p->local_endpoint()), 2u);
+  a->LeaveGroup();
+  struct stat st {};
+  EXPECT_NE(::stat(GroupFile().c_str(), &st), 0);
+  SendNumbered(*p, 1, &next);
+  EXPECT_EQ(p->counters().send_errors, 1u);
+  a.reset();
+  auto b = Open(Options());
+  ASSERT_TRUE(b->JoinGroup(kGroup, 0).ok());
+  std::this_thread::sleep_for(milliseconds(30));  // the producer looks again after 20 ms
+  expect = next;
+  SendNumbered(*p, 2, &next);
+  EXPECT_EQ(ReceiveNumbered(*b, &expect, p->local_endpoint()), 2u);
+  b.reset();
+  EXPECT_NE(::stat(GroupFile().c_str(), &st), 0);
+}
+
+// Given a group file left by members that died (no one holds it), Expect a new member to
+// replace it (a fresh geometry), and bad requests refused: an interface other than loopback,
+// an address that is not a group.
+TEST_F(ShmGroupTest, StaleGroupFileIsReplacedAndBadJoinsAreRefused) {
+  {
+    std::string tmp = GroupFile();
+    const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, "junk", 4), 4);
+    ::close(fd);
+  }
+  auto p = Open(Options()), a = Open(Options());
+  ASSERT_TRUE(p && a);
+  ASSERT_TRUE(a->JoinGroup(kGroup, 0).ok());
+  uint32_t next = 0, expect = 0;
+  SendNumbered(*p, 3, &next);
+  EXPECT_EQ(ReceiveNumbered(*a, &expect, p->local_endpoint()), 3u);
+  EXPECT_EQ(a->JoinGroup(kGroup, 2).code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(a->JoinGroup(Endpoint{kLoopbackIpv4, 15000}, 0).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(ShmTest, BadOptionsAreRefused) {

@@ -13,8 +13,8 @@
 //   - where the backend allows (DPDK), a received datagram's memory is also lent for a reply
 //     built over it (RxDatagram::reply_buffer), sent like a TxBuffer;
 //   - TxBufferTo(i, destination) lends, where the backend allows (shm), memory of the
-//     destination itself: the datagram is built where its receiver reads it, and Send only
-//     publishes it.
+//     destination itself (for a multicast group: the group's ring, which all its members read):
+//     the datagram is built where its receivers read it, and Send only publishes it.
 // Thread-safety: a Transport is used by one thread, except Wake() and counters(), which any
 // thread may call.
 #pragma once
@@ -144,8 +144,8 @@ class Transport {
   // Multicast results (docs/architecture.md, "Multicast results"): also receive the datagrams
   // sent to the multicast group `group` (an address in 239.0.0.0/8 and a port), joined on the
   // interface with index `interface_index` (0: the loopback interface, for groups of this host),
-  // from the next Receive on, until LeaveGroup. Only kernel UDP has it; others return
-  // UNIMPLEMENTED (wrappers do not pass it on). Datagrams that came through the group are
+  // from the next Receive on, until LeaveGroup. Kernel UDP and shm (groups of this host only:
+  // shm.h, "Groups") have it; others return UNIMPLEMENTED (wrappers do not pass it on). Datagrams that came through the group are
   // counted in TransportCounters::group_datagrams_received.
   virtual Status JoinGroup(const Endpoint& group, uint32_t interface_index);
   virtual void LeaveGroup() {}
