@@ -63,8 +63,9 @@ struct Config {
   // covers the longer round trip keeps the link busy (docs/architecture.md 4.5). In [0, 1].
   double wake_batch = 0;
   // Loopback multicast (beyond the reference; docs/architecture.md, "Multicast results"): with
-  // the switch on this host (a loopback switch_host) and the "udp" transports, each worker thread
-  // also listens on a multicast group of its job, so the switch sends each result once for all
+  // the switch on this host (a loopback switch_host) and the "udp" or "shm" transports, each
+  // worker thread also listens on a multicast group of its job (shm: a ring the switch writes
+  // each result into once), so the switch sends each result once for all
   // workers instead of once per worker (one kernel copy instead of num_workers). Used only when
   // every worker of the job asks for it and the switch has it; otherwise, and with
   // authenticate_data, results come one per worker as in the reference. Local processes could

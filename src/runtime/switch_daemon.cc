@@ -119,10 +119,11 @@ struct SwitchDaemon::Shard {
   std::vector<uint32_t> bucket_start;
   std::array<std::pair<Endpoint, uint32_t>, 8> recent{};  // of buckets, the latest misses
   size_t recent_count = 0, recent_next = 0;
-  // The group the last reply went to alone (ipv4 0: none): the next reply is built in its
-  // memory where the transport lends it (shm: in the group's ring, sent without a copy).
+  // The group the last reply went to alone (ipv4 0: none): with a transport that lends a
+  // group's memory (shm: its ring, sent without a copy), the next reply is built there.
+  bool group_lending = false;
   Endpoint reply_group;
-  std::vector<uint8_t> spill;  // kBatch replies that were built in a group's memory but go elsewhere
+  std::vector<uint8_t> spill;  // replies built in a group's memory that go elsewhere (kBatch)
   std::thread thread;
 };
 
@@ -234,6 +235,7 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
     // Datagrams of authenticated jobs are verified and stripped (others pass unchanged).
     t = transport::MakeAuthenticated(std::move(t), d->auth_keys_);
     d->shards_.push_back(std::make_unique<Shard>(options.switch_config, std::move(t)));
+    d->shards_.back()->group_lending = options.transport == "shm";
   }
   const transport::Transport& first = *d->shards_[0]->transport;
   d->data_port_ = first.local_endpoint().port;
@@ -345,13 +347,16 @@ void SwitchDaemon::Run(Shard& shard) {
           continue;
         }
         // The reply goes over the datagram where the transport lends it for that (DPDK: no
-        // transmit buffer to take and fill), else into a transmit buffer.
+        // transmit buffer to take and fill), else into the ring of the group it will likely go
+        // to (shm), else into a transmit buffer.
         const bool over = rx[i].reply_buffer.size() >= proto::kMaxDatagramBytes;
-        const bool to_group = !over && shard.reply_group.ipv4 != 0;
-        const std::span<uint8_t> reply =
-            over       ? rx[i].reply_buffer
-            : to_group ? transport.TxBufferTo(replies, shard.reply_group)
-                       : transport.TxBuffer(replies);
+        const bool to_group = !over && shard.group_lending && shard.reply_group.ipv4 != 0;
+        std::span<uint8_t> reply = rx[i].reply_buffer;
+        if (to_group) {
+          reply = transport.TxBufferTo(replies, shard.reply_group);
+        } else if (!over) {
+          reply = transport.TxBuffer(replies);
+        }
         const dataplane::Action& a = shard.sw.Process(rx[i].source, rx[i].data, reply);
         if (a.kind == dataplane::Action::Kind::kDrop) continue;
         std::span<const uint8_t> data = a.reply;

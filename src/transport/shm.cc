@@ -345,9 +345,9 @@ struct GroupFixed {  // offset 0; written once by the member that made the file
   uint64_t total_bytes;
 };
 static_assert(sizeof(GroupFixed) <= kLine);
-constexpr size_t kGroupClosedOffset = kLine;       // uint32_t: 1 once removed or replaced
-constexpr size_t kGroupVersionOffset = kLine + 4;  // uint32_t: bumped on every member change
-constexpr size_t kGroupHeadOffset = 2 * kLine;     // uint64_t: the producer index
+constexpr size_t kGroupClosedOffset = kLine;        // uint32_t: 1 once removed or replaced
+constexpr size_t kGroupVersionOffset = kLine + 4;   // uint32_t: bumped on every member change
+constexpr size_t kGroupHeadOffset = 2 * kLine;      // uint64_t: the producer index
 constexpr size_t kGroupProducerOffset = 3 * kLine;  // uint32_t ipv4, port: the producer's endpoint
 constexpr size_t kGroupMembersOffset = 4 * kLine;   // kGroupMembers entries, one line each
 
@@ -363,7 +363,7 @@ enum MemberKind : uint64_t {
   kMemberFree = 0,
   kMemberClaimed = 1,  // being set up by a member
   kMemberJoining = 2,  // waits for the producer to set its cursor to the head
-  kMemberActive = 3,   // reads from its cursor; the producer does not overwrite what it has not read
+  kMemberActive = 3,  // reads from its cursor; the producer does not overwrite what it has not read
   kMemberDropped = 4,  // its cursor made no sense to the producer: it must join again
 };
 
@@ -499,8 +499,8 @@ Result<GroupFile> MakeGroupFile(const std::string& dir, const GroupGeometry& g, 
       ::ftruncate(f.fd.get(), static_cast<off_t>(g.total_bytes)) != 0) {
     ::unlink(tmp->c_str());
     return ResourceExhaustedError("cannot lock and size the group file " + *tmp + " (" +
-                                  std::to_string(g.total_bytes) + " bytes, sparse): " +
-                                  ErrnoText(errno));
+                                  std::to_string(g.total_bytes) +
+                                  " bytes, sparse): " + ErrnoText(errno));
   }
   f.g = g;
   f.map = Mapping::Map(f.fd.get(), g.total_bytes, 0);
@@ -752,17 +752,19 @@ class ShmTransport final : public Transport {
   Status JoinGroup(const Endpoint& group, uint32_t interface_index) override {
     LeaveGroup();
     if (interface_index != 0) {
-      return UnimplementedError("the shm transport's groups are of this host only (interface "
-                                "index 0), not on interface " + std::to_string(interface_index));
+      return UnimplementedError(
+          "the shm transport's groups are of this host only (interface "
+          "index 0), not on interface " +
+          std::to_string(interface_index));
     }
     if (!IsGroupAddress(group) || group.port == 0) {
       return InvalidArgumentError("shm: " + group.ToString() + " is not a multicast group");
     }
     auto j = std::make_unique<Joined>();
     j->group = group;
-    ASSIGN_OR_RETURN(j->file, OpenGroupAsMember(dir_, group,
-                                                MakeGroupGeometry(g_.ring_slots,
-                                                                  g_.max_datagram_bytes)));
+    ASSIGN_OR_RETURN(
+        j->file,
+        OpenGroupAsMember(dir_, group, MakeGroupGeometry(g_.ring_slots, g_.max_datagram_bytes)));
     if (!ClaimMember(*j)) {
       return ResourceExhaustedError("shm: group " + group.ToString() + " has " +
                                     std::to_string(kGroupMembers) + " members already");
@@ -973,9 +975,9 @@ class ShmTransport final : public Transport {
         if (o.entry == e && o.state == s) m.bell_page = std::move(o.bell_page);
       }
       if (m.bell_page.get() == nullptr) {
-        const uint32_t port = Ref<uint32_t>(p.header(), kGroupMembersOffset + e * kLine +
-                                                            offsetof(Member, port))
-                                  .load(std::memory_order_relaxed);
+        const uint32_t port =
+            Ref<uint32_t>(p.header(), kGroupMembersOffset + e * kLine + offsetof(Member, port))
+                .load(std::memory_order_relaxed);
         m.bell_page = MapDoorbell(port);
       }
       p.members.push_back(std::move(m));
@@ -1009,7 +1011,8 @@ class ShmTransport final : public Transport {
       if (c > p.head || p.head - c > p.file.g.ring_slots) {
         uint64_t expected = m.state;
         MemberState(p.header(), m.entry)
-            .compare_exchange_strong(expected, uint64_t{kMemberDropped} << 32 | (m.state & 0xffffffffu),
+            .compare_exchange_strong(expected,
+                                     uint64_t{kMemberDropped} << 32 | (m.state & 0xffffffffu),
                                      std::memory_order_acq_rel);
         malformed_.Add(1);
         LOG(kWarning, kTransport) << "shm " << source_.ToString() << ": member " << m.entry
@@ -1133,8 +1136,10 @@ class ShmTransport final : public Transport {
         continue;
       }
       const size_t entry = kGroupMembersOffset + e * kLine;
-      Ref<uint32_t>(h, entry + offsetof(Member, ipv4)).store(source_.ipv4, std::memory_order_relaxed);
-      Ref<uint32_t>(h, entry + offsetof(Member, port)).store(source_.port, std::memory_order_relaxed);
+      Ref<uint32_t>(h, entry + offsetof(Member, ipv4))
+          .store(source_.ipv4, std::memory_order_relaxed);
+      Ref<uint32_t>(h, entry + offsetof(Member, port))
+          .store(source_.port, std::memory_order_relaxed);
       state.store(uint64_t{kMemberJoining} << 32 | pid_, std::memory_order_release);
       Ref<uint32_t>(h, kGroupVersionOffset).fetch_add(1, std::memory_order_acq_rel);
       j.entry = e;
@@ -1164,8 +1169,8 @@ class ShmTransport final : public Transport {
     ReleaseMember(j);
     if (!ClaimMember(j) && !group_full_warned_) {
       group_full_warned_ = true;
-      LOG(kWarning, kTransport) << "shm " << source_.ToString() << ": group "
-                                << j.group.ToString() << " has no free entry; results come "
+      LOG(kWarning, kTransport) << "shm " << source_.ToString() << ": group " << j.group.ToString()
+                                << " has no free entry; results come "
                                 << "through retransmissions";
     }
   }
@@ -1234,7 +1239,8 @@ class ShmTransport final : public Transport {
       MemberCursor(j.file.map.get(), j.entry).store(j.cursor, std::memory_order_release);
     }
     ReleaseMember(j);
-    if (::flock(j.file.fd.get(), LOCK_EX | LOCK_NB) == 0 && SameFile(j.file.path, j.file.fd.get())) {
+    if (::flock(j.file.fd.get(), LOCK_EX | LOCK_NB) == 0 &&
+        SameFile(j.file.path, j.file.fd.get())) {
       Ref<uint32_t>(j.file.map.get(), kGroupClosedOffset).store(1, std::memory_order_release);
       ::unlink(j.file.path.c_str());
     }
@@ -1562,8 +1568,8 @@ class ShmTransport final : public Transport {
   std::vector<std::unique_ptr<Peer>> retired_;  // dropped while lent in the current batch
   std::unordered_set<uint16_t> missing_warned_;  // ports without an inbox already logged
   std::unordered_map<Endpoint, std::unique_ptr<GroupPeer>> groups_;  // groups we produce for
-  GroupPeer* last_group_ = nullptr;                  // FindGroup's last answer
-  std::vector<GroupPeer*> touched_groups_;            // hold datagrams of the current Send
+  GroupPeer* last_group_ = nullptr;                                  // FindGroup's last answer
+  std::vector<GroupPeer*> touched_groups_;                  // hold datagrams of the current Send
   std::vector<std::unique_ptr<GroupPeer>> retired_groups_;  // closed while lent in this batch
   std::unordered_map<Endpoint, Clock::time_point> group_retry_;  // no group file until then
   std::unordered_set<Endpoint> producer_warned_;  // groups another producer held, logged

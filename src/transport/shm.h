@@ -110,8 +110,9 @@
 // 0).
 //
 // Ownership: a Transport owns its inbox (file, lock, mapping), its mappings of the inboxes and
-// groups it sends to, and of the group it joined. Thread-safety: as Transport (one thread uses it; Wake() and counters() from any
-// thread). Blocking: Send never blocks; Receive blocks up to its timeout.
+// groups it sends to, and of the group it joined. Thread-safety: as Transport (one thread uses it;
+// Wake() and counters() from any thread). Blocking: Send never blocks; Receive blocks up to its
+// timeout.
 #pragma once
 
 #include <chrono>

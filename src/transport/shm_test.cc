@@ -7,10 +7,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -862,8 +862,7 @@ TEST_F(ShmGroupTest, StaleGroupFileIsReplacedAndBadJoinsAreRefused) {
   SendNumbered(*p, 3, &next);
   EXPECT_EQ(ReceiveNumbered(*a, &expect, p->local_endpoint()), 3u);
   EXPECT_EQ(a->JoinGroup(kGroup, 2).code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(a->JoinGroup(Endpoint{kLoopbackIpv4, 15000}, 0).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(a->JoinGroup(Endpoint{kLoopbackIpv4, 15000}, 0).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(ShmTest, BadOptionsAreRefused) {

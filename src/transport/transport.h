@@ -145,8 +145,8 @@ class Transport {
   // sent to the multicast group `group` (an address in 239.0.0.0/8 and a port), joined on the
   // interface with index `interface_index` (0: the loopback interface, for groups of this host),
   // from the next Receive on, until LeaveGroup. Kernel UDP and shm (groups of this host only:
-  // shm.h, "Groups") have it; others return UNIMPLEMENTED (wrappers do not pass it on). Datagrams that came through the group are
-  // counted in TransportCounters::group_datagrams_received.
+  // shm.h, "Groups") have it; others return UNIMPLEMENTED (wrappers do not pass it on). Datagrams
+  // that came through the group are counted in TransportCounters::group_datagrams_received.
   virtual Status JoinGroup(const Endpoint& group, uint32_t interface_index);
   virtual void LeaveGroup() {}
 
