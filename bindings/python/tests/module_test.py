@@ -310,10 +310,11 @@ class SharedMemoryTest(unittest.TestCase):
             bound = 4 * 2.0 ** np.ceil(np.log2(np.abs(expect).max() + 1)) / 2**32
             np.testing.assert_allclose(y, expect, rtol=2**-23, atol=bound)
             self.assertEqual(transport, "shm")
-            self.assertEqual(stats["group_datagrams_received"], 0)  # shm has no groups
+            # Results through the job's shm groups (the default, --multicast auto).
+            self.assertGreater(stats["group_datagrams_received"], 0)
         # Every packet of both workers (391 + 20 each) went through the switch's rings.
         self.assertGreaterEqual(counters["received"], 2 * (391 + 20))
-        self.assertEqual(os.listdir(self.dir), [])  # every inbox removed
+        self.assertEqual(os.listdir(self.dir), [])  # every inbox and group file removed
 
 
 class AuthenticatedDataTest(unittest.TestCase):
