@@ -13,7 +13,7 @@
 // Pure functions on spans. Quantize and Dequantize work in host order and are the scalar
 // reference; the data path uses QuantizeToWire and DequantizeFromWire, which read and write the
 // packet payload's big-endian int32 directly (the byte order conversion fused into the pass; the
-// payload's layout is the codec's, proto/wire.h). AnalyzeBlock and the *Wire functions are SIMD
+// payload's layout is the codec's, proto/wire.h). AnalyzeBlock and the *Wire* functions are SIMD
 // kernels chosen at run time for the CPU, with exactly the reference's results on every target.
 #pragma once
 
@@ -49,6 +49,13 @@ void Dequantize(std::span<const int32_t> in, int8_t max_exponent, uint32_t num_w
 // Requires wire.size() to be a multiple of 4 and at least 4 * in.size().
 void QuantizeToWire(std::span<const float> in, int8_t max_exponent, uint32_t num_workers,
                     std::span<uint8_t> wire);
+
+// QuantizeToWire(in, max_exponent, num_workers, wire) and AnalyzeBlock(next) in one pass, with
+// exactly their results: a worker's packet carries the data of one block and the exponent of a
+// later one (the reference's exponents one window ahead), and one kernel for both costs less.
+BlockInfo QuantizeToWireAndAnalyze(std::span<const float> in, int8_t max_exponent,
+                                   uint32_t num_workers, std::span<uint8_t> wire,
+                                   std::span<const float> next);
 
 // Dequantize reading big-endian int32 from wire. Requires 4 * out.size() <= wire.size().
 void DequantizeFromWire(std::span<const uint8_t> wire, int8_t max_exponent, uint32_t num_workers,

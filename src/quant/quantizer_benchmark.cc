@@ -1,6 +1,6 @@
 // Micro-benchmarks of the quantizer on one packet's block (256 elements, 1024 B payload); items
-// are elements. Quantize and Dequantize are the scalar reference (host order); the *Wire forms are
-// the data path's SIMD kernels (big-endian payload bytes).
+// are elements. Quantize and Dequantize are the scalar reference (host order); the *Wire* forms
+// are the data path's SIMD kernels (big-endian payload bytes).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -65,6 +65,25 @@ void BM_QuantizeToWire(benchmark::State& state) {
   PerBlock(state, [&] { QuantizeToWire(b.in, b.e, kWorkers, b.wire); });
 }
 BENCHMARK(BM_QuantizeToWire);
+
+// A worker's packet: the data of one block and the exponent of another, as two kernels and as
+// the fused one.
+void BM_QuantizeToWireThenAnalyzeBlock(benchmark::State& state) {
+  Block b, next;
+  PerBlock(state, [&] {
+    QuantizeToWire(b.in, b.e, kWorkers, b.wire);
+    benchmark::DoNotOptimize(AnalyzeBlock(next.in));
+  });
+}
+BENCHMARK(BM_QuantizeToWireThenAnalyzeBlock);
+
+void BM_QuantizeToWireAndAnalyze(benchmark::State& state) {
+  Block b, next;
+  PerBlock(state, [&] {
+    benchmark::DoNotOptimize(QuantizeToWireAndAnalyze(b.in, b.e, kWorkers, b.wire, next.in));
+  });
+}
+BENCHMARK(BM_QuantizeToWireAndAnalyze);
 
 void BM_DequantizeFromWire(benchmark::State& state) {
   Block b;

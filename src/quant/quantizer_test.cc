@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -399,6 +400,37 @@ TEST_P(WireKernelTest, QuantizeToWireMatchesTheReferenceBitForBit) {
         for (size_t i = 0; i < numel; ++i) {
           ASSERT_EQ(static_cast<int32_t>(proto::LoadBe32(&wire[4 * i])), want[i])
               << "element " << i << " x " << (i < block.size() ? block[i] : 0.0f);
+        }
+      }
+    }
+  }
+}
+
+// The fused kernel against its two parts, with every pairing of the kernel inputs' lengths (the
+// two blocks differ in length at the end of a slice: either may be the shorter, or empty).
+TEST_P(WireKernelTest, QuantizeToWireAndAnalyzeMatchesItsPartsBitForBit) {
+  const std::vector<std::vector<float>> inputs = KernelInputs();
+  for (size_t a = 0; a < inputs.size(); ++a) {
+    const std::vector<float>& block = inputs[a];
+    // Every input as the next block once, paired with a varied block (all pairs would be slow).
+    const std::vector<float>& next = inputs[(a * 7 + 3) % inputs.size()];
+    const std::vector<float>& same_length = inputs[std::min(a ^ 1, inputs.size() - 1)];
+    for (const std::vector<float>* other : {&next, &same_length, &block}) {
+      const int8_t own = AnalyzeBlock(block).exponent;
+      for (int e : {int{own}, own - 1, int{kZeroBlockExponent}, 127}) {
+        const int8_t exponent = static_cast<int8_t>(std::clamp(e, -128, 127));
+        for (uint32_t n : {1u, 3u, 256u}) {
+          SCOPED_TRACE(testing::Message() << "size " << block.size() << " next size "
+                                          << other->size() << " e " << int{exponent} << " n " << n);
+          const size_t numel = block.size() + 5;  // a padded packet
+          std::vector<uint8_t> want(4 * numel, 0xee);
+          QuantizeToWire(block, exponent, n, want);
+          const BlockInfo want_info = AnalyzeBlock(*other);
+          std::vector<uint8_t> got(4 * numel, 0xee);
+          const BlockInfo got_info = QuantizeToWireAndAnalyze(block, exponent, n, got, *other);
+          ASSERT_EQ(got, want);
+          ASSERT_EQ(int{got_info.exponent}, int{want_info.exponent});
+          ASSERT_EQ(got_info.non_finite, want_info.non_finite);
         }
       }
     }
