@@ -117,7 +117,9 @@ void WorkerSession::Enqueue(uint32_t local) {
   Slot& s = slots_[local];
   if (s.queued) return;
   CHECK(send_size_ < send_queue_.size());
-  send_queue_[(send_head_ + send_size_) % send_queue_.size()] = local;
+  size_t tail = send_head_ + send_size_;  // (a wrap by compare: no division per packet)
+  if (tail >= send_queue_.size()) tail -= send_queue_.size();
+  send_queue_[tail] = local;
   ++send_size_;
   s.queued = true;
 }
@@ -152,6 +154,7 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
     if (!PacketExists(q)) continue;
     const uint32_t local = LocalSlot(q);
     slots_[local].packet = static_cast<uint32_t>(q);
+    slots_[local].id = SlotOf(q);
     slots_[local].outstanding = true;
     Enqueue(local);
   }
@@ -165,7 +168,7 @@ size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> bu
   h.size = config_.size;
   h.job_number = static_cast<uint8_t>(job_.job_id);
   h.tsi = Tsi(q);
-  h.slot = SlotOf(q);
+  h.slot = slot.id;
   // The payload is written straight into buf in wire order, by SIMD kernels that convert the byte
   // order in the same pass (no host-order copy).
   const std::span<uint8_t> payload = buf.subspan(proto::kPrefixBytes, 4 * numel_);
@@ -178,21 +181,34 @@ size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> bu
   } else {
     const float* in = static_cast<const float*>(job_.in);
     h.e0 = quant::kZeroBlockExponent;  // carries no exponent: does not raise the max
+    // The block whose exponent this packet carries (q < B) and the block whose data it carries
+    // (q >= W, unless flagged non-finite): nearly every packet has both, quantized and scanned
+    // by one kernel.
+    std::span<const float> next, data;
     if (q < blocks_) {
       const size_t first = size_t{q} * numel_;
-      const size_t n = std::min(numel_, job_.count - first);
+      next = {in + first, std::min(numel_, job_.count - first)};
       PrefetchBlock<false>(in, uint64_t{q} + kPrefetchBlocks);
-      const quant::BlockInfo info = quant::AnalyzeBlock({in + first, n});
-      h.e0 = info.exponent;
-      h.e1 = info.non_finite ? 1 : 0;
     }
-    if (q >= config_.window && !slot.data_non_finite) {
+    const bool has_data = q >= config_.window && !slot.data_non_finite;
+    if (has_data) {
       const size_t first = size_t{q - config_.window} * numel_;
-      const size_t n = std::min(numel_, job_.count - first);
-      // (QuantizeToWire zeroes the padding after the last block's n elements itself.)
-      quant::QuantizeToWire({in + first, n}, slot.data_exponent, config_.num_workers, payload);
+      data = {in + first, std::min(numel_, job_.count - first)};
+    }
+    quant::BlockInfo info;
+    // (The quantizers zero the padding after the last block's elements themselves.)
+    if (has_data && q < blocks_) {
+      info = quant::QuantizeToWireAndAnalyze(data, slot.data_exponent, config_.num_workers, payload,
+                                             next);
+    } else if (has_data) {
+      quant::QuantizeToWire(data, slot.data_exponent, config_.num_workers, payload);
     } else {
       std::fill(payload.begin(), payload.end(), 0);  // exponents only, or a flagged block
+      if (q < blocks_) info = quant::AnalyzeBlock(next);
+    }
+    if (q < blocks_) {
+      h.e0 = info.exponent;
+      h.e1 = info.non_finite ? 1 : 0;
     }
   }
   proto::EncodeHeader(h, buf);
@@ -202,7 +218,7 @@ size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> bu
 size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
   while (state_ == State::kRunning && send_size_ > 0) {
     const uint32_t local = send_queue_[send_head_];
-    send_head_ = (send_head_ + 1) % send_queue_.size();
+    if (++send_head_ == send_queue_.size()) send_head_ = 0;
     --send_size_;
     Slot& s = slots_[local];
     s.queued = false;
@@ -227,7 +243,7 @@ size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
     } else {
       ++counters_.retransmitted;
     }
-    ArmTimer(Timer{now + current_timeout_, q});
+    ArmTimer(Timer{now + current_timeout_, q, local});
     return Encode(q, s, buf);
   }
   return 0;
@@ -249,7 +265,7 @@ void WorkerSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now)
   }
   const uint32_t local = h.slot.index - config_.slot_start;
   Slot& s = slots_[local];
-  if (!s.outstanding || Tsi(s.packet) != h.tsi || !(SlotOf(s.packet) == h.slot)) {
+  if (!s.outstanding || Tsi(s.packet) != h.tsi || !(s.id == h.slot)) {
     ++counters_.duplicates;
     return;
   }
@@ -298,6 +314,7 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   const uint64_t next = uint64_t{q} + w;
   if (PacketExists(next)) {
     s.packet = static_cast<uint32_t>(next);
+    s.id.set ^= 1;  // SlotOf(next): the same index, the other set
     s.outstanding = true;
     Enqueue(local);
   }
@@ -338,9 +355,9 @@ void WorkerSession::HandleTimeout(Nanos now) {
   }
   while (HaveTimers() && EarliestDeadline() <= now) {
     const Timer t = PopEarliestTimer();
-    const Slot& s = slots_[LocalSlot(t.packet)];
+    const Slot& s = slots_[t.local_slot];
     if (!s.outstanding || s.packet != t.packet) continue;  // answered in time
-    Enqueue(LocalSlot(t.packet));
+    Enqueue(t.local_slot);
     OnTimeout(now);
   }
 }

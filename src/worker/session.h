@@ -146,6 +146,9 @@ class WorkerSession {
  private:
   struct Slot {
     uint32_t packet = 0;  // id of the packet outstanding on this slot
+    // SlotOf(packet), kept up to date instead of computed per packet (two 64-bit divisions):
+    // the slot's next packet, packet + W, has the same index and the other set.
+    proto::SlotId id;
     bool outstanding = false;
     bool queued = false;       // waiting in the send queue
     int8_t data_exponent = 0;  // float: max exponent of the data block carried by `packet`
@@ -159,6 +162,7 @@ class WorkerSession {
   struct Timer {
     Nanos deadline;
     uint32_t packet;
+    uint32_t local_slot;  // LocalSlot(packet)
   };
 
   static bool LaterDeadline(const Timer& a, const Timer& b);
