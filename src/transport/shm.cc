@@ -971,8 +971,14 @@ class ShmTransport final : public Transport {
       GroupMember m;
       m.entry = e;
       m.state = s;
-      for (GroupMember& o : old) {  // the doorbell of a member already known
-        if (o.entry == e && o.state == s) m.bell_page = std::move(o.bell_page);
+      for (GroupMember& o : old) {  // the doorbell of a member already known, unless its
+        // inbox closed meanwhile: then the same state (kind and pid) is another transport of
+        // the same process that took the freed entry, with an inbox of its own
+        if (o.entry == e && o.state == s && o.bell_page.get() != nullptr &&
+            Ref<uint32_t>(o.bell_page.get(), kDoorbellOffset + offsetof(Doorbell, closed))
+                    .load(std::memory_order_acquire) == 0) {
+          m.bell_page = std::move(o.bell_page);
+        }
       }
       if (m.bell_page.get() == nullptr) {
         const uint32_t port =

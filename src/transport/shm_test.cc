@@ -819,6 +819,50 @@ TEST_F(ShmGroupTest, GroupDatagramWakesASleepingMember) {
   EXPECT_EQ(a->counters().group_datagrams_received, 1u);
 }
 
+// Given a member that leaves while another keeps the group, and a new transport of the same
+// process (another inbox) that takes the freed entry before the producer sends again, Expect
+// the producer to ring the new member's doorbell, not the old inbox's (the entry's state, kind
+// and pid, is the same as before): the new member's wait ends long before its timeout. (Found
+// in review: the producer kept the doorbell mapping of an entry whose state it had seen.)
+TEST_F(ShmGroupTest, MemberOfTheSameProcessTakingAFreedEntryIsWoken) {
+  auto p = Open(Options()), keep = Open(Options()), a = Open(Options());
+  ASSERT_TRUE(p && keep && a);
+  ASSERT_TRUE(keep->JoinGroup(kGroup, 0).ok());
+  ASSERT_TRUE(a->JoinGroup(kGroup, 0).ok());
+  uint32_t next = 0, expect = 0;
+  SendNumbered(*p, 1, &next);  // takes both in (and maps a's doorbell)
+  EXPECT_EQ(ReceiveNumbered(*a, &expect, p->local_endpoint()), 1u);
+  a.reset();  // leaves: its entry is free, its inbox gone
+  auto b = Open(Options());
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b->JoinGroup(kGroup, 0).ok());  // the same entry, the same pid
+  // Sends once b announced that it sleeps (its inbox's doorbell: the sleeping word at 68).
+  const int fd = ::open(InboxPath(b->local_endpoint().port).c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  void* page = ::mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(page, MAP_FAILED);
+  std::thread sender([&] {
+    std::atomic_ref<uint32_t> sleeping(
+        *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(page) + 68));
+    for (int i = 0; i < 1000 && sleeping.load(std::memory_order_acquire) == 0; ++i) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    uint32_t n = 100;
+    SendNumbered(*p, 1, &n);
+  });
+  std::vector<RxDatagram> rx(4);
+  const auto start = std::chrono::steady_clock::now();
+  auto n = b->Receive(rx, std::chrono::seconds(20));
+  const auto took = std::chrono::steady_clock::now() - start;
+  sender.join();
+  ::munmap(page, 4096);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1u);
+  EXPECT_LT(took, std::chrono::seconds(10));
+  EXPECT_EQ(p->counters().doorbells, 1u);
+}
+
 // Given the last member leaving, Expect its file removed, the producer's datagrams to the
 // group then counted in send_errors, and, once a new member made a new file, delivered again.
 TEST_F(ShmGroupTest, LastMemberRemovesTheFileAndTheProducerFindsTheNextOne) {
