@@ -1201,6 +1201,9 @@ class ShmTransport final : public Transport {
     const uint64_t head = Ref<uint64_t>(h, kGroupHeadOffset).load(std::memory_order_acquire);
     const uint64_t waiting = head - j.cursor;
     if (waiting == 0) return 0;
+    // A cursor up to a ring ahead of the index: the producer took us in while it wrote a batch
+    // (our cursor: its next slot) and has not published the batch yet.
+    if (j.cursor - head <= j.file.g.ring_slots) return 0;
     if (waiting > j.file.g.ring_slots) {
       malformed_.Add(1);
       LOG(kWarning, kTransport) << "shm " << source_.ToString() << ": the ring of group "

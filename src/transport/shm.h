@@ -103,7 +103,8 @@
 //   - Receive takes the group's slots, every other call before the inbox rings (as UDP's group
 //     socket), and returns them as the inbox's: by storing its cursor on the next Receive. Read
 //     from the file, untrusted: its own entry's state (not active: join again), the producer
-//     index once per call (more than a ring ahead: `malformed`, join again), each length word
+//     index once per call (more than a ring ahead: `malformed`, join again; up to a ring behind
+//     the cursor: a batch not yet published, nothing waits), each length word
 //     once (beyond 65535: `malformed`, skipped; beyond the receiver's max_datagram_bytes: cut
 //     and flagged), slot indices masked.
 // Not here: other users (the directory is per user); groups on a LAN (interface_index must be

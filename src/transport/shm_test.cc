@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -861,6 +862,50 @@ TEST_F(ShmGroupTest, MemberOfTheSameProcessTakingAFreedEntryIsWoken) {
   EXPECT_EQ(*n, 1u);
   EXPECT_LT(took, std::chrono::seconds(10));
   EXPECT_EQ(p->counters().doorbells, 1u);
+}
+
+// Given a member that the producer takes in while it writes a batch to the group (its cursor
+// set to the producer's next slot, ahead of the producer index published before the batch),
+// Expect the member to wait for the publish, not to call the ring corrupt (malformed) and join
+// again; it then reads what follows. The interleaving is written into the file as the producer
+// writes it at that moment (a member's Receive between two datagrams of one Send). (Found in
+// review: waiting = head - cursor wrapped around.)
+TEST_F(ShmGroupTest, MemberTakenInDuringABatchWaitsForThePublish) {
+  auto p = Open(Options()), a = Open(Options()), b = Open(Options());
+  ASSERT_TRUE(p && a && b);
+  ASSERT_TRUE(a->JoinGroup(kGroup, 0).ok());
+  uint32_t next = 0, a_expect = 0;
+  SendNumbered(*p, 4, &next);
+  EXPECT_EQ(ReceiveNumbered(*a, &a_expect, p->local_endpoint()), 4u);
+  ASSERT_TRUE(b->JoinGroup(kGroup, 0).ok());  // entry 1, joining
+  const int fd = ::open(GroupFile().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  void* m = ::mmap(nullptr, kGroupRing, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  uint8_t* f = static_cast<uint8_t*>(m);
+  uint64_t head = 0;
+  std::memcpy(&head, f + kGroupHead, sizeof head);
+  ASSERT_EQ(head, 4u);
+  // The producer wrote slot 3 of a batch and takes b in before the next: cursor 4, active; the
+  // published index is still 3.
+  const uint64_t published = 3, cursor = 4;
+  const uint64_t active = uint64_t{3} << 32 | static_cast<uint32_t>(::getpid());
+  std::memcpy(f + kGroupHead, &published, sizeof published);
+  std::memcpy(f + kGroupMember0 + 64 + 8, &cursor, sizeof cursor);
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(f + kGroupMember0 + 64))
+      .store(active, std::memory_order_release);
+  std::vector<RxDatagram> rx(16);
+  EXPECT_EQ(*b->Receive(rx, milliseconds(0)), 0u);
+  EXPECT_EQ(b->counters().malformed, 0u);
+  std::memcpy(f + kGroupHead, &head, sizeof head);  // the batch's publish
+  ::munmap(m, kGroupRing);
+  ::close(fd);
+  uint32_t b_expect = next;
+  SendNumbered(*p, 3, &next);
+  EXPECT_EQ(ReceiveNumbered(*b, &b_expect, p->local_endpoint()), 3u);
+  EXPECT_EQ(ReceiveNumbered(*a, &a_expect, p->local_endpoint()), 3u);
+  EXPECT_EQ(b->counters().malformed, 0u);
+  EXPECT_EQ(p->counters().malformed, 0u);
 }
 
 // Given the last member leaving, Expect its file removed, the producer's datagrams to the
