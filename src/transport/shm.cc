@@ -1161,8 +1161,12 @@ class ShmTransport final : public Transport {
     uint8_t* h = j.file.map.get();
     auto state = MemberState(h, j.entry);
     uint64_t s = state.load(std::memory_order_acquire);
-    if ((s & 0xffffffffu) == pid_ && s >> 32 != kMemberFree) {
-      state.compare_exchange_strong(s, 0, std::memory_order_acq_rel);
+    // The producer may move the entry on (joining -> active, active -> dropped) between the load
+    // and the exchange: try again with what it wrote, a bounded number of times (the word is
+    // shared memory another process could keep changing).
+    for (int tries = 0; tries < 16 && (s & 0xffffffffu) == pid_ && s >> 32 != kMemberFree;
+         ++tries) {
+      if (state.compare_exchange_strong(s, 0, std::memory_order_acq_rel)) break;
     }
     UnlockByte(j.file.fd.get(), MemberLockByte(j.entry));
     Ref<uint32_t>(h, kGroupVersionOffset).fetch_add(1, std::memory_order_acq_rel);
