@@ -1219,11 +1219,24 @@ class ShmTransport final : public Transport {
     source.ipv4 = Ref<uint32_t>(h, kGroupProducerOffset).load(std::memory_order_relaxed);
     source.port = static_cast<uint16_t>(
         Ref<uint32_t>(h, kGroupProducerOffset + 4).load(std::memory_order_relaxed));
-    const uint64_t take = std::min<uint64_t>(waiting, out.size());
+    const size_t limit = std::min<size_t>(g_.max_datagram_bytes, j.file.g.max_datagram_bytes);
+    const size_t n = ReadSlots([&](uint64_t at) { return j.file.Slot(at); }, &j.cursor,
+                               std::min<uint64_t>(waiting, out.size()), limit, source, out);
+    if (n > 0) group_received_.Add(n);
+    return n;
+  }
+
+  // Reads `take` published slots from *cursor on (slot_at gives the slot of a position) into
+  // out, advancing *cursor past each. Each slot's length is read once: one past any datagram is
+  // counted malformed and skipped, one past `limit` is cut and marked truncated. Returns how
+  // many entries of out it filled. Shared by the sender rings and the group ring.
+  template <typename SlotAt>
+  size_t ReadSlots(SlotAt slot_at, uint64_t* cursor, uint64_t take, size_t limit,
+                   const Endpoint& source, std::span<RxDatagram> out) {
     size_t n = 0;
     uint64_t truncated = 0, malformed = 0;
-    for (uint64_t i = 0; i < take; ++i, ++j.cursor) {
-      const uint8_t* slot = j.file.Slot(j.cursor);
+    for (uint64_t i = 0; i < take; ++i, ++*cursor) {
+      const uint8_t* slot = slot_at(*cursor);
       const uint32_t length =
           Ref<uint32_t>(const_cast<uint8_t*>(slot), 0).load(std::memory_order_relaxed);
       if (length > kMaxLength) {
@@ -1231,7 +1244,6 @@ class ShmTransport final : public Transport {
         continue;
       }
       RxDatagram& d = out[n++];
-      const size_t limit = std::min<size_t>(g_.max_datagram_bytes, j.file.g.max_datagram_bytes);
       const bool cut = length > limit;
       d.data = {slot + kSlotDataOffset, std::min<size_t>(length, limit)};
       d.source = source;
@@ -1240,7 +1252,6 @@ class ShmTransport final : public Transport {
     }
     if (truncated > 0) counts_.truncated.Add(truncated);
     if (malformed > 0) malformed_.Add(malformed);
-    if (n > 0) group_received_.Add(n);
     return n;
   }
 
@@ -1538,27 +1549,9 @@ class ShmTransport final : public Transport {
                                 << r.source.ToString() << " is corrupt; ignoring it";
       return 0;
     }
-    const uint64_t take = std::min<uint64_t>(waiting, out.size());
-    size_t n = 0;
-    uint64_t truncated = 0, malformed = 0;
-    for (uint64_t i = 0; i < take; ++i, ++r.tail) {
-      const uint8_t* slot = r.base + kSlotsOffset + (r.tail & mask_) * size_t{g_.slot_bytes};
-      const uint32_t length =
-          Ref<uint32_t>(const_cast<uint8_t*>(slot), 0).load(std::memory_order_relaxed);
-      if (length > kMaxLength) {
-        ++malformed;
-        continue;
-      }
-      RxDatagram& d = out[n++];
-      const bool cut = length > g_.max_datagram_bytes;
-      d.data = {slot + kSlotDataOffset, std::min<size_t>(length, g_.max_datagram_bytes)};
-      d.source = r.source;
-      d.truncated = cut;
-      truncated += cut ? 1 : 0;
-    }
-    if (truncated > 0) counts_.truncated.Add(truncated);
-    if (malformed > 0) malformed_.Add(malformed);
-    return n;
+    return ReadSlots(
+        [&](uint64_t at) { return r.base + kSlotsOffset + (at & mask_) * size_t{g_.slot_bytes}; },
+        &r.tail, std::min<uint64_t>(waiting, out.size()), g_.max_datagram_bytes, r.source, out);
   }
 
   Inbox inbox_;
