@@ -372,32 +372,30 @@ enum MemberKind : uint64_t {
 constexpr off_t kProducerLockByte = 0;
 off_t MemberLockByte(uint32_t e) { return 1 + static_cast<off_t>(e); }
 
-bool LockByte(int fd, off_t byte) {
+// A one-byte OFD lock request of type `type` on `byte`.
+struct flock ByteLock(short type, off_t byte) {
   struct flock l {};
-  l.l_type = F_WRLCK;
+  l.l_type = type;
   l.l_whence = SEEK_SET;
   l.l_start = byte;
   l.l_len = 1;
+  return l;
+}
+
+bool LockByte(int fd, off_t byte) {
+  struct flock l = ByteLock(F_WRLCK, byte);
   return ::fcntl(fd, F_OFD_SETLK, &l) == 0;
 }
 
 void UnlockByte(int fd, off_t byte) {
-  struct flock l {};
-  l.l_type = F_UNLCK;
-  l.l_whence = SEEK_SET;
-  l.l_start = byte;
-  l.l_len = 1;
+  struct flock l = ByteLock(F_UNLCK, byte);
   ::fcntl(fd, F_OFD_SETLK, &l);
 }
 
 // Whether another open file description holds a lock on the byte (when the question cannot be
 // answered: yes, the cautious answer).
 bool ByteLocked(int fd, off_t byte) {
-  struct flock l {};
-  l.l_type = F_WRLCK;
-  l.l_whence = SEEK_SET;
-  l.l_start = byte;
-  l.l_len = 1;
+  struct flock l = ByteLock(F_WRLCK, byte);
   if (::fcntl(fd, F_OFD_GETLK, &l) != 0) return true;
   return l.l_type != F_UNLCK;
 }
