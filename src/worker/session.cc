@@ -265,7 +265,10 @@ void WorkerSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now)
   }
   const uint32_t local = h.slot.index - config_.slot_start;
   Slot& s = slots_[local];
-  if (!s.outstanding || Tsi(s.packet) != h.tsi || !(s.id == h.slot)) {
+  // A result for a packet this worker has not sent yet (still queued) cannot be the switch's:
+  // the switch needs this worker's contribution to complete the round. Taking it would leave
+  // the packet unsent and the round at the switch incomplete for every other worker.
+  if (!s.outstanding || s.transmissions == 0 || Tsi(s.packet) != h.tsi || !(s.id == h.slot)) {
     ++counters_.duplicates;
     return;
   }

@@ -96,7 +96,7 @@ struct SessionCounters {
   uint64_t retransmitted = 0;  // re-sends after a timeout
   uint64_t timeouts = 0;
   uint64_t results = 0;            // results accepted
-  uint64_t duplicates = 0;         // results for a packet no longer outstanding (dropped)
+  uint64_t duplicates = 0;         // results for a packet not outstanding or not yet sent (dropped)
   uint64_t stale = 0;              // results of another job (job_number differs; dropped)
   uint64_t foreign_slot = 0;       // results for a slot outside this session's range (dropped)
   uint64_t malformed = 0;          // datagrams that failed decoding (dropped)

@@ -155,6 +155,32 @@ TEST(WorkerSessionTest, DropsDuplicateStaleForeignAndMalformedResults) {
   EXPECT_EQ(out, std::vector<int32_t>(128, 6));
 }
 
+// Given a result that names a packet the session has queued but not sent yet (a forger that
+// guessed the header), Expect it dropped as a duplicate and the packet still sent: the switch
+// cannot complete that round without this worker's contribution.
+TEST(WorkerSessionTest, ResultForAPacketNotYetSentIsDropped) {
+  WorkerSession s(SmallConfig()), twin(SmallConfig());
+  std::vector<int32_t> in(128, 3), out(128, 0), twin_out(128, 0);
+  const SliceJob job{9, DataType::kInt32, in.data(), out.data(), in.size(), 0};
+  SliceJob twin_job = job;
+  twin_job.out = twin_out.data();
+  s.Start(job, kT0);
+  twin.Start(twin_job, kT0);
+  auto guessed = DrainTransmit(twin, kT0);  // the same headers s is about to send
+  ASSERT_EQ(guessed.size(), 2u);
+  std::vector<int32_t> forged(64, 999);
+  s.HandleDatagram(Reply(guessed[0].packet, forged), kT0);
+  EXPECT_EQ(s.counters().duplicates, 1u);
+  EXPECT_EQ(s.counters().results, 0u);
+  auto sent = DrainTransmit(s, kT0);
+  ASSERT_EQ(sent.size(), 2u) << "the queued packet must still be sent";
+  EXPECT_EQ(sent[0].packet.header.tsi, guessed[0].packet.header.tsi);
+  std::vector<int32_t> sums(64, 6);
+  for (const Sent& p : sent) s.HandleDatagram(Reply(p.packet, sums), kT0);
+  ASSERT_EQ(s.state(), WorkerSession::State::kDone);
+  EXPECT_EQ(out, std::vector<int32_t>(128, 6));
+}
+
 // Given a packet whose result does not come back, Expect it re-sent unchanged (same bytes, same
 // slot and set) once its timeout passes, not before.
 TEST(WorkerSessionTest, RetransmitsUnchangedOnTimeout) {
