@@ -166,7 +166,8 @@ TEST_F(AuthDataTest, WithoutAuthForgedResultsReachTheOutput) {
   if (!RawUdpSender().ok()) GTEST_SKIP() << "raw sockets need root (CAP_NET_RAW)";
   StartSwitch();
   ContextStats s0;
-  EXPECT_GT(ForgeResultsAtRankZero(false, &s0), 0u) << "the forge did not reach the output";
+  // Every element of rank 0 (its all-reduce ended on forged results alone), none of rank 1.
+  EXPECT_EQ(ForgeResultsAtRankZero(false, &s0), 64u * 256) << "the forge did not reach the output";
 }
 
 // ... and with auth, Expect rank 0 to drop them (its tag check) and count them, and the sums to
@@ -199,18 +200,40 @@ size_t AuthDataTest::ForgeResultsAtRankZero(bool auth, ContextStats* stats0) {
   }
   RawUdpSender forger;
   const Endpoint from{kLoopbackIpv4, daemon_->data_port()}, to{kLoopbackIpv4, port0};
-  testing::Sprayer spray(
-      [&] {
-        for (const auto& d : forged) forger.Send(from, to, d);
-      },
-      std::chrono::milliseconds(5));
   std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(kCount, 1));
   std::vector<std::vector<int32_t>> out(2, std::vector<int32_t>(kCount, -1));
   Status st0;
   std::thread rank0(
       [&] { st0 = (*ctx[0])->AllReduce(in[0].data(), out[0].data(), kCount, DataType::kInt32); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 waits, sprayed
-  spray.Stop();
+  // Spray once the switch holds all of rank 0's packets (a result for a packet not sent yet is
+  // not taken, so a spray before would prove nothing), until the forged results did what they
+  // can: without auth, completed rank 0's 64 packets (its counters are published when its slice
+  // ends; rank 1 has sent nothing, so no true result exists; the call itself returns only once
+  // rank 1's tensor check came); with auth, came (and were dropped) a whole spray round after
+  // that. States, not times: a fixed spray of 300 ms could end before a loaded or sanitized
+  // rank 0 sent.
+  constexpr auto kLimit = std::chrono::seconds(60);  // (a hang fails below, not here)
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] {
+        const auto c = daemon_->job_counters(session);
+        return c.has_value() && c->aggregated >= 64;
+      },
+      kLimit))
+      << "rank 0's packets did not reach the switch";
+  const uint64_t dropped_before = (*ctx[0])->stats().auth_dropped;
+  {
+    testing::Sprayer spray(
+        [&] {
+          for (const auto& d : forged) forger.Send(from, to, d);
+        },
+        std::chrono::milliseconds(5));
+    EXPECT_TRUE(testing::WaitUntil(
+        [&] {
+          return auth ? (*ctx[0])->stats().auth_dropped >= dropped_before + forged.size()
+                      : (*ctx[0])->stats().results >= 64;
+        },
+        kLimit));
+  }
   Status st1 = (*ctx[1])->AllReduce(in[1].data(), out[1].data(), kCount, DataType::kInt32);
   rank0.join();
   EXPECT_TRUE(st0.ok()) << st0.ToString();

@@ -62,6 +62,15 @@ std::vector<uint8_t> FirstRoundPacket(uint32_t q, int32_t value) {
   return d;
 }
 
+bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 Sprayer::Sprayer(std::function<void()> send_once, std::chrono::milliseconds period)
     : thread_([this, send_once = std::move(send_once), period] {
         while (spraying_.load()) {

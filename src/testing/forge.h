@@ -44,6 +44,11 @@ uint16_t FreeUdpPort();
 // worker's window at least q + 1, it lands in the first round.
 std::vector<uint8_t> FirstRoundPacket(uint32_t q, int32_t value);
 
+// Calls `done` every 5 ms until it returns true (then true), or until `limit` has passed (then
+// false): for a test that must wait for a state (a switch holding a worker's packets) rather
+// than sleep for a time that a loaded machine or a sanitizer may not keep.
+bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds limit);
+
 // Calls `send_once` every `period` on a thread of its own until Stop() (or destruction).
 class Sprayer {
  public:
