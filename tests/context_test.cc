@@ -142,14 +142,28 @@ TEST_F(ContextTest, ResultsFromAStrangerAreDroppedAndCounted) {
     in[0][i] = static_cast<int32_t>(i);
     in[1][i] = static_cast<int32_t>(3 * i + 1);
   }
-  testing::Sprayer spray([&] { EXPECT_TRUE((*stranger)->Send(batch).ok()); },
-                         std::chrono::milliseconds(5));
   Status st0, st1;
   std::thread rank0(
       [&] { st0 = ctx[0]->AllReduce(in[0].data(), out[0].data(), kCount, DataType::kInt32); });
-  // Rank 1 comes late: rank 0's packets wait in the switch while the stranger sprays.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  spray.Stop();
+  // Rank 1 comes late: rank 0's packets wait in the switch while the stranger sprays, from when
+  // the switch holds all of them until rank 0 has read (and dropped) a whole spray round more.
+  // States, not a fixed time that a loaded or sanitized rank 0 might not have sent in.
+  constexpr auto kLimit = std::chrono::seconds(60);  // (a hang fails below, not here)
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] {
+        const auto c = daemon_->job_counters(11);
+        return c.has_value() && c->aggregated >= kWindow;
+      },
+      kLimit))
+      << "rank 0's packets did not reach the switch";
+  const uint64_t foreign_before = ctx[0]->stats().foreign_source_dropped;
+  {
+    testing::Sprayer spray([&] { EXPECT_TRUE((*stranger)->Send(batch).ok()); },
+                           std::chrono::milliseconds(5));
+    EXPECT_TRUE(testing::WaitUntil(
+        [&] { return ctx[0]->stats().foreign_source_dropped >= foreign_before + kWindow; },
+        kLimit));
+  }
   st1 = ctx[1]->AllReduce(in[1].data(), out[1].data(), kCount, DataType::kInt32);
   rank0.join();
   EXPECT_TRUE(st0.ok()) << st0.ToString();
@@ -162,7 +176,7 @@ TEST_F(ContextTest, ResultsFromAStrangerAreDroppedAndCounted) {
   }
   EXPECT_EQ(wrong0, 0u) << "rank 0's elements that differ from the true sum (the stranger's won)";
   EXPECT_EQ(wrong1, 0u);
-  EXPECT_GT(ctx[0]->stats().foreign_source_dropped, 0u);
+  EXPECT_GE(ctx[0]->stats().foreign_source_dropped, foreign_before + kWindow);
   EXPECT_EQ(ctx[1]->stats().foreign_source_dropped, 0u);
 }
 
