@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: builds switchml, then runs a local SwitchML job (software switch + worker
-# processes on loopback), verifies every result and prints the throughput.
+# processes on this machine, over shared memory by default: `switchml run --transport auto`),
+# verifies every result and prints the throughput.
 # Arguments go to `switchml run` (see `build/tools/switchml run --help`); without any, it runs
 # 4 workers all-reducing 16M float32 elements.
 set -euo pipefail

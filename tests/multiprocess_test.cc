@@ -320,14 +320,16 @@ TEST(MultiProcessTest, GarbageDatagramsAreCountedAndDropped) {
             sent.load() / 2);  // most of it reached the switch
 }
 
-// Given the main-job command, Expect it to verify every result and print the throughput lines.
+// Given the main-job command over kernel UDP (its default is shm where it can be used, tested in
+// shm_multiprocess_test), Expect it to verify every result and print the throughput lines.
 TEST(MultiProcessTest, RunCommandPrintsVerifiedThroughput) {
-  Process p({testing::SwitchmlBinary(), "run", "--workers", "3", "--size", "300001", "--dtype",
-             "int32", "--iterations", "3", "--loss", "0.01"});
+  Process p({testing::SwitchmlBinary(), "run", "--transport", "udp", "--workers", "3", "--size",
+             "300001", "--dtype", "int32", "--iterations", "3", "--loss", "0.01"});
   ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
   EXPECT_EQ(p.exit_code(), 0) << p.output();
   const std::string out = p.output();
   EXPECT_NE(out.find("switchml run: OK"), std::string::npos) << out;
+  EXPECT_NE(out.find("), transport udp, dropping"), std::string::npos) << out;
   EXPECT_NE(out.find("tensor aggregation time (median of 3)"), std::string::npos) << out;
   EXPECT_NE(out.find("aggregated elements/s"), std::string::npos) << out;
   EXPECT_NE(out.find("algorithm bandwidth"), std::string::npos) << out;
@@ -337,9 +339,9 @@ TEST(MultiProcessTest, RunCommandPrintsVerifiedThroughput) {
 // results over a 2-thread switch with 1 % loss, with no tag failing (docs/security.md 4.4).
 TEST(MultiProcessTest, RunWithAuthenticatedDataVerifies) {
   for (const char* dtype : {"int32", "float32"}) {
-    Process p({testing::SwitchmlBinary(), "run", "--workers", "3", "--size", "300001", "--dtype",
-               dtype, "--iterations", "2", "--threads", "2", "--switch-threads", "2", "--loss",
-               "0.01", "--auth-data"});
+    Process p({testing::SwitchmlBinary(), "run", "--transport", "udp", "--workers", "3", "--size",
+               "300001", "--dtype", dtype, "--iterations", "2", "--threads", "2",
+               "--switch-threads", "2", "--loss", "0.01", "--auth-data"});
     ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
     EXPECT_EQ(p.exit_code(), 0) << p.output();
     const std::string out = p.output();
@@ -413,7 +415,9 @@ TEST(CommandLineTest, BadFlagsAreRefusedAndHelpWorks) {
                                              {"run", "--early-retransmit", "-1"},
                                              {"run", "--threads", "4", "--window", "2"},
                                              {"worker", "--rank", "5", "--workers", "2"},
+                                             {"run", "--transport", "bogus"},
                                              {"worker", "--udp-port", "70000"},
+                                             {"worker", "--transport", "auto"},
                                              {"switch", "--max-workers", "257"},
                                              {"switch", "--loss", "1.5"},
                                              {"nonsense"}}) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <regex>
 #include <string>
@@ -127,6 +128,37 @@ TEST_F(ShmMultiProcessTest, RunCommandWithLoss) {
   EXPECT_EQ(p.exit_code(), 0) << p.output();
   EXPECT_NE(p.output().find("switchml run: OK"), std::string::npos) << p.output();
   EXPECT_TRUE(Files().empty());
+}
+
+// Given `switchml run` without --transport, Expect it to choose shm (every process is on this
+// host) and say so; and given a shm directory that cannot be made, Expect it to say why and run
+// the job over UDP instead, verified either way.
+TEST_F(ShmMultiProcessTest, RunCommandChoosesShmByDefaultAndFallsBackToUdp) {
+  const std::vector<std::string> job = {testing::SwitchmlBinary(), "run", "--workers", "2",
+                                        "--size", "100003", "--iterations", "2"};
+  Process p(job);
+  ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
+  EXPECT_EQ(p.exit_code(), 0) << p.output();
+  EXPECT_NE(p.output().find("transport shm (auto)"), std::string::npos) << p.output();
+  EXPECT_NE(p.output().find("over auth(shm)"), std::string::npos) << p.output();
+  EXPECT_NE(p.output().find("switchml run: OK"), std::string::npos) << p.output();
+  EXPECT_TRUE(Files().empty());
+
+  const std::string not_a_dir = dir_ + "/plain-file";
+  {
+    FILE* f = std::fopen(not_a_dir.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
+  ::setenv("SWITCHML_SHM_DIR", (not_a_dir + "/sub").c_str(), 1);
+  Process q(job);
+  ASSERT_TRUE(q.Wait(seconds(120))) << q.output();
+  ::setenv("SWITCHML_SHM_DIR", dir_.c_str(), 1);
+  EXPECT_EQ(q.exit_code(), 0) << q.output();
+  EXPECT_NE(q.output().find("transport udp (auto: shm cannot be used here: "), std::string::npos)
+      << q.output();
+  EXPECT_NE(q.output().find("switchml run: OK"), std::string::npos) << q.output();
+  ::unlink(not_a_dir.c_str());
 }
 
 // Given a job under way, When one worker process is killed (its rings in the switch's inbox

@@ -22,6 +22,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "runtime/switch_daemon.h"
+#include "transport/factory.h"
 #include "testing/measure.h"
 
 namespace switchml::tools {
@@ -100,7 +101,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
               "processes on loopback, all-reduces a --size tensor --iterations times, verifies\n"
               "every result against an exact float64/int64 sum and prints the median tensor\n"
               "aggregation time, aggregated elements/s and algorithm bandwidth.");
-  AddJobFlags(&flags);
+  AddJobFlags(&flags, /*auto_transport=*/true);
   flags.AddDouble("loss", 0, "the switch drops this fraction of packets in each direction");
   flags.AddInt("switch-threads", 1,
                "the switch's data-plane threads (worker thread t uses switch thread t mod this)");
@@ -124,16 +125,28 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   o.switch_config.slots_per_job = std::max<uint32_t>(8192, job.window);
   o.loss = flags.GetDouble("loss");
   o.seed = job.seed;
-  o.transport = job.transport;
   o.busy_poll = job.busy_poll;
   o.threads = static_cast<uint32_t>(flags.GetInt("switch-threads"));
+  // --transport auto (the default): every process of this job is on this host, so shared memory
+  // (the fastest path here, docs/benchmarks.md) unless this host's cannot be used.
+  std::string why = job.transport == "auto" ? " (auto)" : "";
+  const bool automatic = job.transport == "auto";
+  o.transport = automatic ? "shm" : job.transport;
   auto daemon = runtime::SwitchDaemon::Start(o);
+  if (!daemon.ok() && automatic) {
+    why = " (auto: shm cannot be used here: " + daemon.status().message() + ")";
+    o.transport = transport::kDefaultTransportKind;
+    daemon = runtime::SwitchDaemon::Start(o);
+  }
   if (!daemon.ok()) {
     std::cerr << "switchml run: cannot start the switch: " << daemon.status().message() << "\n";
     return 2;
   }
-  std::printf("switchml run: software switch on 127.0.0.1 (data port %u, control port %u)%s\n",
-              (*daemon)->data_port(), (*daemon)->control_port(),
+  job.transport = o.transport;  // the workers use the switch's
+  std::printf(
+      "switchml run: software switch on 127.0.0.1 (data port %u, control port %u), transport "
+      "%s%s%s\n",
+      (*daemon)->data_port(), (*daemon)->control_port(), o.transport.c_str(), why.c_str(),
               o.loss > 0
                   ? (", dropping " + std::to_string(o.loss * 100) + "% of packets each way").c_str()
                   : "");

@@ -43,7 +43,8 @@ struct JobOptions {
   int64_t setup_timeout_ms = 30000;
   uint64_t seed = 1;
   bool verify = true;
-  std::string transport = "udp";  // data-plane transport of the workers (and of `run`'s switch)
+  std::string transport = "udp";  // data-plane transport of the workers (and of `run`'s switch);
+                                 // "auto" only from `run`'s flags, resolved by `run`
   bool busy_poll = false;
   double wake_batch = 0;     // Config::wake_batch
   bool tensor_check = true;  // Config::check_tensors
@@ -52,7 +53,9 @@ struct JobOptions {
   bool lan_multicast = false;      // Config::lan_multicast (--multicast on)
 };
 
-void AddJobFlags(Flags* flags);
+// `auto_transport`: --transport defaults to "auto" (for `run`, whose processes all share this
+// host: shm where this host's shared memory can be used, else udp) instead of udp.
+void AddJobFlags(Flags* flags, bool auto_transport = false);
 // The help line of --transport, listing the kinds.
 std::string TransportHelp();
 // --dpdk-eal and --dpdk-device (the dpdk transport's EAL arguments and device), and applying them:

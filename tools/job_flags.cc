@@ -36,7 +36,7 @@ void ApplyDpdkFlags(const Flags& f) {
   }
 }
 
-void AddJobFlags(Flags* f) {
+void AddJobFlags(Flags* f, bool auto_transport) {
   f->AddInt("workers", 2, "number of workers in the job");
   f->AddSize("size", 1 << 20, "elements per all-reduce (suffix K, M, G = 2^10, 2^20, 2^30)");
   f->AddString("dtype", "float32", "element type: float32 or int32");
@@ -60,7 +60,13 @@ void AddJobFlags(Flags* f) {
   f->AddInt("setup-timeout-ms", 30000, "fail when session setup or a barrier takes longer");
   f->AddInt("seed", 1, "seed of the verifiable input pattern");
   f->AddBool("no-verify", "skip checking each result against the exact sum");
-  f->AddString("transport", transport::kDefaultTransportKind, TransportHelp());
+  if (auto_transport) {
+    f->AddString("transport", "auto",
+                 TransportHelp() + "; auto: shm where this host's shared memory can be used (every "
+                                   "process of the job is on this host), else udp");
+  } else {
+    f->AddString("transport", transport::kDefaultTransportKind, TransportHelp());
+  }
   f->AddBool("busy-poll", "poll for packets without sleeping (lower latency, busy cores)");
   f->AddDouble("wake-batch", 0,
                "after handling results, sleep until about this fraction of the packets in flight "
@@ -148,7 +154,9 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   o->transport = f.GetString("transport");
   transport::TransportOptions t;
   t.kind = o->transport;
-  if (Status st = t.Validate(); !st.ok())
+  // "auto" (run's: resolved by run, which knows that every process is on this host; `worker`
+  // refuses it).
+  if (Status st = t.Validate(); o->transport != "auto" && !st.ok())
     return InvalidArgumentError("--transport: " + st.message());
   o->busy_poll = f.GetBool("busy-poll");
   o->wake_batch = f.GetDouble("wake-batch");
