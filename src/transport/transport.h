@@ -147,6 +147,8 @@ class Transport {
   // from the next Receive on, until LeaveGroup. Kernel UDP and shm (groups of this host only:
   // shm.h, "Groups") have it; others return UNIMPLEMENTED (wrappers do not pass it on). Datagrams
   // that came through the group are counted in TransportCounters::group_datagrams_received.
+  // LeaveGroup ends the views of the last Receive too (shm unmaps the group's ring): call it
+  // only once they are no longer read.
   virtual Status JoinGroup(const Endpoint& group, uint32_t interface_index);
   virtual void LeaveGroup() {}
 
