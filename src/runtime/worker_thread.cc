@@ -197,7 +197,8 @@ Result<size_t> WorkerThread::ReceiveBatch(worker::Nanos wait) {
     session_.HandleDatagram(Contents(rx_[i]), now);
   }
   if (foreign > 0) foreign_source_.fetch_add(foreign, std::memory_order_relaxed);
-  if (!group_seen_ && *r > 0) CheckGroupDelivers();
+  from_switch_ += *r - foreign;
+  if (!group_seen_ && *r > foreign) CheckGroupDelivers();
   return *r;
 }
 
@@ -207,7 +208,10 @@ void WorkerThread::CheckGroupDelivers() {
     group_seen_ = true;
     return;
   }
-  const uint64_t unicast = c.datagrams_received;
+  // None came through the group yet, so every datagram from the switch came as unicast. (Not
+  // the transport's count of datagrams: that holds anyone's, and a stranger's datagrams, dropped
+  // by the source check, would fail a job whose group works.)
+  const uint64_t unicast = from_switch_;
   if (unicast < std::max<uint64_t>(kGroupCheckDatagrams, session_.config().window)) return;
   session_.Abort(FailedPreconditionError(
       "LAN multicast: " + std::to_string(unicast) +

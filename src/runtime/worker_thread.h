@@ -58,8 +58,8 @@ class WorkerThread {
   // alone. wait: how to wait for results. expected_group: when not empty, the transport has
   // joined a LAN multicast group where the switch sends every result (Config::lan_multicast),
   // described so ("239.192.1.2:12000 on eth0"); if a window's worth of datagrams (and at least
-  // kGroupCheckDatagrams) arrive and none through the group, the network is not delivering it
-  // (only retransmission replies come, as unicast): the slice fails with FAILED_PRECONDITION
+  // kGroupCheckDatagrams) arrive from the switch and none through the group, the network is
+  // not delivering it (only retransmission replies come, as unicast): the slice fails with FAILED_PRECONDITION
   // naming the group, instead of crawling on retransmissions.
   WorkerThread(const worker::SessionConfig& config, std::unique_ptr<transport::Transport> transport,
                Endpoint switch_data, std::shared_ptr<FailureLatch> failure, WaitPolicy wait = {},
@@ -111,6 +111,10 @@ class WorkerThread {
   const WaitPolicy wait_;
   const std::string expected_group_;
   bool group_seen_;  // a datagram came through expected_group_ (or none is expected)
+  // Datagrams taken from the switch's data endpoints while slices ran (the thread's): until one
+  // comes through the group, these are the unicast ones the group check counts. (The transport's
+  // own count also holds anyone else's datagrams, which say nothing about the group.)
+  uint64_t from_switch_ = 0;
   // Wake-up batching state (the thread's): datagrams per second arriving while a slice runs,
   // smoothed (0 until measured; kept across slices); the measurement period under way; and
   // when the last receive returned datagrams.

@@ -242,5 +242,88 @@ TEST(WorkerThreadTest, ResultsThatNeverComeThroughTheExpectedGroupFailTheSlice) 
   }
 }
 
+// Reports the datagrams received from the switch as having come through the multicast group
+// (a LAN group that works), and those from anywhere else as unicast.
+class SwitchGroupTransport : public SchedulerTransport {
+ public:
+  explicit SwitchGroupTransport(std::unique_ptr<transport::Transport> inner)
+      : SchedulerTransport(std::move(inner), 0, milliseconds(0)) {}
+  Result<size_t> Receive(std::span<transport::RxDatagram> batch,
+                         std::chrono::nanoseconds timeout) override {
+    auto r = SchedulerTransport::Receive(batch, timeout);
+    if (r.ok()) {
+      for (size_t i = 0; i < *r; ++i) group_ += batch[i].source == kSwitch ? 1 : 0;
+    }
+    return r;
+  }
+  transport::TransportCounters counters() const override {
+    transport::TransportCounters c = SchedulerTransport::counters();
+    c.group_datagrams_received = group_.load();
+    return c;
+  }
+
+ private:
+  std::atomic<uint64_t> group_{0};
+};
+
+// Echoes as EchoSwitch, but when the first datagram comes, first makes a stranger (another
+// address, as any host of the LAN) send `stray` datagrams to the worker: they reach it before any
+// result.
+class StrangerFirstSwitch {
+ public:
+  StrangerFirstSwitch(transport::MemoryNetwork* net, size_t stray)
+      : transport_(net->Attach(kSwitch)),
+        stranger_(net->Attach(Endpoint{0x0a000009, 4000})),
+        stray_(stray) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~StrangerFirstSwitch() {
+    stop_.store(true);
+    transport_->Wake();
+    thread_.join();
+  }
+
+ private:
+  void Run() {
+    std::vector<transport::RxDatagram> rx(64);
+    const std::vector<uint8_t> junk(64, 0xee);
+    while (!stop_.load()) {
+      auto r = transport_->Receive(rx, milliseconds(20));
+      if (!r.ok()) return;
+      for (size_t i = 0; i < *r; ++i) {
+        if (stray_ > 0) {
+          std::vector<transport::TxDatagram> tx(stray_, transport::TxDatagram{rx[i].source, junk});
+          ASSERT_TRUE(stranger_->Send(tx).ok());
+          stray_ = 0;
+        }
+        const transport::TxDatagram tx{rx[i].source, rx[i].data};
+        ASSERT_TRUE(transport_->Send({&tx, 1}).ok());
+      }
+    }
+  }
+
+  std::unique_ptr<transport::Transport> transport_, stranger_;
+  size_t stray_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Given: a thread that expects its results on a LAN multicast group, which delivers them, and a
+// stranger on the LAN that sends more datagrams to the worker's port than one receive takes,
+// before the first result. Expect: the slice completes (the stranger's datagrams, dropped by the
+// source check, say nothing about the group: before, they counted as "results that arrived as
+// unicast", and the slice failed with FAILED_PRECONDITION blaming the network's multicast).
+TEST(WorkerThreadTest, AStrangersDatagramsDoNotFailTheGroupCheck) {
+  constexpr uint32_t kWindow = 64;
+  transport::MemoryNetwork net;
+  StrangerFirstSwitch sw(&net, 600);
+  WorkerThread thread(OneWorker(kWindow, milliseconds(10)),
+                      std::make_unique<SwitchGroupTransport>(net.Attach(kWorker)), kSwitch,
+                      std::make_shared<FailureLatch>(), {}, 0, 0, "239.192.1.2:12000 on eth0");
+  const Status st = RunSlice(&thread, 4 * kWindow * 256);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(thread.foreign_source_dropped(), 600u);
+}
+
 }  // namespace
 }  // namespace switchml::runtime
