@@ -19,7 +19,7 @@ from the environment (switchml worker's flag in brackets):
     SWITCHML_BIND_ADDRESS=IPv4     local address for the data plane (default 0.0.0.0) [--bind]
     SWITCHML_UDP_PORT=N            first local data-plane port (default 0: any) [--udp-port]
     SWITCHML_TRANSPORT=udp|udp-plain|xdp|dpdk|shm  the data-plane transport (default udp)
-    SWITCHML_BUSY_POLL=0|1
+    SWITCHML_BUSY_POLL=0|1         poll for results without sleeping (default 0) [--busy-poll]
     SWITCHML_WAKE_BATCH=F          wake-up batching, F in [0, 1] (default 0: off) [--wake-batch]
     SWITCHML_MULTICAST=auto|on|off results once per job to a multicast group: auto = with a
                                    switch on this host only, on = also on the LAN (default auto)
@@ -141,7 +141,7 @@ def _resolve(options, group_timeout):
                       "use 0..65535 (0: any free ports)"),
         transport=pick("transport", "SWITCHML_TRANSPORT", None, str,
                        lambda x: x in switchml.TRANSPORTS, f"use one of {kinds}"),
-        busy_poll=pick("busy_poll", "SWITCHML_BUSY_POLL", None, lambda s: s not in ("0", "")),
+        busy_poll=pick("busy_poll", "SWITCHML_BUSY_POLL", None, flag, None, "0 or 1"),
         wake_batch=pick("wake_batch", "SWITCHML_WAKE_BATCH", None, float,
                         lambda x: 0 <= x <= 1,
                         "use a fraction in [0, 1] of the packets in flight (0: off)"),

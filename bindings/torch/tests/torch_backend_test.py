@@ -458,7 +458,9 @@ class TorchBackendTest(unittest.TestCase):
                 swtorch._resolve(swtorch.Options(**options), timeout)
         bad_env = (("SWITCHML_TRANSPORT", "tcp"), ("SWITCHML_WAKE_BATCH", "x"),
                    ("SWITCHML_WAKE_BATCH", "2"), ("SWITCHML_MULTICAST", "lan"),
-                   ("SWITCHML_CHECK_TENSORS", "no"), ("SWITCHML_BASE_RTT", "-1"))
+                   ("SWITCHML_CHECK_TENSORS", "no"), ("SWITCHML_BASE_RTT", "-1"),
+                   ("SWITCHML_BUSY_POLL", "no"), ("SWITCHML_BUSY_POLL", "false"),
+                   ("SWITCHML_BUSY_POLL", "2"))
         for name, value in bad_env:
             os.environ[name] = value
             try:
@@ -466,7 +468,18 @@ class TorchBackendTest(unittest.TestCase):
                     swtorch._resolve(None, timeout)
             finally:
                 del os.environ[name]
-        for field in ("wake_batch", "multicast", "check_tensors", "transport", "timeout"):
+        # The 0|1 variables read exactly 0 or 1 (busy polling once took "no" for on).
+        for name, field in (("SWITCHML_BUSY_POLL", "busy_poll"),
+                            ("SWITCHML_CHECK_TENSORS", "check_tensors"),
+                            ("SWITCHML_AUTH_DATA", "authenticate_data")):
+            for raw, value in (("0", False), ("1", True)):
+                os.environ[name] = raw
+                try:
+                    self.assertIs(swtorch._resolve(None, timeout)[field], value, (name, raw))
+                finally:
+                    del os.environ[name]
+        for field in ("wake_batch", "multicast", "check_tensors", "transport", "timeout",
+                      "busy_poll"):
             self.assertIsNone(swtorch._resolve(None, timeout)[field], field)
         self.assertIsNone(swtorch._resolve(None, timeout)["authenticate_data"])
         self.assertIsNone(swtorch._resolve(None, timeout)["early_retransmit_after"])
