@@ -34,12 +34,14 @@ from the environment (switchml worker's flag in brackets):
     SWITCHML_SETUP_TIMEOUT=SECONDS joining the switch fails after this long (the group's
                                    timeout, at most 60)
 
-A bad value raises ValueError from init_process_group, naming the option or variable. See
-docs/python.md.
+A bad value raises ValueError from init_process_group, naming the option or variable; an
+Options field of the wrong Python type (window="64", threads=2.5, multicast=True) TypeError,
+naming the field and the type it takes. See docs/python.md.
 """
 
 import dataclasses
 import datetime
+import numbers
 import os
 from typing import Optional
 
@@ -82,49 +84,94 @@ class Options:
     max_retransmit_timeout: Optional[float] = None  # seconds; Config::max_timeout
 
 
+_KIND_NAMES = {int: "an int", float: "a number (int or float)", str: "a str", bool: "a bool"}
+
+
+def _of_kind(value, kind):
+    """value as `kind` when it is of that kind (an int or float for float; bool is not an int
+    here, nor an int a bool), else None."""
+    if kind is bool:
+        return value if isinstance(value, bool) else None
+    if isinstance(value, bool):
+        return None
+    if kind is int:
+        return int(value) if isinstance(value, numbers.Integral) else None
+    if kind is float:
+        return float(value) if isinstance(value, numbers.Real) else None
+    return value if isinstance(value, kind) else None
+
+
+def _parse(raw, kind):
+    """An environment variable's text as `kind` (bool: exactly 0 or 1), or None."""
+    if kind is bool:
+        return {"0": False, "1": True}.get(raw)
+    if kind is str:
+        return raw
+    try:
+        return kind(raw)
+    except ValueError:
+        return None
+
+
 def _resolve(options, group_timeout):
     """The switchml.Config fields that the options and the environment set (None: the library's
-    default), checked: a bad value raises ValueError naming the Options field or the variable."""
+    default), checked: a value of the wrong Python type in Options raises TypeError, a bad value
+    (or a bad environment variable) ValueError; both name the Options field or the variable and
+    say what to use."""
     o = options if options is not None else Options()
     env = os.environ
 
-    def pick(field, name, default, convert, valid=None, hint=""):
+    def pick(field, name, default, kind, valid=None, hint=""):
+        """The value of Options field `field`, else of environment variable `name`, else
+        `default`; kind (int, float, str or bool) is the type the field takes, and how the
+        variable is read (bool: 0 or 1)."""
         value = getattr(o, field)
-        shown = f"{field}={value!r}"
-        if value is None:
+        if value is not None:
+            shown = f"{field}={value!r}"
+            hint = ": use True or False" if kind is bool else f": {hint}" if hint else ""
+            if _of_kind(value, kind) is None:
+                raise TypeError(f"switchml: {shown} is of type {type(value).__name__}, not "
+                                f"{_KIND_NAMES[kind]}{hint}")
+            value = _of_kind(value, kind)
+        else:
             raw = env.get(name)
             if raw is None or raw == "":
                 return default
             shown = f"{name}={raw!r}"
-            try:
-                value = convert(raw)
-            except ValueError:
-                value = None
+            hint = ": use 0 or 1" if kind is bool else f": {hint}" if hint else ""
+            value = _parse(raw, kind)
         if value is None or (valid is not None and not valid(value)):
-            raise ValueError(f"switchml: {shown} is not valid" + (f": {hint}" if hint else ""))
+            raise ValueError(f"switchml: {shown} is not valid{hint}")
         return value
 
-    def flag(raw):
-        if raw not in ("0", "1"):
-            raise ValueError(raw)
-        return raw == "1"
-
-    def seconds(field, name, hint="seconds, > 0"):
-        v = pick(field, name, None, float, lambda x: x > 0, hint)
+    def seconds(field, name, low, high):
+        # low: the resolution of the Config field (1 ms or 1 us); finer is not representable.
+        hint = f"seconds in [{low:g}, {high:g}]"
+        v = pick(field, name, None, float, lambda x: low <= x <= high, hint)
         return None if v is None else datetime.timedelta(seconds=v)
 
     switch = pick("switch", "SWITCHML_SWITCH", "127.0.0.1", str)
     host, _, port = switch.rpartition(":") if ":" in switch else (switch, "", "")
-    if not port.isdigit() and port != "":
-        raise ValueError(f"switchml: switch address {switch!r} is not host[:port]")
+    if not host or (":" in switch and not (port.isascii() and port.isdigit()
+                                           and 1 <= int(port) <= 65535)):
+        raise ValueError(f"switchml: switch address {switch!r} is not host[:port] "
+                         "(port 1..65535)")
+    session_id = o.session_id
+    if _of_kind(session_id, int) is None:
+        raise TypeError(f"switchml: session_id={session_id!r} is of type "
+                        f"{type(session_id).__name__}, not an int")
+    if not 0 <= session_id < 2**64:
+        raise ValueError(f"switchml: session_id={session_id!r} is not valid: use 0..2^64-1 "
+                         "(0: rank 0 picks one)")
     kinds = ", ".join(switchml.TRANSPORTS)
+    group_seconds = group_timeout.total_seconds()
     kwargs = dict(
         switch_host=host,
         control_port=int(port) if port else DEFAULT_CONTROL_PORT,
         setup_timeout=datetime.timedelta(seconds=pick(
-            "setup_timeout", "SWITCHML_SETUP_TIMEOUT",
-            min(group_timeout.total_seconds(), 60.0), float, lambda x: x > 0, "seconds, > 0")),
-        session_id=o.session_id,
+            "setup_timeout", "SWITCHML_SETUP_TIMEOUT", min(group_seconds, 60.0), float,
+            lambda x: 0.001 <= x <= 86400, "seconds in [0.001, 86400]")),
+        session_id=int(session_id),
         # None: switchml::Config's default.
         num_worker_threads=pick("threads", "SWITCHML_THREADS", None, int,
                                 lambda x: 1 <= x <= 64, "use 1..64"),
@@ -133,30 +180,32 @@ def _resolve(options, group_timeout):
                                      "use 1..16384 packets (0: automatic)"),
         link_gbps=pick("link_gbps", "SWITCHML_LINK_GBPS", None, float,
                        lambda x: 0 < x <= 1e6, "Gbit/s in (0, 1e6]"),
-        base_rtt=seconds("base_rtt", "SWITCHML_BASE_RTT", "seconds in (0, 10], e.g. 0.0001"),
+        base_rtt=seconds("base_rtt", "SWITCHML_BASE_RTT", 1e-6, 10),
         packet_numel=pick("packet_numel", "SWITCHML_PACKET_NUMEL", None, int,
                           lambda x: x in (64, 256), "use 64 or 256"),
-        bind_address=pick("bind_address", "SWITCHML_BIND_ADDRESS", None, str),
+        bind_address=pick("bind_address", "SWITCHML_BIND_ADDRESS", None, str, None,
+                          "an IPv4 address"),
         udp_port=pick("udp_port", "SWITCHML_UDP_PORT", None, int, lambda x: 0 <= x <= 65535,
                       "use 0..65535 (0: any free ports)"),
         transport=pick("transport", "SWITCHML_TRANSPORT", None, str,
                        lambda x: x in switchml.TRANSPORTS, f"use one of {kinds}"),
-        busy_poll=pick("busy_poll", "SWITCHML_BUSY_POLL", None, flag, None, "0 or 1"),
+        busy_poll=pick("busy_poll", "SWITCHML_BUSY_POLL", None, bool),
         wake_batch=pick("wake_batch", "SWITCHML_WAKE_BATCH", None, float,
                         lambda x: 0 <= x <= 1,
                         "use a fraction in [0, 1] of the packets in flight (0: off)"),
         multicast=pick("multicast", "SWITCHML_MULTICAST", None, str,
                        lambda x: x in MULTICAST_MODES,
                        "use auto (with a switch on this host), on (also on the LAN) or off"),
-        check_tensors=pick("check_tensors", "SWITCHML_CHECK_TENSORS", None, flag, None, "0 or 1"),
-        peer_timeout=seconds("peer_timeout", "SWITCHML_PEER_TIMEOUT"),
-        timeout=seconds("retransmit_timeout", "SWITCHML_RETRANSMIT_TIMEOUT"),
-        min_timeout=seconds("min_retransmit_timeout", "SWITCHML_MIN_RETRANSMIT_TIMEOUT"),
-        max_timeout=seconds("max_retransmit_timeout", "SWITCHML_MAX_RETRANSMIT_TIMEOUT"),
+        check_tensors=pick("check_tensors", "SWITCHML_CHECK_TENSORS", None, bool),
+        peer_timeout=seconds("peer_timeout", "SWITCHML_PEER_TIMEOUT", 0.001, 86400),
+        timeout=seconds("retransmit_timeout", "SWITCHML_RETRANSMIT_TIMEOUT", 0.001, 3600),
+        min_timeout=seconds("min_retransmit_timeout", "SWITCHML_MIN_RETRANSMIT_TIMEOUT", 1e-6,
+                            3600),
+        max_timeout=seconds("max_retransmit_timeout", "SWITCHML_MAX_RETRANSMIT_TIMEOUT", 0.001,
+                            3600),
         early_retransmit_after=pick("early_retransmit", "SWITCHML_EARLY_RETRANSMIT", None, int,
                                     lambda x: 0 <= x <= 1_000_000, "use 0..1000000 (0: off)"),
-        authenticate_data=pick("authenticate_data", "SWITCHML_AUTH_DATA", None, flag, None,
-                               "0 or 1"),
+        authenticate_data=pick("authenticate_data", "SWITCHML_AUTH_DATA", None, bool),
     )
     _config(kwargs, 0, 1)  # what only the combination can get wrong
     return kwargs

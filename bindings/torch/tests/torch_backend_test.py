@@ -486,6 +486,55 @@ class TorchBackendTest(unittest.TestCase):
         self.assertEqual(swtorch._resolve(swtorch.Options(early_retransmit=0),
                                           timeout)["early_retransmit_after"], 0)
 
+    def test_options_of_the_wrong_type_raise_type_error(self):
+        # Each named the field and the type it takes (before: window="64" failed comparing a str
+        # with an int, threads=2.5 in pybind11's argument conversion, busy_poll="no" turned
+        # busy polling on, multicast=True said only that it was not valid).
+        timeout = datetime.timedelta(seconds=30)
+        wrong = (
+            (dict(window="64"), "window='64' is of type str, not an int: use 1..16384"),
+            (dict(threads=2.5), "threads=2.5 is of type float, not an int: use 1..64"),
+            (dict(threads=True), "threads=True is of type bool, not an int"),
+            (dict(multicast=True), "multicast=True is of type bool, not a str: use auto"),
+            (dict(busy_poll="no"), "busy_poll='no' is of type str, not a bool: use True or "
+                                   "False"),
+            (dict(authenticate_data=1), "authenticate_data=1 is of type int, not a bool"),
+            (dict(peer_timeout="5"), "peer_timeout='5' is of type str, not a number"),
+            (dict(peer_timeout=datetime.timedelta(seconds=5)),
+             "peer_timeout=datetime.timedelta.* is of type timedelta, not a number"),
+            (dict(transport=["udp"]), r"transport=\['udp'\] is of type list, not a str"),
+            (dict(switch=("127.0.0.1", 50099)), "switch=.* is of type tuple, not a str"),
+            (dict(session_id="7"), "session_id='7' is of type str, not an int"))
+        for options, message in wrong:
+            with self.assertRaisesRegex(TypeError, "^switchml: " + message, msg=options):
+                swtorch._resolve(swtorch.Options(**options), timeout)
+        # Numbers of another numeric type than the field's own are fine where they fit.
+        r = swtorch._resolve(swtorch.Options(peer_timeout=5, link_gbps=25, wake_batch=0,
+                                             window=64), timeout)
+        self.assertEqual((r["peer_timeout"], r["link_gbps"], r["max_outstanding_packets"]),
+                         (datetime.timedelta(seconds=5), 25.0, 64))
+        # Values of the right type but out of range, and times the library cannot hold (finer
+        # than its unit, or beyond what timedelta holds), stay ValueErrors.
+        bad = ((dict(peer_timeout=float("inf")), "peer_timeout=inf is not valid: seconds in "
+                                                 r"\[0.001, 86400\]"),
+               (dict(setup_timeout=1e20), "setup_timeout=1e\\+20 is not valid"),
+               (dict(retransmit_timeout=0.0001), "retransmit_timeout=0.0001 is not valid"),
+               (dict(base_rtt=float("nan")), "base_rtt=nan is not valid"),
+               (dict(session_id=-1), "session_id=-1 is not valid: use 0..2\\^64-1"),
+               (dict(switch="10.0.0.1:99999"), "switch address '10.0.0.1:99999' is not "
+                                               r"host\[:port\] \(port 1..65535\)"),
+               (dict(switch="10.0.0.1:"), "switch address '10.0.0.1:' is not"),
+               (dict(switch=":50099"), "switch address ':50099' is not"))
+        for options, message in bad:
+            with self.assertRaisesRegex(ValueError, "^switchml: " + message, msg=options):
+                swtorch._resolve(swtorch.Options(**options), timeout)
+        os.environ["SWITCHML_PEER_TIMEOUT"] = "inf"
+        try:
+            with self.assertRaisesRegex(ValueError, "SWITCHML_PEER_TIMEOUT='inf' is not valid"):
+                swtorch._resolve(None, timeout)
+        finally:
+            del os.environ["SWITCHML_PEER_TIMEOUT"]
+
     def test_process_group_keeps_its_keyword_constructor(self):
         # ProcessGroupSwitchML built directly with the keyword arguments it took before the
         # Config form (a world of one, in this process).
