@@ -169,8 +169,14 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   if (mc != "auto" && mc != "on" && mc != "off") {
     return InvalidArgumentError("--multicast must be auto, on or off, not '" + mc + "'");
   }
+  if (mc == "on" && f.GetBool("no-loopback-multicast")) {  // was silently off
+    return InvalidArgumentError(
+        "--multicast on cannot go with --no-loopback-multicast (the same as --multicast off): "
+        "LAN multicast needs loopback multicast (Config::lan_multicast needs "
+        "loopback_multicast); drop one");
+  }
   o->loopback_multicast = mc != "off" && !f.GetBool("no-loopback-multicast");
-  o->lan_multicast = mc == "on" && o->loopback_multicast;
+  o->lan_multicast = mc == "on";
   if (o->lan_multicast && o->auth_data) {
     return InvalidArgumentError(
         "--multicast on cannot go with --auth-data: datagrams to a group carry no tag");

@@ -46,8 +46,14 @@ void Check(const Status& st) {
   if (!st.ok()) Raise(st);
 }
 
-// Config.multicast: the CLI's --multicast mode over Config's two fields.
+// Config.multicast: the CLI's --multicast mode over Config's two fields. LAN multicast without
+// loopback multicast is no mode (Config::Validate refuses it): reading it raises, as validate().
 std::string MulticastMode(const Config& c) {
+  if (c.lan_multicast && !c.loopback_multicast) {
+    Raise(InvalidArgumentError(
+        "lan_multicast=True with loopback_multicast=False is not a multicast mode: set "
+        "loopback_multicast=True (that is multicast='on') or lan_multicast=False"));
+  }
   if (c.lan_multicast) return "on";
   return c.loopback_multicast ? "auto" : "off";
 }
@@ -383,7 +389,8 @@ PYBIND11_MODULE(_core, m) {
   config.def_property(
       "multicast", &MulticastMode, &SetMulticastMode,
       "the two multicast fields as switchml worker's --multicast: 'auto' (loopback multicast "
-      "only, the default), 'on' (also LAN multicast) or 'off' (neither)");
+      "only, the default), 'on' (also LAN multicast) or 'off' (neither); LAN multicast alone is "
+      "none of them: reading it raises SwitchMLError, as validate() does");
   config.def_readwrite("check_tensors", &Config::check_tensors,
                        "have the switch check that every worker all-reduces the same element "
                        "count and type (one control message per all-reduce)");

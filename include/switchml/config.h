@@ -78,7 +78,8 @@ struct Config {
   // network that delivers the switch's multicast to every worker: setup fails when the switch
   // does not keep the group (it runs without LAN multicast, or is a reference switch), and a
   // job fails, naming the group and interface, when results come only as retransmission
-  // replies (the network drops the group's datagrams). Not with authenticate_data.
+  // replies (the network drops the group's datagrams). Not with authenticate_data; only with
+  // loopback_multicast (Validate refuses LAN multicast alone, which no --multicast mode sets).
   bool lan_multicast = false;
   // Retransmission timeout (RTO) of a packet: `timeout` until the first round trip is measured,
   // then from the measured round trips as TCP computes it (RFC 6298), never below min_timeout

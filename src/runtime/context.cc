@@ -78,6 +78,14 @@ Status Config::Validate() const {
     return InvalidArgumentError(
         "lan_multicast cannot go with authenticate_data: datagrams to a group carry no tag");
   }
+  if (lan_multicast && !loopback_multicast) {
+    // Not a mode: switchml worker --multicast (and Python's Config.multicast) sets lan_multicast
+    // only with loopback_multicast, and LAN multicast alone would protect nothing that loopback
+    // multicast exposes (a group joined on the LAN interface is open to this host's processes).
+    return InvalidArgumentError(
+        "lan_multicast needs loopback_multicast: set both (multicast 'on', switchml worker "
+        "--multicast on), or lan_multicast = false");
+  }
   if (!(wake_batch >= 0 && wake_batch <= 1)) {
     return InvalidArgumentError("wake_batch must be in [0, 1] (a fraction of the packets in "
                                 "flight; 0 = wake for every arrival)");

@@ -95,6 +95,19 @@ class ConfigTest(unittest.TestCase):
             self.assertEqual(c.multicast, mode)
         c.loopback_multicast = False
         self.assertEqual(c.multicast, "off")
+        # LAN multicast alone is no mode: reading it raises (it once read "on", which sets
+        # both), and validate() refuses it, saying what to set.
+        c.lan_multicast = True
+        with self.assertRaisesRegex(switchml.SwitchMLError,
+                                    "lan_multicast=True with loopback_multicast=False is not a "
+                                    "multicast mode: set loopback_multicast=True"):
+            c.multicast
+        with self.assertRaisesRegex(switchml.SwitchMLError,
+                                    "lan_multicast needs loopback_multicast: set both"):
+            c.validate()
+        c.loopback_multicast = True
+        c.validate()
+        self.assertEqual(c.multicast, "on")
 
     def test_bad_data_path_options_are_refused_at_setup(self):
         cases = ((dict(wake_batch=1.5), "wake_batch must be in [0, 1]"),
