@@ -1,5 +1,7 @@
 #include "flags.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -105,17 +107,28 @@ Status Flags::Parse(const std::vector<std::string>& args, bool* help_requested) 
     char* end = nullptr;
     switch (f.kind) {
       case Kind::kInt:
+        errno = 0;
         std::strtoll(value.c_str(), &end, 10);
         if (value.empty() || *end != '\0') {
           return InvalidArgumentError("--" + name + " wants a whole number, not '" + value + "'");
         }
+        if (errno == ERANGE) {  // strtoll clamps: the flag would read as another number
+          return InvalidArgumentError("--" + name + " " + value + " is out of range");
+        }
         break;
-      case Kind::kDouble:
-        std::strtod(value.c_str(), &end);
+      case Kind::kDouble: {
+        errno = 0;
+        const double d = std::strtod(value.c_str(), &end);
         if (value.empty() || *end != '\0') {
           return InvalidArgumentError("--" + name + " wants a number, not '" + value + "'");
         }
+        // strtod also takes nan, inf and overflows to inf: no flag means any of them.
+        if (!std::isfinite(d) || (errno == ERANGE && std::fabs(d) > 1)) {
+          return InvalidArgumentError("--" + name + " wants a finite number, not '" + value +
+                                      "'");
+        }
         break;
+      }
       case Kind::kSize: {
         uint64_t v;
         if (!ParseSize(value, &v)) {

@@ -34,6 +34,23 @@ TEST(FlagsTest, ErrorsNameTheFlag) {
             std::string::npos);
   EXPECT_NE(f.Parse({"--size", "3T"}, &help).message().find("--size"), std::string::npos);
   EXPECT_NE(f.Parse({"--n"}, &help).message().find("needs a value"), std::string::npos);
+  // Numbers strtoll/strtod would clamp or that mean nothing as a flag are refused, not read as
+  // another number (99999999999999999999 once read as 9223372036854775807, nan passed range
+  // checks written as "not in range").
+  f.AddDouble("p", 0.5, "prob");
+  EXPECT_NE(f.Parse({"--n", "99999999999999999999"}, &help).message().find("--n "
+                                                                          "99999999999999999999 "
+                                                                          "is out of range"),
+            std::string::npos);
+  EXPECT_NE(f.Parse({"--n", "-99999999999999999999"}, &help).message().find("out of range"),
+            std::string::npos);
+  for (const char* bad : {"nan", "inf", "-inf", "1e999", "NAN"}) {
+    EXPECT_NE(f.Parse({"--p", bad}, &help).message().find("--p wants a finite number"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_TRUE(f.Parse({"--p", "1e-300", "--n", "-9223372036854775808"}, &help).ok());
+  EXPECT_EQ(f.GetInt("n"), INT64_MIN);
   EXPECT_TRUE(f.Parse({"--help"}, &help).ok());
   EXPECT_TRUE(help);
 }
