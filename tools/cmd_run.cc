@@ -104,7 +104,8 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   AddJobFlags(&flags, /*auto_transport=*/true);
   flags.AddDouble("loss", 0, "the switch drops this fraction of packets in each direction");
   flags.AddInt("switch-threads", 1,
-               "the switch's data-plane threads (worker thread t uses switch thread t mod this)");
+               "the switch's data-plane threads, 1..64 (worker thread t uses switch thread t mod "
+               "this)");
   flags.AddString("json", "", "also write the summary as JSON to this file");
   flags.AddBool("per-slot", "print per-slot switch counters at the end");
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
@@ -126,6 +127,11 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   o.loss = flags.GetDouble("loss");
   o.seed = job.seed;
   o.busy_poll = job.busy_poll;
+  if (flags.GetInt("switch-threads") < 1 || flags.GetInt("switch-threads") > 64) {
+    // Checked before it narrows to 32 bits (4294967297 read as 1).
+    std::cerr << "switchml run: --switch-threads must be in 1..64\n";
+    return 2;
+  }
   o.threads = static_cast<uint32_t>(flags.GetInt("switch-threads"));
   // --transport auto (the default): every process of this job is on this host, so shared memory
   // (the fastest path here, docs/benchmarks.md) unless this host's cannot be used.

@@ -22,7 +22,7 @@ int SwitchCommand(const std::vector<std::string>& args) {
   flags.AddInt("control-port", 50099, "gRPC control port (0 = pick a free one)");
   flags.AddInt("max-workers", 32, "workers per job (at most 256)");
   flags.AddInt("slots", 8192, "aggregation slots per job (at most 16384)");
-  flags.AddInt("max-jobs", 64, "concurrent jobs");
+  flags.AddInt("max-jobs", 64, "concurrent jobs (at most 1000000)");
   flags.AddDouble("loss", 0, "drop this fraction of packets in each direction (loss simulator)");
   flags.AddInt("seed", 1, "seed of the loss simulator");
   flags.AddInt("threads", 1,
@@ -70,6 +70,22 @@ int SwitchCommand(const std::vector<std::string>& args) {
   }
   o.data_port = static_cast<uint16_t>(dport);
   o.control_port = static_cast<uint16_t>(cport);
+  // Counts checked here, before they narrow to 32 bits (-1 jobs read as 4294967295, 4294967297
+  // slots as 1).
+  for (const auto& [name, max] : {std::pair<const char*, int64_t>{"max-workers", 256},
+                                  {"slots", 16384},
+                                  {"max-jobs", 1000000}}) {
+    const int64_t v = flags.GetInt(name);
+    if (v < 1 || v > max) {
+      std::cerr << "switchml switch: --" << name << " must be in 1.." << max << ", not " << v
+                << "\n";
+      return 2;
+    }
+  }
+  if (flags.GetInt("stats-interval") < 0) {
+    std::cerr << "switchml switch: --stats-interval must be >= 0 seconds (0 = only at exit)\n";
+    return 2;
+  }
   o.switch_config.max_workers_per_job = static_cast<uint32_t>(flags.GetInt("max-workers"));
   o.switch_config.slots_per_job = static_cast<uint32_t>(flags.GetInt("slots"));
   o.switch_config.max_jobs = static_cast<uint32_t>(flags.GetInt("max-jobs"));

@@ -111,7 +111,9 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   RETURN_IF_ERROR(positive("iterations", 1000000, &v));
   o->iterations = static_cast<uint32_t>(v);
   o->warmup = static_cast<uint32_t>(f.GetInt("warmup"));
-  if (f.GetInt("warmup") < 0) return InvalidArgumentError("--warmup must be >= 0");
+  if (f.GetInt("warmup") < 0 || f.GetInt("warmup") > 1000000) {
+    return InvalidArgumentError("--warmup must be in 0..1000000");
+  }
   RETURN_IF_ERROR(positive("threads", 64, &v));
   o->threads = static_cast<uint32_t>(v);
   o->window = static_cast<uint32_t>(f.GetInt("window"));

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The switchml commands refuse flag values that would otherwise be misread (clamped, wrapped to
+# 32 bits, or contradictory): each case must exit 2 within seconds, before anything starts, with
+# a message naming the flag. Usage: cli_flags_test.sh PATH_TO_SWITCHML
+set -uo pipefail
+bin="$1"
+failed=0
+# expect "TEXT THE MESSAGE HOLDS" ARGS...
+expect() {
+  local want="$1"
+  shift
+  local out rc
+  out=$(timeout 10 "$bin" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne 2 ] || [[ "$out" != *"$want"* ]]; then
+    echo "FAIL: switchml $*: exit $rc (want 2), output (want '$want'):"
+    echo "$out" | head -5
+    failed=1
+  else
+    echo "ok: switchml $*: $(echo "$out" | head -1)"
+  fi
+}
+sw=(switch --data-port 0 --control-port 0 --bind 127.0.0.1)
+# Both silently became --multicast off.
+expect "--multicast on cannot go with --no-loopback-multicast" \
+  worker --multicast on --no-loopback-multicast
+expect "--multicast on cannot go with --no-loopback-multicast" \
+  run --multicast on --no-loopback-multicast
+# Narrowed to 32 bits: -1 jobs were 4294967295, 4294967297 slots were 1.
+expect "--max-jobs must be in 1..1000000, not -1" "${sw[@]}" --max-jobs -1
+expect "--slots must be in 1..16384, not 4294967297" "${sw[@]}" --slots 4294967297
+expect "--max-workers must be in 1..256, not 4294967298" "${sw[@]}" --max-workers 4294967298
+expect "--stats-interval must be >= 0" "${sw[@]}" --stats-interval -5
+expect "--switch-threads must be in 1..64" run --switch-threads 4294967297
+expect "--warmup must be in 0..1000000" run --warmup 4294967296
+# strtoll clamped to 9223372036854775807; strtod took nan and inf.
+expect "--seed 99999999999999999999 is out of range" run --seed 99999999999999999999
+expect "--link-gbps wants a finite number, not 'nan'" run --link-gbps nan
+expect "--loss wants a finite number, not 'inf'" "${sw[@]}" --loss inf
+exit $failed
