@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The switchml commands refuse flag values that would otherwise be misread (clamped, wrapped to
-# 32 bits, or contradictory): each case must exit 2 within seconds, before anything starts, with
-# a message naming the flag. Usage: cli_flags_test.sh PATH_TO_SWITCHML
+# The switchml commands refuse flag values (and environment variables) that would otherwise be
+# misread (clamped, wrapped to 32 bits, or contradictory): each case must exit 2 within seconds,
+# before anything runs, with a message naming the flag or variable.
+# Usage: cli_flags_test.sh PATH_TO_SWITCHML
 set -uo pipefail
 bin="$1"
 failed=0
@@ -37,4 +38,15 @@ expect "--warmup must be in 0..1000000" run --warmup 4294967296
 expect "--seed 99999999999999999999 is out of range" run --seed 99999999999999999999
 expect "--link-gbps wants a finite number, not 'nan'" run --link-gbps nan
 expect "--loss wants a finite number, not 'inf'" "${sw[@]}" --loss inf
+# The AF_XDP transport's environment (docs/xdp.md): "abc" was queue 0, "yes" meant zero-copy.
+# Needs root and a build with AF_XDP (the loopback interface serves); skipped, saying so, else.
+xdp_out=$(SWITCHML_XDP_QUEUE=abc timeout 10 "$bin" "${sw[@]}" --transport xdp 2>&1)
+if [[ "$xdp_out" == *"not compiled into this build"* ]] || [ "$(id -u)" -ne 0 ]; then
+  echo "skipped: the SWITCHML_XDP_* cases need root and AF_XDP in the build"
+else
+  SWITCHML_XDP_QUEUE=abc expect "SWITCHML_XDP_QUEUE must be a queue id (0, 1, ...), not 'abc'" \
+    "${sw[@]}" --transport xdp
+  SWITCHML_XDP_QUEUE=-1 expect "SWITCHML_XDP_QUEUE must be a queue id" "${sw[@]}" --transport xdp
+  SWITCHML_XDP_COPY=yes expect "SWITCHML_XDP_COPY must be 0 or 1" "${sw[@]}" --transport xdp
+fi
 exit $failed

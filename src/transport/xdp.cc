@@ -36,6 +36,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const XdpOpti
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -357,9 +358,30 @@ std::map<std::pair<int, uint32_t>, std::weak_ptr<XdpPort>>& Registry() {
   return *r;
 }
 
-uint32_t QueueFromEnvironment() {
+// SWITCHML_XDP_QUEUE, a queue id (default 0); anything else is refused ("abc" was queue 0, "-1"
+// queue 4294967295).
+Result<uint32_t> QueueFromEnvironment() {
   const char* q = std::getenv("SWITCHML_XDP_QUEUE");
-  return q != nullptr && *q != '\0' ? static_cast<uint32_t>(std::strtoul(q, nullptr, 10)) : 0;
+  if (q == nullptr || *q == '\0') return uint32_t{0};
+  const std::string text = q;
+  uint32_t queue = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), queue);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return InvalidArgumentError("SWITCHML_XDP_QUEUE must be a queue id (0, 1, ...), not '" + text +
+                                "'");
+  }
+  return queue;
+}
+
+// SWITCHML_XDP_COPY: 1 keeps to copy mode, 0 or unset tries zero-copy first; anything else is
+// refused (it once meant zero-copy, whatever it said).
+Result<bool> CopyOnlyFromEnvironment() {
+  const char* c = std::getenv("SWITCHML_XDP_COPY");
+  const std::string text = c != nullptr ? c : "";
+  if (text.empty() || text == "0") return false;
+  if (text == "1") return true;
+  return InvalidArgumentError("SWITCHML_XDP_COPY must be 0 or 1 (1: copy mode only), not '" +
+                              text + "'");
 }
 
 Result<std::shared_ptr<XdpPort>> XdpPort::Get(const LocalAddress& local, const Interfaces& ifs) {
@@ -367,7 +389,8 @@ Result<std::shared_ptr<XdpPort>> XdpPort::Get(const LocalAddress& local, const I
   if (ifindex == 0) {
     return NotFoundError("AF_XDP: no interface '" + local.interface + "': " + ErrnoText(errno));
   }
-  const uint32_t queue = QueueFromEnvironment();
+  ASSIGN_OR_RETURN(const uint32_t queue, QueueFromEnvironment());
+  RETURN_IF_ERROR(CopyOnlyFromEnvironment().status());
   std::lock_guard<std::mutex> lock(registry_mu);
   auto& weak = Registry()[{ifindex, queue}];
   if (auto port = weak.lock()) return port;
@@ -521,8 +544,8 @@ Result<xsk_socket*> XdpPort::CreateSocket(uint32_t slot, xsk_ring_cons* rx, xsk_
   // The first socket: zero-copy if the driver allows it, else copy mode. A failed bind leaves
   // the UMEM unusable for another, so it is made again. A queue that a socket just closed stays
   // busy until the kernel has released it (deferred work): retried for a second.
-  const bool allow_zero_copy = std::getenv("SWITCHML_XDP_COPY") == nullptr ||
-                               std::string(std::getenv("SWITCHML_XDP_COPY")) != "1";
+  ASSIGN_OR_RETURN(const bool copy_only, CopyOnlyFromEnvironment());  // checked in Get
+  const bool allow_zero_copy = !copy_only;
   int r = -EOPNOTSUPP;
   for (int attempt = 0; attempt < 40; ++attempt) {
     for (bool zero_copy : {true, false}) {
