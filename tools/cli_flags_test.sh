@@ -38,6 +38,10 @@ expect "--warmup must be in 0..1000000" run --warmup 4294967296
 expect "--seed 99999999999999999999 is out of range" run --seed 99999999999999999999
 expect "--link-gbps wants a finite number, not 'nan'" run --link-gbps nan
 expect "--loss wants a finite number, not 'inf'" "${sw[@]}" --loss inf
+# switchml sim: a --window above --slots was clamped to --slots without a word.
+expect "--window 9000 exceeds --slots 8192" sim --window 9000 --slots 8192 --size 1M
+expect "--timeout-threshold must be in 1..4294967295" sim --timeout-threshold 4294967297 --size 1M
+expect "--early-retransmit must be in 0..1000000" sim --early-retransmit 4294967296 --size 1M
 # The AF_XDP transport's environment (docs/xdp.md): "abc" was queue 0, "yes" meant zero-copy.
 # Needs root and a build with AF_XDP (the loopback interface serves); skipped, saying so, else.
 xdp_out=$(SWITCHML_XDP_QUEUE=abc timeout 10 "$bin" "${sw[@]}" --transport xdp 2>&1)

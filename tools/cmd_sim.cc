@@ -3,6 +3,7 @@
 // the ring and halving-doubling baselines on the same links. Output: a summary, and JSON and CSV.
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -97,8 +98,8 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   flags.AddInt("packet-numel", 256, "elements per packet: 64 or 256");
   flags.AddInt("slots", 8192, "switch slots per job (the most any window may use)");
   flags.AddInt("window", 0,
-               "outstanding packets per worker (0 = from the bandwidth-delay product: "
-               "docs/architecture.md 4.5)");
+               "outstanding packets per worker, at most --slots (0 = from the bandwidth-delay "
+               "product, docs/architecture.md 4.5, capped at --slots)");
   flags.AddInt("threads", 1, "worker threads (sessions, slot ranges) per worker");
   flags.AddSize("size", 64 << 20, "tensor size in bytes, e.g. 100M");
   flags.AddString("dtype", "int32", "int32 or float32");
@@ -173,6 +174,10 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   if (iterations < 1 || iterations > 1000) return fail("--iterations must be in 1..1000");
   if (slots < 1 || slots > 16384) return fail("--slots must be in 1..16384");
   if (window < 0) return fail("--window must be >= 0");
+  if (window > slots) {  // was clamped to --slots without a word
+    return fail("--window " + std::to_string(window) + " exceeds --slots " +
+                std::to_string(slots) + ": raise --slots or lower --window");
+  }
   DataType dtype;
   if (flags.GetString("dtype") == "int32") {
     dtype = DataType::kInt32;
@@ -244,9 +249,14 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   c.session.max_timeout = us(flags.GetDouble("max-timeout-us"));
   c.session.clock_granularity =
       worker::Nanos{static_cast<int64_t>(flags.GetDouble("clock-granularity-ns"))};
-  if (flags.GetInt("timeout-threshold") < 1) return fail("--timeout-threshold must be >= 1");
+  // Both checked before they narrow to 32 bits (4294967297 read as 1).
+  if (flags.GetInt("timeout-threshold") < 1 || flags.GetInt("timeout-threshold") > UINT32_MAX) {
+    return fail("--timeout-threshold must be in 1..4294967295");
+  }
   c.session.timeout_threshold = static_cast<uint32_t>(flags.GetInt("timeout-threshold"));
-  if (flags.GetInt("early-retransmit") < 0) return fail("--early-retransmit must be >= 0");
+  if (flags.GetInt("early-retransmit") < 0 || flags.GetInt("early-retransmit") > 1000000) {
+    return fail("--early-retransmit must be in 0..1000000");
+  }
   c.session.early_retransmit_after = static_cast<uint32_t>(flags.GetInt("early-retransmit"));
   c.session.progress_timeout = us(flags.GetDouble("progress-timeout-ms") * 1000);
   if (Status st = c.session.Validate(); !st.ok()) return fail(st.message());
