@@ -31,6 +31,12 @@ Status Config::Validate() const {
   if (switch_host.empty())
     return InvalidArgumentError("switch_host is empty: name the switch's host");
   if (control_port == 0) return InvalidArgumentError("control_port must not be 0");
+  // Checked here too, not only when Setup binds: a bad address is refused by Validate (and so
+  // by Python's Config.validate() and the torch backend's options) before anything starts.
+  if (uint32_t ip = 0; !ParseIpv4(bind_address, &ip)) {
+    return InvalidArgumentError("bind_address '" + bind_address +
+                                "' is not an IPv4 address (use 0.0.0.0 for any)");
+  }
   if (packet_numel != 64 && packet_numel != 256) {
     return InvalidArgumentError("packet_numel " + std::to_string(packet_numel) +
                                 " is not supported: use 64 or 256");

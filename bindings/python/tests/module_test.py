@@ -69,6 +69,14 @@ class ConfigTest(unittest.TestCase):
         c.packet_numel = 100
         with self.assertRaisesRegex(switchml.SwitchMLError, "use 64 or 256"):
             c.validate()
+        c.packet_numel = 256
+        c.validate()
+        # The bind address is checked by validate() too, not only when a Context binds.
+        for bad in ("10.0.0", "localhost", "10.0.0.256", ""):
+            c.bind_address = bad
+            with self.assertRaisesRegex(switchml.SwitchMLError,
+                                        f"bind_address '{bad}' is not an IPv4 address"):
+                c.validate()
 
     def test_data_path_options_round_trip(self):
         c = switchml.Config()

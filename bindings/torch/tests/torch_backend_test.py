@@ -461,6 +461,15 @@ class TorchBackendTest(unittest.TestCase):
                    ("SWITCHML_CHECK_TENSORS", "no"), ("SWITCHML_BASE_RTT", "-1"),
                    ("SWITCHML_BUSY_POLL", "no"), ("SWITCHML_BUSY_POLL", "false"),
                    ("SWITCHML_BUSY_POLL", "2"))
+        # Checked by Config.validate(), so a ValueError from init_process_group too, not a
+        # RuntimeError from the setup.
+        os.environ["SWITCHML_BIND_ADDRESS"] = "10.0.0"
+        try:
+            with self.assertRaisesRegex(ValueError, "switchml: bind_address '10.0.0' is not an "
+                                                    "IPv4 address"):
+                swtorch._resolve(None, timeout)
+        finally:
+            del os.environ["SWITCHML_BIND_ADDRESS"]
         for name, value in bad_env:
             os.environ[name] = value
             try:
