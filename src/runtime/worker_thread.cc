@@ -164,8 +164,20 @@ void WorkerThread::Run() {
     }
     if (!have) {
       // Idle: late duplicates of finished jobs may still arrive; read and drop them.
-      auto r = transport_->Receive(idle_rx, std::chrono::milliseconds(100));
-      if (r.ok() && *r > 0) {
+      constexpr auto kIdleWait = std::chrono::milliseconds(100);
+      auto r = transport_->Receive(idle_rx, kIdleWait);
+      if (!r.ok()) {
+        // A hard error returns at once: wait as the receive would have, not retry in a loop
+        // that takes a core. (A slice that comes meanwhile fails with the error, as would one
+        // that came during a receive.)
+        if (!idle_error_logged_) {
+          LOG(kError, kWorker) << "receive failed while idle: " << r.status().ToString();
+          idle_error_logged_ = true;
+        }
+        std::this_thread::sleep_for(kIdleWait);
+        continue;
+      }
+      if (*r > 0) {
         if (FromSwitch(idle_rx[0].source)) {
           session_.HandleDatagram(Contents(idle_rx[0]), Now());
         } else {

@@ -115,6 +115,7 @@ class WorkerThread {
   // comes through the group, these are the unicast ones the group check counts. (The transport's
   // own count also holds anyone else's datagrams, which say nothing about the group.)
   uint64_t from_switch_ = 0;
+  bool idle_error_logged_ = false;  // a receive failed while idle (logged once)
   // Wake-up batching state (the thread's): datagrams per second arriving while a slice runs,
   // smoothed (0 until measured; kept across slices); the measurement period under way; and
   // when the last receive returned datagrams.

@@ -325,5 +325,37 @@ TEST(WorkerThreadTest, AStrangersDatagramsDoNotFailTheGroupCheck) {
   EXPECT_EQ(thread.foreign_source_dropped(), 600u);
 }
 
+// A transport whose every receive fails at once (a hard error: a closed socket, a poll that
+// fails), counting the calls.
+class FailingReceiveTransport : public SchedulerTransport {
+ public:
+  explicit FailingReceiveTransport(std::unique_ptr<transport::Transport> inner)
+      : SchedulerTransport(std::move(inner), 0, milliseconds(0)) {}
+  Result<size_t> Receive(std::span<transport::RxDatagram>, std::chrono::nanoseconds) override {
+    calls_.fetch_add(1);
+    return InternalError("receive failed (test)");
+  }
+  uint64_t calls() const { return calls_.load(); }
+
+ private:
+  std::atomic<uint64_t> calls_{0};
+};
+
+// Given: an idle thread (no slice) whose transport's receive fails at once, every time.
+// Expect: the thread waits between tries as it does when the receive waits (about 10 per second
+// here), instead of retrying in a loop that takes a core (before: hundreds of thousands of calls
+// in 300 ms).
+TEST(WorkerThreadTest, AnIdleThreadDoesNotSpinOnAFailingReceive) {
+  transport::MemoryNetwork net;
+  auto owned = std::make_unique<FailingReceiveTransport>(net.Attach(kWorker));
+  FailingReceiveTransport* t = owned.get();
+  {
+    WorkerThread thread(OneWorker(64, milliseconds(10)), std::move(owned), kSwitch,
+                        std::make_shared<FailureLatch>());
+    std::this_thread::sleep_for(milliseconds(300));
+    EXPECT_LT(t->calls(), 100u);
+  }
+}
+
 }  // namespace
 }  // namespace switchml::runtime
