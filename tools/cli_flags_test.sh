@@ -53,4 +53,22 @@ else
   SWITCHML_XDP_QUEUE=-1 expect "SWITCHML_XDP_QUEUE must be a queue id" "${sw[@]}" --transport xdp
   SWITCHML_XDP_COPY=yes expect "SWITCHML_XDP_COPY must be 0 or 1" "${sw[@]}" --transport xdp
 fi
+# The DPDK transport's tuning variables (docs/dpdk.md): "abc" was 0, a nap of 0 was 1 us, any
+# doorbell setting but "off" was on. Skipped, saying so, without DPDK in the build.
+dpdk_out=$(SWITCHML_DPDK_NAP_US=abc timeout 10 "$bin" "${sw[@]}" --transport dpdk 2>&1)
+if [[ "$dpdk_out" == *"not in this build"* ]]; then
+  echo "skipped: the SWITCHML_DPDK_* cases need DPDK in the build"
+else
+  SWITCHML_DPDK_NAP_US=abc expect "SWITCHML_DPDK_NAP_US must be a whole number in 1..3600000000" \
+    "${sw[@]}" --transport dpdk
+  SWITCHML_DPDK_MAX_SLEEP_US=0 expect "SWITCHML_DPDK_MAX_SLEEP_US must be a whole number" \
+    "${sw[@]}" --transport dpdk
+  SWITCHML_DPDK_SPIN=20x expect "SWITCHML_DPDK_SPIN must be a whole number" \
+    "${sw[@]}" --transport dpdk
+  SWITCHML_DPDK_DOORBELL=no expect "SWITCHML_DPDK_DOORBELL must be on (the default) or off" \
+    "${sw[@]}" --transport dpdk
+  SWITCHML_DPDK_POLL=busy expect "SWITCHML_DPDK_POLL must be spin" "${sw[@]}" --transport dpdk
+  SWITCHML_DPDK_MEMIF_INTERFACES=8x expect "SWITCHML_DPDK_MEMIF_INTERFACES must be in 1..256" \
+    "${sw[@]}" --transport dpdk
+fi
 exit $failed

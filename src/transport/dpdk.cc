@@ -51,6 +51,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -93,6 +94,40 @@ constexpr std::chrono::seconds kLinkTimeout{10};
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? std::string() : std::string(v);
+}
+
+// The tuning variables DpdkTransport's constructor reads, checked before any transport is made:
+// a value the constructor would misread (strtoul took "abc" as 0 and "20x" as 20, a nap of 0 as
+// 1 us; any SWITCHML_DPDK_DOORBELL but "off" meant on) is refused naming the variable.
+Status CheckTuningEnvironment() {
+  struct Count {
+    const char* name;
+    uint64_t min, max;
+  };
+  for (const Count& c : {Count{"SWITCHML_DPDK_SPIN", 0, UINT32_MAX},
+                         Count{"SWITCHML_DPDK_NAP_US", 1, 3600000000},
+                         Count{"SWITCHML_DPDK_MAX_NAP_US", 1, 3600000000},
+                         Count{"SWITCHML_DPDK_MAX_SLEEP_US", 1, 3600000000},
+                         Count{"SWITCHML_DPDK_YIELD_US", 0, 3600000000}}) {
+    const std::string e = Env(c.name);
+    if (e.empty()) continue;
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(e.data(), e.data() + e.size(), v);
+    if (ec != std::errc() || end != e.data() + e.size() || v < c.min || v > c.max) {
+      return InvalidArgumentError(std::string(c.name) + " must be a whole number in " +
+                                  std::to_string(c.min) + ".." + std::to_string(c.max) +
+                                  ", not '" + e + "'");
+    }
+  }
+  if (const std::string e = Env("SWITCHML_DPDK_POLL"); !e.empty() && e != "spin") {
+    return InvalidArgumentError("SWITCHML_DPDK_POLL must be spin (never sleep) or unset, not '" +
+                                e + "'");
+  }
+  if (const std::string e = Env("SWITCHML_DPDK_DOORBELL"); !e.empty() && e != "on" && e != "off") {
+    return InvalidArgumentError("SWITCHML_DPDK_DOORBELL must be on (the default) or off, not '" +
+                                e + "'");
+  }
+  return Status();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1271,13 +1306,18 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
     return InvalidArgumentError("dpdk transport: max datagram bytes must be in 1.." +
                                 std::to_string(kMaxPayload));
   }
+  RETURN_IF_ERROR(CheckTuningEnvironment());
   std::string device = options.device;
   if (device.empty()) device = Env("SWITCHML_DPDK_DEVICE");
   if (device.empty()) device = "memif";
   uint32_t interfaces = options.memif_interfaces;
   if (interfaces == 0) {
     const std::string e = Env("SWITCHML_DPDK_MEMIF_INTERFACES");
-    interfaces = e.empty() ? 8 : static_cast<uint32_t>(std::strtoul(e.c_str(), nullptr, 10));
+    interfaces = 8;
+    if (!e.empty()) {
+      auto [end, ec] = std::from_chars(e.data(), e.data() + e.size(), interfaces);
+      if (ec != std::errc() || end != e.data() + e.size()) interfaces = 0;  // "8x" was 8
+    }
     if (interfaces < 1 || interfaces > 256) {
       return InvalidArgumentError("SWITCHML_DPDK_MEMIF_INTERFACES must be in 1..256, not '" + e +
                                   "'");
