@@ -38,6 +38,26 @@ expect "--warmup must be in 0..1000000" run --warmup 4294967296
 expect "--seed 99999999999999999999 is out of range" run --seed 99999999999999999999
 expect "--link-gbps wants a finite number, not 'nan'" run --link-gbps nan
 expect "--loss wants a finite number, not 'inf'" "${sw[@]}" --loss inf
+# --size: 2^62 elements wrapped the byte count to 0 (a 4-byte buffer for 2^62 elements); a size
+# the host cannot hold aborted every worker with std::bad_alloc after it had joined the job.
+expect "--size 4611686018427387904 is too large: at most 1024G elements" \
+  worker --size 4611686018427387904
+expect "--size 1099511627777 is too large" run --size 1099511627777
+if ldd "$bin" 2>/dev/null | grep -qE 'lib(a|t)san'; then
+  echo "skipped: the ulimit -v case under a sanitizer (it reserves more address space, and aborts)"
+elif [ "$(ulimit -v)" = unlimited ]; then
+  # Under a 1 GiB address-space limit (ulimit -v, this subshell only), 1G elements cannot fit.
+  out=$( (ulimit -v 1048576; timeout 10 "$bin" worker --size 1G --switch 127.0.0.1:1 \
+          --setup-timeout-ms 2000) 2>&1)
+  rc=$?
+  if [ "$rc" -eq 2 ] && [[ "$out" == *"cannot allocate the tensors"*"use a smaller --size"* ]]; then
+    echo "ok: switchml worker --size 1G under ulimit -v 1 GiB: $(echo "$out" | tail -1)"
+  else
+    echo "FAIL: switchml worker --size 1G under ulimit -v 1 GiB: exit $rc (want 2):"
+    echo "$out" | tail -5
+    failed=1
+  fi
+fi
 # switchml sim: a --window above --slots was clamped to --slots without a word.
 expect "--window 9000 exceeds --slots 8192" sim --window 9000 --slots 8192 --size 1M
 expect "--timeout-threshold must be in 1..4294967295" sim --timeout-threshold 4294967297 --size 1M

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <vector>
 
@@ -123,6 +124,21 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.tls_key_file = flags.GetString("tls-key");
   config.tls_server_name = flags.GetString("tls-server-name");
 
+  // Buffers allocated and touched once, before the job is joined (a worker that cannot hold its
+  // tensor says so at once instead of aborting mid-job with std::bad_alloc) and before anything
+  // is timed.
+  const size_t bytes = std::max<size_t>(4, job.size * 4);  // job.size <= kMaxJobSize: no wrap
+  std::vector<uint8_t> in, out;
+  try {
+    in.assign(bytes, 1);
+    out.assign(bytes, 1);
+  } catch (const std::bad_alloc&) {
+    return fail("cannot allocate the tensors",
+                InvalidArgumentError("2 buffers of " + std::to_string(bytes) +
+                                       " bytes for --size " + std::to_string(job.size) +
+                                       ": use a smaller --size"));
+  }
+
   auto ctx = Context::Create(config);
   if (!ctx.ok()) return fail("setup failed", ctx.status());
   if (!quiet) {
@@ -131,10 +147,6 @@ int WorkerCommand(const std::vector<std::string>& args) {
                  who.c_str(), static_cast<unsigned long long>((*ctx)->session_id()), job.workers,
                  static_cast<unsigned long long>(job.size), DataTypeName(job.dtype));
   }
-
-  // Buffers allocated and touched once, before anything is timed.
-  const size_t bytes = std::max<size_t>(4, job.size * 4);
-  std::vector<uint8_t> in(bytes, 1), out(bytes, 1);
 
   testing::Pattern pattern;
   pattern.seed = job.seed;

@@ -23,6 +23,9 @@ int SimCommand(const std::vector<std::string>& args);
 
 namespace switchml::tools {
 
+// The largest --size, in elements (1024G: 4 TiB per buffer; beyond, its byte count could wrap).
+constexpr uint64_t kMaxJobSize = uint64_t{1} << 40;
+
 // What a benchmark job is: shared by `worker` and `run` (which passes them on to its workers).
 struct JobOptions {
   uint32_t workers = 2;

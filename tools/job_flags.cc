@@ -104,6 +104,10 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   RETURN_IF_ERROR(positive("workers", 64, &v));
   o->workers = static_cast<uint32_t>(v);
   o->size = f.GetSize("size");
+  if (o->size > kMaxJobSize) {  // 4 bytes each: beyond this the buffer size wraps
+    return InvalidArgumentError("--size " + std::to_string(o->size) +
+                                " is too large: at most 1024G elements");
+  }
   if (!ParseDataType(f.GetString("dtype"), &o->dtype)) {
     return InvalidArgumentError("--dtype must be float32 or int32, not '" + f.GetString("dtype") +
                                 "'");
