@@ -867,6 +867,13 @@ Status Registry::Close(const CloseRequest& q, const Caller& caller) {
         st = InvalidArgumentError("rank " + std::to_string(q.rank) + " is out of range for " +
                                   name + "'s " + std::to_string(job.ranks.size()) + " workers");
       }
+      // Only a registered rank can have finished with the job. A Close for one that is not (a
+      // late one from an earlier attempt of the session id, whose rank 0 re-created the job
+      // since) must not mark it closed: its new worker's Attach would be refused.
+      if (st.ok() && q.has_rank && !job.ranks[q.rank].registered) {
+        st = FailedPreconditionError("rank " + std::to_string(q.rank) + " is not registered in " +
+                                     name + ": nothing of it to close");
+      }
       if (st.ok()) {
         bool all_closed = !q.has_rank;
         if (q.has_rank) {

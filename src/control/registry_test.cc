@@ -509,6 +509,24 @@ TEST_F(RegistryTest, CloseByEveryRankFreesTheJob) {
   EXPECT_EQ(registry_->Close({22, kSecret, true, 1}, At(kLocal)).code(), StatusCode::kNotFound);
 }
 
+// Given a job whose rank 1 has not registered yet, and a Close for rank 1 (a late one from a
+// previous attempt of the same session id, whose rank 0 has re-created the job meanwhile),
+// Expect it refused, naming the rank as not registered, and rank 1 then to register and attach.
+// (Before, it marked the unregistered rank closed: the new rank 1's Attach was refused with
+// "rank 1 has closed its session", failing the new attempt's setup.)
+TEST_F(RegistryTest, CloseOfARankNotRegisteredIsRefused) {
+  ASSERT_TRUE(registry_->Register(Req(26, 0, 2, 40000), At(kLocal)).ok());
+  const Status st = registry_->Close({26, kSecret, true, 1}, At(kLocal));
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("rank 1 is not registered in session 26"), std::string::npos)
+      << st.ToString();
+  ASSERT_TRUE(registry_->Register(Req(26, 1, 2, 40001), At(kLocal)).ok());
+  auto end = std::make_shared<std::optional<Status>>();
+  Attach(26, 1, end);  // (expects success)
+  EXPECT_TRUE(SwitchHasJob(26));
+  EXPECT_FALSE(end->has_value());
+}
+
 // Leases: a job whose workers vanished (no stream, no activity) expires; one with a stream or
 // data-plane activity does not.
 TEST_F(RegistryTest, LeasesExpireOnlyForVanishedJobs) {
