@@ -98,9 +98,10 @@ void OnSignal(int) { g_interrupted = 1; }
 int RunCommand(const std::vector<std::string>& args, const std::string& self_exe) {
   Flags flags("run",
               "Runs the main job on this machine: starts a software switch and --workers worker\n"
-              "processes on loopback, all-reduces a --size tensor --iterations times, verifies\n"
-              "every result against an exact float64/int64 sum and prints the median tensor\n"
-              "aggregation time, aggregated elements/s and algorithm bandwidth.");
+              "processes (over shared memory by default, --transport udp for loopback UDP),\n"
+              "all-reduces a --size tensor --iterations times, verifies every result against an\n"
+              "exact float64/int64 sum and prints the median tensor aggregation time, aggregated\n"
+              "elements/s and algorithm bandwidth.");
   AddJobFlags(&flags, /*auto_transport=*/true);
   flags.AddDouble("loss", 0, "the switch drops this fraction of packets in each direction");
   flags.AddInt("switch-threads", 1,
