@@ -690,6 +690,9 @@ class ShmTransport final : public Transport {
   Result<size_t> Receive(std::span<RxDatagram> batch, std::chrono::nanoseconds timeout) override {
     if (batch.empty()) return size_t{0};
     ReturnLent();
+    // Here, not only before sleeping: a receiver that never sleeps (busy polling, or traffic
+    // without a pause) must free dead senders' rings too. (At most once a second.)
+    ReclaimDeadSenders(Clock::now());
     size_t n = Poll(batch);
     if (n > 0 || timeout <= timeout.zero()) return n;
     const bool forever = timeout > std::chrono::hours(24);

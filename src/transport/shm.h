@@ -62,7 +62,8 @@
 //     (ShmOptions::spin; off by default: the host's cores are shared).
 //   - Close: a sender marks its entries closed (the receiver frees each once drained); a
 //     receiver marks its inbox closed and unlinks it. Entries of senders whose pid is gone are
-//     freed by the receiver (checked at most once a second, before sleeping). Processes that
+//     freed by the receiver (checked at most once a second, by Receive: also by one that never
+//     sleeps). Processes that
 //     share a directory must share a pid namespace (the default).
 //
 // Groups (multicast on this host; docs/architecture.md, "Multicast results"): a datagram sent
