@@ -34,6 +34,12 @@ expect "--max-workers must be in 1..256, not 4294967298" "${sw[@]}" --max-worker
 expect "--stats-interval must be >= 0" "${sw[@]}" --stats-interval -5
 expect "--switch-threads must be in 1..64" run --switch-threads 4294967297
 expect "--warmup must be in 0..1000000" run --warmup 4294967296
+# --transport auto is run's alone: worker took it through flag parsing and refused it later in
+# its own words; switch refused it only when it opened the transport, without naming the flag.
+expect "--transport: unknown transport 'auto': use one of udp, udp-plain, xdp, dpdk, shm" \
+  worker --transport auto
+expect "--transport: unknown transport 'auto': use one of udp" "${sw[@]}" --transport auto
+expect "--transport: unknown transport 'bogus'" run --transport bogus
 # strtoll clamped to 9223372036854775807; strtod took nan and inf.
 expect "--seed 99999999999999999999 is out of range" run --seed 99999999999999999999
 expect "--link-gbps wants a finite number, not 'nan'" run --link-gbps nan

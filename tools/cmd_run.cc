@@ -111,7 +111,8 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   flags.AddBool("per-slot", "print per-slot switch counters at the end");
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
   JobOptions job;
-  if (int code = ParseCommandLine("run", args, &flags, &job); code >= 0) return code;
+  if (int code = ParseCommandLine("run", args, &flags, &job, /*auto_transport=*/true); code >= 0)
+    return code;
   if (job.transport == "xdp") {
     std::cerr << "switchml run: --transport xdp is not available here: run's switch and worker "
                  "processes share loopback, and AF_XDP takes one process per interface queue. Run "
@@ -136,8 +137,8 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   o.threads = static_cast<uint32_t>(flags.GetInt("switch-threads"));
   // --transport auto (the default): every process of this job is on this host, so shared memory
   // (the fastest path here, docs/benchmarks.md) unless this host's cannot be used.
-  std::string why = job.transport == "auto" ? " (auto)" : "";
-  const bool automatic = job.transport == "auto";
+  const bool automatic = job.transport == kAutoTransport;
+  std::string why = automatic ? " (auto)" : "";
   o.transport = automatic ? "shm" : job.transport;
   auto daemon = runtime::SwitchDaemon::Start(o);
   if (!daemon.ok() && automatic) {

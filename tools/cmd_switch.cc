@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "runtime/switch_daemon.h"
+#include "transport/factory.h"
 
 namespace switchml::tools {
 
@@ -28,7 +29,7 @@ int SwitchCommand(const std::vector<std::string>& args) {
   flags.AddInt("threads", 1,
                "data-plane threads, each on its own UDP port from --data-port up (workers should "
                "use a multiple of this many --threads)");
-  flags.AddString("transport", "udp", TransportHelp());
+  flags.AddString("transport", transport::kDefaultTransportKind, TransportHelp());
   flags.AddBool("busy-poll", "poll the data port without sleeping (lower latency, a busy core)");
   flags.AddBool("no-lan-multicast",
                 "refuse LAN multicast: send each result to every worker, even to workers that "
@@ -92,6 +93,10 @@ int SwitchCommand(const std::vector<std::string>& args) {
   o.loss = flags.GetDouble("loss");
   o.seed = static_cast<uint64_t>(flags.GetInt("seed"));
   o.transport = flags.GetString("transport");
+  if (Status st = CheckTransportFlag(o.transport, /*auto_transport=*/false); !st.ok()) {
+    std::cerr << "switchml switch: " << st.message() << "\n";  // was refused only at start
+    return 2;
+  }
   const int64_t threads = flags.GetInt("threads");
   if (threads < 1 || threads > 64) {
     std::cerr << "switchml switch: --threads must be in 1..64\n";

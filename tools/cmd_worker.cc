@@ -15,7 +15,6 @@
 
 #include "base/logging.h"
 #include "commands.h"
-#include "transport/factory.h"
 #include "flags.h"
 #include "proto/wire.h"
 #include "switchml/context.h"
@@ -52,13 +51,6 @@ int WorkerCommand(const std::vector<std::string>& args) {
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
   JobOptions job;
   if (int code = ParseCommandLine("worker", args, &flags, &job); code >= 0) return code;
-  if (job.transport == "auto") {
-    std::cerr << "switchml worker: --transport auto is only for `switchml run` (whose processes "
-                 "all share this host): give the kind the switch uses, one of";
-    for (const std::string& k : transport::TransportKinds()) std::cerr << " " << k;
-    std::cerr << "\n";
-    return 2;
-  }
   Status st;
   auto sw = transport::ParseHostPort(flags.GetString("switch"), proto::kDefaultControlPort);
   if (!sw.ok()) st = sw.status();

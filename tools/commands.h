@@ -26,6 +26,10 @@ namespace switchml::tools {
 // The largest --size, in elements (1024G: 4 TiB per buffer; beyond, its byte count could wrap).
 constexpr uint64_t kMaxJobSize = uint64_t{1} << 40;
 
+// --transport's value for "shm where this host's shared memory can be used, else udp": only for
+// `run`, whose processes all share this host, which resolves it when it starts its switch.
+inline constexpr const char* kAutoTransport = "auto";
+
 // What a benchmark job is: shared by `worker` and `run` (which passes them on to its workers).
 struct JobOptions {
   uint32_t workers = 2;
@@ -47,7 +51,7 @@ struct JobOptions {
   uint64_t seed = 1;
   bool verify = true;
   std::string transport = "udp";  // data-plane transport of the workers (and of `run`'s switch);
-                                 // "auto" only from `run`'s flags, resolved by `run`
+                                 // kAutoTransport only from `run`'s flags, resolved by `run`
   bool busy_poll = false;
   double wake_batch = 0;     // Config::wake_batch
   bool tensor_check = true;  // Config::check_tensors
@@ -56,8 +60,8 @@ struct JobOptions {
   bool lan_multicast = false;      // Config::lan_multicast (--multicast on)
 };
 
-// `auto_transport`: --transport defaults to "auto" (for `run`, whose processes all share this
-// host: shm where this host's shared memory can be used, else udp) instead of udp.
+// `auto_transport`: --transport defaults to kAutoTransport (`run`) instead of udp. A command
+// passes the same value to ReadJobFlags (or ParseCommandLine); the others refuse "auto".
 void AddJobFlags(Flags* flags, bool auto_transport = false);
 // The help line of --transport, listing the kinds.
 std::string TransportHelp();
@@ -65,8 +69,11 @@ std::string TransportHelp();
 // they set SWITCHML_DPDK_EAL / SWITCHML_DPDK_DEVICE, which the processes `run` starts inherit.
 void AddDpdkFlags(Flags* flags);
 void ApplyDpdkFlags(const Flags& flags);
-// Reads and checks the flags AddJobFlags added; errors say which flag is wrong.
-Status ReadJobFlags(const Flags& flags, JobOptions* out);
+// Checks a --transport value: a transport kind, or kAutoTransport where auto_transport.
+Status CheckTransportFlag(const std::string& kind, bool auto_transport);
+// Reads and checks the flags AddJobFlags added (with the same auto_transport); errors say which
+// flag is wrong.
+Status ReadJobFlags(const Flags& flags, JobOptions* out, bool auto_transport = false);
 // Copies the window (max_outstanding_packets, link_gbps, base_rtt) and the retransmission
 // timeout's options (timeout, min_timeout, max_timeout) into *config.
 void ApplyPacingOptions(const JobOptions& o, Config* config);
@@ -74,9 +81,10 @@ void ApplyPacingOptions(const JobOptions& o, Config* config);
 std::vector<std::string> JobFlagArgs(const JobOptions& o);
 
 // Parses a command's flags (which must include "log-level"), reads the job flags into *job when
-// job is not null, and applies --log-level. Returns -1 to go on, or the exit code to return at
-// once: 0 after printing --help, 2 after printing what is wrong with the command line.
+// job is not null (auto_transport as given to AddJobFlags), and applies --log-level. Returns -1 to
+// go on, or the exit code to return at once: 0 after printing --help, 2 after printing what is
+// wrong with the command line.
 int ParseCommandLine(const std::string& command, const std::vector<std::string>& args, Flags* flags,
-                     JobOptions* job);
+                     JobOptions* job, bool auto_transport = false);
 
 }  // namespace switchml::tools

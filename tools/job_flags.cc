@@ -62,7 +62,7 @@ void AddJobFlags(Flags* f, bool auto_transport) {
   f->AddInt("seed", 1, "seed of the verifiable input pattern");
   f->AddBool("no-verify", "skip checking each result against the exact sum");
   if (auto_transport) {
-    f->AddString("transport", "auto",
+    f->AddString("transport", kAutoTransport,
                  TransportHelp() + "; auto: shm where this host's shared memory can be used (every "
                                    "process of the job is on this host), else udp");
   } else {
@@ -92,7 +92,21 @@ void AddJobFlags(Flags* f, bool auto_transport) {
   AddDpdkFlags(f);
 }
 
-Status ReadJobFlags(const Flags& f, JobOptions* o) {
+Status CheckTransportFlag(const std::string& kind, bool auto_transport) {
+  if (auto_transport && kind == kAutoTransport) return Status();  // resolved by `run`
+  transport::TransportOptions t;
+  t.kind = kind;
+  Status st = t.Validate();
+  if (st.ok()) return st;
+  std::string why = "--transport: " + st.message();
+  if (kind == kAutoTransport) {
+    why += " (auto is only for `switchml run`, whose processes all share this host: give the "
+           "kind the switch uses)";
+  }
+  return InvalidArgumentError(why);
+}
+
+Status ReadJobFlags(const Flags& f, JobOptions* o, bool auto_transport) {
   auto positive = [&](const char* name, int64_t max, int64_t* v) -> Status {
     *v = f.GetInt(name);
     if (*v < 1 || *v > max) {
@@ -159,12 +173,7 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   o->seed = static_cast<uint64_t>(f.GetInt("seed"));
   o->verify = !f.GetBool("no-verify");
   o->transport = f.GetString("transport");
-  transport::TransportOptions t;
-  t.kind = o->transport;
-  // "auto" (run's: resolved by run, which knows that every process is on this host; `worker`
-  // refuses it).
-  if (Status st = t.Validate(); o->transport != "auto" && !st.ok())
-    return InvalidArgumentError("--transport: " + st.message());
+  RETURN_IF_ERROR(CheckTransportFlag(o->transport, auto_transport));
   o->busy_poll = f.GetBool("busy-poll");
   o->wake_batch = f.GetDouble("wake-batch");
   if (!(o->wake_batch >= 0 && o->wake_batch <= 1)) {
@@ -251,14 +260,14 @@ void ApplyPacingOptions(const JobOptions& o, Config* c) {
 }
 
 int ParseCommandLine(const std::string& command, const std::vector<std::string>& args, Flags* flags,
-                     JobOptions* job) {
+                     JobOptions* job, bool auto_transport) {
   bool help = false;
   Status st = flags->Parse(args, &help);
   if (help) {
     std::cout << flags->Usage();
     return 0;
   }
-  if (st.ok() && job != nullptr) st = ReadJobFlags(*flags, job);
+  if (st.ok() && job != nullptr) st = ReadJobFlags(*flags, job, auto_transport);
   LogLevel level = LogLevel::kWarning;
   if (st.ok() && !ParseLogLevel(flags->GetString("log-level"), &level)) {
     st = InvalidArgumentError("--log-level must be debug, info, warning, error or off");
