@@ -40,6 +40,12 @@ expect "--transport: unknown transport 'auto': use one of udp, udp-plain, xdp, d
   worker --transport auto
 expect "--transport: unknown transport 'auto': use one of udp" "${sw[@]}" --transport auto
 expect "--transport: unknown transport 'bogus'" run --transport bogus
+# A negative --seed was cast to uint64_t: run passed 18446744073709551615 on to its workers, whose
+# flag parser then refused it as out of range; switch and sim used the wrapped seed.
+expect "--seed must be in 0..9223372036854775807, not -1" run --seed -1
+expect "--seed must be in 0..9223372036854775807, not -5" worker --seed -5
+expect "--seed must be in 0..9223372036854775807, not -1" "${sw[@]}" --seed -1
+expect "--seed must be in 0..9223372036854775807, not -1" sim --seed -1 --size 1M
 # strtoll clamped to 9223372036854775807; strtod took nan and inf.
 expect "--seed 99999999999999999999 is out of range" run --seed 99999999999999999999
 expect "--link-gbps wants a finite number, not 'nan'" run --link-gbps nan

@@ -121,7 +121,7 @@ int SimCommand(const std::vector<std::string>& raw_args) {
                   "shared: one tensor shared by a job's workers (memory of one tensor, output "
                   "checked); verified: each worker its own (memory x workers, every result "
                   "checked)");
-  flags.AddInt("seed", 1, "seed of the faults and the tensors");
+  flags.AddInt("seed", 1, "seed of the faults and the tensors (0..2^63-1)");
   flags.AddDouble("max-sim-seconds", 600, "virtual-time limit");
   flags.AddBool("baselines", "also run ring and halving-doubling (flow-level) on the same links");
   flags.AddInt("baseline-mtu", 4096, "payload bytes per packet of the baselines");
@@ -268,7 +268,7 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   } else {
     return fail("--payload must be shared or verified");
   }
-  c.seed = static_cast<uint64_t>(flags.GetInt("seed"));
+  if (Status st = ReadSeed(flags, &c.seed); !st.ok()) return fail(st.message());
   c.max_sim_seconds = flags.GetDouble("max-sim-seconds");
 
   const bool quiet = flags.GetBool("quiet");

@@ -25,7 +25,7 @@ int SwitchCommand(const std::vector<std::string>& args) {
   flags.AddInt("slots", 8192, "aggregation slots per job (at most 16384)");
   flags.AddInt("max-jobs", 64, "concurrent jobs (at most 1000000)");
   flags.AddDouble("loss", 0, "drop this fraction of packets in each direction (loss simulator)");
-  flags.AddInt("seed", 1, "seed of the loss simulator");
+  flags.AddInt("seed", 1, "seed of the loss simulator (0..2^63-1)");
   flags.AddInt("threads", 1,
                "data-plane threads, each on its own UDP port from --data-port up (workers should "
                "use a multiple of this many --threads)");
@@ -91,7 +91,10 @@ int SwitchCommand(const std::vector<std::string>& args) {
   o.switch_config.slots_per_job = static_cast<uint32_t>(flags.GetInt("slots"));
   o.switch_config.max_jobs = static_cast<uint32_t>(flags.GetInt("max-jobs"));
   o.loss = flags.GetDouble("loss");
-  o.seed = static_cast<uint64_t>(flags.GetInt("seed"));
+  if (Status st = ReadSeed(flags, &o.seed); !st.ok()) {
+    std::cerr << "switchml switch: " << st.message() << "\n";
+    return 2;
+  }
   o.transport = flags.GetString("transport");
   if (Status st = CheckTransportFlag(o.transport, /*auto_transport=*/false); !st.ok()) {
     std::cerr << "switchml switch: " << st.message() << "\n";  // was refused only at start

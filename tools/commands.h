@@ -71,6 +71,9 @@ void AddDpdkFlags(Flags* flags);
 void ApplyDpdkFlags(const Flags& flags);
 // Checks a --transport value: a transport kind, or kAutoTransport where auto_transport.
 Status CheckTransportFlag(const std::string& kind, bool auto_transport);
+// Reads --seed (an int flag) into *out; negative values are refused (not wrapped to 2^64 - n,
+// which no command line could give back: the flag parser reads at most 2^63 - 1).
+Status ReadSeed(const Flags& flags, uint64_t* out);
 // Reads and checks the flags AddJobFlags added (with the same auto_transport); errors say which
 // flag is wrong.
 Status ReadJobFlags(const Flags& flags, JobOptions* out, bool auto_transport = false);

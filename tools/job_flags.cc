@@ -1,6 +1,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <iostream>
 
 #include "base/logging.h"
@@ -59,7 +60,7 @@ void AddJobFlags(Flags* f, bool auto_transport) {
             "back first (TCP's fast retransmit; 0 = off, wait for the timeout)");
   f->AddInt("peer-timeout-ms", 10000, "fail when no result arrives for this long");
   f->AddInt("setup-timeout-ms", 30000, "fail when session setup or a barrier takes longer");
-  f->AddInt("seed", 1, "seed of the verifiable input pattern");
+  f->AddInt("seed", 1, "seed of the verifiable input pattern (0..2^63-1)");
   f->AddBool("no-verify", "skip checking each result against the exact sum");
   if (auto_transport) {
     f->AddString("transport", kAutoTransport,
@@ -104,6 +105,16 @@ Status CheckTransportFlag(const std::string& kind, bool auto_transport) {
            "kind the switch uses)";
   }
   return InvalidArgumentError(why);
+}
+
+Status ReadSeed(const Flags& f, uint64_t* out) {
+  const int64_t v = f.GetInt("seed");
+  if (v < 0) {  // was cast to uint64_t: -1 read as 18446744073709551615
+    return InvalidArgumentError("--seed must be in 0.." + std::to_string(INT64_MAX) + ", not " +
+                                std::to_string(v));
+  }
+  *out = static_cast<uint64_t>(v);
+  return Status();
 }
 
 Status ReadJobFlags(const Flags& f, JobOptions* o, bool auto_transport) {
@@ -170,7 +181,7 @@ Status ReadJobFlags(const Flags& f, JobOptions* o, bool auto_transport) {
   }
   RETURN_IF_ERROR(positive("peer-timeout-ms", 86400000, &o->peer_timeout_ms));
   RETURN_IF_ERROR(positive("setup-timeout-ms", 86400000, &o->setup_timeout_ms));
-  o->seed = static_cast<uint64_t>(f.GetInt("seed"));
+  RETURN_IF_ERROR(ReadSeed(f, &o->seed));
   o->verify = !f.GetBool("no-verify");
   o->transport = f.GetString("transport");
   RETURN_IF_ERROR(CheckTransportFlag(o->transport, auto_transport));
