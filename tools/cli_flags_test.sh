@@ -85,6 +85,8 @@ else
     "${sw[@]}" --transport xdp
   SWITCHML_XDP_QUEUE=-1 expect "SWITCHML_XDP_QUEUE must be a queue id" "${sw[@]}" --transport xdp
   SWITCHML_XDP_COPY=yes expect "SWITCHML_XDP_COPY must be 0 or 1" "${sw[@]}" --transport xdp
+  # "0" (any value) turned libbpf's warnings on.
+  SWITCHML_XDP_DEBUG=yes expect "SWITCHML_XDP_DEBUG must be 0 or 1" "${sw[@]}" --transport xdp
 fi
 # The DPDK transport's tuning variables (docs/dpdk.md): "abc" was 0, a nap of 0 was 1 us, any
 # doorbell setting but "off" was on. Skipped, saying so, without DPDK in the build.

@@ -325,8 +325,9 @@ class XdpPort {
  private:
   XdpPort(std::string interface, int ifindex, uint32_t queue, Mac mac)
       : interface_(std::move(interface)), ifindex_(ifindex), queue_(queue), mac_(mac) {}
-  Status Init();
-  Status LoadProgram();
+  // debug: SWITCHML_XDP_DEBUG=1, print libbpf's warnings (the verifier's log) while loading.
+  Status Init(bool debug);
+  Status LoadProgram(bool debug);
   Status AttachProgram();
   Status CreateUmem();
 
@@ -384,6 +385,17 @@ Result<bool> CopyOnlyFromEnvironment() {
                               text + "'");
 }
 
+// SWITCHML_XDP_DEBUG: 1 prints libbpf's warnings (the verifier's log), 0 or unset does not;
+// anything else is refused (any value, "0" included, once meant on).
+Result<bool> DebugFromEnvironment() {
+  const char* d = std::getenv("SWITCHML_XDP_DEBUG");
+  const std::string text = d != nullptr ? d : "";
+  if (text.empty() || text == "0") return false;
+  if (text == "1") return true;
+  return InvalidArgumentError("SWITCHML_XDP_DEBUG must be 0 or 1 (1: print libbpf's warnings), "
+                              "not '" + text + "'");
+}
+
 Result<std::shared_ptr<XdpPort>> XdpPort::Get(const LocalAddress& local, const Interfaces& ifs) {
   const int ifindex = static_cast<int>(::if_nametoindex(local.interface.c_str()));
   if (ifindex == 0) {
@@ -391,18 +403,19 @@ Result<std::shared_ptr<XdpPort>> XdpPort::Get(const LocalAddress& local, const I
   }
   ASSIGN_OR_RETURN(const uint32_t queue, QueueFromEnvironment());
   RETURN_IF_ERROR(CopyOnlyFromEnvironment().status());
+  ASSIGN_OR_RETURN(const bool debug, DebugFromEnvironment());
   std::lock_guard<std::mutex> lock(registry_mu);
   auto& weak = Registry()[{ifindex, queue}];
   if (auto port = weak.lock()) return port;
   auto m = ifs.macs.find(local.interface);
   const Mac mac = m == ifs.macs.end() ? Mac{} : m->second;
   std::shared_ptr<XdpPort> port(new XdpPort(local.interface, ifindex, queue, mac));
-  RETURN_IF_ERROR(port->Init());
+  RETURN_IF_ERROR(port->Init(debug));
   weak = port;
   return port;
 }
 
-Status XdpPort::Init() {
+Status XdpPort::Init(bool debug) {
   void* area = ::mmap(nullptr, area_bytes(), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (area == MAP_FAILED) {
@@ -411,7 +424,7 @@ Status XdpPort::Init() {
   }
   area_ = static_cast<uint8_t*>(area);
   RETURN_IF_ERROR(CreateUmem());
-  return LoadProgram();
+  return LoadProgram(debug);
 }
 
 Status XdpPort::CreateUmem() {
@@ -433,13 +446,15 @@ Status XdpPort::CreateUmem() {
   return Status();
 }
 
-Status XdpPort::LoadProgram() {
-  libbpf_set_print([](enum libbpf_print_level level, const char* format, va_list args) -> int {
-    if (level == LIBBPF_WARN && std::getenv("SWITCHML_XDP_DEBUG") != nullptr) {
-      return std::vfprintf(stderr, format, args);
-    }
-    return 0;
-  });
+Status XdpPort::LoadProgram(bool debug) {
+  // libbpf's printer is one per process: the last port loaded sets it.
+  if (debug) {
+    libbpf_set_print([](enum libbpf_print_level level, const char* format, va_list args) -> int {
+      return level == LIBBPF_WARN ? std::vfprintf(stderr, format, args) : 0;
+    });
+  } else {
+    libbpf_set_print([](enum libbpf_print_level, const char*, va_list) -> int { return 0; });
+  }
   // Load with multi-buffer support first (lets native XDP attach on veth with a jumbo MTU), and
   // without it on kernels that do not know the flag.
   int err = 0;

@@ -28,7 +28,8 @@
 //     copied into a free frame.
 // Environment: SWITCHML_XDP_IFACE (interface), SWITCHML_XDP_QUEUE (queue id, default 0),
 // SWITCHML_XDP_MODE (native|generic|auto: how the program is attached; default auto),
-// SWITCHML_XDP_COPY (1: never try zero-copy).
+// SWITCHML_XDP_COPY (1: never try zero-copy), SWITCHML_XDP_DEBUG (1: print libbpf's warnings);
+// 0|1 variables refuse any other value.
 // Needs CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF (root); errors say what is missing. One process per
 // interface queue: a second one gets a clear "busy" error.
 // Thread-safety: as Transport. Compiled only where libxdp and libbpf were found at configure
