@@ -161,6 +161,24 @@ TEST_F(ShmMultiProcessTest, RunCommandChoosesShmByDefaultAndFallsBackToUdp) {
   ::unlink(not_a_dir.c_str());
 }
 
+// Given `switchml run` over shm under way, When it is interrupted (SIGINT, as Ctrl-C; it
+// stops its workers with SIGTERM, which they do not catch), Expect it to fail saying so and to
+// leave no file behind in the shm directory (the killed workers' inboxes and group were left).
+TEST_F(ShmMultiProcessTest, InterruptedRunLeavesNoFilesBehind) {
+  Process p({testing::SwitchmlBinary(), "run", "--transport", "shm", "--workers", "2", "--size",
+             "1000000", "--iterations", "100000", "--warmup", "0"});
+  ASSERT_TRUE(p.WaitForOutput("iteration 2/", seconds(60))) << p.output();
+  EXPECT_FALSE(Files().empty());
+  p.Kill(SIGINT);
+  ASSERT_TRUE(p.Wait(seconds(60))) << p.output();
+  EXPECT_EQ(p.exit_code(), 1) << p.output();
+  EXPECT_NE(p.output().find("FAILED: interrupted"), std::string::npos) << p.output();
+  const std::vector<std::string> left = Files();
+  std::string names;
+  for (const std::string& f : left) names += " " + f;
+  EXPECT_TRUE(left.empty()) << "left behind:" << names;
+}
+
 // Given a job under way, When one worker process is killed (its rings in the switch's inbox
 // left registered to a dead process, its own inbox left behind), Expect its peer to fail, and
 // the same switch to serve a new job of two workers to verified results.

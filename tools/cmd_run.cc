@@ -23,6 +23,7 @@
 #include "flags.h"
 #include "runtime/switch_daemon.h"
 #include "transport/factory.h"
+#include "transport/shm.h"
 #include "testing/measure.h"
 
 namespace switchml::tools {
@@ -276,6 +277,17 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   (*daemon)->Stop();
+  if (o.transport == "shm") {
+    // Workers that did not close their transports (killed: after a failure or Ctrl-C) left
+    // their inboxes and groups in the shm directory; nothing else would remove them.
+    std::vector<uint32_t> pids;
+    for (const Child& c : children) pids.push_back(static_cast<uint32_t>(c.pid));
+    const size_t removed =
+        transport::RemoveShmFilesLeftBy(transport::DefaultShmDirectory(), pids);
+    if (removed > 0) {
+      LOG(kInfo, kTransport) << "removed " << removed << " shm files the workers left behind";
+    }
+  }
   const runtime::DaemonCounters dc = (*daemon)->counters();
   if (!failure.empty()) {
     std::fprintf(stderr, "switchml run: FAILED: %s\n%s", failure.c_str(),

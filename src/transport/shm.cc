@@ -1,5 +1,6 @@
 #include "transport/shm.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
@@ -1620,6 +1621,53 @@ std::string DefaultShmDirectory() {
   const char* env = std::getenv("SWITCHML_SHM_DIR");
   if (env != nullptr && env[0] != '\0') return env;
   return "/dev/shm/switchml-" + std::to_string(::geteuid());
+}
+
+size_t RemoveShmFilesLeftBy(const std::string& dir, const std::vector<uint32_t>& pids) {
+  auto ours = [&](uint32_t pid) { return std::find(pids.begin(), pids.end(), pid) != pids.end(); };
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.rfind("inbox-", 0) == 0 || n.rfind("group-", 0) == 0) names.push_back(n);
+    }
+    ::closedir(d);
+  }
+  size_t removed = 0;
+  for (const std::string& name : names) {
+    const std::string path = dir + "/" + name;
+    Fd fd(::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st {};
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != ::geteuid() || static_cast<uint64_t>(st.st_size) < kPage) {
+      continue;
+    }
+    // Held by a live transport (an inbox's owner holds LOCK_EX, a group's members LOCK_SH), or
+    // replaced meanwhile: not ours to remove. (Released when fd closes.)
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0 || !SameFile(path, fd.get())) continue;
+    if (name[0] == 'i') {
+      Mapping m = Mapping::Map(fd.get(), kPage, 0);
+      if (m.get() == nullptr) continue;
+      Fixed f;
+      std::memcpy(&f, m.get(), sizeof f);
+      if (f.magic != kMagic || !ours(f.owner_pid)) continue;
+      m.Reset();
+      MarkStaleClosed(fd.get());
+    } else {
+      GroupFile g;
+      g.fd = std::move(fd);
+      if (!MapGroupFile(&g)) continue;
+      bool all_ours = true;
+      for (uint32_t e = 0; e < kGroupMembers; ++e) {
+        const uint64_t s = MemberState(g.map.get(), e).load(std::memory_order_acquire);
+        all_ours = all_ours && (s == 0 || ours(static_cast<uint32_t>(s)));
+      }
+      if (!all_ours) continue;
+      Ref<uint32_t>(g.map.get(), kGroupClosedOffset).store(1, std::memory_order_release);
+    }
+    if (::unlink(path.c_str()) == 0) ++removed;
+  }
+  return removed;
 }
 
 Result<std::unique_ptr<Transport>> OpenShm(const ShmOptions& options) {

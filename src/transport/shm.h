@@ -154,6 +154,14 @@ inline constexpr uint32_t kShmDataPlaneRingSlots = 512;
 // $SWITCHML_SHM_DIR if set, else /dev/shm/switchml-<uid>.
 std::string DefaultShmDirectory();
 
+// Removes the inboxes and group files in `dir` that no live transport holds and that only the
+// processes `pids` used: an inbox one of them made, a group file whose members were all of them
+// (a process that dies without closing its transports leaves its files behind; a supervisor
+// such as `switchml run` calls this once its children have exited). Each is marked closed first
+// (as a stale file being replaced is). Returns how many it removed; files it cannot open or
+// lock, and files of other processes, are left alone.
+size_t RemoveShmFilesLeftBy(const std::string& dir, const std::vector<uint32_t>& pids);
+
 // Opens one shm transport on options.port (which must not be 0). Errors: port in use
 // (kUnavailable), a directory that is not ours or is open to others (kFailedPrecondition), bad
 // options (kInvalidArgument).

@@ -309,6 +309,38 @@ TEST_F(ShmTest, ReceiverThatNeverSleepsFreesTheRingOfADeadSender) {
   EXPECT_EQ(from_dead, 1u);
 }
 
+// Given a process that made an inbox and a group and died without closing them, another dead
+// process's inbox, and a live transport, Expect RemoveShmFilesLeftBy(first's pid) to remove the
+// first's inbox and group only, and a second call naming the others to remove the dead one's
+// inbox and leave the live one's.
+TEST_F(ShmTest, FilesLeftByDeadProcessesAreRemovedOnlyForThoseNamed) {
+  auto live = Open(Options());
+  ASSERT_TRUE(live);
+  auto dies_leaving = [&](bool join) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      auto t = OpenShmConsecutive(Options(), 1);
+      if (!t.ok()) ::_exit(1);
+      if (join && !(*t)[0]->JoinGroup({0xef010203, 4000}, 0).ok()) ::_exit(2);
+      ::_exit(0);  // no destructors
+    }
+    int status = 0;
+    EXPECT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return static_cast<uint32_t>(child);
+  };
+  const uint32_t first = dies_leaving(true);
+  const uint32_t second = dies_leaving(false);
+  ASSERT_EQ(FileCount(), 4u);  // 3 inboxes and a group
+  EXPECT_EQ(RemoveShmFilesLeftBy(dir_, {first}), 2u);
+  EXPECT_EQ(FileCount(), 2u);
+  struct stat st {};
+  EXPECT_EQ(::stat(InboxPath(live->local_endpoint().port).c_str(), &st), 0);
+  EXPECT_EQ(RemoveShmFilesLeftBy(dir_, {second, static_cast<uint32_t>(::getpid())}), 1u);
+  EXPECT_EQ(FileCount(), 1u);
+  EXPECT_EQ(::stat(InboxPath(live->local_endpoint().port).c_str(), &st), 0);
+}
+
 // Given slot contents forged by another process of the user (a length word beyond any datagram;
 // then a producer index beyond the ring), Expect the bad slot counted and dropped, the good one
 // delivered, then the corrupt ring ignored for good while other senders still get through.
