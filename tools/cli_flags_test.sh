@@ -73,6 +73,18 @@ elif [ "$(ulimit -v)" = unlimited ]; then
 fi
 # switchml sim: a --window above --slots was clamped to --slots without a word.
 expect "--window 9000 exceeds --slots 8192" sim --window 9000 --slots 8192 --size 1M
+# switchml sim's times are int64_t picoseconds: these wrapped to negative times ("-9223372 s
+# simulated"), a --gbps of 1e-9 or a --switch-mpps of 1e-300 to nonsense, --buffer-kb wrapped
+# when multiplied by 1024, and --baseline-mtu narrowed to 32 bits after the whole run.
+expect "--propagation-ns must be in [0, 1e+12], not 1e+17" sim --propagation-ns 1e17 --size 1M
+expect "--reorder-ns must be in [0, 1e+12]" sim --reorder 1 --reorder-ns 1e20 --size 1M
+expect "--gbps must be in [0.001, 1e+06], not 1e-09" sim --gbps 1e-9 --size 1M
+expect "--max-sim-seconds must be in [1e-09, 1e+06]" sim --max-sim-seconds 1e12 --size 1M
+expect "--switch-mpps must be 0 (unlimited) or in [1e-09, 1e+09]" sim --switch-mpps 1e-300 --size 1M
+expect "--host-latency-ns must be in [0, 1e+12]" sim --host-latency-ns 1e20 --size 1M
+expect "--max-timeout-us must be in [0.001, 1e+09]" sim --max-timeout-us 1e17 --size 1M
+expect "--buffer-kb must be in 0..1048576" sim --buffer-kb 9007199254740992 --size 1M
+expect "--baseline-mtu must be in 1..1048576, not 4294967297" sim --baseline-mtu 4294967297 --size 1M
 expect "--timeout-threshold must be in 1..4294967295" sim --timeout-threshold 4294967297 --size 1M
 expect "--early-retransmit must be in 0..1000000" sim --early-retransmit 4294967296 --size 1M
 # The AF_XDP transport's environment (docs/xdp.md): "abc" was queue 0, "yes" meant zero-copy.

@@ -87,11 +87,14 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   flags.AddInt("jobs", 1, "concurrent jobs, each with its own workers, all on the one switch");
   flags.AddBool("share-pool",
                 "split --slots among the jobs: each job's window is at most slots / jobs");
-  flags.AddDouble("gbps", 100, "link rate, Gbit/s (every link)");
-  flags.AddDouble("propagation-ns", 500, "one-way propagation delay of each link, ns");
-  flags.AddInt("buffer-kb", 0, "output buffer per link, KiB, tail drop beyond (0 = unbounded)");
+  flags.AddDouble("gbps", 100, "link rate, Gbit/s (every link; 0.001..1e6)");
+  flags.AddDouble("propagation-ns", 500,
+                  "one-way propagation delay of each link, ns (at most 1e12, as every delay)");
+  flags.AddInt("buffer-kb", 0,
+               "output buffer per link, KiB, tail drop beyond (0 = unbounded; at most 1048576)");
   flags.AddDouble("switch-latency-ns", 500, "switch pipeline latency per packet, ns");
-  flags.AddDouble("switch-mpps", 0, "switch pipeline capacity, Mpackets/s (0 = unlimited)");
+  flags.AddDouble("switch-mpps", 0,
+                  "switch pipeline capacity, Mpackets/s (0 = unlimited; else 1e-9..1e9)");
   flags.AddDouble("host-latency-ns", 0, "host (NIC, stack) latency per packet sent, ns");
   flags.AddDouble("timer-granularity-ns", 1000,
                   "host timer granularity: timeouts run at deadlines rounded up to this");
@@ -108,7 +111,9 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   flags.AddDouble("duplicate", 0, "duplication rate per link and packet");
   flags.AddDouble("reorder", 0, "rate of packets delayed by up to --reorder-ns (reordered)");
   flags.AddDouble("reorder-ns", 10000, "the largest extra delay of a reordered packet, ns");
-  flags.AddDouble("timeout-us", 100, "retransmission timeout before the first RTT sample, us");
+  flags.AddDouble(
+      "timeout-us", 100,
+      "retransmission timeout before the first RTT sample, us (0.001..1e9, as its bounds)");
   flags.AddDouble("min-timeout-us", 20, "RTO floor, us");
   flags.AddDouble("max-timeout-us", 100000, "RTO ceiling, us");
   flags.AddDouble("clock-granularity-ns", 1000, "RTO = SRTT + max(this, 4 RTTVAR)");
@@ -116,15 +121,16 @@ int SimCommand(const std::vector<std::string>& raw_args) {
                "re-send a packet once the results of this many packets sent after it arrived "
                "(0 = off: only timeouts)");
   flags.AddInt("timeout-threshold", 100, "timeouts (since the last RTT sample) before back-off");
-  flags.AddDouble("progress-timeout-ms", 1000, "a slice fails after this long without a result");
+  flags.AddDouble("progress-timeout-ms", 1000,
+                  "a slice fails after this long without a result (at most 1e9)");
   flags.AddString("payload", "shared",
                   "shared: one tensor shared by a job's workers (memory of one tensor, output "
                   "checked); verified: each worker its own (memory x workers, every result "
                   "checked)");
   flags.AddInt("seed", 1, "seed of the faults and the tensors (0..2^63-1)");
-  flags.AddDouble("max-sim-seconds", 600, "virtual-time limit");
+  flags.AddDouble("max-sim-seconds", 600, "virtual-time limit (at most 1e6)");
   flags.AddBool("baselines", "also run ring and halving-doubling (flow-level) on the same links");
-  flags.AddInt("baseline-mtu", 4096, "payload bytes per packet of the baselines");
+  flags.AddInt("baseline-mtu", 4096, "payload bytes per packet of the baselines (1..1048576)");
   flags.AddString("json", "", "write the results as JSON to this file (- for stdout)");
   flags.AddString("csv", "", "write the results as CSV to this file (- for stdout)");
   flags.AddBool("quiet", "no progress line");
@@ -186,6 +192,48 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   } else {
     return fail("--dtype must be int32 or float32");
   }
+  // The timing flags, each checked by name against the simulator's bounds (sim/topology.h)
+  // before it is converted: picosecond times wrapped to negative values beyond them.
+  struct Range {
+    const char* flag;
+    double lo, hi;
+  };
+  for (const Range& r : {Range{"gbps", sim::kMinGbps, sim::kMaxGbps},
+                         {"propagation-ns", 0, sim::kMaxDelayNs},
+                         {"switch-latency-ns", 0, sim::kMaxDelayNs},
+                         {"host-latency-ns", 0, sim::kMaxDelayNs},
+                         {"timer-granularity-ns", 0, sim::kMaxDelayNs},
+                         {"reorder-ns", 0, sim::kMaxDelayNs},
+                         {"clock-granularity-ns", 0, sim::kMaxDelayNs},
+                         {"timeout-us", 1e-3, sim::kMaxDelayNs / 1e3},
+                         {"min-timeout-us", 1e-3, sim::kMaxDelayNs / 1e3},
+                         {"max-timeout-us", 1e-3, sim::kMaxDelayNs / 1e3},
+                         {"progress-timeout-ms", 1e-6, sim::kMaxSimSeconds * 1e3},
+                         {"max-sim-seconds", 1e-9, sim::kMaxSimSeconds}}) {
+    const double v = flags.GetDouble(r.flag);
+    if (!(v >= r.lo && v <= r.hi)) {
+      std::ostringstream m;
+      m << "--" << r.flag << " must be in [" << r.lo << ", " << r.hi << "], not " << v;
+      return fail(m.str());
+    }
+  }
+  // 0, or a packet's service time (1e9 / pps ns) that is a delay like the others.
+  const double mpps = flags.GetDouble("switch-mpps");
+  if (!(mpps == 0 || (mpps >= 1e9 / sim::kMaxDelayNs / 1e6 && mpps <= 1e9))) {
+    std::ostringstream m;
+    m << "--switch-mpps must be 0 (unlimited) or in [" << 1e9 / sim::kMaxDelayNs / 1e6
+      << ", 1e+09], not " << mpps;
+    return fail(m.str());
+  }
+  const int64_t buffer_kb = flags.GetInt("buffer-kb");
+  if (buffer_kb < 0 || static_cast<uint64_t>(buffer_kb) > sim::kMaxBufferBytes / 1024) {
+    return fail("--buffer-kb must be in 0.." + std::to_string(sim::kMaxBufferBytes / 1024) +
+                " (0 = unbounded), not " + std::to_string(buffer_kb));  // was * 1024, wrapped
+  }
+  const int64_t baseline_mtu = flags.GetInt("baseline-mtu");
+  if (baseline_mtu < 1 || baseline_mtu > 1048576) {  // was checked after the run, >= 1 only
+    return fail("--baseline-mtu must be in 1..1048576, not " + std::to_string(baseline_mtu));
+  }
   const uint64_t size = flags.GetSize("size");
   if (size % 4 != 0) return fail("--size must be a multiple of 4 bytes");
   const uint64_t count = size / 4;
@@ -194,8 +242,7 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   sim::LinkParams lp;
   lp.gbps = flags.GetDouble("gbps");
   lp.propagation_ns = flags.GetDouble("propagation-ns");
-  if (flags.GetInt("buffer-kb") < 0) return fail("--buffer-kb must be >= 0");
-  lp.buffer_bytes = static_cast<uint64_t>(flags.GetInt("buffer-kb")) * 1024;
+  lp.buffer_bytes = static_cast<uint64_t>(buffer_kb) * 1024;
   lp.loss = flags.GetDouble("loss");
   lp.duplicate = flags.GetDouble("duplicate");
   lp.reorder = flags.GetDouble("reorder");
@@ -309,8 +356,7 @@ int SimCommand(const std::vector<std::string>& raw_args) {
     sim::BaselineConfig bc;
     bc.hosts = job0_hosts;
     bc.bytes = size;
-    if (flags.GetInt("baseline-mtu") < 1) return fail("--baseline-mtu must be positive");
-    bc.mtu_payload = static_cast<uint32_t>(flags.GetInt("baseline-mtu"));
+    bc.mtu_payload = static_cast<uint32_t>(baseline_mtu);
     bc.switch_latency_ns = flags.GetDouble("switch-latency-ns");
     bc.host_latency_ns = flags.GetDouble("host-latency-ns");
     for (sim::Baseline b : {sim::Baseline::kRing, sim::Baseline::kHalvingDoubling}) {

@@ -19,6 +19,9 @@ double GoodputCeilingElementsPerSecond(double gbps, proto::SizeCode size) {
   return gbps * 1e9 / (8 * wire) * static_cast<double>(proto::NumelOf(size));
 }
 
+// The bounds as Validate's messages spell them.
+static_assert(kMaxDelayNs == 1e12 && kMaxSimSeconds == 1e6);
+
 Status SimConfig::Validate() const {
   const auto& nodes = topology.nodes();
   if (jobs.empty()) return InvalidArgumentError("no job to simulate");
@@ -69,7 +72,9 @@ Status SimConfig::Validate() const {
       return InvalidArgumentError(what + "packet size must be 64 or 256 elements");
     }
     if (job.collectives.empty()) return InvalidArgumentError(what + "no all-reduce to run");
-    if (!(job.start_ns >= 0)) return InvalidArgumentError(what + "start time must be >= 0");
+    if (!(job.start_ns >= 0 && job.start_ns <= kMaxSimSeconds * 1e9)) {
+      return InvalidArgumentError(what + "start time must be in [0, 1e15] ns");
+    }
     for (size_t k = j + 1; k < jobs.size(); ++k) {
       if (jobs[k].session_id == job.session_id) {
         return InvalidArgumentError(what + "session id shared with job " + std::to_string(k));
@@ -77,11 +82,27 @@ Status SimConfig::Validate() const {
     }
   }
   if (jobs.size() > 200) return InvalidArgumentError("at most 200 concurrent jobs");
-  if (!(switch_latency_ns >= 0) || !(host_latency_ns >= 0) || !(switch_pps >= 0) ||
-      !(timer_granularity_ns >= 0)) {
-    return InvalidArgumentError("latencies and the switch's packet rate must be >= 0");
+  auto delay = [](double ns) { return ns >= 0 && ns <= kMaxDelayNs; };
+  if (!delay(switch_latency_ns) || !delay(host_latency_ns) || !delay(timer_granularity_ns)) {
+    return InvalidArgumentError("latencies and the timer granularity must be in [0, 1e12] ns");
   }
-  if (!(max_sim_seconds > 0)) return InvalidArgumentError("the time limit must be positive");
+  // 0: unlimited; else one packet's service time, 1e9 / switch_pps ns, is a delay too.
+  if (!(switch_pps == 0 || (switch_pps >= 1e9 / kMaxDelayNs && switch_pps <= 1e15))) {
+    return InvalidArgumentError(
+        "the switch's packet rate must be 0 (unlimited) or in [0.001, 1e15] packets/s");
+  }
+  auto ns = [](worker::Nanos d) { return static_cast<double>(d.count()); };
+  if (!delay(ns(session.timeout)) || !delay(ns(session.max_timeout)) ||
+      !delay(ns(session.min_timeout)) || !delay(ns(session.clock_granularity))) {
+    return InvalidArgumentError(
+        "the sessions' timeouts and clock granularity must be at most 1e12 ns (1000 s)");
+  }
+  if (!(max_sim_seconds > 0 && max_sim_seconds <= kMaxSimSeconds)) {
+    return InvalidArgumentError("the time limit must be in (0, 1e6] s");
+  }
+  if (ns(session.progress_timeout) > kMaxSimSeconds * 1e9) {
+    return InvalidArgumentError("the sessions' progress timeout must be at most 1e6 s");
+  }
   return Status();
 }
 
@@ -100,7 +121,11 @@ constexpr uint16_t kHostPortBase = 20000;
 constexpr uint32_t kPortsPerJob = 64;  // threads per worker at most
 constexpr uint32_t kNoSession = UINT32_MAX;
 
-Time Ps(double ns) { return static_cast<Time>(std::llround(ns * 1000)); }
+Time Ps(double ns) { return static_cast<Time>(std::llround(ns * 1000)); }  // ns: validated
+// t + d (d >= 0), kNever where that would overflow: queues of delays (a switch or link busy
+// for ever more retransmissions of slow packets) stop at "never" instead of wrapping to negative
+// times. Every event at kNever lies past the time limit, so it never runs.
+Time Later(Time t, Time d) { return t > kNever - d ? kNever : t + d; }
 
 // SplitMix64: the fault coins, a pure function of (seed, link, sequence number).
 uint64_t Mix(uint64_t x) {
@@ -446,8 +471,8 @@ void Engine::Transmit(uint32_t l, uint32_t p, const Endpoint& dst, Time t) {
                          static_cast<uint64_t>(static_cast<double>(backlog) / link.ps_per_byte));
   const Time ser = static_cast<Time>(bytes * link.ps_per_byte + 0.5);
   const Time start = std::max(t, link.free_at);
-  link.free_at = start + ser;
-  link.busy += ser;
+  link.free_at = Later(start, ser);
+  link.busy = Later(link.busy, ser);
   ++link.result.packets;
   link.result.bytes += static_cast<uint64_t>(bytes);
   const LinkParams& f = link.params;
@@ -456,7 +481,7 @@ void Engine::Transmit(uint32_t l, uint32_t p, const Endpoint& dst, Time t) {
     pool_.Release(p);
     return;
   }
-  const Time arrive = link.free_at + link.propagation;
+  const Time arrive = Later(link.free_at, link.propagation);
   int copies = 1;
   if (f.duplicate > 0 && Coin(cfg_.seed, l, seq, 1) < f.duplicate) {
     ++link.result.duplicated;
@@ -476,7 +501,7 @@ void Engine::Transmit(uint32_t l, uint32_t p, const Endpoint& dst, Time t) {
         delayed_free_.pop_back();
       }
       delayed_[id] = Delayed{p, link.to, dst};
-      Push(arrive + extra, EventKind::kDelayed, id);
+      Push(Later(arrive, extra), EventKind::kDelayed, id);
       continue;
     }
     if (link.flights.empty()) Push(arrive, EventKind::kLinkHead, l);
@@ -497,7 +522,7 @@ void Engine::Deliver(uint32_t p, const Endpoint& dst, uint32_t node) {
       pool_.Release(p);
       return;
     }
-    Transmit(l, p, dst, now_ + switch_latency_);
+    Transmit(l, p, dst, Later(now_, switch_latency_));
     return;
   }
   // A host: hand it to the session on that port, if any.
@@ -546,10 +571,10 @@ void Engine::SwitchReceive(uint32_t node, uint32_t p) {
   if (job != nullptr && job->open_since[reg] == kNever) job->open_since[reg] = now_;
   Time out = now_;
   if (switch_service_ > 0) {
-    out = std::max(out, switch_busy_[node]) + switch_service_;
+    out = Later(std::max(out, switch_busy_[node]), switch_service_);
     switch_busy_[node] = out;
   }
-  out += switch_latency_;
+  out = Later(out, switch_latency_);
   const uint32_t r = pool_.Alloc();
   Packet& reply = pool_.Get(r);
   const dataplane::Action& a = sw.Process(in.source, {in.data, in.len}, reply.data);
@@ -595,16 +620,16 @@ void Engine::AfterSession(uint32_t s) {
     }
     pk.len = static_cast<uint16_t>(n);
     pk.source = ss.self;
-    Transmit(ss.uplink, p, ss.switch_ep, now_ + host_latency_);
+    Transmit(ss.uplink, p, ss.switch_ep, Later(now_, host_latency_));
   }
   if (session.state() != worker::WorkerSession::State::kRunning) {
     if (ss.running) SliceDone(s);
     return;
   }
   if (auto d = session.PollTimeout()) {
-    Time t = static_cast<Time>(d->count()) * 1000;
-    if (timer_granularity_ > 0)
-      t = (t + timer_granularity_ - 1) / timer_granularity_ * timer_granularity_;
+    Time t = d->count() > kNever / 1000 ? kNever : static_cast<Time>(d->count()) * 1000;
+    if (timer_granularity_ > 0 && t != kNever)
+      t = Later(t, timer_granularity_ - 1) / timer_granularity_ * timer_granularity_;
     if (t < ss.timer_at) {
       ss.timer_at = t;
       Push(t, EventKind::kTimer, s);

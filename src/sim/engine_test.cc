@@ -144,6 +144,82 @@ TEST(SimEngineTest, BadConfigurationsSayWhatIsWrong) {
   EXPECT_FALSE(Simulate(c).ok());
 }
 
+TEST(SimEngineTest, TimingBeyondThePicosecondClockIsRefused) {
+  // Given values whose picosecond times overflowed int64_t (they wrapped to negative times),
+  // Expect each refused at setup, saying which.
+  auto refused = [](SimConfig c, const std::string& what) {
+    auto r = Simulate(std::move(c));
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().ToString();
+  };
+  SimConfig c = StarConfig(2, 1000, DataType::kInt32, 0);
+  c.topology.mutable_links()[0].params.propagation_ns = 1e17;
+  refused(c, "propagation delay");
+  c = StarConfig(2, 1000, DataType::kInt32, 0);
+  c.topology.mutable_links()[0].params.gbps = 1e-9;
+  refused(c, "link rate");
+  c = StarConfig(2, 1000, DataType::kInt32, 0);
+  c.topology.mutable_links()[0].params.buffer_bytes = uint64_t{1} << 53;
+  refused(c, "link buffer");
+  c = StarConfig(2, 1000, DataType::kInt32, 0);
+  c.host_latency_ns = 1e20;
+  refused(c, "latencies");
+  c = StarConfig(2, 1000, DataType::kInt32, 0);
+  c.switch_pps = 1e-300;
+  refused(c, "packet rate");
+  c = StarConfig(2, 1000, DataType::kInt32, 0);
+  c.max_sim_seconds = 1e12;
+  refused(c, "time limit");
+  c = StarConfig(2, 1000, DataType::kInt32, 0);
+  c.session.max_timeout = std::chrono::hours(24 * 365);
+  refused(c, "timeouts");
+  // And the largest accepted values of all of them at once run to the end.
+  c = StarConfig(2, 1000, DataType::kInt32, 0);
+  for (Link& l : c.topology.mutable_links()) {
+    l.params.gbps = kMinGbps;
+    l.params.propagation_ns = kMaxDelayNs;
+    l.params.buffer_bytes = kMaxBufferBytes;
+  }
+  c.switch_latency_ns = c.host_latency_ns = c.timer_granularity_ns = kMaxDelayNs;
+  c.session.timeout = c.session.min_timeout = c.session.max_timeout =
+      std::chrono::nanoseconds(static_cast<int64_t>(kMaxDelayNs));
+  c.session.progress_timeout = std::chrono::seconds(static_cast<int64_t>(kMaxSimSeconds));
+  c.max_sim_seconds = kMaxSimSeconds;
+  auto r = Simulate(c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->jobs[0].status.ok()) << r->jobs[0].status.ToString();
+  EXPECT_TRUE(r->jobs[0].verified);
+  EXPECT_GT(r->sim_seconds, 0);
+  EXPECT_LE(r->sim_seconds, kMaxSimSeconds);
+}
+
+TEST(SimEngineTest, AnEndlessQueueOfSlowPacketsStopsAtTheTimeLimit) {
+  // Given a switch that serves one packet per 1000 s (the slowest rate accepted), workers that
+  // re-send their window every 10 ms, and links that delay half the packets by up to 1000 s (the
+  // longest delay accepted): each packet queued adds 1e15 ps to the switch's busy time, which
+  // nears int64_t's 9.2e18 ps after about 9200 packets; a delay added after it then wrapped to
+  // a negative event time (and the run ended "at -9223020 s").
+  // Expect the simulation to end at its time limit with the job failed, never at a negative
+  // time.
+  SimConfig c = StarConfig(2, 256 * 64, DataType::kInt32, 0);
+  for (Link& l : c.topology.mutable_links()) {
+    l.params.reorder = 0.5;
+    l.params.reorder_ns = kMaxDelayNs;
+  }
+  c.jobs[0].window = 64;
+  c.switch_pps = 1e9 / kMaxDelayNs;
+  c.session.timeout = c.session.min_timeout = c.session.max_timeout = std::chrono::milliseconds(10);
+  c.session.timeout_threshold = 1000000;  // no back-off: a window every 10 ms
+  c.session.progress_timeout = std::chrono::seconds(100);
+  c.max_sim_seconds = 50;
+  auto r = Simulate(c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->jobs[0].status.ok());
+  EXPECT_GT(r->jobs[0].retransmitted, 10000u);  // the busy time went past 2^63 ps
+  EXPECT_GE(r->sim_seconds, 0);
+  EXPECT_LE(r->sim_seconds, c.max_sim_seconds);
+}
+
 TEST(SimBaselinesTest, RingAndHalvingDoublingFollowTheirLaws) {
   LinkParams lp;
   lp.gbps = 100;

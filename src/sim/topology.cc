@@ -6,15 +6,27 @@ namespace switchml::sim {
 
 namespace {
 bool Probability(double p) { return p >= 0 && p <= 1; }
+// The bounds as Validate's messages spell them.
+static_assert(kMinGbps == 1e-3 && kMaxGbps == 1e6 && kMaxDelayNs == 1e12 &&
+              kMaxBufferBytes == uint64_t{1} << 30);
 }  // namespace
 
 Status LinkParams::Validate() const {
-  if (!(gbps > 0)) return InvalidArgumentError("link rate must be positive (Gbit/s)");
-  if (!(propagation_ns >= 0)) return InvalidArgumentError("propagation delay must be >= 0");
+  if (!(gbps >= kMinGbps && gbps <= kMaxGbps)) {
+    return InvalidArgumentError("link rate must be in [0.001, 1e6] Gbit/s");
+  }
+  if (!(propagation_ns >= 0 && propagation_ns <= kMaxDelayNs)) {
+    return InvalidArgumentError("propagation delay must be in [0, 1e12] ns");
+  }
+  if (buffer_bytes > kMaxBufferBytes) {
+    return InvalidArgumentError("link buffer must be at most 1 GiB (0: unbounded)");
+  }
   if (!Probability(loss) || !Probability(duplicate) || !Probability(reorder)) {
     return InvalidArgumentError("loss, duplicate and reorder rates must be within [0, 1]");
   }
-  if (!(reorder_ns >= 0)) return InvalidArgumentError("reorder delay must be >= 0");
+  if (!(reorder_ns >= 0 && reorder_ns <= kMaxDelayNs)) {
+    return InvalidArgumentError("reorder delay must be in [0, 1e12] ns");
+  }
   return Status();
 }
 

@@ -18,11 +18,22 @@ namespace switchml::sim {
 inline constexpr uint32_t kNodeIpBase = 0x0a000001;  // 10.0.0.1 is node 0
 inline constexpr uint16_t kSwitchPort = 48864;
 
+// Bounds of the simulation's timing parameters. The engine counts time in int64_t picoseconds
+// (about 106 days): each delay at most kMaxDelayNs (1000 s) and the run at most kMaxSimSeconds
+// keep every event time, a delay or a queue of delays past the limit included, far from
+// overflow, where larger values had wrapped to negative times (a "simulated -9223372 s").
+inline constexpr double kMaxDelayNs = 1e12;
+inline constexpr double kMaxSimSeconds = 1e6;
+// A link's rate, Gbit/s: at 1 Mbit/s a packet takes about 9 ms.
+inline constexpr double kMinGbps = 1e-3;
+inline constexpr double kMaxGbps = 1e6;
+inline constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 30;  // per link (1 GiB)
+
 struct LinkParams {
-  double gbps = 100;            // line rate
-  double propagation_ns = 500;  // one-way propagation delay (cable, PHY, NIC)
+  double gbps = 100;            // line rate, kMinGbps..kMaxGbps
+  double propagation_ns = 500;  // one-way propagation delay (cable, PHY, NIC), <= kMaxDelayNs
   // Output buffer of the link's transmitter: a packet that finds more than this many bytes queued
-  // ahead of it is dropped (tail drop). 0: unbounded.
+  // ahead of it is dropped (tail drop). 0: unbounded. At most kMaxBufferBytes.
   uint64_t buffer_bytes = 0;
   // Faults, each per packet and seeded (the simulation's seed, the link id and the packet's
   // sequence number on the link, so they do not depend on event order elsewhere).
