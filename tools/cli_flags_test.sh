@@ -59,17 +59,27 @@ libs=$(ldd "$bin" 2>/dev/null)  # not piped into grep -q: pipefail would see ldd
 if [[ "$libs" == *libasan* || "$libs" == *libtsan* ]]; then
   echo "skipped: the ulimit -v case under a sanitizer (it reserves more address space, and aborts)"
 elif [ "$(ulimit -v)" = unlimited ]; then
-  # Under a 1 GiB address-space limit (ulimit -v, this subshell only), 1G elements cannot fit.
-  out=$( (ulimit -v 1048576; timeout 10 "$bin" worker --size 1G --switch 127.0.0.1:1 \
-          --setup-timeout-ms 2000) 2>&1)
-  rc=$?
-  if [ "$rc" -eq 2 ] && [[ "$out" == *"cannot allocate the tensors"*"use a smaller --size"* ]]; then
-    echo "ok: switchml worker --size 1G under ulimit -v 1 GiB: $(echo "$out" | tail -1)"
-  else
-    echo "FAIL: switchml worker --size 1G under ulimit -v 1 GiB: exit $rc (want 2):"
-    echo "$out" | tail -5
-    failed=1
-  fi
+  # Under a 1 GiB address-space limit (ulimit -v, this subshell only), a 1G tensor cannot fit.
+  # under_1gib "GLOB THE LAST LINE MATCHES WITHIN" ARGS...
+  under_1gib() {
+    local want="$1"
+    shift
+    local out rc
+    out=$( (ulimit -v 1048576; timeout 10 "$bin" "$@") 2>&1)
+    rc=$?
+    if [ "$rc" -eq 2 ] && [[ "$(echo "$out" | tail -1)" == *$want* ]]; then
+      echo "ok: switchml $* under ulimit -v 1 GiB: $(echo "$out" | tail -1)"
+    else
+      echo "FAIL: switchml $* under ulimit -v 1 GiB: exit $rc (want 2), output (want '$want'):"
+      echo "$out" | tail -5
+      failed=1
+    fi
+  }
+  under_1gib "cannot allocate the tensors*use a smaller --size" \
+    worker --size 1G --switch 127.0.0.1:1 --setup-timeout-ms 2000
+  # switchml sim aborted with std::bad_alloc (exit 134).
+  under_1gib "cannot allocate the simulated tensors of --size 1073741824 bytes" \
+    sim --workers 2 --size 1G --quiet
 fi
 # switchml sim: a --window above --slots was clamped to --slots without a word.
 expect "--window 9000 exceeds --slots 8192" sim --window 9000 --slots 8192 --size 1M

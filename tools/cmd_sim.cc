@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "commands.h"
 #include "flags.h"
@@ -337,7 +339,20 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   }
   const sim::Topology topology = c.topology;
   const std::vector<uint32_t> job0_hosts = c.jobs[0].hosts;
-  auto result = sim::Simulate(std::move(c));
+  // The tensors are allocated inside Simulate: a --size this host cannot hold aborted the
+  // command with std::bad_alloc (or std::length_error beyond a vector's max_size()).
+  auto too_large = [&] {
+    return fail("cannot allocate the simulated tensors of --size " + std::to_string(size) +
+                " bytes (--payload " + payload + "): use a smaller --size");
+  };
+  Result<sim::SimResult> result = InternalError("not run");
+  try {
+    result = sim::Simulate(std::move(c));
+  } catch (const std::bad_alloc&) {
+    return too_large();
+  } catch (const std::length_error&) {
+    return too_large();
+  }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   const double cpu = testing::ProcessCpuSeconds() - cpu0;
