@@ -2,7 +2,8 @@
 // bindings/python/switchml/, which re-exports these names; docs/python.md describes it.
 //
 // Buffers: any object with the buffer protocol (NumPy arrays, bytearray, memoryview, array.array)
-// of float32 ('f'), int32 ('i', or 'l' when 4 bytes) or float16 ('e'). A C-contiguous float32 or
+// of float32 ('f'), int32 ('i', or 'l' when 4 bytes) or float16 ('e'), in this machine's byte
+// order (a '>' or '!' prefix here is refused). A C-contiguous float32 or
 // int32 buffer is used in place, without a copy; a strided or float16 one goes through a
 // contiguous staging copy (float16 widened to float32 and narrowed back).
 // The GIL: released while a context is set up and while an all-reduce is waited for; a Python
@@ -11,6 +12,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <bit>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -81,8 +83,34 @@ void CheckWithoutGil(Fn fn) {
 
 enum class Element { kFloat32, kInt32, kFloat16 };
 
+// Whether a buffer format's byte-order prefix (if any) is this machine's: '@' and '=' are,
+// '<' and '>' (or '!', network order) name one order explicitly.
+bool NativeByteOrder(const std::string& f) {
+  if (f.size() < 2) return true;
+  constexpr bool kLittle = std::endian::native == std::endian::little;
+  switch (f[0]) {
+    case '@':
+    case '=':
+      return true;
+    case '<':
+      return kLittle;
+    case '>':
+    case '!':
+      return !kLittle;
+    default:
+      return true;  // not a byte-order prefix: the checks below refuse the format
+  }
+}
+
 Element ElementOf(const py::buffer_info& b) {
   const std::string& f = b.format;
+  if (!NativeByteOrder(f)) {
+    // The elements are used as they are in memory: summed in the wrong byte order they would
+    // come back as garbage without a word.
+    throw py::type_error("switchml: all-reduce needs elements in this machine's byte order; got "
+                         "format '" +
+                         f + "' (convert, e.g. numpy's astype('=f4'))");
+  }
   const char c = f.empty() ? '?' : f.back();  // skip byte-order prefixes such as '<' and '='
   if (f.size() <= 2 && c == 'f' && b.itemsize == 4) return Element::kFloat32;
   if (f.size() <= 2 && (c == 'i' || c == 'l') && b.itemsize == 4) return Element::kInt32;

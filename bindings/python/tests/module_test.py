@@ -272,6 +272,12 @@ class AllReduceTest(unittest.TestCase):
                 ctx.allreduce(np.zeros(4, np.float32), out=np.zeros(3, np.float32))
             with self.assertRaisesRegex(TypeError, "out has format"):
                 ctx.allreduce(np.zeros(4, np.float32), out=np.zeros(4, np.int32))
+            # Another byte order (NumPy's '>f4'): refused, not summed as if it were this one's.
+            with self.assertRaisesRegex(TypeError, "byte order.*'>f'"):
+                ctx.allreduce(np.arange(4, dtype=">f4"))
+            with self.assertRaisesRegex(TypeError, "byte order.*'>i'"):
+                ctx.allreduce(np.zeros(4, np.int32), out=np.zeros(4, ">i4"))
+            np.testing.assert_array_equal(ctx.allreduce(np.arange(4, dtype="=f4")), np.arange(4))
             with self.assertRaises(BufferError):  # read-only
                 ctx.allreduce(np.zeros(4, np.float32), out=b"0123456789abcdef")
             return True
