@@ -900,10 +900,21 @@ class ShmTransport final : public Transport {
       }
       group_retry_.erase(group);
       found = p.get();
+      ForgetClosedGroups();  // (as ForgetGonePeers: each job of a switch has a group of its own)
       groups_.emplace(group, std::move(p));
     }
     last_group_ = found;
     return found;
+  }
+
+  // Drops the groups whose last member left (or that were replaced): each held a descriptor
+  // and a mapping of its file, and with them the pages of its ring.
+  void ForgetClosedGroups() {
+    std::vector<Endpoint> closed;
+    for (const auto& [group, p] : groups_) {
+      if (p->file.Closed()) closed.push_back(group);
+    }
+    for (const Endpoint& group : closed) DropGroup(group);
   }
 
   void DropGroup(const Endpoint& group) {
@@ -1305,11 +1316,26 @@ class ShmTransport final : public Transport {
       std::unique_ptr<Peer> p = OpenPeer(port);
       if (p == nullptr) return nullptr;
       found = p.get();
+      ForgetGonePeers();
       peers_.emplace(port, std::move(p));
     }
     last_peer_ = found;
     last_port_ = port;
     return found;
+  }
+
+  // Drops the destinations whose receiver closed or died, each holding a descriptor of its
+  // (unlinked) inbox and with it the pages of our ring there. Called when a new destination
+  // is opened: a long-lived sender (the switch daemon) meets new workers' inboxes with every
+  // job and never sends to the earlier ones again, so it would otherwise keep them all (a
+  // descriptor each, and up to a ring's pages: 0.54 MiB with the data plane's 512 slots) until
+  // it ran out of descriptors. A system call or two per destination, once per new destination.
+  void ForgetGonePeers() {
+    std::vector<uint16_t> gone;
+    for (const auto& [port, p] : peers_) {
+      if (!p->Alive()) gone.push_back(port);
+    }
+    for (uint16_t port : gone) DropPeer(port);
   }
 
   void DropPeer(uint16_t port) {

@@ -112,7 +112,9 @@
 // 0).
 //
 // Ownership: a Transport owns its inbox (file, lock, mapping), its mappings of the inboxes and
-// groups it sends to, and of the group it joined. Thread-safety: as Transport (one thread uses it;
+// groups it sends to (those whose receiver closed or died, or whose last member left, are let go
+// when it opens a new one: a long-lived sender such as the switch meets new ones with every job),
+// and of the group it joined. Thread-safety: as Transport (one thread uses it;
 // Wake() and counters() from any thread). Blocking: Send never blocks; Receive blocks up to its
 // timeout.
 #pragma once

@@ -341,6 +341,73 @@ TEST_F(ShmTest, FilesLeftByDeadProcessesAreRemovedOnlyForThoseNamed) {
   EXPECT_EQ(::stat(InboxPath(live->local_endpoint().port).c_str(), &st), 0);
 }
 
+size_t OpenDescriptors() {
+  size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d) != nullptr) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+// Given a long-lived sender (as the switch daemon) that served receivers one after another,
+// each of which closed (12), died without closing (3, in child processes), or was the one member
+// of a group that left (12), Expect the sender to let go of their files as it meets new ones:
+// it kept a descriptor of each (and with it the pages of its ring there) for its whole life.
+TEST_F(ShmTest, SenderLetsGoOfTheFilesOfReceiversThatAreGone) {
+  auto a = Open(Options());
+  ASSERT_TRUE(a);
+  std::vector<RxDatagram> rx(4);
+  const uint8_t byte = 3;
+  auto send_to = [&](const Endpoint& to) {
+    const TxDatagram tx{to, {&byte, 1}};
+    ASSERT_EQ(*a->Send({&tx, 1}), 1u);
+    ASSERT_EQ(a->counters().send_errors, 0u);
+  };
+  send_to(a->local_endpoint());  // (its own inbox: a destination that stays)
+  ASSERT_EQ(*a->Receive(rx, milliseconds(1000)), 1u);
+  const size_t before = OpenDescriptors();
+  for (int k = 0; k < 12; ++k) {
+    auto b = Open(Options());
+    ASSERT_TRUE(b);
+    send_to(b->local_endpoint());
+    ASSERT_EQ(*b->Receive(rx, milliseconds(1000)), 1u);
+  }
+  for (int k = 0; k < 3; ++k) {
+    int pipefd[2];
+    ASSERT_EQ(::pipe(pipefd), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      auto t = OpenShmConsecutive(Options(), 1);
+      uint16_t port = t.ok() ? (*t)[0]->local_endpoint().port : 0;
+      [[maybe_unused]] ssize_t w = ::write(pipefd[1], &port, sizeof port);
+      std::vector<RxDatagram> got(1);
+      if (t.ok()) (void)(*t)[0]->Receive(got, std::chrono::seconds(5));
+      ::_exit(0);  // no destructors: its inbox is left, unlocked
+    }
+    uint16_t port = 0;
+    ASSERT_EQ(::read(pipefd[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    ASSERT_NE(port, 0);
+    send_to({kLoopbackIpv4, port});
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+  }
+  for (int k = 0; k < 12; ++k) {
+    auto m = Open(Options());
+    ASSERT_TRUE(m);
+    const Endpoint group{0xef000100u + static_cast<uint32_t>(k), 16000};
+    ASSERT_TRUE(m->JoinGroup(group, 0).ok());
+    send_to(group);
+    ASSERT_EQ(*m->Receive(rx, milliseconds(1000)), 1u);
+  }
+  send_to(a->local_endpoint());
+  // At most the last destination of each kind is still held (until the next new one).
+  EXPECT_LE(OpenDescriptors(), before + 2);
+}
+
 // Given slot contents forged by another process of the user (a length word beyond any datagram;
 // then a producer index beyond the ring), Expect the bad slot counted and dropped, the good one
 // delivered, then the corrupt ring ignored for good while other senders still get through.
