@@ -392,8 +392,8 @@ Result<bool> DebugFromEnvironment() {
   const std::string text = d != nullptr ? d : "";
   if (text.empty() || text == "0") return false;
   if (text == "1") return true;
-  return InvalidArgumentError("SWITCHML_XDP_DEBUG must be 0 or 1 (1: print libbpf's warnings), "
-                              "not '" + text + "'");
+  return InvalidArgumentError(
+      "SWITCHML_XDP_DEBUG must be 0 or 1 (1: print libbpf's warnings), not '" + text + "'");
 }
 
 Result<std::shared_ptr<XdpPort>> XdpPort::Get(const LocalAddress& local, const Interfaces& ifs) {
