@@ -70,11 +70,18 @@ class SchedulerTransport : public transport::Transport {
 
 // The switch of a one-worker job: echoes every datagram to its source. It holds the first
 // `hold` datagrams until all of them came, then answers them at once; after that it answers
-// each datagram `gap` after the previous answer (a link's rate).
+// each datagram `gap` after the previous answer (a link's rate). With `stray`, when the first
+// datagram comes it first makes a stranger (another address, as any host of the LAN) send that
+// many datagrams to the worker: they reach it before any result.
 class EchoSwitch {
  public:
-  EchoSwitch(transport::MemoryNetwork* net, size_t hold, std::chrono::nanoseconds gap)
-      : transport_(net->Attach(kSwitch)), hold_(hold), gap_(gap) {
+  EchoSwitch(transport::MemoryNetwork* net, size_t hold, std::chrono::nanoseconds gap,
+             size_t stray = 0)
+      : transport_(net->Attach(kSwitch)),
+        stranger_(stray > 0 ? net->Attach(Endpoint{0x0a000009, 4000}) : nullptr),
+        hold_(hold),
+        gap_(gap),
+        stray_(stray) {
     thread_ = std::thread([this] { Run(); });
   }
   ~EchoSwitch() {
@@ -87,10 +94,16 @@ class EchoSwitch {
   void Run() {
     std::vector<transport::RxDatagram> rx(64);
     std::vector<std::vector<uint8_t>> held;
+    const std::vector<uint8_t> junk(64, 0xee);
     while (!stop_.load()) {
       auto r = transport_->Receive(rx, milliseconds(20));
       if (!r.ok()) return;
       for (size_t i = 0; i < *r; ++i) {
+        if (stray_ > 0) {
+          std::vector<transport::TxDatagram> tx(stray_, transport::TxDatagram{rx[i].source, junk});
+          ASSERT_TRUE(stranger_->Send(tx).ok());
+          stray_ = 0;
+        }
         if (held.size() < hold_ && !released_) {
           held.emplace_back(rx[i].data.begin(), rx[i].data.end());
           if (held.size() == hold_) {
@@ -109,9 +122,10 @@ class EchoSwitch {
     ASSERT_TRUE(transport_->Send({&tx, 1}).ok());
   }
 
-  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<transport::Transport> transport_, stranger_;
   const size_t hold_;
   const std::chrono::nanoseconds gap_;
+  size_t stray_;  // (the switch thread's)
   bool released_ = false;
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -127,20 +141,26 @@ worker::SessionConfig OneWorker(uint32_t window, milliseconds rto) {
   return c;
 }
 
+// Runs one int32 slice of in through the thread into out (of in's size); its status.
+Status SubmitSlice(WorkerThread* thread, const std::vector<int32_t>& in,
+                   std::vector<int32_t>* out) {
+  worker::SliceJob job;
+  job.job_id = 1;
+  job.dtype = DataType::kInt32;
+  job.in = in.data();
+  job.out = out->data();
+  job.count = in.size();
+  std::promise<Status> done;
+  thread->Submit(job, [&](const Status& st) { done.set_value(st); });
+  return done.get_future().get();
+}
+
 // Runs one int32 slice of `count` elements through the thread; its status, with the output
 // checked against the input.
 Status RunSlice(WorkerThread* thread, size_t count) {
   std::vector<int32_t> in(count), out(count, -1);
   std::iota(in.begin(), in.end(), 7);
-  worker::SliceJob job;
-  job.job_id = 1;
-  job.dtype = DataType::kInt32;
-  job.in = in.data();
-  job.out = out.data();
-  job.count = count;
-  std::promise<Status> done;
-  thread->Submit(job, [&](const Status& st) { done.set_value(st); });
-  Status st = done.get_future().get();
+  Status st = SubmitSlice(thread, in, &out);
   EXPECT_EQ(out, in);
   return st;
 }
@@ -217,15 +237,7 @@ TEST(WorkerThreadTest, ResultsThatNeverComeThroughTheExpectedGroupFailTheSlice) 
                         std::make_unique<GroupCountingTransport>(net.Attach(kWorker), false),
                         kSwitch, latch, {}, 0, 0, "239.192.1.2:12000 on eth0");
     std::vector<int32_t> in(64 * kWindow * 256, 1), out(in.size());
-    worker::SliceJob job;
-    job.job_id = 1;
-    job.dtype = DataType::kInt32;
-    job.in = in.data();
-    job.out = out.data();
-    job.count = in.size();
-    std::promise<Status> done;
-    thread.Submit(job, [&](const Status& st) { done.set_value(st); });
-    const Status st = done.get_future().get();
+    const Status st = SubmitSlice(&thread, in, &out);
     EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
     EXPECT_NE(st.message().find("239.192.1.2:12000 on eth0"), std::string::npos) << st.message();
     EXPECT_TRUE(latch->is_set());
@@ -266,48 +278,6 @@ class SwitchGroupTransport : public SchedulerTransport {
   std::atomic<uint64_t> group_{0};
 };
 
-// Echoes as EchoSwitch, but when the first datagram comes, first makes a stranger (another
-// address, as any host of the LAN) send `stray` datagrams to the worker: they reach it before any
-// result.
-class StrangerFirstSwitch {
- public:
-  StrangerFirstSwitch(transport::MemoryNetwork* net, size_t stray)
-      : transport_(net->Attach(kSwitch)),
-        stranger_(net->Attach(Endpoint{0x0a000009, 4000})),
-        stray_(stray) {
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~StrangerFirstSwitch() {
-    stop_.store(true);
-    transport_->Wake();
-    thread_.join();
-  }
-
- private:
-  void Run() {
-    std::vector<transport::RxDatagram> rx(64);
-    const std::vector<uint8_t> junk(64, 0xee);
-    while (!stop_.load()) {
-      auto r = transport_->Receive(rx, milliseconds(20));
-      if (!r.ok()) return;
-      for (size_t i = 0; i < *r; ++i) {
-        if (stray_ > 0) {
-          std::vector<transport::TxDatagram> tx(stray_, transport::TxDatagram{rx[i].source, junk});
-          ASSERT_TRUE(stranger_->Send(tx).ok());
-          stray_ = 0;
-        }
-        const transport::TxDatagram tx{rx[i].source, rx[i].data};
-        ASSERT_TRUE(transport_->Send({&tx, 1}).ok());
-      }
-    }
-  }
-
-  std::unique_ptr<transport::Transport> transport_, stranger_;
-  size_t stray_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 // Given: a thread that expects its results on a LAN multicast group, which delivers them, and a
 // stranger on the LAN that sends more datagrams to the worker's port than one receive takes,
 // before the first result. Expect: the slice completes (the stranger's datagrams, dropped by the
@@ -316,7 +286,7 @@ class StrangerFirstSwitch {
 TEST(WorkerThreadTest, AStrangersDatagramsDoNotFailTheGroupCheck) {
   constexpr uint32_t kWindow = 64;
   transport::MemoryNetwork net;
-  StrangerFirstSwitch sw(&net, 600);
+  EchoSwitch sw(&net, 0, std::chrono::nanoseconds(0), /*stray=*/600);
   WorkerThread thread(OneWorker(kWindow, milliseconds(10)),
                       std::make_unique<SwitchGroupTransport>(net.Attach(kWorker)), kSwitch,
                       std::make_shared<FailureLatch>(), {}, 0, 0, "239.192.1.2:12000 on eth0");
