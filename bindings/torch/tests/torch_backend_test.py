@@ -5,13 +5,13 @@ Exits 77 (ctest: skipped) saying so loudly when python3-torch or the backend is 
 import datetime
 import math
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+from unittest import mock
 
 try:
     import torch
@@ -52,6 +52,13 @@ def run_job(test, world, fn, *args, env=None, timeout=90, switch_port=None, requ
                                  required=required)
     except RuntimeError as e:
         test.fail(str(e))
+
+
+def resolve(options=None, **env):
+    """swtorch._resolve(options) with a 30 s default timeout, the SWITCHML_* variables of `env`
+    set for the call only (the environment is restored after it, as it was)."""
+    with mock.patch.dict(os.environ, env):
+        return swtorch._resolve(options, datetime.timedelta(seconds=30))
 
 
 def float_bound(world, exact, dtype):
@@ -332,18 +339,22 @@ class TorchBackendTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.switch.stop()
 
+    def assertEveryCheckPassed(self, rank, out):
+        """Each value of a body's dict of named checks is true."""
+        self.assertTrue(out, f"rank {rank}: no check")
+        for key, value in out.items():
+            self.assertTrue(value, f"rank {rank}: {key}")
+
     def test_allreduce_three_processes_matches_gloo(self):
         for rank, out in enumerate(run_job(self, 3, allreduce_body)):
             calls = (out.pop("switch_calls"), out.pop("fallback_calls"))
-            for key, value in out.items():
-                self.assertTrue(value, f"rank {rank}: {key}")
+            self.assertEveryCheckPassed(rank, out)
             self.assertGreaterEqual(calls[0], 12, "all-reduces through the switch")
 
     def test_delegated_collectives_and_ops_match_gloo(self):
         for rank, out in enumerate(run_job(self, 2, delegated_body)):
             self.assertGreaterEqual(out.pop("fallback_calls"), 6)
-            for key, value in out.items():
-                self.assertTrue(value, f"rank {rank}: {key}")
+            self.assertEveryCheckPassed(rank, out)
 
     def test_ddp_step_matches_gloo(self):
         for out in run_job(self, 2, ddp_body):
@@ -389,11 +400,9 @@ class TorchBackendTest(unittest.TestCase):
     def test_shm_transport_and_data_path_options(self):
         # A switch on shared-memory rings, in a shm directory of the test's own (the workers
         # inherit SWITCHML_SHM_DIR), two processes with two groups.
-        shm_dir = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None,
-                                   prefix="switchml-torchtest-")
-        saved = os.environ.get("SWITCHML_SHM_DIR")
-        os.environ["SWITCHML_SHM_DIR"] = shm_dir
-        try:
+        with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None,
+                                         prefix="switchml-torchtest-") as shm_dir, \
+                mock.patch.dict(os.environ, {"SWITCHML_SHM_DIR": shm_dir}):
             sw = switchml.Switch(transport="shm")
             try:
                 res = run_job(self, 2, data_path_body, switch_port=sw.control_port, env={
@@ -402,12 +411,6 @@ class TorchBackendTest(unittest.TestCase):
                 counters = sw.counters()
             finally:
                 sw.stop()
-        finally:
-            if saved is None:
-                del os.environ["SWITCHML_SHM_DIR"]
-            else:
-                os.environ["SWITCHML_SHM_DIR"] = saved
-            shutil.rmtree(shm_dir)
         ms = datetime.timedelta(milliseconds=1)
         for out in res:
             self.assertTrue(out["ok"])
@@ -426,21 +429,12 @@ class TorchBackendTest(unittest.TestCase):
         self.assertGreaterEqual(counters["received"], 2 * 2 * 196)
 
     def test_bad_options_raise_value_error(self):
-        timeout = datetime.timedelta(seconds=30)
         with self.assertRaisesRegex(ValueError, "early_retransmit=-1"):
-            swtorch._resolve(swtorch.Options(early_retransmit=-1), timeout)
-        os.environ["SWITCHML_EARLY_RETRANSMIT"] = "x"
-        try:
-            with self.assertRaisesRegex(ValueError, "SWITCHML_EARLY_RETRANSMIT='x'"):
-                swtorch._resolve(None, timeout)
-        finally:
-            del os.environ["SWITCHML_EARLY_RETRANSMIT"]
-        os.environ["SWITCHML_AUTH_DATA"] = "yes"
-        try:
-            with self.assertRaisesRegex(ValueError, "SWITCHML_AUTH_DATA='yes'"):
-                swtorch._resolve(None, timeout)
-        finally:
-            del os.environ["SWITCHML_AUTH_DATA"]
+            resolve(swtorch.Options(early_retransmit=-1))
+        with self.assertRaisesRegex(ValueError, "SWITCHML_EARLY_RETRANSMIT='x'"):
+            resolve(SWITCHML_EARLY_RETRANSMIT="x")
+        with self.assertRaisesRegex(ValueError, "SWITCHML_AUTH_DATA='yes'"):
+            resolve(SWITCHML_AUTH_DATA="yes")
         bad_options = (
             (dict(transport="tcp"), "transport='tcp' is not valid: use one of udp, udp-plain, "
                                     "xdp, dpdk, shm"),
@@ -455,7 +449,7 @@ class TorchBackendTest(unittest.TestCase):
             (dict(udp_port=70000), "udp_port=70000 is not valid"))
         for options, message in bad_options:
             with self.assertRaisesRegex(ValueError, "switchml: " + message, msg=options):
-                swtorch._resolve(swtorch.Options(**options), timeout)
+                resolve(swtorch.Options(**options))
         bad_env = (("SWITCHML_TRANSPORT", "tcp"), ("SWITCHML_WAKE_BATCH", "x"),
                    ("SWITCHML_WAKE_BATCH", "2"), ("SWITCHML_MULTICAST", "lan"),
                    ("SWITCHML_CHECK_TENSORS", "no"), ("SWITCHML_BASE_RTT", "-1"),
@@ -463,43 +457,29 @@ class TorchBackendTest(unittest.TestCase):
                    ("SWITCHML_BUSY_POLL", "2"))
         # Checked by Config.validate(), so a ValueError from init_process_group too, not a
         # RuntimeError from the setup.
-        os.environ["SWITCHML_BIND_ADDRESS"] = "10.0.0"
-        try:
-            with self.assertRaisesRegex(ValueError, "switchml: bind_address '10.0.0' is not an "
-                                                    "IPv4 address"):
-                swtorch._resolve(None, timeout)
-        finally:
-            del os.environ["SWITCHML_BIND_ADDRESS"]
+        with self.assertRaisesRegex(ValueError, "switchml: bind_address '10.0.0' is not an "
+                                                "IPv4 address"):
+            resolve(SWITCHML_BIND_ADDRESS="10.0.0")
         for name, value in bad_env:
-            os.environ[name] = value
-            try:
-                with self.assertRaisesRegex(ValueError, f"switchml: {name}={value!r}"):
-                    swtorch._resolve(None, timeout)
-            finally:
-                del os.environ[name]
+            with self.assertRaisesRegex(ValueError, f"switchml: {name}={value!r}"):
+                resolve(**{name: value})
         # The 0|1 variables read exactly 0 or 1 (busy polling once took "no" for on).
         for name, field in (("SWITCHML_BUSY_POLL", "busy_poll"),
                             ("SWITCHML_CHECK_TENSORS", "check_tensors"),
                             ("SWITCHML_AUTH_DATA", "authenticate_data")):
             for raw, value in (("0", False), ("1", True)):
-                os.environ[name] = raw
-                try:
-                    self.assertIs(swtorch._resolve(None, timeout)[field], value, (name, raw))
-                finally:
-                    del os.environ[name]
+                self.assertIs(resolve(**{name: raw})[field], value, (name, raw))
         for field in ("wake_batch", "multicast", "check_tensors", "transport", "timeout",
                       "busy_poll"):
-            self.assertIsNone(swtorch._resolve(None, timeout)[field], field)
-        self.assertIsNone(swtorch._resolve(None, timeout)["authenticate_data"])
-        self.assertIsNone(swtorch._resolve(None, timeout)["early_retransmit_after"])
-        self.assertEqual(swtorch._resolve(swtorch.Options(early_retransmit=0),
-                                          timeout)["early_retransmit_after"], 0)
+            self.assertIsNone(resolve()[field], field)
+        self.assertIsNone(resolve()["authenticate_data"])
+        self.assertIsNone(resolve()["early_retransmit_after"])
+        self.assertEqual(resolve(swtorch.Options(early_retransmit=0))["early_retransmit_after"], 0)
 
     def test_options_of_the_wrong_type_raise_type_error(self):
         # Each named the field and the type it takes (before: window="64" failed comparing a str
         # with an int, threads=2.5 in pybind11's argument conversion, busy_poll="no" turned
         # busy polling on, multicast=True said only that it was not valid).
-        timeout = datetime.timedelta(seconds=30)
         wrong = (
             (dict(window="64"), "window='64' is of type str, not an int: use 1..16384"),
             (dict(threads=2.5), "threads=2.5 is of type float, not an int: use 1..64"),
@@ -516,10 +496,9 @@ class TorchBackendTest(unittest.TestCase):
             (dict(session_id="7"), "session_id='7' is of type str, not an int"))
         for options, message in wrong:
             with self.assertRaisesRegex(TypeError, "^switchml: " + message, msg=options):
-                swtorch._resolve(swtorch.Options(**options), timeout)
+                resolve(swtorch.Options(**options))
         # Numbers of another numeric type than the field's own are fine where they fit.
-        r = swtorch._resolve(swtorch.Options(peer_timeout=5, link_gbps=25, wake_batch=0,
-                                             window=64), timeout)
+        r = resolve(swtorch.Options(peer_timeout=5, link_gbps=25, wake_batch=0, window=64))
         self.assertEqual((r["peer_timeout"], r["link_gbps"], r["max_outstanding_packets"]),
                          (datetime.timedelta(seconds=5), 25.0, 64))
         # Values of the right type but out of range, and times the library cannot hold (finer
@@ -536,13 +515,9 @@ class TorchBackendTest(unittest.TestCase):
                (dict(switch=":50099"), "switch address ':50099' is not"))
         for options, message in bad:
             with self.assertRaisesRegex(ValueError, "^switchml: " + message, msg=options):
-                swtorch._resolve(swtorch.Options(**options), timeout)
-        os.environ["SWITCHML_PEER_TIMEOUT"] = "inf"
-        try:
-            with self.assertRaisesRegex(ValueError, "SWITCHML_PEER_TIMEOUT='inf' is not valid"):
-                swtorch._resolve(None, timeout)
-        finally:
-            del os.environ["SWITCHML_PEER_TIMEOUT"]
+                resolve(swtorch.Options(**options))
+        with self.assertRaisesRegex(ValueError, "SWITCHML_PEER_TIMEOUT='inf' is not valid"):
+            resolve(SWITCHML_PEER_TIMEOUT="inf")
 
     def test_process_group_keeps_its_keyword_constructor(self):
         # ProcessGroupSwitchML built directly with the keyword arguments it took before the
@@ -573,7 +548,7 @@ class TorchBackendTest(unittest.TestCase):
                           5, True, 99))
         self.assertIsNone(o.link_gbps)
         self.assertIsNone(o.udp_port)
-        r = swtorch._resolve(o, datetime.timedelta(seconds=30))
+        r = resolve(o)
         self.assertEqual((r["packet_numel"], r["transport"], r["session_id"]),
                          (64, "udp-plain", 99))
 
