@@ -51,7 +51,7 @@ struct JobOptions {
   uint64_t seed = 1;
   bool verify = true;
   std::string transport = "udp";  // data-plane transport of the workers (and of `run`'s switch);
-                                 // kAutoTransport only from `run`'s flags, resolved by `run`
+                                  // kAutoTransport only from `run`'s flags, resolved by `run`
   bool busy_poll = false;
   double wake_batch = 0;     // Config::wake_batch
   bool tensor_check = true;  // Config::check_tensors

@@ -64,8 +64,9 @@ void AddJobFlags(Flags* f, bool auto_transport) {
   f->AddBool("no-verify", "skip checking each result against the exact sum");
   if (auto_transport) {
     f->AddString("transport", kAutoTransport,
-                 TransportHelp() + "; auto: shm where this host's shared memory can be used (every "
-                                   "process of the job is on this host), else udp");
+                 TransportHelp() +
+                     "; auto: shm where this host's shared memory can be used (every "
+                     "process of the job is on this host), else udp");
   } else {
     f->AddString("transport", transport::kDefaultTransportKind, TransportHelp());
   }
@@ -101,8 +102,9 @@ Status CheckTransportFlag(const std::string& kind, bool auto_transport) {
   if (st.ok()) return st;
   std::string why = "--transport: " + st.message();
   if (kind == kAutoTransport) {
-    why += " (auto is only for `switchml run`, whose processes all share this host: give the "
-           "kind the switch uses)";
+    why +=
+        " (auto is only for `switchml run`, whose processes all share this host: give the "
+        "kind the switch uses)";
   }
   return InvalidArgumentError(why);
 }
