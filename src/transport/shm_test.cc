@@ -173,32 +173,52 @@ TEST_F(ShmTest, DirectoryOpenToOthersIsRefused) {
 // Given a process that opened a transport on port P and died without closing it (its inbox
 // file left behind, unlocked), Expect P to open again (the stale file replaced), and a sender
 // that still mapped the old inbox to reach the new one.
+// A child process that opened a transport in `options`' directory, receives one datagram (for at
+// most 5 s) and then dies without closing anything: its inbox is left behind, unlocked. port is
+// 0 (and pid -1) when it could not be started or could not open one.
+struct DyingReceiver {
+  pid_t pid = -1;
+  uint16_t port = 0;
+};
+
+DyingReceiver ForkReceiverThatDiesAfterOneDatagram(const ShmOptions& options) {
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) return {};
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto t = OpenShmConsecutive(options, 1);
+    uint16_t p = t.ok() ? (*t)[0]->local_endpoint().port : 0;
+    [[maybe_unused]] ssize_t w = ::write(pipefd[1], &p, sizeof p);
+    std::vector<RxDatagram> rx(1);
+    if (t.ok()) (void)(*t)[0]->Receive(rx, std::chrono::seconds(5));
+    ::_exit(0);  // no destructors
+  }
+  DyingReceiver r;
+  if (child > 0 &&
+      ::read(pipefd[0], &r.port, sizeof r.port) == static_cast<ssize_t>(sizeof r.port) &&
+      r.port != 0) {
+    r.pid = child;
+  } else if (child > 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    r.port = 0;
+  }
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
+  return r;
+}
+
 TEST_F(ShmTest, StaleInboxOfADeadProcessIsReplaced) {
   auto a = Open(Options());
   ASSERT_TRUE(a);
-  uint16_t port = 0;
-  int pipefd[2];
-  ASSERT_EQ(::pipe(pipefd), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto t = OpenShmConsecutive(Options(), 1);
-    uint16_t p = t.ok() ? (*t)[0]->local_endpoint().port : 0;
-    [[maybe_unused]] ssize_t w = ::write(pipefd[1], &p, sizeof p);
-    // Receives one datagram from the parent, then dies without closing anything.
-    std::vector<RxDatagram> rx(1);
-    if (t.ok()) (void)(*t)[0]->Receive(rx, std::chrono::seconds(5));
-    ::_exit(0);
-  }
-  ASSERT_EQ(::read(pipefd[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
-  ASSERT_NE(port, 0);
+  const DyingReceiver dying = ForkReceiverThatDiesAfterOneDatagram(Options());
+  ASSERT_NE(dying.port, 0);
+  const uint16_t port = dying.port;
   const uint8_t byte = 5;
   const TxDatagram to_old{{kLoopbackIpv4, port}, {&byte, 1}};
   ASSERT_EQ(*a->Send({&to_old, 1}), 1u);
   int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ::close(pipefd[0]);
-  ::close(pipefd[1]);
+  ASSERT_EQ(::waitpid(dying.pid, &status, 0), dying.pid);
   struct stat st {};
   ASSERT_EQ(::stat(InboxPath(port).c_str(), &st), 0) << "the dead process's inbox is left";
   auto b = OpenShm(Options(port));
@@ -374,26 +394,11 @@ TEST_F(ShmTest, SenderLetsGoOfTheFilesOfReceiversThatAreGone) {
     ASSERT_EQ(*b->Receive(rx, milliseconds(1000)), 1u);
   }
   for (int k = 0; k < 3; ++k) {
-    int pipefd[2];
-    ASSERT_EQ(::pipe(pipefd), 0);
-    const pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      auto t = OpenShmConsecutive(Options(), 1);
-      uint16_t port = t.ok() ? (*t)[0]->local_endpoint().port : 0;
-      [[maybe_unused]] ssize_t w = ::write(pipefd[1], &port, sizeof port);
-      std::vector<RxDatagram> got(1);
-      if (t.ok()) (void)(*t)[0]->Receive(got, std::chrono::seconds(5));
-      ::_exit(0);  // no destructors: its inbox is left, unlocked
-    }
-    uint16_t port = 0;
-    ASSERT_EQ(::read(pipefd[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
-    ::close(pipefd[0]);
-    ::close(pipefd[1]);
-    ASSERT_NE(port, 0);
-    send_to({kLoopbackIpv4, port});
+    const DyingReceiver dying = ForkReceiverThatDiesAfterOneDatagram(Options());
+    ASSERT_NE(dying.port, 0);
+    send_to({kLoopbackIpv4, dying.port});
     int status = 0;
-    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_EQ(::waitpid(dying.pid, &status, 0), dying.pid);
   }
   for (int k = 0; k < 12; ++k) {
     auto m = Open(Options());
