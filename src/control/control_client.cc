@@ -6,17 +6,16 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "base/status_macros.h"
 #include "control/keepalive.h"
 #include "control/switchml.grpc.pb.h"
 #include "control/switchml.pb.h"
+#include "control/tls_files.h"
 
 namespace switchml::control {
 namespace {
@@ -24,14 +23,6 @@ namespace {
 // Reconnect quickly while waiting for a switch that starts after the worker.
 constexpr int kReconnectBackoffMs = 100;
 constexpr int kMaxReconnectBackoffMs = 1000;
-
-Result<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream f(path);
-  if (!f) return InvalidArgumentError(std::string("cannot read the TLS ") + what + " " + path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 StatusCode FromGrpcCode(grpc::StatusCode code) {
   switch (code) {
@@ -185,10 +176,10 @@ Result<std::unique_ptr<ControlClient>> ControlClient::Create(std::string target,
     return InvalidArgumentError("a TLS client certificate needs its key (--tls-cert, --tls-key)");
   }
   grpc::SslCredentialsOptions ssl;
-  ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(tls.ca_file, "CA file"));
+  ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadTlsPem(tls.ca_file, "CA file"));
   if (!tls.cert_file.empty()) {
-    ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadFile(tls.cert_file, "certificate"));
-    ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFile(tls.key_file, "key"));
+    ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadTlsPem(tls.cert_file, "certificate"));
+    ASSIGN_OR_RETURN(ssl.pem_private_key, ReadTlsPem(tls.key_file, "key"));
   }
   std::unique_ptr<ControlClient> client(new ControlClient());
   client->impl_->Connect(std::move(target), timeout, grpc::SslCredentials(ssl), tls.server_name);

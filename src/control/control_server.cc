@@ -9,9 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -24,6 +22,7 @@
 #include "control/session_hooks.h"
 #include "control/switchml.grpc.pb.h"
 #include "control/switchml.pb.h"
+#include "control/tls_files.h"
 #include "proto/wire.h"
 
 namespace switchml::control {
@@ -95,14 +94,6 @@ Caller CallerOf(const grpc::CallbackServerContext* ctx) {
   c.peer = ctx->peer();
   c.has_ipv4 = ParsePeerIpv4(c.peer, &c.ipv4);
   return c;
-}
-
-Result<std::string> ReadPem(const std::string& path, const char* what) {
-  std::ifstream f(path);
-  if (!f) return InvalidArgumentError(std::string("cannot read the TLS ") + what + " " + path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 }  // namespace
@@ -526,14 +517,14 @@ namespace {
 Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const ControlServerOptions& options) {
   if (options.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
-  ASSIGN_OR_RETURN(std::string cert, ReadPem(options.tls_cert_file, "certificate"));
-  ASSIGN_OR_RETURN(std::string key, ReadPem(options.tls_key_file, "key"));
+  ASSIGN_OR_RETURN(std::string cert, ReadTlsPem(options.tls_cert_file, "certificate"));
+  ASSIGN_OR_RETURN(std::string key, ReadTlsPem(options.tls_key_file, "key"));
   const bool mutual = !options.tls_client_ca_file.empty();
   grpc::SslServerCredentialsOptions ssl(
       mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
              : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   if (mutual) {
-    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(options.tls_client_ca_file, "client CA"));
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadTlsPem(options.tls_client_ca_file, "client CA"));
   }
   ssl.pem_key_cert_pairs.push_back({key, cert});
   return grpc::SslServerCredentials(ssl);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "control/control_client.h"
@@ -95,6 +96,37 @@ TEST_F(ControlTlsTest, MutualTls) {
   tls.key_file = File("client.key");
   Status st = OneWorkerBarrier(*s, tls);
   EXPECT_TRUE(st.ok()) << st.ToString();
+}
+
+// A CA, certificate or key file without PEM data is refused by name. gRPC would take an empty CA
+// file's empty roots as "none given" and trust its default (public) roots instead: the client
+// used to start with an empty --tls-ca, and a switch with an empty --tls-client-ca.
+TEST_F(ControlTlsTest, FilesWithoutPemAreRefused) {
+  { std::ofstream empty(File("empty.pem")); }
+  ControlTlsOptions tls;
+  tls.ca_file = File("empty.pem");
+  auto c = ControlClient::Create("127.0.0.1:1", 1s, tls);
+  ASSERT_FALSE(c.ok()) << "an empty CA file must not mean the default roots";
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("empty.pem holds no PEM data"), std::string::npos)
+      << c.status().ToString();
+  tls.ca_file = File("ca.pem");
+  tls.cert_file = File("client.pem");
+  tls.key_file = dir_.string();  // a directory reads as empty
+  c = ControlClient::Create("127.0.0.1:1", 1s, tls);
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().ToString();
+
+  ControlServerOptions o;
+  o.bind_address = "127.0.0.1";
+  o.port = 0;
+  o.tls_cert_file = File("server.pem");
+  o.tls_key_file = File("server.key");
+  o.tls_client_ca_file = File("empty.pem");
+  auto s = ControlServer::Start(o, &sw_);
+  ASSERT_FALSE(s.ok()) << "mutual TLS with an empty client CA file";
+  EXPECT_NE(s.status().message().find("client CA " + File("empty.pem") + " holds no PEM data"),
+            std::string::npos)
+      << s.status().ToString();
 }
 
 TEST(ControlTlsOptionsTest, IncompleteFilesAreRefused) {
