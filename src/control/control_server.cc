@@ -514,6 +514,20 @@ uint32_t ControlServer::attached_streams() const { return impl_->registry.attach
 Registry& ControlServer::registry() { return impl_->registry; }
 
 namespace {
+// Whether a plaintext gRPC listener can be opened on `address` (closed again at once).
+bool CanListen(const std::string& address) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  switchml_proto::Sync::CallbackService unimplemented;  // gRPC needs a service to start
+  builder.RegisterService(&unimplemented);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) return false;
+  server->Shutdown();
+  return port != 0;
+}
+
 Result<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const ControlServerOptions& options) {
   if (options.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
@@ -565,6 +579,16 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerO
   if (impl->server == nullptr || selected_port == 0) {
     if (impl->server != nullptr) impl->server->Shutdown();
     impl->server.reset();
+    // gRPC fails the same way when it refuses the TLS credentials (a certificate that is not one,
+    // a key that does not match it): if the address takes a plaintext listener, those were it.
+    if (!options.tls_cert_file.empty() && CanListen(address)) {
+      return InvalidArgumentError(
+          "cannot listen for the control plane with the TLS certificate " +
+          options.tls_cert_file + " and key " + options.tls_key_file +
+          ": gRPC refused them (is the certificate a PEM certificate chain and the key its "
+          "private key? `openssl x509 -noout -pubkey -in CERT` and `openssl pkey -pubout -in "
+          "KEY` must print the same key)");
+    }
     return UnavailableError("cannot listen for the control plane on " + address +
                             " (is the port in use, e.g. by another `switchml switch`, or the "
                             "address not local?): pick another --control-port");

@@ -129,6 +129,37 @@ TEST_F(ControlTlsTest, FilesWithoutPemAreRefused) {
       << s.status().ToString();
 }
 
+// A key that is not the certificate's is reported as such, not as a port in use (gRPC fails
+// BuildAndStart the same way for both; the message used to send the user to --control-port).
+TEST_F(ControlTlsTest, KeyOfAnotherCertificateIsNamed) {
+  ControlServerOptions o;
+  o.bind_address = "127.0.0.1";
+  o.port = 0;
+  o.tls_cert_file = File("client.pem");
+  o.tls_key_file = File("server.key");
+  auto s = ControlServer::Start(o, &sw_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("TLS certificate " + File("client.pem")), std::string::npos)
+      << s.status().ToString();
+  EXPECT_EQ(s.status().message().find("port in use"), std::string::npos) << s.status().ToString();
+}
+
+// A port in use is still reported as one with TLS on.
+TEST_F(ControlTlsTest, PortInUseWithTls) {
+  auto first = Start(false);
+  ASSERT_NE(first, nullptr);
+  ControlServerOptions o;
+  o.bind_address = "127.0.0.1";
+  o.port = first->port();
+  o.tls_cert_file = File("server.pem");
+  o.tls_key_file = File("server.key");
+  auto s = ControlServer::Start(o, &sw_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kUnavailable) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("port in use"), std::string::npos) << s.status().ToString();
+}
+
 TEST(ControlTlsOptionsTest, IncompleteFilesAreRefused) {
   ControlServerOptions o;
   o.tls_cert_file = "x.pem";
