@@ -583,8 +583,8 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerO
     // a key that does not match it): if the address takes a plaintext listener, those were it.
     if (!options.tls_cert_file.empty() && CanListen(address)) {
       return InvalidArgumentError(
-          "cannot listen for the control plane with the TLS certificate " +
-          options.tls_cert_file + " and key " + options.tls_key_file +
+          "cannot listen for the control plane with the TLS certificate " + options.tls_cert_file +
+          " and key " + options.tls_key_file +
           ": gRPC refused them (is the certificate a PEM certificate chain and the key its "
           "private key? `openssl x509 -noout -pubkey -in CERT` and `openssl pkey -pubout -in "
           "KEY` must print the same key)");
