@@ -435,7 +435,10 @@ struct ControlServer::Impl {
     std::string data_key;
     bool multicast_group_kept = false;
     Status st = registry.Register(q, CallerOf(ctx), &data_key, &multicast_group_kept);
-    if (!st.ok()) return ToGrpc(st);
+    if (!st.ok()) {
+      if (hooks != nullptr) hooks->UdpSessionRefused(req, st);
+      return ToGrpc(st);
+    }
     if (hooks != nullptr) {
       if (st = hooks->AfterUdpSession(req); !st.ok()) {
         registry.Fail(

@@ -7,6 +7,8 @@
 //   - AfterUdpSession once the worker is registered (a top-of-rack switch registers itself with
 //     its upstream switch when its rack's first rank opens the job): an error refuses the worker
 //     as any registration error does;
+//   - UdpSessionRefused when the server's own registration refused the (rewritten) request: a
+//     top-of-rack switch then releases its rack's ranks waiting for that registration;
 //   - BeforeAttach and BeforeClose before a worker's stream is attached or its Close handled: they
 //     may rewrite the request (a top-of-rack switch maps the global rank to its rack's, and names
 //     the worker by its global rank in AttachRequest.member) or refuse it;
@@ -41,6 +43,8 @@ class SessionHooks {
   virtual ~SessionHooks() = default;
   virtual Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request) = 0;
   virtual Status AfterUdpSession(const switchml_proto::UdpSessionRequest& request) = 0;
+  virtual void UdpSessionRefused(const switchml_proto::UdpSessionRequest& request,
+                                 const Status& why) = 0;
   virtual Status BeforeAttach(switchml_proto::AttachRequest* request) = 0;
   virtual Status BeforeClose(switchml_proto::CloseRequest* request) = 0;
   virtual std::optional<Status> Barrier(const switchml_proto::BarrierRequest& request,

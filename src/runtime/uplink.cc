@@ -198,6 +198,31 @@ Status Uplink::AfterUdpSession(const switchml_proto::UdpSessionRequest& request)
   return st;
 }
 
+void Uplink::UdpSessionRefused(const switchml_proto::UdpSessionRequest& request,
+                               const Status& why) {
+  // Only a request BeforeUdpSession rewrote to the rack's local rank 0 (it has num_workers >= 1
+  // then), and not an outsider's (another secret: PERMISSION_DENIED), which must not fail the
+  // job's waiting ranks.
+  if (request.rank() != 0 || request.num_workers() == 0 ||
+      why.code() == StatusCode::kPermissionDenied) {
+    return;
+  }
+  const uint64_t id = request.session_id();
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end() || it->second.upstream || it->second.secret != request.job_secret()) {
+      return;
+    }
+    if (opened_.size() >= kMaxOpened) opened_.erase(opened_.begin());
+    opened_[id] = FailedPreconditionError(
+        "session " + std::to_string(id) + " failed at setup: rank " +
+        std::to_string(it->second.rack.first_rank) +
+        " (this rack's first) was refused by this top-of-rack switch: " + why.message());
+  }
+  cv_.notify_all();
+}
+
 Status Uplink::OpenUpstream(const switchml_proto::UdpSessionRequest& request) {
   control::UdpSessionArgs args;
   args.session_id = request.session_id();

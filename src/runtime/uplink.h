@@ -90,6 +90,9 @@ class Uplink final : public control::SessionHooks {
 
   Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request) override;
   Status AfterUdpSession(const switchml_proto::UdpSessionRequest& request) override;
+  // The rack's local rank 0 was refused: its rack's other ranks stop waiting for it, with why.
+  void UdpSessionRefused(const switchml_proto::UdpSessionRequest& request,
+                         const Status& why) override;
   Status BeforeAttach(switchml_proto::AttachRequest* request) override;
   Status BeforeClose(switchml_proto::CloseRequest* request) override;
   std::optional<Status> Barrier(const switchml_proto::BarrierRequest& request,

@@ -4,6 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "base/endpoint.h"
+#include "control/control_client.h"
+#include "control/control_server.h"
 #include "control/switchml.pb.h"
 
 namespace switchml::runtime {
@@ -125,6 +132,53 @@ TEST(UplinkTest, OptionsAreValidated) {
   EXPECT_TRUE(o.Validate().ok());
   o.upstream = "";
   EXPECT_FALSE(o.Validate().ok());
+}
+
+// The rack's first rank refused by the ToR's own registration (here: a window larger than the
+// switch's slots): the rack's other ranks, waiting for it, fail at once with why, instead of
+// waiting for the uplink's whole timeout and then blaming the first rank for not showing up.
+TEST(UplinkTest, RackStopsWaitingWhenItsFirstRankIsRefused) {
+  using namespace std::chrono_literals;
+  dataplane::SwitchConfig config;
+  config.slots_per_job = 64;
+  dataplane::LockedSwitch sw(config);
+  UplinkOptions uo = UnreachableUpstream(2, 1);
+  uo.timeout = 10s;
+  Uplink uplink(uo, &sw);
+  control::ControlServerOptions so;
+  so.bind_address = "127.0.0.1";
+  so.port = 0;
+  so.hooks = &uplink;
+  auto server = control::ControlServer::Start(so, &sw);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  uplink.set_registry(&(*server)->registry());
+  const std::string target = "127.0.0.1:" + std::to_string((*server)->port());
+  control::ControlClient first(target, 30s), second(target, 30s);
+  // 4 workers over 2 racks: this ToR holds ranks 2-3.
+  control::UdpSessionArgs a;
+  a.session_id = 11;
+  a.num_workers = 4;
+  a.ipv4 = kLoopbackIpv4;
+  a.max_outstanding_packets = 128;  // more than the 64 slots: refused
+  a.job_secret = "s";
+  // Rank 3 first: it waits for rank 2, which is then refused.
+  control::UdpSessionArgs b = a;
+  b.rank = 3;
+  b.udp_port = 41002;
+  const auto start = std::chrono::steady_clock::now();
+  auto waiting = std::async(std::launch::async, [&] { return second.UdpSession(b).status(); });
+  std::this_thread::sleep_for(300ms);
+  a.rank = 2;
+  a.udp_port = 41000;
+  EXPECT_EQ(first.UdpSession(a).status().code(), StatusCode::kInvalidArgument);
+  const Status st = waiting.get();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "rank 3 waited for the timeout";
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("rank 2 (this rack's first) was refused"), std::string::npos)
+      << st.ToString();
+  EXPECT_NE(st.message().find("max_outstanding_packets 128"), std::string::npos) << st.ToString();
+  (*server)->Shutdown();
+  uplink.Shutdown();
 }
 
 }  // namespace
