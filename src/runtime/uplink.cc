@@ -354,7 +354,11 @@ void Uplink::OnCheckAgreed(uint64_t session_id, uint64_t op, uint64_t count, uin
 
 void Uplink::DropUpstreamLocked(Session& s) {
   if (s.live) s.live->store(false);
-  if (s.upstream) Post([old = std::move(s.upstream)]() mutable { old.reset(); });
+  if (s.upstream) {
+    // Queued here, not by Post: mu_ is held already (Post would lock it again and deadlock).
+    tasks_.push_back([old = std::move(s.upstream)]() mutable { old.reset(); });
+    tasks_cv_.notify_all();
+  }
   s.upstream.reset();
   s.live.reset();
 }

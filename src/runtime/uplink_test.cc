@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
 #include <future>
 #include <thread>
 
@@ -179,6 +180,64 @@ TEST(UplinkTest, RackStopsWaitingWhenItsFirstRankIsRefused) {
   EXPECT_NE(st.message().find("max_outstanding_packets 128"), std::string::npos) << st.ToString();
   (*server)->Shutdown();
   uplink.Shutdown();
+}
+
+// A spine and a one-rack ToR with an Uplink, on loopback.
+struct TwoLevels {
+  TwoLevels() {
+    using namespace std::chrono_literals;
+    control::ControlServerOptions so;
+    so.bind_address = "127.0.0.1";
+    so.port = 0;
+    auto s = control::ControlServer::Start(so, &spine_sw);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    spine = std::move(s).value();
+    UplinkOptions uo = UnreachableUpstream(1, 0);
+    uo.upstream = "127.0.0.1:" + std::to_string(spine->port());
+    uo.timeout = 5s;
+    uplink = std::make_unique<Uplink>(uo, &tor_sw);
+    so.hooks = uplink.get();
+    auto t = control::ControlServer::Start(so, &tor_sw);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    tor = std::move(t).value();
+    uplink->set_registry(&tor->registry());
+  }
+  ~TwoLevels() {
+    tor->Shutdown();
+    uplink->Shutdown();
+    spine->Shutdown();
+  }
+  std::string tor_target() const { return "127.0.0.1:" + std::to_string(tor->port()); }
+  dataplane::LockedSwitch spine_sw{dataplane::SwitchConfig{}};
+  dataplane::LockedSwitch tor_sw{dataplane::SwitchConfig{}};
+  std::unique_ptr<control::ControlServer> spine;
+  std::unique_ptr<Uplink> uplink;
+  std::unique_ptr<control::ControlServer> tor;
+};
+
+control::UdpSessionArgs RankZeroOfOne(uint64_t session_id, const std::string& secret) {
+  control::UdpSessionArgs a;
+  a.session_id = session_id;
+  a.num_workers = 1;
+  a.ipv4 = kLoopbackIpv4;
+  a.udp_port = 41000;
+  a.job_secret = secret;
+  return a;
+}
+
+// A second rank 0 of a job whose upstream is open (two workers started as rank 0) is refused;
+// the ToR's control plane used to deadlock on it (the Uplink's mutex locked twice), so the call
+// timed out and every later call to the ToR hung.
+TEST(UplinkTest, SecondRankZeroAtTheTorIsAnsweredAndTheTorGoesOn) {
+  using namespace std::chrono_literals;
+  TwoLevels h;
+  control::ControlClient worker(h.tor_target(), 5s);
+  ASSERT_TRUE(worker.UdpSession(RankZeroOfOne(12, "s")).ok());
+  control::UdpSessionArgs again = RankZeroOfOne(12, "s");
+  again.udp_port = 41100;
+  EXPECT_EQ(worker.UdpSession(again).status().code(), StatusCode::kAlreadyExists);
+  // The ToR still answers.
+  EXPECT_TRUE(worker.UdpSession(RankZeroOfOne(13, "s")).ok());
 }
 
 }  // namespace
