@@ -14,6 +14,14 @@ namespace {
 // Sessions remembered by an Uplink; the oldest ids are forgotten beyond this.
 constexpr size_t kMaxOpened = 4096;
 
+// Compares job secrets in time that does not depend on where they differ (as the registry does).
+bool SameSecret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 std::string RankRange(uint32_t first, uint32_t n) {
   return std::to_string(first) + ".." + std::to_string(first + n - 1);
 }
@@ -120,6 +128,20 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
   request->set_num_workers(rack.num_workers);
   std::unique_lock lock(mu_);
   if (local_rank == 0) {
+    // A job that opened its upstream is only re-created with its own secret (the registry
+    // refuses the others too, but only after this hook: an outsider's request must not end the
+    // job's upstream stream, which would fail the job at the spine).
+    if (auto it = sessions_.find(request->session_id());
+        it != sessions_.end() && it->second.upstream &&
+        !SameSecret(it->second.secret, request->job_secret())) {
+      return PermissionDeniedError(
+          session +
+          " belongs to another job on this top-of-rack switch: the "
+          "request carries " +
+          (request->job_secret().empty() ? "no job secret" : "another job secret") +
+          " (every worker of a job must use the secret its rank 0 "
+          "created the job with)");
+    }
     opened_.erase(request->session_id());  // (re)opening: wait for this registration
     if (sessions_.size() >= kMaxOpened) {
       // Forget a session whose job never came (its rank 0 was refused): the oldest such id.
@@ -211,7 +233,8 @@ void Uplink::UdpSessionRefused(const switchml_proto::UdpSessionRequest& request,
   {
     std::lock_guard lock(mu_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end() || it->second.upstream || it->second.secret != request.job_secret()) {
+    if (it == sessions_.end() || it->second.upstream ||
+        !SameSecret(it->second.secret, request.job_secret())) {
       return;
     }
     if (opened_.size() >= kMaxOpened) opened_.erase(opened_.begin());

@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <memory>
 #include <future>
+#include <memory>
 #include <thread>
 
 #include "base/endpoint.h"
@@ -238,6 +238,24 @@ TEST(UplinkTest, SecondRankZeroAtTheTorIsAnsweredAndTheTorGoesOn) {
   EXPECT_EQ(worker.UdpSession(again).status().code(), StatusCode::kAlreadyExists);
   // The ToR still answers.
   EXPECT_TRUE(worker.UdpSession(RankZeroOfOne(13, "s")).ok());
+}
+
+// A stranger's rank-0 registration at a ToR, for a session whose job is open with a secret, is
+// refused and changes nothing: it used to end the ToR's stream to the spine before the
+// registry refused it, and the spine then failed the job ("rack 0 lost its control
+// connection").
+TEST(UplinkTest, StrangersRankZeroLeavesTheUpstreamAlone) {
+  using namespace std::chrono_literals;
+  TwoLevels h;
+  control::ControlClient worker(h.tor_target(), 5s);
+  ASSERT_TRUE(worker.UdpSession(RankZeroOfOne(12, "the job's")).ok());
+  ASSERT_TRUE(h.spine->registry().HasJob(12));
+  control::UdpSessionArgs stranger = RankZeroOfOne(12, "a stranger's");
+  stranger.udp_port = 41100;
+  EXPECT_EQ(worker.UdpSession(stranger).status().code(), StatusCode::kPermissionDenied);
+  std::this_thread::sleep_for(500ms);  // a stream ended by the stranger would be seen by now
+  EXPECT_TRUE(h.spine->registry().HasJob(12)) << "the spine lost the job";
+  EXPECT_TRUE(h.tor->registry().HasJob(12)) << "the ToR lost the job";
 }
 
 }  // namespace
