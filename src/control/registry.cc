@@ -43,14 +43,6 @@ std::string TypeName(uint32_t dtype) {
              : "type " + std::to_string(dtype);
 }
 
-// Compares secrets in time that does not depend on where they differ.
-bool SameSecret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 std::string ClientKey(const Caller& c) {
   if (c.has_ipv4) return Ipv4ToString(c.ipv4);
   const size_t colon = c.peer.rfind(':');
@@ -84,6 +76,13 @@ void Run(std::vector<std::function<void()>>& deferred, std::unique_lock<std::mut
 }
 
 }  // namespace
+
+bool SameSecret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
 
 struct Registry::Job {
   dataplane::JobSpec spec;

@@ -282,4 +282,8 @@ class Registry {
   uint64_t suppressed_logs_ = 0;
 };
 
+// Compares job secrets in time that does not depend on where they differ (the registry's checks,
+// and a top-of-rack switch's Uplink before the registry sees a request).
+bool SameSecret(const std::string& a, const std::string& b);
+
 }  // namespace switchml::control

@@ -14,14 +14,6 @@ namespace {
 // Sessions remembered by an Uplink; the oldest ids are forgotten beyond this.
 constexpr size_t kMaxOpened = 4096;
 
-// Compares job secrets in time that does not depend on where they differ (as the registry does).
-bool SameSecret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 std::string RankRange(uint32_t first, uint32_t n) {
   return std::to_string(first) + ".." + std::to_string(first + n - 1);
 }
@@ -80,10 +72,12 @@ Uplink::~Uplink() {
 }
 
 void Uplink::Post(std::function<void()> task) {
-  {
-    std::lock_guard lock(mu_);
-    tasks_.push_back(std::move(task));
-  }
+  std::lock_guard lock(mu_);
+  PostLocked(std::move(task));
+}
+
+void Uplink::PostLocked(std::function<void()> task) {
+  tasks_.push_back(std::move(task));
   tasks_cv_.notify_all();
 }
 
@@ -133,7 +127,7 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
     // job's upstream stream, which would fail the job at the spine).
     if (auto it = sessions_.find(request->session_id());
         it != sessions_.end() && it->second.upstream &&
-        !SameSecret(it->second.secret, request->job_secret())) {
+        !control::SameSecret(it->second.secret, request->job_secret())) {
       return PermissionDeniedError(
           session +
           " belongs to another job on this top-of-rack switch: the "
@@ -234,7 +228,7 @@ void Uplink::UdpSessionRefused(const switchml_proto::UdpSessionRequest& request,
     std::lock_guard lock(mu_);
     auto it = sessions_.find(id);
     if (it == sessions_.end() || it->second.upstream ||
-        !SameSecret(it->second.secret, request.job_secret())) {
+        !control::SameSecret(it->second.secret, request.job_secret())) {
       return;
     }
     if (opened_.size() >= kMaxOpened) opened_.erase(opened_.begin());
@@ -377,11 +371,7 @@ void Uplink::OnCheckAgreed(uint64_t session_id, uint64_t op, uint64_t count, uin
 
 void Uplink::DropUpstreamLocked(Session& s) {
   if (s.live) s.live->store(false);
-  if (s.upstream) {
-    // Queued here, not by Post: mu_ is held already (Post would lock it again and deadlock).
-    tasks_.push_back([old = std::move(s.upstream)]() mutable { old.reset(); });
-    tasks_cv_.notify_all();
-  }
+  if (s.upstream) PostLocked([old = std::move(s.upstream)]() mutable { old.reset(); });
   s.upstream.reset();
   s.live.reset();
 }

@@ -128,6 +128,8 @@ class Uplink final : public control::SessionHooks {
   // Runs `task` on the Uplink's own thread (calls to the spine that may block, and the end of
   // upstream streams, which waits for gRPC).
   void Post(std::function<void()> task);
+  // The same with mu_ held (Post would lock it again).
+  void PostLocked(std::function<void()> task);
   void RunTasks();
 
   const UplinkOptions options_;

@@ -374,26 +374,27 @@ Result<uint32_t> QueueFromEnvironment() {
   return queue;
 }
 
-// SWITCHML_XDP_COPY: 1 keeps to copy mode, 0 or unset tries zero-copy first; anything else is
-// refused (it once meant zero-copy, whatever it said).
-Result<bool> CopyOnlyFromEnvironment() {
-  const char* c = std::getenv("SWITCHML_XDP_COPY");
-  const std::string text = c != nullptr ? c : "";
+// An on/off variable: 1 is on, 0 or unset off; anything else is refused, naming the variable
+// and what 1 means (`on`).
+Result<bool> SwitchFromEnvironment(const char* name, const char* on) {
+  const char* v = std::getenv(name);
+  const std::string text = v != nullptr ? v : "";
   if (text.empty() || text == "0") return false;
   if (text == "1") return true;
-  return InvalidArgumentError("SWITCHML_XDP_COPY must be 0 or 1 (1: copy mode only), not '" +
+  return InvalidArgumentError(std::string(name) + " must be 0 or 1 (1: " + on + "), not '" +
                               text + "'");
 }
 
-// SWITCHML_XDP_DEBUG: 1 prints libbpf's warnings (the verifier's log), 0 or unset does not;
-// anything else is refused (any value, "0" included, once meant on).
+// SWITCHML_XDP_COPY: 1 keeps to copy mode, 0 or unset tries zero-copy first (any value once
+// meant zero-copy, whatever it said).
+Result<bool> CopyOnlyFromEnvironment() {
+  return SwitchFromEnvironment("SWITCHML_XDP_COPY", "copy mode only");
+}
+
+// SWITCHML_XDP_DEBUG: 1 prints libbpf's warnings (the verifier's log), 0 or unset does not (any
+// value, "0" included, once meant on).
 Result<bool> DebugFromEnvironment() {
-  const char* d = std::getenv("SWITCHML_XDP_DEBUG");
-  const std::string text = d != nullptr ? d : "";
-  if (text.empty() || text == "0") return false;
-  if (text == "1") return true;
-  return InvalidArgumentError(
-      "SWITCHML_XDP_DEBUG must be 0 or 1 (1: print libbpf's warnings), not '" + text + "'");
+  return SwitchFromEnvironment("SWITCHML_XDP_DEBUG", "print libbpf's warnings");
 }
 
 Result<std::shared_ptr<XdpPort>> XdpPort::Get(const LocalAddress& local, const Interfaces& ifs) {
