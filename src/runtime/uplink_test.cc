@@ -13,6 +13,7 @@
 #include "control/control_client.h"
 #include "control/control_server.h"
 #include "control/switchml.pb.h"
+#include "testing/forge.h"
 
 namespace switchml::runtime {
 namespace {
@@ -182,14 +183,17 @@ TEST(UplinkTest, RackStopsWaitingWhenItsFirstRankIsRefused) {
   uplink.Shutdown();
 }
 
-// A spine and a one-rack ToR with an Uplink, on loopback.
+// A spine and a one-rack ToR with an Uplink, on loopback. `spine_registry`: the spine's
+// registry options (its leases).
 struct TwoLevels {
-  TwoLevels() {
+  explicit TwoLevels(const control::RegistryOptions& spine_registry = {}) {
     using namespace std::chrono_literals;
     control::ControlServerOptions so;
     so.bind_address = "127.0.0.1";
     so.port = 0;
+    so.registry = spine_registry;
     auto s = control::ControlServer::Start(so, &spine_sw);
+    so.registry = {};
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     spine = std::move(s).value();
     UplinkOptions uo = UnreachableUpstream(1, 0);
@@ -230,12 +234,22 @@ control::UdpSessionArgs RankZeroOfOne(uint64_t session_id, const std::string& se
 // timed out and every later call to the ToR hung.
 TEST(UplinkTest, SecondRankZeroAtTheTorIsAnsweredAndTheTorGoesOn) {
   using namespace std::chrono_literals;
-  TwoLevels h;
+  // Session 12's upstream may be dropped before its stream attached at the spine; the spine then
+  // keeps the job, and with it the ToR's data address, until its lease (short here).
+  control::RegistryOptions spine_registry;
+  spine_registry.attach_grace = 500ms;
+  spine_registry.lease = 500ms;
+  TwoLevels h(spine_registry);
   control::ControlClient worker(h.tor_target(), 5s);
   ASSERT_TRUE(worker.UdpSession(RankZeroOfOne(12, "s")).ok());
   control::UdpSessionArgs again = RankZeroOfOne(12, "s");
   again.udp_port = 41100;
   EXPECT_EQ(worker.UdpSession(again).status().code(), StatusCode::kAlreadyExists);
+  // The refusal ended session 12's upstream stream (on the Uplink's thread); until the spine has
+  // let the job go (at once when its stream had attached, else at the lease's end), its
+  // registration holds the ToR's data address, which session 13 needs too.
+  ASSERT_TRUE(testing::WaitUntil([&] { return !h.spine->registry().HasJob(12); }, 10s))
+      << "the spine kept session 12 after its upstream stream ended";
   // The ToR still answers.
   EXPECT_TRUE(worker.UdpSession(RankZeroOfOne(13, "s")).ok());
 }
