@@ -87,6 +87,8 @@ WorkerSession::WorkerSession(const SessionConfig& config)
   Status st = config.Validate();
   CHECK(st.ok()) << st.ToString();
   slots_.resize(config.window);
+  next_tsi_.resize(config.window);
+  for (uint32_t l = 0; l < config.window; ++l) next_tsi_[l] = l;
   send_queue_.resize(config.window);
   timers_.reserve(std::max<size_t>(16, 4 * size_t{config.window}));
   timer_fifo_.resize(std::bit_ceil(std::max<size_t>(16, 4 * size_t{config.window})));
@@ -105,7 +107,11 @@ uint32_t WorkerSession::LocalSlot(uint64_t q) const {
   return static_cast<uint32_t>((q + base_) % config_.window);
 }
 
-uint32_t WorkerSession::Tsi(uint64_t q) const { return static_cast<uint32_t>(base_ + q); }
+uint32_t WorkerSession::NextTsi(uint32_t local) {
+  const uint32_t tsi = next_tsi_[local];
+  next_tsi_[local] = tsi + config_.window;  // (mod 2^32)
+  return tsi;
+}
 
 proto::SlotId WorkerSession::SlotOf(uint64_t q) const {
   const uint64_t i = (q + base_) % (2 * uint64_t{config_.window});
@@ -155,6 +161,7 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
     const uint32_t local = LocalSlot(q);
     slots_[local].packet = static_cast<uint32_t>(q);
     slots_[local].id = SlotOf(q);
+    slots_[local].tsi = NextTsi(local);
     slots_[local].outstanding = true;
     Enqueue(local);
   }
@@ -167,7 +174,7 @@ size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> bu
   proto::Header h;
   h.size = config_.size;
   h.job_number = static_cast<uint8_t>(job_.job_id);
-  h.tsi = Tsi(q);
+  h.tsi = slot.tsi;
   h.slot = slot.id;
   // The payload is written straight into buf in wire order, by SIMD kernels that convert the byte
   // order in the same pass (no host-order copy).
@@ -268,7 +275,7 @@ void WorkerSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now)
   // A result for a packet this worker has not sent yet (still queued) cannot be the switch's:
   // the switch needs this worker's contribution to complete the round. Taking it would leave
   // the packet unsent and the round at the switch incomplete for every other worker.
-  if (!s.outstanding || s.transmissions == 0 || Tsi(s.packet) != h.tsi || !(s.id == h.slot)) {
+  if (!s.outstanding || s.transmissions == 0 || s.tsi != h.tsi || !(s.id == h.slot)) {
     ++counters_.duplicates;
     return;
   }
@@ -318,6 +325,7 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   if (PacketExists(next)) {
     s.packet = static_cast<uint32_t>(next);
     s.id.set ^= 1;  // SlotOf(next): the same index, the other set
+    s.tsi = NextTsi(local);
     s.outstanding = true;
     Enqueue(local);
   }

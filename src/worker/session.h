@@ -9,10 +9,12 @@
 //
 // Packet ids and pool indices (reference notes, section 4): packet q of a slice uses
 // i = (q + shift) mod 2W, slot = slot_start + (i mod W), set = (i >= W), where shift is the id
-// span of all earlier slices, so set alternation continues across jobs. The tsi field carries
-// the running id (shift + q) mod 2^32 rather than q: every worker of the job sends the same tsi
-// for the same round, and a round's tsi differs from every recent round's on the same slot, which
-// lets the switch recognise late network duplicates (docs/protocol.md).
+// span of all earlier slices, so set alternation continues across jobs. The tsi field carries a
+// running round number of the slot rather than q: local slot l's k-th round (k = 0, 1, ...,
+// counted over all slices) has tsi (l + k W) mod 2^32, which is the running id shift + q while
+// slices use every slot. Every worker of the job sends the same tsi for the same round, and each
+// round's tsi is W after the slot's previous round's, however many slices left the slot unused,
+// which lets the switch recognise late network duplicates by serial order (docs/protocol.md).
 //
 // int32 slices: packet q carries block q. float32 slices: exponents travel one window ahead of
 // their data (section 5): packet q carries the exponent of block q (q < B) and the quantized data
@@ -146,6 +148,7 @@ class WorkerSession {
  private:
   struct Slot {
     uint32_t packet = 0;  // id of the packet outstanding on this slot
+    uint32_t tsi = 0;     // its tsi (NextTsi when the packet was assigned)
     // SlotOf(packet), kept up to date instead of computed per packet (two 64-bit divisions):
     // the slot's next packet, packet + W, has the same index and the other set.
     proto::SlotId id;
@@ -176,7 +179,8 @@ class WorkerSession {
   bool PacketExists(uint64_t q) const;
   uint32_t LocalSlot(uint64_t q) const;  // 0 .. W-1
   proto::SlotId SlotOf(uint64_t q) const;
-  uint32_t Tsi(uint64_t q) const;
+  // The tsi of local slot l's next round, advancing the slot's round counter.
+  uint32_t NextTsi(uint32_t local_slot);
   void Enqueue(uint32_t local_slot);
   size_t Encode(uint32_t packet, const Slot& slot, std::span<uint8_t> buf);
   // Prefetches block `block` of the slice's input (kWrite false) or output (true), if it exists.
@@ -218,8 +222,12 @@ class WorkerSession {
   uint64_t completed_packets_ = 0;
   uint64_t span_ = 0;  // id span of the slice
   // Packet ids of all slices so far: packet q of this slice is virtual packet base_ + q, which
-  // gives its slot and set and, mod 2^32, its tsi. Persists across slices.
+  // gives its slot and set. Persists across slices.
   uint64_t base_ = 0;
+  // Per local slot: the tsi of its next round (l, then + W per round). Persists across slices.
+  // Not derived from base_: a float32 slice shorter than the window leaves slots unused while
+  // base_ advances by 2W, and a slot unused for 2^31 ids would look older than its last round.
+  std::vector<uint32_t> next_tsi_;
   // The retransmission timeout given to each transmission: the estimate's RTO, doubled while
   // backing off. It, the estimate and the back-off state persist across slices.
   Nanos current_timeout_{};

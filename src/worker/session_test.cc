@@ -596,6 +596,42 @@ TEST(WorkerSessionTest, SetAlternationContinuesAcrossJobs) {
   }
 }
 
+// Given a window of 4, a float32 slice that uses every slot, then float32 slices of one block
+// (which use slot 0 only and skip the others) and again a slice that uses every slot, Expect the
+// tsi of each slot's successive rounds to grow by exactly the window, however many slices skipped
+// it. (The switch drops a first contribution whose tsi is not after its set's last round in
+// 32-bit serial order: with tsi = the running packet id, 65536 one-block float32 slices with a
+// window of 16384 put a skipped slot's next tsi 2^31 ahead, and that slot stalled for good.)
+TEST(WorkerSessionTest, TsiOfASlotGrowsByTheWindowPerRoundEvenWhenSlicesSkipIt) {
+  constexpr uint32_t kWindow = 4;
+  WorkerSession s(SmallConfig(kWindow));
+  std::vector<float> in(4 * 64, 1.f), out(4 * 64);
+  std::map<uint16_t, std::vector<uint32_t>> tsis;  // by slot index
+  uint64_t id = 0;
+  auto run = [&](size_t count) {
+    s.Start(SliceJob{++id, DataType::kFloat32, in.data(), out.data(), count, 0}, kT0);
+    while (s.state() == WorkerSession::State::kRunning) {
+      auto sent = DrainTransmit(s, kT0);
+      ASSERT_FALSE(sent.empty());
+      for (auto& p : sent) {
+        tsis[p.packet.header.slot.index].push_back(p.packet.header.tsi);
+        s.HandleDatagram(Echo(p.packet), kT0);
+      }
+    }
+    ASSERT_TRUE(s.status().ok());
+  };
+  run(4 * 64);
+  for (int i = 0; i < 3; ++i) run(1);
+  run(4 * 64);
+  ASSERT_EQ(tsis.size(), kWindow);
+  for (const auto& [slot, t] : tsis) {
+    for (size_t i = 1; i < t.size(); ++i) {
+      EXPECT_EQ(t[i] - t[i - 1], kWindow) << "slot " << slot << ", round " << i;
+    }
+  }
+  EXPECT_EQ(tsis[11], (std::vector<uint32_t>{1, 5, 9, 13}));
+}
+
 // Given a float32 slice of 3 blocks with a window of 2 and one worker, Expect packets 0 and 1 to
 // carry exponents only, packet 2 (after the result of 0) the exponent of block 2 and the data of
 // block 0 scaled with the returned exponent, and the output within the quantization bound.
