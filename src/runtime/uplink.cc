@@ -18,6 +18,17 @@ std::string RankRange(uint32_t first, uint32_t n) {
   return std::to_string(first) + ".." + std::to_string(first + n - 1);
 }
 
+// Why a job's upstream ends when the rack's first rank registers again (the spine fails the
+// earlier run of the job on every rack with this).
+Status ReopenedError(const switchml_proto::UdpSessionRequest& request, const RackPlacement& rack) {
+  return FailedPreconditionError(
+      "session " + std::to_string(request.session_id()) + " failed: rank " +
+      std::to_string(rack.first_rank) + " (the first of the rack with ranks " +
+      RankRange(rack.first_rank, rack.num_workers) +
+      ") registered again at its top-of-rack switch (a new run of the job, or a second worker "
+      "started as that rank)");
+}
+
 }  // namespace
 
 Status UplinkOptions::Validate() const {
@@ -78,7 +89,14 @@ void Uplink::Post(std::function<void()> task) {
 
 void Uplink::PostLocked(std::function<void()> task) {
   tasks_.push_back(std::move(task));
+  ++tasks_posted_;
   tasks_cv_.notify_all();
+}
+
+void Uplink::WaitForPostedTasks() {
+  std::unique_lock lock(mu_);
+  const uint64_t posted = tasks_posted_;
+  cv_.wait_for(lock, options_.timeout, [&] { return tasks_stop_ || tasks_done_ >= posted; });
 }
 
 void Uplink::RunTasks() {
@@ -91,6 +109,8 @@ void Uplink::RunTasks() {
     lock.unlock();
     task();
     lock.lock();
+    ++tasks_done_;
+    cv_.notify_all();
   }
 }
 
@@ -147,7 +167,8 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
       }
     }
     Session& s = sessions_[request->session_id()];
-    DropUpstreamLocked(s);  // a new rank 0 re-creates the job: the old incarnation's stream ends
+    // A new rank 0 re-creates the job: the old incarnation ends, here and at the spine.
+    DropUpstreamLocked(request->session_id(), s, ReopenedError(*request, rack));
     s = Session{rack, global_n, request->job_secret(), nullptr, nullptr};
     return Status::Ok();
   }
@@ -167,39 +188,12 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
 
 Status Uplink::AfterUdpSession(const switchml_proto::UdpSessionRequest& request) {
   if (request.rank() != 0) return Status::Ok();
+  // An upstream dropped before (this session's earlier incarnation, another job's) is ended at
+  // the spine first: its late close must not meet this registration, and its registration
+  // holds this switch's data address at the spine until it ends.
+  WaitForPostedTasks();
   Status st = OpenUpstream(request);
-  if (st.ok()) {
-    // The ToR's own stream to the spine: the spine fails the job when this ToR goes away, and
-    // this ToR fails its rack's job when the spine fails it (a worker in another rack died).
-    const uint64_t id = request.session_id();
-    const std::string secret = request.job_secret();
-    RackPlacement rack;
-    {
-      std::lock_guard lock(mu_);
-      rack = sessions_[id].rack;
-    }
-    const std::string member = "rack " + std::to_string(options_.rack_index) + " (ranks " +
-                               RankRange(rack.first_rank, rack.num_workers) + ")";
-    // Cleared when this stream stops being the job's (the job ended or was re-created), so that
-    // its late end cannot fail a job that is not its own.
-    auto live = std::make_shared<std::atomic<bool>>(true);
-    std::shared_ptr<control::Attachment> upstream = setup_client_.Attach(
-        id, options_.rack_index, secret,
-        [this, id, secret, live](const Status& why) {
-          control::Registry* registry;
-          {
-            std::lock_guard lock(mu_);
-            registry = registry_;
-          }
-          if (registry != nullptr && live->load()) registry->Fail(id, secret, why);
-        },
-        member);
-    std::lock_guard lock(mu_);
-    Session& s = sessions_[id];
-    DropUpstreamLocked(s);
-    s.upstream = std::move(upstream);
-    s.live = std::move(live);
-  }
+  if (st.ok()) st = AttachUpstream(request);
   if (!st.ok()) {
     st = Status(st.code(), "rack " + std::to_string(options_.rack_index) +
                                " cannot join the upstream switch " + options_.upstream + ": " +
@@ -212,6 +206,55 @@ Status Uplink::AfterUdpSession(const switchml_proto::UdpSessionRequest& request)
   }
   cv_.notify_all();
   return st;
+}
+
+Status Uplink::AttachUpstream(const switchml_proto::UdpSessionRequest& request) {
+  const uint64_t id = request.session_id();
+  const std::string secret = request.job_secret();
+  // The job may end here meanwhile (e.g. the spine refused the stream, whose failure ended the
+  // job before it had an upstream to end): then it ends at the spine too.
+  const Status ended = FailedPreconditionError(
+      "session " + std::to_string(id) + " ended on this top-of-rack switch while it joined");
+  RackPlacement rack;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      PostLocked([this, id, secret, ended] { EndUpstream(id, secret, nullptr, ended); });
+      return ended;
+    }
+    rack = it->second.rack;
+  }
+  const std::string member = "rack " + std::to_string(options_.rack_index) + " (ranks " +
+                             RankRange(rack.first_rank, rack.num_workers) + ")";
+  // Cleared when this stream stops being the job's (the job ended or was re-created), so that
+  // its late end cannot fail a job that is not its own.
+  auto live = std::make_shared<std::atomic<bool>>(true);
+  std::shared_ptr<control::Attachment> upstream = setup_client_.Attach(
+      id, options_.rack_index, secret,
+      [this, id, secret, live](const Status& why) {
+        control::Registry* registry;
+        {
+          std::lock_guard lock(mu_);
+          registry = registry_;
+        }
+        if (registry != nullptr && live->load()) registry->Fail(id, secret, why);
+      },
+      member);
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    live->store(false);
+    PostLocked([this, id, secret, ended, upstream = std::move(upstream)]() mutable {
+      EndUpstream(id, secret, std::move(upstream), ended);
+    });
+    return ended;
+  }
+  Session& s = it->second;
+  DropUpstreamLocked(id, s, ReopenedError(request, s.rack));
+  s.upstream = std::move(upstream);
+  s.live = std::move(live);
+  return Status::Ok();
 }
 
 void Uplink::UdpSessionRefused(const switchml_proto::UdpSessionRequest& request,
@@ -324,22 +367,40 @@ void Uplink::OnJobEnded(uint64_t session_id, const Status& why) {
   }
   if (!s.upstream) return;
   // Off this thread (an RPC's): the upstream calls may block for a moment.
-  Post([this, session_id, why, s = std::move(s)]() mutable {
-    if (why.ok()) {
-      // The rack closed the job: so does this ToR at the spine (the job's slots there are freed
-      // once every rack closed), and then its stream ends cleanly.
-      Status st = setup_client_.Close(session_id, s.secret, options_.rack_index,
-                                      std::chrono::milliseconds(2000));
-      if (!st.ok() && st.code() != StatusCode::kNotFound) {
-        LOG(kWarning, kControl) << "session " << session_id << ": closing it at the upstream "
-                                << options_.upstream << " failed: " << st.ToString();
-      }
-    } else {
-      // The rack's job failed (e.g. a worker died): the spine fails it on every rack, with why.
-      s.upstream->Fail(why);
-    }
-    s.upstream.reset();
+  Post([this, session_id, why, secret = std::move(s.secret),
+        upstream = std::move(s.upstream)]() mutable {
+    EndUpstream(session_id, secret, std::move(upstream), why);
   });
+}
+
+void Uplink::EndUpstream(uint64_t session_id, const std::string& secret,
+                         std::shared_ptr<control::Attachment> upstream, const Status& why) {
+  auto close = [&] {
+    // The spine frees the job's slots once every rack closed. NOT_FOUND: the job is gone
+    // already (the failure below removed it); FAILED_PRECONDITION: this rack's rank is not
+    // registered in the spine's job (another incarnation of the session).
+    Status st = setup_client_.Close(session_id, secret, options_.rack_index,
+                                    std::chrono::milliseconds(2000));
+    if (!st.ok() && st.code() != StatusCode::kNotFound &&
+        st.code() != StatusCode::kFailedPrecondition) {
+      LOG(kWarning, kControl) << "session " << session_id << ": closing it at the upstream "
+                              << options_.upstream << " failed: " << st.ToString();
+    }
+  };
+  if (why.ok()) {
+    // The rack closed the job: so does this ToR at the spine, and then its stream ends cleanly.
+    close();
+    upstream.reset();
+    return;
+  }
+  // The rack's job failed (e.g. a worker died) or was dropped: the spine fails it on every rack,
+  // with why. The failure follows the stream's first message, so it also reaches a spine that
+  // has not attached the stream yet, unless the spine refuses the stream.
+  if (upstream) upstream->Fail(why);
+  upstream.reset();  // waits (at most 2 s) for the spine to end the stream
+  // When the failure did not reach the spine, the ToR's registration there would keep the job
+  // (and this switch's data address) until the spine's lease: close it.
+  close();
 }
 
 void Uplink::OnCheckAgreed(uint64_t session_id, uint64_t op, uint64_t count, uint32_t dtype) {
@@ -369,9 +430,13 @@ void Uplink::OnCheckAgreed(uint64_t session_id, uint64_t op, uint64_t count, uin
   });
 }
 
-void Uplink::DropUpstreamLocked(Session& s) {
+void Uplink::DropUpstreamLocked(uint64_t session_id, Session& s, const Status& why) {
   if (s.live) s.live->store(false);
-  if (s.upstream) PostLocked([old = std::move(s.upstream)]() mutable { old.reset(); });
+  if (s.upstream) {
+    PostLocked([this, session_id, why, secret = s.secret, old = std::move(s.upstream)]() mutable {
+      EndUpstream(session_id, secret, std::move(old), why);
+    });
+  }
   s.upstream.reset();
   s.live.reset();
 }

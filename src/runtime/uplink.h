@@ -25,7 +25,10 @@
 //     confirms it (every rack agreed). A failure of the ToR's job (a worker's stream broke, a
 //     check failed in the rack) is reported up the stream with its reason, and the spine fails
 //     the job on every rack with it; a failure at the spine ends the ToR's stream, and the ToR
-//     fails its job with the spine's reason. A job its rack closed is closed at the spine too.
+//     fails its job with the spine's reason. A job its rack closed is closed at the spine too, and
+//     after a failure, or when the rack's first rank registers again (the upstream is dropped),
+//     the ToR closes its rank at the spine as well, which frees the spine's job when the ToR's
+//     stream never attached there (instead of at the spine's lease).
 //     (The ControlServer calls OnJobEnded and OnCheckAgreed through its RegistryHooks; the
 //     Uplink reaches the ToR's registry through set_registry.)
 // A switch with an uplink serves hierarchical jobs only.
@@ -122,9 +125,23 @@ class Uplink final : public control::SessionHooks {
     std::shared_ptr<control::Attachment> upstream;  // the ToR's stream to the spine
     std::shared_ptr<std::atomic<bool>> live;        // while `upstream` is the job's stream
   };
-  // Ends the session's upstream stream (on the task thread) without failing anything. Under mu_.
-  void DropUpstreamLocked(Session& s);
+  // Ends the session's upstream stream and its job at the spine (on the task thread), with
+  // `why`, without failing anything here. Under mu_.
+  void DropUpstreamLocked(uint64_t session_id, Session& s, const Status& why);
+  // On the task thread: ends a job's upstream. why OK: closes the ToR's rank at the spine, then
+  // the stream. Else: reports the failure up the stream (the spine fails the job on every rack),
+  // ends it, and closes the ToR's rank too, which frees the spine's job when the stream had not
+  // attached there (it would otherwise wait for the spine's lease).
+  void EndUpstream(uint64_t session_id, const std::string& secret,
+                   std::shared_ptr<control::Attachment> upstream, const Status& why);
+  // Waits (at most options_.timeout) until the tasks posted so far have run: a new upstream
+  // registration comes after the end of the ones dropped before it. Not under mu_.
+  void WaitForPostedTasks();
+  // Registers the ToR with the spine (rank 0 of its rack registered) and sets the upstream.
   Status OpenUpstream(const switchml_proto::UdpSessionRequest& request);
+  // Then attaches the ToR's own stream to the spine: the spine fails the job when this ToR goes
+  // away, and this ToR fails its rack's job when the spine fails it.
+  Status AttachUpstream(const switchml_proto::UdpSessionRequest& request);
   // Runs `task` on the Uplink's own thread (calls to the spine that may block, and the end of
   // upstream streams, which waits for gRPC).
   void Post(std::function<void()> task);
@@ -145,6 +162,8 @@ class Uplink final : public control::SessionHooks {
   control::Registry* registry_ = nullptr;
   bool shutting_down_ = false;
   std::deque<std::function<void()>> tasks_;
+  uint64_t tasks_posted_ = 0;  // tasks posted, and run, so far (WaitForPostedTasks)
+  uint64_t tasks_done_ = 0;
   bool tasks_stop_ = false;
   std::condition_variable tasks_cv_;
   std::thread tasks_thread_;

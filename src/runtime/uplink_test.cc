@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "base/endpoint.h"
@@ -184,14 +186,16 @@ TEST(UplinkTest, RackStopsWaitingWhenItsFirstRankIsRefused) {
 }
 
 // A spine and a one-rack ToR with an Uplink, on loopback. `spine_registry`: the spine's
-// registry options (its leases).
+// registry options (its leases); `spine_hooks`: the spine server's hooks (not owned), if any.
 struct TwoLevels {
-  explicit TwoLevels(const control::RegistryOptions& spine_registry = {}) {
+  explicit TwoLevels(const control::RegistryOptions& spine_registry = {},
+                     control::SessionHooks* spine_hooks = nullptr) {
     using namespace std::chrono_literals;
     control::ControlServerOptions so;
     so.bind_address = "127.0.0.1";
     so.port = 0;
     so.registry = spine_registry;
+    so.hooks = spine_hooks;
     auto s = control::ControlServer::Start(so, &spine_sw);
     so.registry = {};
     EXPECT_TRUE(s.ok()) << s.status().ToString();
@@ -201,6 +205,14 @@ struct TwoLevels {
     uo.timeout = 5s;
     uplink = std::make_unique<Uplink>(uo, &tor_sw);
     so.hooks = uplink.get();
+    // As the switch daemon wires them.
+    so.registry_hooks.job_ended = [u = uplink.get()](uint64_t id, const Status& why) {
+      u->OnJobEnded(id, why);
+    };
+    so.registry_hooks.check_agreed = [u = uplink.get()](uint64_t id, uint64_t op, uint64_t count,
+                                                        uint32_t dtype) {
+      u->OnCheckAgreed(id, op, count, dtype);
+    };
     auto t = control::ControlServer::Start(so, &tor_sw);
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     tor = std::move(t).value();
@@ -234,24 +246,97 @@ control::UdpSessionArgs RankZeroOfOne(uint64_t session_id, const std::string& se
 // timed out and every later call to the ToR hung.
 TEST(UplinkTest, SecondRankZeroAtTheTorIsAnsweredAndTheTorGoesOn) {
   using namespace std::chrono_literals;
-  // Session 12's upstream may be dropped before its stream attached at the spine; the spine then
-  // keeps the job, and with it the ToR's data address, until its lease (short here).
-  control::RegistryOptions spine_registry;
-  spine_registry.attach_grace = 500ms;
-  spine_registry.lease = 500ms;
-  TwoLevels h(spine_registry);
+  TwoLevels h;
   control::ControlClient worker(h.tor_target(), 5s);
   ASSERT_TRUE(worker.UdpSession(RankZeroOfOne(12, "s")).ok());
   control::UdpSessionArgs again = RankZeroOfOne(12, "s");
   again.udp_port = 41100;
   EXPECT_EQ(worker.UdpSession(again).status().code(), StatusCode::kAlreadyExists);
-  // The refusal ended session 12's upstream stream (on the Uplink's thread); until the spine has
-  // let the job go (at once when its stream had attached, else at the lease's end), its
-  // registration holds the ToR's data address, which session 13 needs too.
-  ASSERT_TRUE(testing::WaitUntil([&] { return !h.spine->registry().HasJob(12); }, 10s))
-      << "the spine kept session 12 after its upstream stream ended";
+  // The refusal ended session 12's upstream (on the Uplink's thread), at the spine too, whose
+  // registration of it held the ToR's data address, which session 13 needs too (ToR-side,
+  // session 13's registration at the spine waits for that end).
   // The ToR still answers.
   EXPECT_TRUE(worker.UdpSession(RankZeroOfOne(13, "s")).ok());
+}
+
+// Spine-side hooks that pass everything through, except the first Attach stream of
+// `session_id`: held for `hold` (its gRPC thread waits: a ToR's upstream stream that has not
+// attached at the spine yet), then refused when `refuse`.
+class FirstAttach final : public control::SessionHooks {
+ public:
+  FirstAttach(uint64_t session_id, std::chrono::milliseconds hold, bool refuse)
+      : session_id_(session_id), hold_(hold), refuse_(refuse) {}
+  Status BeforeUdpSession(switchml_proto::UdpSessionRequest*) override { return Status::Ok(); }
+  Status AfterUdpSession(const switchml_proto::UdpSessionRequest&) override {
+    return Status::Ok();
+  }
+  void UdpSessionRefused(const switchml_proto::UdpSessionRequest&, const Status&) override {}
+  Status BeforeAttach(switchml_proto::AttachRequest* request) override {
+    if (request->session_id() != session_id_ || seen_.exchange(true)) return Status::Ok();
+    std::this_thread::sleep_for(hold_);
+    if (refuse_) return UnavailableError("the test's spine refuses this stream");
+    return Status::Ok();
+  }
+  Status BeforeClose(switchml_proto::CloseRequest*) override { return Status::Ok(); }
+  std::optional<Status> Barrier(const switchml_proto::BarrierRequest&,
+                                std::chrono::system_clock::time_point) override {
+    return std::nullopt;
+  }
+  std::optional<Result<uint64_t>> Broadcast(const switchml_proto::BroadcastRequest&,
+                                            std::chrono::system_clock::time_point) override {
+    return std::nullopt;
+  }
+  bool seen() const { return seen_.load(); }
+
+ private:
+  const uint64_t session_id_;
+  const std::chrono::milliseconds hold_;
+  const bool refuse_;
+  std::atomic<bool> seen_{false};
+};
+
+// Given: session 12's upstream stream has not attached at the spine yet (held there for 1 s)
+// when a second rank 0 at the ToR makes the ToR drop that upstream. Expect: the ToR ends its
+// job at the spine, so the ToR's next job (session 13, which needs the ToR's data address that
+// session 12 holds at the spine) is accepted within about that second, not after the spine's
+// lease (60 s); it used to be refused at once ("is registered to rank 0 of session 12, a live
+// job"), and the spine kept session 12 until its lease.
+TEST(UplinkTest, UpstreamDroppedBeforeItsStreamAttachedEndsAtTheSpine) {
+  using namespace std::chrono_literals;
+  FirstAttach spine_hooks(12, 1s, /*refuse=*/false);
+  TwoLevels h({}, &spine_hooks);
+  control::ControlClient worker(h.tor_target(), 10s);
+  ASSERT_TRUE(worker.UdpSession(RankZeroOfOne(12, "s")).ok());
+  ASSERT_TRUE(testing::WaitUntil([&] { return spine_hooks.seen(); }, 5s));
+  control::UdpSessionArgs again = RankZeroOfOne(12, "s");
+  again.udp_port = 41100;
+  EXPECT_EQ(worker.UdpSession(again).status().code(), StatusCode::kAlreadyExists);
+  const auto start = std::chrono::steady_clock::now();
+  const auto next = worker.UdpSession(RankZeroOfOne(13, "s"));
+  EXPECT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_FALSE(h.spine->registry().HasJob(12));
+}
+
+// Given: the spine refuses the ToR's upstream stream of session 12, so the ToR's job fails
+// with its stream never attached at the spine. Expect: the ToR closes its rank at the spine, and
+// its next job (session 13, on the same data address) is accepted; the spine used to keep
+// session 12 until its lease (60 s) and refuse session 13 meanwhile.
+TEST(UplinkTest, UpstreamThatNeverAttachedIsClosedAtTheSpine) {
+  using namespace std::chrono_literals;
+  FirstAttach spine_hooks(12, 0ms, /*refuse=*/true);
+  TwoLevels h({}, &spine_hooks);
+  control::ControlClient worker(h.tor_target(), 10s);
+  // (Refused too when the stream's refusal ends the job before the registration returns.)
+  worker.UdpSession(RankZeroOfOne(12, "s")).status().IgnoreError();
+  ASSERT_TRUE(testing::WaitUntil([&] { return spine_hooks.seen(); }, 5s))
+      << "the ToR did not attach its stream at the spine";
+  ASSERT_TRUE(testing::WaitUntil([&] { return !h.tor->registry().HasJob(12); }, 5s))
+      << "the ToR's job did not fail when the spine refused its stream";
+  EXPECT_TRUE(testing::WaitUntil([&] { return !h.spine->registry().HasJob(12); }, 5s))
+      << "the spine kept session 12 (until its lease)";
+  const auto next = worker.UdpSession(RankZeroOfOne(13, "s"));
+  EXPECT_TRUE(next.ok()) << next.status().ToString();
 }
 
 // A stranger's rank-0 registration at a ToR, for a session whose job is open with a secret, is
