@@ -560,6 +560,38 @@ def markdown_rack(a, out):
 
 # ------------------------------------------------------------------------------------------------
 
+# The kinds `switchml --transport` takes (src/transport/factory.cc), for --rack-transports.
+TRANSPORT_KINDS = ("udp", "udp-plain", "xdp", "dpdk", "shm")
+
+
+def check_arguments(p, a):
+    """Refuses a bad value before anything runs (p.error: exit 2, naming the flag); turns
+    --run-workers into a list."""
+    try:
+        a.run_workers = [int(x) for x in a.run_workers.split(",")]
+    except ValueError:
+        p.error(f"--run-workers must be comma-separated worker counts, not '{a.run_workers}'")
+    if any(not 1 <= w <= 64 for w in a.run_workers):
+        p.error("--run-workers must be in 1..64")
+    for kind in a.run_transports.split(","):
+        if kind not in RUN_KINDS:
+            p.error(f"--run-transports: unknown '{kind}' (one of {', '.join(RUN_KINDS)})")
+    for kind in a.rack_transports.split(","):
+        if kind not in TRANSPORT_KINDS:
+            p.error(f"--rack-transports: unknown '{kind}' (one of {', '.join(TRANSPORT_KINDS)})")
+    for flag in ("runs", "window", "iterations", "run_rounds", "rack_workers", "rack_runs",
+                 "timeout"):
+        if getattr(a, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if not a.seconds > 0:
+        p.error("--seconds must be positive")
+    if a.size < 4 or a.size % 4:
+        p.error("--size must be a positive multiple of 4 bytes")
+    if a.rack_rate != "none" and not re.fullmatch(r"\d+[kmg]?bit", a.rack_rate):
+        p.error(f"--rack-rate must be none or a tc rate such as 1gbit or 500mbit, not "
+                f"'{a.rack_rate}'")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -588,7 +620,7 @@ def main():
     p.add_argument("--json", default="", help="write every figure here")
     p.add_argument("--md", default="", help="write the Markdown tables here too")
     a = p.parse_args()
-    a.run_workers = [int(x) for x in a.run_workers.split(",")]
+    check_arguments(p, a)
     a.switchml = os.path.join(a.build, "tools", "switchml")
     a.bench = os.path.join(a.build, "tools", "switchml_transport_bench")
     for exe in (a.switchml, a.bench):

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Checks transport_bench.py's arguments and its cleanup with stand-in programs: fake `switchml`
+and `switchml_transport_bench` scripts that record their pids and wait, so that nothing is
+measured and each case takes a second or two. The namespace cases need root (skipped without)."""
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import types
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "transport_bench.py")
+sys.path.insert(0, HERE)
+import transport_bench  # noqa: E402
+
+# The stand-ins: the switch says it listens and waits; the generator says it measures and
+# waits; a worker of rank 0 fails at once, any other waits. Each appends its pid to pids.
+FAKE_SWITCHML = """#!/bin/bash
+echo $$ >> {dir}/pids
+case "$1" in
+  switch) echo "control port 1"; exec sleep 1000 ;;
+  worker) case " $* " in *" --rank 0 "*) echo "worker 0 fails"; exit 1 ;; esac; exec sleep 1000 ;;
+  *) exit 1 ;;
+esac
+"""
+FAKE_BENCH = """#!/bin/bash
+echo $$ >> {dir}/pids
+echo measuring
+exec sleep 1000
+"""
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def namespaces(prefix):
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(prefix)]
+
+
+def can_make_namespaces():
+    if os.geteuid() != 0:
+        return False
+    name = f"smltbprobe{os.getpid()}"
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        return False
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return True
+
+
+class FakeBuild:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="tbtest-")
+        os.makedirs(os.path.join(self.dir, "tools"))
+        for name, text in (("switchml", FAKE_SWITCHML), ("switchml_transport_bench", FAKE_BENCH)):
+            path = os.path.join(self.dir, "tools", name)
+            with open(path, "w") as f:
+                f.write(text.format(dir=self.dir))
+            os.chmod(path, stat.S_IRWXU)
+
+    def pids(self):
+        try:
+            with open(os.path.join(self.dir, "pids")) as f:
+                return [int(x) for x in f.read().split()]
+        except OSError:
+            return []
+
+    def kill_all(self):
+        for pid in self.pids():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if os.path.exists(os.path.join(self.dir, "pids")):
+            os.remove(os.path.join(self.dir, "pids"))
+
+    def cleanup(self):
+        self.kill_all()
+        subprocess.run(["rm", "-rf", self.dir])
+
+
+def run_cli(build, *args, timeout=15):
+    """transport_bench.py's exit code and errors; (None, ...) if it ran past `timeout` (then it
+    is killed, and what it started removed)."""
+    p = subprocess.Popen([sys.executable, SCRIPT, "--build", build.dir, *args],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = p.communicate(timeout=timeout)
+        return p.returncode, err
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+        for ns in namespaces(f"smltb{p.pid}-"):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run([os.path.join(os.path.dirname(HERE), "scripts", "rack.sh"), "down",
+                        "--name", f"smltr{p.pid}"], capture_output=True)
+        return None, err
+
+
+class ArgumentsTest(unittest.TestCase):
+    def setUp(self):
+        self.build = FakeBuild()
+
+    def tearDown(self):
+        self.build.cleanup()
+
+    def test_bad_values_are_refused_before_anything_runs(self):
+        cases = [
+            (["--sections", "run", "--run-transports", "udp,bogus"], "bogus"),
+            (["--sections", "rack", "--rack-transports", "udp,bogus"], "bogus"),
+            (["--sections", "run", "--run-workers", "2,x"], "--run-workers"),
+            (["--sections", "run", "--run-workers", "0"], "--run-workers"),
+            (["--sections", "run", "--run-rounds", "0"], "--run-rounds"),
+            (["--sections", "run", "--iterations", "0"], "--iterations"),
+            (["--sections", "rates", "--runs", "0"], "--runs"),
+            (["--sections", "rates", "--seconds", "0"], "--seconds"),
+            (["--sections", "rates", "--window", "0"], "--window"),
+            (["--sections", "rack", "--rack-runs", "0"], "--rack-runs"),
+            (["--sections", "rack", "--rack-workers", "0"], "--rack-workers"),
+            (["--sections", "rack", "--rack-rate", "fast"], "--rack-rate"),
+            (["--sections", "run", "--timeout", "0"], "--timeout"),
+        ]
+        for args, named in cases:
+            with self.subTest(args=args):
+                code, err = run_cli(self.build, *args)
+                ran = self.build.pids()
+                self.build.kill_all()
+                self.assertEqual(code, 2, err)
+                self.assertIn(named, err)
+                self.assertEqual(ran, [], "something ran before the refusal")
+
+
+if __name__ == "__main__":
+    unittest.main()
