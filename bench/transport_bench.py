@@ -180,6 +180,7 @@ def rates_once(a, row, ns, port, tag):
     with open(slog, "w") as out:
         server = subprocess.Popen(sp + ["taskset", "-c", SERVER_CPU] + argv, stdout=out,
                                   stderr=subprocess.STDOUT)
+    gen = None
     try:
         m = wait_for(slog, ready, server, 30)
         if not m:
@@ -203,6 +204,8 @@ def rates_once(a, row, ns, port, tag):
             return {"error": f"generator failed (exit {gen.returncode}): "
                              f"{gen.stderr.read().strip()[-300:]}"}
     finally:
+        if gen is not None:  # still running if this run was interrupted
+            stop(gen)
         stop(server)
     pps = float(field(result, "pps"))  # round trips (replies) per second
     server_cores = (c1 - c0) / (t1 - t0)
@@ -500,17 +503,18 @@ def section_rack(a, out):
             a.rack_rate, "--mtu", "9000"]
     if a.rack_rate != "none":
         argv.append("--ingress-shaping")  # AF_XDP bypasses the sender's qdisc
-    up = subprocess.run(argv, capture_output=True, text=True)
-    if up.returncode != 0:
-        out["rack"] = {"error": f"the rack cannot be made here: {up.stderr.strip()[-300:]}"}
-        log(out["rack"]["error"])
-        return
-    rack = {}
-    for line in up.stdout.splitlines():
-        k, _, v = line.partition("=")
-        rack[k] = v.strip('"')
     rows = {}
+    # From before `up`: an interrupted `up` (killed, so its own cleanup never ran) is removed too.
     try:
+        up = subprocess.run(argv, capture_output=True, text=True)
+        if up.returncode != 0:
+            out["rack"] = {"error": f"the rack cannot be made here: {up.stderr.strip()[-300:]}"}
+            log(out["rack"]["error"])
+            return
+        rack = {}
+        for line in up.stdout.splitlines():
+            k, _, v = line.partition("=")
+            rack[k] = v.strip('"')
         for transport in a.rack_transports.split(","):
             runs, error = [], ""
             for i in range(a.rack_runs):
@@ -592,6 +596,18 @@ def check_arguments(p, a):
                 f"'{a.rack_rate}'")
 
 
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT: unwinds through every `finally` and `with`, which stop the programs
+    started and remove the namespaces and the rack."""
+
+
+def on_signal(signum, frame):
+    # Once: the cleanup that follows must not be interrupted by a second signal.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Interrupted(signal.Signals(signum).name)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -641,12 +657,18 @@ def main():
     out = {"config": {k: v for k, v in vars(a).items()}, "load_before": load_average(),
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     t0 = time.monotonic()
-    if "rates" in sections:
-        section_rates(a, out)
-    if "run" in sections:
-        section_run_cpu(a, out)
-    if "rack" in sections:
-        section_rack(a, out)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        if "rates" in sections:
+            section_rates(a, out)
+        if "run" in sections:
+            section_run_cpu(a, out)
+        if "rack" in sections:
+            section_rack(a, out)
+    except Interrupted as e:
+        log(f"interrupted ({e})")
+        return 130
     out["load_after"] = load_average()
     out["seconds"] = time.monotonic() - t0
     md = [f"## switchml transport benchmark ({out['started']}, {out['seconds']:.0f} s, load "

@@ -137,5 +137,51 @@ class ArgumentsTest(unittest.TestCase):
                 self.assertEqual(ran, [], "something ran before the refusal")
 
 
+@unittest.skipUnless(can_make_namespaces(), "needs root and network namespaces")
+class CleanupTest(unittest.TestCase):
+    def setUp(self):
+        self.build = FakeBuild()
+        self.proc = None
+
+    def tearDown(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.build.cleanup()
+        if self.proc is not None:
+            for ns in namespaces(f"smltb{self.proc.pid}-") + namespaces(f"smltr{self.proc.pid}-"):
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+    def start(self, *args, want_pids):
+        self.proc = subprocess.Popen([sys.executable, SCRIPT, "--build", self.build.dir, *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while len(self.build.pids()) < want_pids:
+            self.assertIsNone(self.proc.poll(), "transport_bench.py ended early")
+            self.assertLess(time.monotonic(), deadline, "the stand-ins did not start")
+            time.sleep(0.05)
+        time.sleep(0.3)  # the generator's "measuring" line read
+
+    def assert_cleaned_up(self, prefix):
+        self.proc.wait(timeout=20)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(alive(p) for p in self.build.pids()):
+            time.sleep(0.05)
+        self.assertEqual([p for p in self.build.pids() if alive(p)], [], "processes left")
+        self.assertEqual(namespaces(prefix), [], "namespaces left")
+
+    def test_sigterm_during_rates_stops_everything(self):
+        self.start("--sections", "rates", "--rows", "udp", "--runs", "1", "--seconds", "100",
+                   want_pids=2)
+        self.proc.send_signal(signal.SIGTERM)
+        self.assert_cleaned_up(f"smltb{self.proc.pid}-")
+
+    def test_sigint_to_the_script_alone_stops_everything(self):
+        self.start("--sections", "rates", "--rows", "udp", "--runs", "1", "--seconds", "100",
+                   want_pids=2)
+        self.proc.send_signal(signal.SIGINT)
+        self.assert_cleaned_up(f"smltb{self.proc.pid}-")
+
+
 if __name__ == "__main__":
     unittest.main()
