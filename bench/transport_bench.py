@@ -348,11 +348,19 @@ def run_with_cpu(argv, timeout, env=None):
     before = os.times()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=dict(os.environ, **(env or {})))
+    text = ""
     try:
         text, _ = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        p.kill()
-        text, _ = p.communicate()
+        # SIGTERM first: `switchml run` then stops its switch and workers (SIGKILL would leave
+        # them running, holding the output pipe open).
+        stop(p)
+        try:
+            text, _ = p.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass  # something it started still holds the pipe: give up its output
+    finally:
+        stop(p)  # interrupted: not left running
     after = os.times()
     cpu = (after.children_user - before.children_user) + (after.children_system -
                                                            before.children_system)

@@ -137,6 +137,28 @@ class ArgumentsTest(unittest.TestCase):
                 self.assertEqual(ran, [], "something ran before the refusal")
 
 
+class RunWithCpuTest(unittest.TestCase):
+    def test_timeout_lets_the_program_stop_its_children(self):
+        # As `switchml run`: SIGTERM makes it stop its workers; SIGKILL would orphan them.
+        with tempfile.TemporaryDirectory() as d:
+            pidfile = os.path.join(d, "child")
+            script = (f"sleep 1000 & echo $! > {pidfile}; trap 'kill $!; exit 143' TERM; "
+                      "while true; do wait; done")
+            t0 = time.monotonic()
+            code, _, _ = transport_bench.run_with_cpu(["bash", "-c", script], 1)
+            self.assertNotEqual(code, 0)
+            self.assertLess(time.monotonic() - t0, 15)
+            with open(pidfile) as f:
+                child = int(f.read())
+            deadline = time.monotonic() + 5
+            while alive(child) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            left = alive(child)
+            if left:
+                os.kill(child, signal.SIGKILL)
+            self.assertFalse(left, "the program's child outlived the timeout")
+
+
 @unittest.skipUnless(can_make_namespaces(), "needs root and network namespaces")
 class CleanupTest(unittest.TestCase):
     def setUp(self):
