@@ -448,10 +448,10 @@ def rack_once(a, rack, transport, tag):
              "--control-port", "50099", "--transport", transport, "--log-level", "warning"],
             stdout=out, stderr=subprocess.STDOUT)
     usage = None
+    workers = []
     try:
         if not wait_for(slog, r"control port", switch, 15):
             return {"error": "the switch did not start: " + tail(slog)}
-        workers = []
         for r in range(a.rack_workers):
             wlog = f"{a.logs}/{tag}-w{r}.log"
             with open(wlog, "w") as wout:
@@ -477,6 +477,10 @@ def rack_once(a, rack, transport, tag):
                 return {"error": f"worker failed (exit {p.returncode}): {text.strip()[-300:]}"}
             results.append(line)
     finally:
+        # After a failed or timed-out worker (or an interrupt) the others are not left running
+        # into the next run.
+        for p, _ in workers:
+            stop(p)
         if switch.returncode is None:  # not reaped yet: its resource usage is still there
             switch.send_signal(signal.SIGTERM)
             _, status, usage = os.wait4(switch.pid, 0)

@@ -204,6 +204,31 @@ class CleanupTest(unittest.TestCase):
         self.proc.send_signal(signal.SIGINT)
         self.assert_cleaned_up(f"smltb{self.proc.pid}-")
 
+    def test_a_failed_rack_worker_does_not_leave_the_others_running(self):
+        name = f"smltbt{os.getpid()}"
+        rack_script = os.path.join(os.path.dirname(HERE), "scripts", "rack.sh")
+        up = subprocess.run([rack_script, "up", "--name", name, "--workers", "2", "--rate",
+                             "none"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(up.returncode, 0, up.stderr)
+        try:
+            rack = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
+            rack = {k: v.strip('"') for k, v in rack.items()}
+            with tempfile.TemporaryDirectory() as logs:
+                a = types.SimpleNamespace(size=4096, logs=logs, rack_workers=2, iterations=1,
+                                          timeout=30,
+                                          switchml=os.path.join(self.build.dir, "tools",
+                                                                "switchml"))
+                r = transport_bench.rack_once(a, rack, "udp", "t")
+            self.assertIn("worker 0 fails", r.get("error", ""))
+            pids = self.build.pids()
+            self.assertEqual(len(pids), 3)  # the switch and two workers
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline and any(alive(p) for p in pids):
+                time.sleep(0.05)
+            self.assertEqual([p for p in pids if alive(p)], [],
+                             "a worker outlived its failed run")
+        finally:
+            subprocess.run([rack_script, "down", "--name", name], capture_output=True)
 
 if __name__ == "__main__":
     unittest.main()
