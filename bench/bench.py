@@ -830,6 +830,12 @@ def main():
             p.error(f"--systems: unknown '{s}' (choose from {', '.join(SYSTEMS)})")
     if a.iterations < 1 or a.warmup < 0:
         p.error("--iterations must be at least 1 and --warmup at least 0")
+    if a.rounds < 1:
+        p.error("--rounds must be at least 1")
+    if a.run_timeout < 1:
+        p.error("--run-timeout must be at least 1 second")
+    if not 576 <= a.mtu <= 65000:
+        p.error("--mtu must be in 576..65000 (scripts/rack.sh --mtu)")
     for what in ("switchml", "gloo"):
         if not os.access(getattr(a, what), os.X_OK):
             p.error(f"no executable {getattr(a, what)} (scripts/bench.sh builds it)")

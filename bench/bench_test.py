@@ -2,11 +2,14 @@
 """Checks bench.py's CPU accounting and table without running anything: result lines of fake
 processes go through Bench.collect, rows through markdown()."""
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 from types import SimpleNamespace
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 import bench  # noqa: E402
 
 
@@ -117,6 +120,24 @@ class MarkdownTest(unittest.TestCase):
         self.assertNotIn("charged to no process", bench.markdown(report))
         rows[1]["uncharged_net_ms_per_allreduce"] = 104.6
         self.assertIn("4 workers 64 MiB gloo-hd 105.", bench.markdown(report))
+
+
+class ArgumentsTest(unittest.TestCase):
+    def test_bad_counts_are_refused_before_anything_runs(self):
+        with tempfile.TemporaryDirectory() as out:
+            for args, named in ((["--rounds", "0"], "--rounds"),
+                                (["--rounds", "-1"], "--rounds"),
+                                (["--run-timeout", "0"], "--run-timeout"),
+                                (["--settings", "rack:1gbit", "--mtu", "100"], "--mtu")):
+                with self.subTest(args=args):
+                    r = subprocess.run(
+                        [sys.executable, os.path.join(HERE, "bench.py"), "--settings",
+                         "loopback", "--switchml", "/bin/true", "--gloo", "/bin/true", "--mpi",
+                         "", "--out", out] + args, capture_output=True, text=True, timeout=60)
+                    self.assertEqual(r.returncode, 2, r.stderr)
+                    self.assertIn(named, r.stderr)
+                    self.assertFalse(os.path.exists(os.path.join(out, "bench.json")),
+                                     "it ran before refusing")
 
 
 if __name__ == "__main__":
