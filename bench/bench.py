@@ -281,6 +281,7 @@ class Bench:
         self.rack = None  # dict of RACK_* variables while a rack is up
         self.rack_name = None  # set from before `rack.sh up` until `down`
         self.logs = os.path.join(args.out, "logs")
+        self.measured = 0  # measurements so far: numbers each one's log files
         os.makedirs(self.logs, exist_ok=True)
 
     # --- Commands of each system -------------------------------------------------------------
@@ -439,7 +440,11 @@ class Bench:
     def measure(self, setting, system, n, nbytes):
         a = self.args
         elements = nbytes // 4
-        tag = f"{setting}-{system}-{n}w-{nbytes >> 20}M".replace(":", "-")
+        # Unique per measurement (rounds repeat a row; sizes need not be whole MiB), so that
+        # logs/ keeps every process's output.
+        self.measured += 1
+        tag = (f"{self.measured:03d}-{setting}-{system}-{n}w-"
+               f"{size_label(nbytes).replace(' ', '')}").replace(":", "-")
         log(f"{setting}: {system}, {n} workers, {size_label(nbytes)} {a.dtype} "
             f"({a.iterations} iterations after {a.warmup} warm-up)")
         load = os.getloadavg()[0]  # other work on the host skews every figure: recorded
@@ -466,7 +471,7 @@ class Bench:
         row = {"setting": setting, "system": system, "workers": n, "bytes": nbytes,
                "elements": elements, "dtype": a.dtype, "iterations": a.iterations,
                "warmup": a.warmup, "wall_s": round(wall, 3),
-               "loadavg_1m": round(load, 2)}
+               "loadavg_1m": round(load, 2), "logs": tag}
         if "error" in r:
             row["error"] = r["error"]
             log(f"FAILED: {system}: {r['error']}")

@@ -28,6 +28,7 @@ class FakeProc:
 def fake_bench(iterations, warmup):
     b = bench.Bench.__new__(bench.Bench)  # no runner, rack or log directory needed
     b.args = SimpleNamespace(iterations=iterations, warmup=warmup)
+    b.measured = 0
     return b
 
 
@@ -120,6 +121,24 @@ class MarkdownTest(unittest.TestCase):
         self.assertNotIn("charged to no process", bench.markdown(report))
         rows[1]["uncharged_net_ms_per_allreduce"] = 104.6
         self.assertIn("4 workers 64 MiB gloo-hd 105.", bench.markdown(report))
+
+
+class LogsTest(unittest.TestCase):
+    def test_every_measurement_has_its_own_log_files(self):
+        # Rounds repeat a row, and sizes below 1 MiB (or not whole MiB) once shared a name
+        # ("...-0M"): each run overwrote the previous one's logs.
+        b = fake_bench(iterations=1, warmup=0)
+        b.args.dtype, b.args.audit_kernel = "float32", False
+        tags = []
+
+        def run_gloo(tag, n, elements, algorithm):
+            tags.append(tag)
+            return {"error": "not run"}
+        b.run_gloo = run_gloo
+        rows = [b.measure("loopback", "gloo-ring", 2, nbytes)
+                for nbytes in (4 << 10, 64 << 10, 64 << 10, 1 << 20, (1 << 20) + 1024)]
+        self.assertEqual(len(set(tags)), len(tags), tags)
+        self.assertEqual([r["logs"] for r in rows], tags)  # a row names its logs
 
 
 class ArgumentsTest(unittest.TestCase):
