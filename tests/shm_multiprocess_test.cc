@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -162,8 +163,9 @@ TEST_F(ShmMultiProcessTest, RunCommandChoosesShmByDefaultAndFallsBackToUdp) {
 }
 
 // Given `switchml run` over shm under way, When it is interrupted (SIGINT, as Ctrl-C; it
-// stops its workers with SIGTERM, which they do not catch), Expect it to fail saying so and to
-// leave no file behind in the shm directory (the killed workers' inboxes and group were left).
+// stops its workers with SIGTERM, on which each removes its inboxes, not the group they share),
+// Expect it to fail saying so and to leave no file behind in the shm directory (run removes
+// what its workers left).
 TEST_F(ShmMultiProcessTest, InterruptedRunLeavesNoFilesBehind) {
   Process p({testing::SwitchmlBinary(), "run", "--transport", "shm", "--workers", "2", "--size",
              "1000000", "--iterations", "100000", "--warmup", "0"});
@@ -177,6 +179,57 @@ TEST_F(ShmMultiProcessTest, InterruptedRunLeavesNoFilesBehind) {
   std::string names;
   for (const std::string& f : left) names += " " + f;
   EXPECT_TRUE(left.empty()) << "left behind:" << names;
+}
+
+// Given a `switchml worker` over shm waiting in its setup for a switch that is not there (its
+// inbox made), When it is stopped with SIGTERM, Expect it to exit 1 saying it was interrupted
+// and to leave no file behind (it used to die of the signal and leave its inbox).
+TEST_F(ShmMultiProcessTest, WorkerStoppedBySigtermDuringSetupLeavesNoFilesBehind) {
+  // A control port nobody listens on (the worker waits for it up to its setup timeout).
+  std::unique_ptr<Process> p =
+      Worker("127.0.0.1:1", 1, 2, "1000", "2", "31", {"--setup-timeout-ms", "60000"});
+  const auto start = std::chrono::steady_clock::now();
+  while (Files().empty() && std::chrono::steady_clock::now() - start < seconds(30)) {
+    ::usleep(20000);
+  }
+  ASSERT_FALSE(Files().empty()) << "the worker made no inbox:\n" << p->output();
+  p->Kill(SIGTERM);
+  ASSERT_TRUE(p->Wait(seconds(30))) << p->output();
+  EXPECT_EQ(p->exit_code(), 1) << p->output();
+  EXPECT_NE(p->output().find("interrupted (SIGTERM)"), std::string::npos) << p->output();
+  EXPECT_NE(p->output().find("status=error"), std::string::npos) << p->output();
+  std::string names;
+  for (const std::string& f : Files()) names += " " + f;
+  EXPECT_TRUE(names.empty()) << "left behind:" << names;
+}
+
+// Given a job of two `switchml worker`s over shm under way, When one is interrupted (SIGINT, as
+// Ctrl-C), Expect it to exit 1 saying so with its inboxes removed at once, its peer to fail,
+// and, once the switch has stopped too, no file left.
+TEST_F(ShmMultiProcessTest, WorkerInterruptedMidJobRemovesItsInboxes) {
+  testing::SwitchProcess sw = testing::StartSwitchProcess({"--transport", "shm"});
+  ASSERT_FALSE(sw.control.empty()) << sw.process->output();
+  std::vector<std::unique_ptr<Process>> ps;
+  ps.push_back(Worker(sw.control, 0, 2, "1000000", "100000", "32"));
+  ps.push_back(Worker(sw.control, 1, 2, "1000000", "100000", "32", {"--udp-port", "39500"}));
+  ASSERT_TRUE(ps[0]->WaitForOutput("iteration 2/", seconds(60))) << ps[0]->output();
+  auto has = [&](const std::string& name) {
+    const std::vector<std::string> files = Files();
+    return std::find(files.begin(), files.end(), name) != files.end();
+  };
+  ASSERT_TRUE(has("inbox-39500") && has("inbox-39501"));
+  ps[1]->Kill(SIGINT);
+  ASSERT_TRUE(ps[1]->Wait(seconds(30))) << ps[1]->output();
+  EXPECT_EQ(ps[1]->exit_code(), 1) << ps[1]->output();
+  EXPECT_NE(ps[1]->output().find("interrupted (SIGINT)"), std::string::npos) << ps[1]->output();
+  EXPECT_FALSE(has("inbox-39500") || has("inbox-39501")) << "rank 1 left its inboxes";
+  ASSERT_TRUE(ps[0]->Wait(seconds(60))) << ps[0]->output();
+  EXPECT_NE(ps[0]->exit_code(), 0) << ps[0]->output();
+  sw.process->Kill(SIGTERM);
+  ASSERT_TRUE(sw.process->Wait(seconds(30))) << sw.process->output();
+  std::string names;
+  for (const std::string& f : Files()) names += " " + f;
+  EXPECT_TRUE(names.empty()) << "left behind:" << names;
 }
 
 // Given a job under way, When one worker process is killed (its rings in the switch's inbox

@@ -1,7 +1,11 @@
 // `switchml worker`: one worker of a job, against a switch that runs elsewhere (or locally).
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +15,8 @@
 #include <memory>
 #include <new>
 #include <sstream>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "base/logging.h"
@@ -21,8 +27,61 @@
 #include "testing/measure.h"
 #include "testing/pattern.h"
 #include "transport/address.h"
+#include "transport/shm.h"
 
 namespace switchml::tools {
+namespace {
+
+// SIGINT and SIGTERM while a worker runs: a thread of its own waits for them (they are blocked
+// in every thread), and on one stops the process at once, whatever the worker is blocked in
+// (setup, a barrier, an all-reduce): it says so, removes the files its shm transports hold
+// (inboxes, groups of its own; nothing else would), prints the --report line and exits 1, as
+// an interrupted `switchml run` does. Its control connection ends with the process: the switch
+// fails the job on the other workers, naming this rank. Construct before any other thread.
+class StopOnSignal {
+ public:
+  StopOnSignal(std::string who, bool report, long long rank, bool shm)
+      : who_(std::move(who)), report_(report), rank_(rank), shm_(shm) {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::thread([this] { Run(); });
+  }
+  // Ends the waiting thread (by a SIGTERM to it alone, which it takes as the end).
+  ~StopOnSignal() {
+    stopping_.store(true);
+    pthread_kill(thread_.native_handle(), SIGTERM);
+    thread_.join();
+  }
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+
+ private:
+  void Run() {
+    int sig = 0;
+    while (sigwait(&set_, &sig) != 0) {
+    }
+    if (stopping_.load()) return;
+    std::fprintf(stderr, "%s: interrupted (%s): stopping\n", who_.c_str(),
+                 sig == SIGINT ? "SIGINT" : "SIGTERM");
+    if (shm_) transport::RemoveOwnShmFiles(transport::DefaultShmDirectory());
+    if (report_) std::printf("SWITCHML_RESULT rank=%lld status=error\n", rank_);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::_exit(1);
+  }
+
+  const std::string who_;
+  const bool report_;
+  const long long rank_;
+  const bool shm_;
+  sigset_t set_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+}  // namespace
 
 int WorkerCommand(const std::vector<std::string>& args) {
   Flags flags("worker",
@@ -131,6 +190,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
                                        ": use a smaller --size"));
   }
 
+  const StopOnSignal stop_on_signal(who, report, static_cast<long long>(rank),
+                                    config.transport == "shm");
   auto ctx = Context::Create(config);
   if (!ctx.ok()) return fail("setup failed", ctx.status());
   if (!quiet) {

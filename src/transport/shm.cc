@@ -1649,7 +1649,12 @@ std::string DefaultShmDirectory() {
   return "/dev/shm/switchml-" + std::to_string(::geteuid());
 }
 
-size_t RemoveShmFilesLeftBy(const std::string& dir, const std::vector<uint32_t>& pids) {
+namespace {
+
+// RemoveShmFilesLeftBy and RemoveOwnShmFiles. live_ours: the files may be held by live
+// transports of this process (pids is this process), which the lock test would take for others'.
+size_t RemoveShmFilesOf(const std::string& dir, const std::vector<uint32_t>& pids,
+                        bool live_ours) {
   auto ours = [&](uint32_t pid) { return std::find(pids.begin(), pids.end(), pid) != pids.end(); };
   std::vector<std::string> names;
   if (DIR* d = ::opendir(dir.c_str())) {
@@ -1670,7 +1675,8 @@ size_t RemoveShmFilesLeftBy(const std::string& dir, const std::vector<uint32_t>&
     }
     // Held by a live transport (an inbox's owner holds LOCK_EX, a group's members LOCK_SH), or
     // replaced meanwhile: not ours to remove. (Released when fd closes.)
-    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0 || !SameFile(path, fd.get())) continue;
+    if (!live_ours && ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    if (!SameFile(path, fd.get())) continue;
     if (name[0] == 'i') {
       Mapping m = Mapping::Map(fd.get(), kPage, 0);
       if (m.get() == nullptr) continue;
@@ -1694,6 +1700,16 @@ size_t RemoveShmFilesLeftBy(const std::string& dir, const std::vector<uint32_t>&
     if (::unlink(path.c_str()) == 0) ++removed;
   }
   return removed;
+}
+
+}  // namespace
+
+size_t RemoveShmFilesLeftBy(const std::string& dir, const std::vector<uint32_t>& pids) {
+  return RemoveShmFilesOf(dir, pids, /*live_ours=*/false);
+}
+
+size_t RemoveOwnShmFiles(const std::string& dir) {
+  return RemoveShmFilesOf(dir, {static_cast<uint32_t>(::getpid())}, /*live_ours=*/true);
 }
 
 Result<std::unique_ptr<Transport>> OpenShm(const ShmOptions& options) {

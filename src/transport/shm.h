@@ -164,6 +164,13 @@ std::string DefaultShmDirectory();
 // lock, and files of other processes, are left alone.
 size_t RemoveShmFilesLeftBy(const std::string& dir, const std::vector<uint32_t>& pids);
 
+// The same for this process's own files, also those its live transports hold: the inboxes it
+// made and the group files whose only members are its own transports, each marked closed and
+// removed. For a process about to exit without closing its transports (`switchml worker`
+// stopped by SIGINT/SIGTERM in the middle of a blocking call); those transports must not be
+// used afterwards. Returns how many it removed.
+size_t RemoveOwnShmFiles(const std::string& dir);
+
 // Opens one shm transport on options.port (which must not be 0). Errors: port in use
 // (kUnavailable), a directory that is not ours or is open to others (kFailedPrecondition), bad
 // options (kInvalidArgument).
