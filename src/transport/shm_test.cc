@@ -36,6 +36,22 @@ constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kRingHead = 0, kRingSlots = 128;
 constexpr size_t kSlotBytes2048 = 2112;  // a slot for 2048-byte datagrams: 8 + 2048, 64-aligned
 
+// Forks a child process that opens a transport with `options` (a free port), waits `delay`,
+// sends `payload` to `to` once and exits without closing anything (its ring stays registered to
+// a dead pid): 0 when the datagram was sent (datagrams_sent == 1), 1 when the transport did not
+// open, 2 when the send failed. Returns the child's pid (-1: fork failed).
+pid_t ForkSenderThatExits(const ShmOptions& options, const Endpoint& to,
+                          const std::vector<uint8_t>& payload, milliseconds delay) {
+  const pid_t child = ::fork();
+  if (child != 0) return child;
+  auto t = OpenShmConsecutive(options, 1);
+  if (!t.ok()) ::_exit(1);
+  std::this_thread::sleep_for(delay);
+  const TxDatagram tx{to, payload};
+  if (!(*t)[0]->Send({&tx, 1}).ok() || (*t)[0]->counters().datagrams_sent != 1) ::_exit(2);
+  ::_exit(0);  // no destructors
+}
+
 class ShmTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -290,16 +306,8 @@ TEST_F(ShmTest, ReceiverThatNeverSleepsFreesTheRingOfADeadSender) {
   auto b = Open(o);
   ASSERT_TRUE(b);
   const Endpoint to = b->local_endpoint();
-  const pid_t child = ::fork();
+  const pid_t child = ForkSenderThatExits(Options(), to, {7}, milliseconds(0));
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto t = OpenShmConsecutive(Options(), 1);
-    if (!t.ok()) ::_exit(1);
-    const uint8_t byte = 7;
-    const TxDatagram tx{to, {&byte, 1}};
-    if (!(*t)[0]->Send({&tx, 1}).ok() || (*t)[0]->counters().datagrams_sent != 1) ::_exit(2);
-    ::_exit(0);  // no destructors: the ring stays registered to a dead pid
-  }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -454,16 +462,9 @@ TEST_F(ShmTest, DoorbellWakesAReceiverInAnotherProcess) {
   auto b = Open(Options());
   ASSERT_TRUE(b);
   const Endpoint to = b->local_endpoint();
-  const pid_t child = ::fork();
+  const pid_t child =
+      ForkSenderThatExits(Options(), to, std::vector<uint8_t>(500, 7), milliseconds(150));
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto t = OpenShmConsecutive(Options(), 1);
-    if (!t.ok()) ::_exit(1);
-    std::this_thread::sleep_for(milliseconds(150));
-    const std::vector<uint8_t> p(500, 7);
-    const TxDatagram tx{to, p};
-    ::_exit(t.ok() && (*t)[0]->Send({&tx, 1}).ok() ? 0 : 2);
-  }
   std::vector<RxDatagram> rx(4);
   const auto start = std::chrono::steady_clock::now();
   auto n = b->Receive(rx, std::chrono::seconds(20));
@@ -949,16 +950,8 @@ TEST_F(ShmGroupTest, GroupDatagramWakesASleepingMember) {
   auto a = Open(Options());
   ASSERT_TRUE(a);
   ASSERT_TRUE(a->JoinGroup(kGroup, 0).ok());
-  const pid_t child = ::fork();
+  const pid_t child = ForkSenderThatExits(Options(), kGroup, {5}, milliseconds(200));
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto t = OpenShmConsecutive(Options(), 1);
-    if (!t.ok()) ::_exit(1);
-    std::this_thread::sleep_for(milliseconds(200));
-    const uint8_t byte = 5;
-    const TxDatagram tx{kGroup, {&byte, 1}};
-    ::_exit((*t)[0]->Send({&tx, 1}).ok() ? 0 : 2);
-  }
   std::vector<RxDatagram> rx(4);
   const auto start = std::chrono::steady_clock::now();
   auto n = a->Receive(rx, std::chrono::seconds(20));
