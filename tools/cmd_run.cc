@@ -112,8 +112,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   flags.AddBool("per-slot", "print per-slot switch counters at the end");
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
   JobOptions job;
-  if (int code = ParseCommandLine("run", args, &flags, &job, /*auto_transport=*/true); code >= 0)
-    return code;
+  if (int code = ParseCommandLine("run", args, &flags, &job); code >= 0) return code;
   if (job.transport == "xdp") {
     std::cerr << "switchml run: --transport xdp is not available here: run's switch and worker "
                  "processes share loopback, and AF_XDP takes one process per interface queue. Run "

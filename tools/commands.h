@@ -60,8 +60,8 @@ struct JobOptions {
   bool lan_multicast = false;      // Config::lan_multicast (--multicast on)
 };
 
-// `auto_transport`: --transport defaults to kAutoTransport (`run`) instead of udp. A command
-// passes the same value to ReadJobFlags (or ParseCommandLine); the others refuse "auto".
+// `auto_transport`: --transport defaults to kAutoTransport (`run`) instead of udp, and only
+// then accepts "auto" (ReadJobFlags tells from that default; the other commands refuse it).
 void AddJobFlags(Flags* flags, bool auto_transport = false);
 // The help line of --transport, listing the kinds.
 std::string TransportHelp();
@@ -74,9 +74,8 @@ Status CheckTransportFlag(const std::string& kind, bool auto_transport);
 // Reads --seed (an int flag) into *out; negative values are refused (not wrapped to 2^64 - n,
 // which no command line could give back: the flag parser reads at most 2^63 - 1).
 Status ReadSeed(const Flags& flags, uint64_t* out);
-// Reads and checks the flags AddJobFlags added (with the same auto_transport); errors say which
-// flag is wrong.
-Status ReadJobFlags(const Flags& flags, JobOptions* out, bool auto_transport = false);
+// Reads and checks the flags AddJobFlags added; errors say which flag is wrong.
+Status ReadJobFlags(const Flags& flags, JobOptions* out);
 // Copies the window (max_outstanding_packets, link_gbps, base_rtt) and the retransmission
 // timeout's options (timeout, min_timeout, max_timeout) into *config.
 void ApplyPacingOptions(const JobOptions& o, Config* config);
@@ -84,10 +83,9 @@ void ApplyPacingOptions(const JobOptions& o, Config* config);
 std::vector<std::string> JobFlagArgs(const JobOptions& o);
 
 // Parses a command's flags (which must include "log-level"), reads the job flags into *job when
-// job is not null (auto_transport as given to AddJobFlags), and applies --log-level. Returns -1 to
-// go on, or the exit code to return at once: 0 after printing --help, 2 after printing what is
-// wrong with the command line.
+// job is not null, and applies --log-level. Returns -1 to go on, or the exit code to return at
+// once: 0 after printing --help, 2 after printing what is wrong with the command line.
 int ParseCommandLine(const std::string& command, const std::vector<std::string>& args, Flags* flags,
-                     JobOptions* job, bool auto_transport = false);
+                     JobOptions* job);
 
 }  // namespace switchml::tools

@@ -177,6 +177,9 @@ const Flags::Flag& Flags::Get(const std::string& name, Kind kind) const {
 std::string Flags::GetString(const std::string& name) const {
   return Get(name, Kind::kString).value;
 }
+std::string Flags::DefaultString(const std::string& name) const {
+  return Get(name, Kind::kString).def;
+}
 int64_t Flags::GetInt(const std::string& name) const {
   return std::strtoll(Get(name, Kind::kInt).value.c_str(), nullptr, 10);
 }

@@ -34,6 +34,8 @@ class Flags {
   bool GetBool(const std::string& name) const;
   uint64_t GetSize(const std::string& name) const;
   bool WasSet(const std::string& name) const;
+  // A string flag's default (as given to AddString).
+  std::string DefaultString(const std::string& name) const;
 
  private:
   enum class Kind { kString, kInt, kDouble, kBool, kSize };

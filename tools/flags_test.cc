@@ -19,6 +19,7 @@ TEST(FlagsTest, ParsesKindsAndSizes) {
   EXPECT_EQ(f.GetInt("n"), 7);
   EXPECT_EQ(f.GetSize("size"), 64ull << 20);
   EXPECT_EQ(f.GetString("name"), "y");
+  EXPECT_EQ(f.DefaultString("name"), "x");  // (ReadJobFlags tells `run` by --transport's)
   EXPECT_DOUBLE_EQ(f.GetDouble("p"), 0.01);
   EXPECT_TRUE(f.GetBool("quiet"));
   EXPECT_NE(f.Usage().find("--size N"), std::string::npos);

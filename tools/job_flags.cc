@@ -119,7 +119,9 @@ Status ReadSeed(const Flags& f, uint64_t* out) {
   return Status();
 }
 
-Status ReadJobFlags(const Flags& f, JobOptions* o, bool auto_transport) {
+Status ReadJobFlags(const Flags& f, JobOptions* o) {
+  // "auto" is accepted where AddJobFlags made it the default (`run`): one source for both.
+  const bool auto_transport = f.DefaultString("transport") == kAutoTransport;
   auto positive = [&](const char* name, int64_t max, int64_t* v) -> Status {
     *v = f.GetInt(name);
     if (*v < 1 || *v > max) {
@@ -273,14 +275,14 @@ void ApplyPacingOptions(const JobOptions& o, Config* c) {
 }
 
 int ParseCommandLine(const std::string& command, const std::vector<std::string>& args, Flags* flags,
-                     JobOptions* job, bool auto_transport) {
+                     JobOptions* job) {
   bool help = false;
   Status st = flags->Parse(args, &help);
   if (help) {
     std::cout << flags->Usage();
     return 0;
   }
-  if (st.ok() && job != nullptr) st = ReadJobFlags(*flags, job, auto_transport);
+  if (st.ok() && job != nullptr) st = ReadJobFlags(*flags, job);
   LogLevel level = LogLevel::kWarning;
   if (st.ok() && !ParseLogLevel(flags->GetString("log-level"), &level)) {
     st = InvalidArgumentError("--log-level must be debug, info, warning, error or off");
