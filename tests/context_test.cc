@@ -301,6 +301,30 @@ TEST_F(ContextTest, NonFiniteInputGivesClearErrorOnEveryWorker) {
   EXPECT_EQ(ints[0], std::vector<int32_t>(10, 42));
 }
 
+// Given out = in + 1 element (buffers that overlap without being the same), Expect the
+// all-reduce refused with INVALID_ARGUMENT before anything is sent and the memory untouched (with
+// a window of one packet, block 1 used to be read after block 0's result had overwritten its
+// first element: a silently wrong sum), and in == out still summed in place, exactly.
+TEST_F(ContextTest, PartlyOverlappingBuffersAreRefused) {
+  Config c = MakeConfig(0, 1, 12);
+  c.max_outstanding_packets = 1;
+  c.packet_numel = 64;
+  auto ctx = CreateAll({c});
+  ASSERT_TRUE(ctx[0]);
+  std::vector<int32_t> buf(257);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<int32_t>(i * 7 + 1);
+  const std::vector<int32_t> before = buf;
+  for (auto [in, out] : {std::pair{0, 1}, std::pair{1, 0}}) {
+    const Status st = ctx[0]->AllReduce(buf.data() + in, buf.data() + out, 256, DataType::kInt32);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("overlap"), std::string::npos) << st.ToString();
+    EXPECT_EQ(buf, before);
+  }
+  ASSERT_TRUE(ctx[0]->AllReduce(buf.data(), buf.data(), 257, DataType::kInt32).ok());
+  EXPECT_EQ(buf, before);  // one worker: the sum is the input
+  EXPECT_TRUE(ctx[0]->AllReduce(buf.data(), buf.data() + 129, 128, DataType::kInt32).ok());
+}
+
 // Given a peer that never shows up, Expect setup to fail with DEADLINE_EXCEEDED naming the
 // barrier, not to hang.
 TEST_F(ContextTest, MissingPeerTimesOutAtSetup) {

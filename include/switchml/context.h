@@ -82,7 +82,8 @@ class Context {
                                                  std::shared_ptr<Rendezvous> rendezvous);
   ~Context();  // stops the worker threads; pending operations fail with CANCELLED
 
-  // Sums `count` elements of every worker's `in` into every worker's `out` (in == out allowed).
+  // Sums `count` elements of every worker's `in` into every worker's `out` (in == out allowed;
+  // buffers that overlap otherwise are refused with INVALID_ARGUMENT).
   // Blocks until done. int32 sums are exact (32-bit wrap-around); float32 sums are quantized.
   Status AllReduce(const void* in, void* out, size_t count, DataType dtype);
   // Starts an all-reduce and returns at once; the buffers must stay valid until it ends.

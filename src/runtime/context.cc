@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -448,6 +449,19 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
                                               DataType dtype) {
   if (count > 0 && (in == nullptr || out == nullptr)) {
     return InvalidArgumentError("AllReduce: null buffer with count " + std::to_string(count));
+  }
+  // In place (in == out) is safe: a block is read only before its own result is written. Other
+  // overlaps are not: a block's result would overwrite input of blocks still to be sent or re-sent.
+  if (count > 0 && in != out) {
+    const auto a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
+    const size_t bytes = count * DataTypeSize(dtype);
+    if (a < b + bytes && b < a + bytes) {
+      return InvalidArgumentError(
+          "AllReduce: in and out overlap without being the same buffer (out - in = " +
+          std::to_string(static_cast<int64_t>(b - a)) +
+          " bytes, " + std::to_string(bytes) + " bytes each); pass the same pointer for an "
+          "in-place all-reduce, or buffers that do not overlap");
+    }
   }
   std::lock_guard<std::mutex> lock(mu);
   if (failure->is_set()) {
