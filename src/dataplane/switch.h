@@ -58,9 +58,10 @@ struct JobSpec {
   uint32_t num_ports = 1;
   // The workers' total window; the slots they use are [0, max_outstanding_packets).
   uint32_t max_outstanding_packets = 256;
-  // The workers' tsi is a running packet id that only grows on each slot (this project's
-  // workers; not the reference client, whose tsi restarts every job). It lets the switch drop a
-  // late network copy however many rounds late it is (stages.h, WorkerCounterStage).
+  // The workers' tsi is a running round number that grows by the same step on every round of a
+  // slot (this project's workers, docs/protocol.md 2.2; not the reference client, whose tsi
+  // restarts every job). It lets the switch drop a late network copy however many rounds late it
+  // is (stages.h, WorkerCounterStage).
   bool running_tsi = false;
   // Multicast results (beyond the reference; docs/architecture.md, "Multicast results"): the
   // group and first port where the job's workers receive results (on this host's loopback
