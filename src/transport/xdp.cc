@@ -26,9 +26,12 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const XdpOpti
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xdp/xsk.h>
 
@@ -343,6 +346,7 @@ class XdpPort {
   int prog_fd_ = -1;
   int xsks_fd_ = -1;
   int ports_fd_ = -1;
+  int lock_fd_ = -1;  // LockInterface's, held while the port lives
   uint32_t attach_flags_ = 0;  // XDP_FLAGS_*_MODE the program is attached with; 0: not attached
   bool zero_copy_ = false;
   bool sockets_made_ = false;
@@ -397,6 +401,39 @@ Result<bool> DebugFromEnvironment() {
   return SwitchFromEnvironment("SWITCHML_XDP_DEBUG", "print libbpf's warnings");
 }
 
+// One process per interface: the XDP program is the interface's, whatever queue a process binds,
+// so a second port on the interface (another process, or this one on another queue) would
+// replace the first one's program, and on closing remove it, silently cutting the first one
+// off. A lock file per network namespace and interface, held while the port lives (the kernel
+// drops it when the process dies), refuses that second port, and makes a switchml program
+// found attached while the lock is ours truly stale. Returns the lock's descriptor.
+Result<int> LockInterface(const std::string& interface, int ifindex) {
+  struct stat ns {};
+  if (::stat("/proc/self/ns/net", &ns) != 0) {
+    return InternalError("AF_XDP: cannot identify this network namespace (/proc/self/ns/net): " +
+                         ErrnoText(errno));
+  }
+  constexpr const char* kLockDir = "/tmp/switchml-xdp";
+  ::mkdir(kLockDir, 01777);
+  const std::string path = std::string(kLockDir) + "/" + std::to_string(ns.st_ino) + "-" +
+                           std::to_string(ifindex) + ".lock";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return FailedPreconditionError("AF_XDP: cannot open " + path + ": " + ErrnoText(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      return FailedPreconditionError(
+          "AF_XDP: interface " + interface +
+          " is used by another switchml process (or by this one on another queue): AF_XDP "
+          "allows one switchml process per interface, whatever SWITCHML_XDP_QUEUE says (the XDP "
+          "program is the interface's); give each process an interface of its own");
+    }
+    return FailedPreconditionError("AF_XDP: cannot lock " + path + ": " + ErrnoText(err));
+  }
+  return fd;
+}
+
 Result<std::shared_ptr<XdpPort>> XdpPort::Get(const LocalAddress& local, const Interfaces& ifs) {
   const int ifindex = static_cast<int>(::if_nametoindex(local.interface.c_str()));
   if (ifindex == 0) {
@@ -411,6 +448,7 @@ Result<std::shared_ptr<XdpPort>> XdpPort::Get(const LocalAddress& local, const I
   auto m = ifs.macs.find(local.interface);
   const Mac mac = m == ifs.macs.end() ? Mac{} : m->second;
   std::shared_ptr<XdpPort> port(new XdpPort(local.interface, ifindex, queue, mac));
+  ASSIGN_OR_RETURN(port->lock_fd_, LockInterface(local.interface, ifindex));
   RETURN_IF_ERROR(port->Init(debug));
   weak = port;
   return port;
@@ -503,8 +541,9 @@ Status XdpPort::AttachProgram() {
   for (uint32_t flags : tries) {
     int r = bpf_xdp_attach(ifindex_, prog_fd_, flags | XDP_FLAGS_UPDATE_IF_NOEXIST, nullptr);
     if (r == -EEXIST || r == -EBUSY) {
-      // Another program is attached. If it is ours (left by a process that died: we hold the
-      // queue now, so no live switchml process uses it), replace it; otherwise refuse.
+      // Another program is attached. If it is ours, it was left by a process that died (we
+      // hold the interface's lock, LockInterface: no live switchml process uses it): replace
+      // it; otherwise refuse.
       uint32_t id = 0;
       bpf_xdp_query_id(ifindex_, 0, &id);
       std::string name = "?";
@@ -673,6 +712,7 @@ XdpPort::~XdpPort() {
   if (object_ != nullptr) bpf_object__close(object_);
   if (umem_ != nullptr) xsk_umem__delete(umem_);
   if (area_ != nullptr) ::munmap(area_, area_bytes());
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -30,8 +30,10 @@
 // SWITCHML_XDP_MODE (native|generic|auto: how the program is attached; default auto),
 // SWITCHML_XDP_COPY (1: never try zero-copy), SWITCHML_XDP_DEBUG (1: print libbpf's warnings);
 // 0|1 variables refuse any other value.
-// Needs CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF (root); errors say what is missing. One process per
-// interface queue: a second one gets a clear "busy" error.
+// Needs CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF (root); errors say what is missing. One switchml
+// process per interface, whatever its queue (the XDP program is the interface's): a second one,
+// or this process on a second queue, is refused with a clear error (a lock file per network
+// namespace and interface under /tmp/switchml-xdp, held while the interface is used).
 // Thread-safety: as Transport. Compiled only where libxdp and libbpf were found at configure
 // time (XdpAvailable()).
 #pragma once
