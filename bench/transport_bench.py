@@ -191,14 +191,17 @@ def rates_once(a, row, ns, port, tag):
             gargv += ["--control", f"{server_ip}:{m.group(1)}"]
         gen = subprocess.Popen(gp + ["taskset", "-c", GEN_CPU] + gargv, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-        c0 = t0 = None
+        c0 = t0 = c1 = t1 = None
         result = ""
+        # The server's CPU over the generator's measured interval: from its "measuring" line to
+        # its rates line (printed as the interval ends), not to its exit, which comes after it
+        # has closed its transport and job.
         for line in gen.stdout:
             if line.startswith("measuring"):
                 c0, t0 = cpu_seconds(server.pid), time.monotonic()
             elif line.startswith("pps="):
+                c1, t1 = cpu_seconds(server.pid), time.monotonic()
                 result = line
-        c1, t1 = cpu_seconds(server.pid), time.monotonic()
         gen.wait()
         if gen.returncode != 0 or not result or c0 is None:
             return {"error": f"generator failed (exit {gen.returncode}): "

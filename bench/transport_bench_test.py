@@ -11,6 +11,7 @@ import tempfile
 import time
 import types
 import unittest
+import unittest.mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "transport_bench.py")
@@ -157,6 +158,34 @@ class RunWithCpuTest(unittest.TestCase):
             if left:
                 os.kill(child, signal.SIGKILL)
             self.assertFalse(left, "the program's child outlived the timeout")
+
+
+class RatesTest(unittest.TestCase):
+    def test_server_cpu_is_sampled_over_the_measured_interval(self):
+        # The generator measures for 1 s, prints its rates, then takes 2 s to end (closing its
+        # transport and job). A stand-in server is busy exactly while the generator measures
+        # (its "CPU time" is the wall clock until the generator's rates are printed), so its
+        # cores over the measured interval are 1; sampled at the generator's exit they were
+        # 1 / 3.
+        build = FakeBuild()
+        self.addCleanup(build.cleanup)
+        ended = os.path.join(build.dir, "ended")
+        with open(os.path.join(build.dir, "tools", "switchml_transport_bench"), "w") as f:
+            f.write(f"#!/bin/bash\necho $$ >> {build.dir}/pids\necho measuring\nsleep 1\n"
+                    f"touch {ended}\necho pps=1000 gen_cpu=0.5\nsleep 2\n")
+
+        def server_cpu(pid):
+            return os.stat(ended).st_mtime if os.path.exists(ended) else time.time()
+        with tempfile.TemporaryDirectory() as logs:
+            a = types.SimpleNamespace(logs=logs, seconds=1, window=8,
+                                      switchml=os.path.join(build.dir, "tools", "switchml"),
+                                      bench=os.path.join(build.dir, "tools",
+                                                         "switchml_transport_bench"))
+            row = {"gen": "dpdk", "server": "switch", "flags": []}  # local: no namespaces
+            with unittest.mock.patch.object(transport_bench, "cpu_seconds", server_cpu):
+                r = transport_bench.rates_once(a, row, None, 47999, "t")
+        self.assertNotIn("error", r)
+        self.assertAlmostEqual(r["server_cores"], 1.0, delta=0.2)
 
 
 @unittest.skipUnless(can_make_namespaces(), "needs root and network namespaces")

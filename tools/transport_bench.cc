@@ -146,7 +146,7 @@ int Gen(int argc, char** argv) {
       counted = 0;
       cpu0 = CpuSeconds();
       t0 = now;
-      std::printf("measuring\n");  // the harness samples the server's CPU time now and at exit
+      std::printf("measuring\n");  // the harness samples the server's CPU now and at "pps="
       std::fflush(stdout);
     }
     if (now >= end) break;
