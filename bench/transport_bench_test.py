@@ -98,6 +98,7 @@ def run_cli(build, *args, timeout=15):
     except subprocess.TimeoutExpired:
         p.kill()
         _, err = p.communicate()
+        subprocess.run(["rm", "-rf", f"/tmp/transport_bench.{p.pid}"])  # its logs
         for ns in namespaces(f"smltb{p.pid}-"):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run([os.path.join(os.path.dirname(HERE), "scripts", "rack.sh"), "down",
@@ -202,6 +203,7 @@ class CleanupTest(unittest.TestCase):
         if self.proc is not None:
             for ns in namespaces(f"smltb{self.proc.pid}-") + namespaces(f"smltr{self.proc.pid}-"):
                 subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            subprocess.run(["rm", "-rf", f"/tmp/transport_bench.{self.proc.pid}"])  # its logs
 
     def start(self, *args, want_pids):
         self.proc = subprocess.Popen([sys.executable, SCRIPT, "--build", self.build.dir, *args],
