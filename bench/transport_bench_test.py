@@ -147,9 +147,9 @@ class RunWithCpuTest(unittest.TestCase):
             script = (f"sleep 1000 & echo $! > {pidfile}; trap 'kill $!; exit 143' TERM; "
                       "while true; do wait; done")
             t0 = time.monotonic()
-            code, _, _ = transport_bench.run_with_cpu(["bash", "-c", script], 1)
+            code, _, _ = transport_bench.run_with_cpu(["bash", "-c", script], 3)
             self.assertNotEqual(code, 0)
-            self.assertLess(time.monotonic() - t0, 15)
+            self.assertLess(time.monotonic() - t0, 20)
             with open(pidfile) as f:
                 child = int(f.read())
             deadline = time.monotonic() + 5
@@ -163,17 +163,17 @@ class RunWithCpuTest(unittest.TestCase):
 
 class RatesTest(unittest.TestCase):
     def test_server_cpu_is_sampled_over_the_measured_interval(self):
-        # The generator measures for 1 s, prints its rates, then takes 2 s to end (closing its
+        # The generator measures for 1 s, prints its rates, then takes 3 s to end (closing its
         # transport and job). A stand-in server is busy exactly while the generator measures
         # (its "CPU time" is the wall clock until the generator's rates are printed), so its
-        # cores over the measured interval are 1; sampled at the generator's exit they were
-        # 1 / 3.
+        # cores over the measured interval are 1 (less the time this script takes to read the
+        # line on a loaded host); sampled at the generator's exit they were 1 / 4.
         build = FakeBuild()
         self.addCleanup(build.cleanup)
         ended = os.path.join(build.dir, "ended")
         with open(os.path.join(build.dir, "tools", "switchml_transport_bench"), "w") as f:
             f.write(f"#!/bin/bash\necho $$ >> {build.dir}/pids\necho measuring\nsleep 1\n"
-                    f"touch {ended}\necho pps=1000 gen_cpu=0.5\nsleep 2\n")
+                    f"touch {ended}\necho pps=1000 gen_cpu=0.5\nsleep 3\n")
 
         def server_cpu(pid):
             return os.stat(ended).st_mtime if os.path.exists(ended) else time.time()
@@ -186,7 +186,8 @@ class RatesTest(unittest.TestCase):
             with unittest.mock.patch.object(transport_bench, "cpu_seconds", server_cpu):
                 r = transport_bench.rates_once(a, row, None, 47999, "t")
         self.assertNotIn("error", r)
-        self.assertAlmostEqual(r["server_cores"], 1.0, delta=0.2)
+        self.assertGreater(r["server_cores"], 0.6)
+        self.assertLess(r["server_cores"], 1.1)
 
 
 @unittest.skipUnless(can_make_namespaces(), "needs root and network namespaces")
