@@ -1276,12 +1276,30 @@ class ShmTransport final : public Transport {
       MemberCursor(j.file.map.get(), j.entry).store(j.cursor, std::memory_order_release);
     }
     ReleaseMember(j);
-    if (::flock(j.file.fd.get(), LOCK_EX | LOCK_NB) == 0 &&
-        SameFile(j.file.path, j.file.fd.get())) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // (RemoveOwnShmFiles: one of us sees)
+    if (TakeGroupAlone(j.file) && SameFile(j.file.path, j.file.fd.get())) {
       Ref<uint32_t>(j.file.map.get(), kGroupClosedOffset).store(1, std::memory_order_release);
       ::unlink(j.file.path.c_str());
     }
     joined_.reset();
+  }
+
+  // Whether this member, having given its entry back, is the group's last: LOCK_EX on the file
+  // (every member holds LOCK_SH). A process stopped by a signal (`switchml worker`) gives its
+  // entries back first (RemoveOwnShmFiles) and holds LOCK_SH until it exits a moment later:
+  // while no entry is claimed, the lock is tried again for up to a second, so that the member
+  // that leaves after it removes the file instead of leaving it behind. (A joiner holds
+  // LOCK_SH until it claims an entry, microseconds later; that stops the wait.)
+  static bool TakeGroupAlone(const GroupFile& f) {
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(1);
+    while (::flock(f.fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      for (uint32_t e = 0; e < kGroupMembers; ++e) {
+        if (MemberState(f.map.get(), e).load(std::memory_order_acquire) != 0) return false;
+      }
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
   }
 
   // Whether the next `slots` slots of p's ring are free. The consumer index is untrusted: one
@@ -1689,6 +1707,24 @@ size_t RemoveShmFilesOf(const std::string& dir, const std::vector<uint32_t>& pid
       GroupFile g;
       g.fd = std::move(fd);
       if (!MapGroupFile(&g)) continue;
+      if (live_ours) {
+        // This process's transports are not used again: give their entries back first, so
+        // that a member leaving meanwhile sees them gone and removes the file if this does
+        // not (ShmTransport::TakeGroupAlone; one of the two sees the other's release).
+        bool gave_back = false;
+        for (uint32_t e = 0; e < kGroupMembers; ++e) {
+          auto state = MemberState(g.map.get(), e);
+          uint64_t word = state.load(std::memory_order_acquire);
+          if (word != 0 && ours(static_cast<uint32_t>(word)) &&
+              state.compare_exchange_strong(word, 0, std::memory_order_acq_rel)) {
+            gave_back = true;
+          }
+        }
+        if (gave_back) {
+          Ref<uint32_t>(g.map.get(), kGroupVersionOffset).fetch_add(1, std::memory_order_acq_rel);
+        }
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+      }
       bool all_ours = true;
       for (uint32_t e = 0; e < kGroupMembers; ++e) {
         const uint64_t s = MemberState(g.map.get(), e).load(std::memory_order_acquire);
