@@ -414,7 +414,10 @@ Result<int> LockInterface(const std::string& interface, int ifindex) {
                          ErrnoText(errno));
   }
   constexpr const char* kLockDir = "/tmp/switchml-xdp";
+  // Open to every user (a process with the capabilities need not be root), sticky as /tmp:
+  // mkdir's mode passes through the umask, so it is set again (only its owner or root can).
   ::mkdir(kLockDir, 01777);
+  ::chmod(kLockDir, 01777);
   const std::string path = std::string(kLockDir) + "/" + std::to_string(ns.st_ino) + "-" +
                            std::to_string(ifindex) + ".lock";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
