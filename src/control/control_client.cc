@@ -300,11 +300,13 @@ Result<uint64_t> ControlClient::Broadcast(uint64_t session_id, uint64_t value, u
 }
 
 Status ControlClient::Close(uint64_t session_id, const std::string& job_secret,
-                            std::optional<uint32_t> rank, std::chrono::milliseconds timeout) {
+                            std::optional<uint32_t> rank, std::chrono::milliseconds timeout,
+                            const std::string& failure) {
   switchml_proto::CloseRequest req;
   req.set_session_id(session_id);
   req.set_job_secret(job_secret);
   if (rank) req.set_rank(*rank);
+  req.set_failure(failure);
   switchml_proto::CloseResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);

@@ -120,9 +120,10 @@ class ControlClient {
                              const std::string& job_secret = "",
                              std::chrono::system_clock::time_point deadline = {});
   // Tells the switch that `rank` (absent: the whole job) is done with the session; waits at most
-  // `timeout`. The job's slots are freed once every registered rank closed.
+  // `timeout`. The job's slots are freed once every registered rank closed. `failure` not empty:
+  // the session failed on this side, and why; the switch fails it (CloseRequest.failure).
   Status Close(uint64_t session_id, const std::string& job_secret, std::optional<uint32_t> rank,
-               std::chrono::milliseconds timeout);
+               std::chrono::milliseconds timeout, const std::string& failure = "");
   // Opens this registered worker's Attach stream. `on_failure` runs at most once, from a gRPC
   // thread, when the stream ends for another reason than the Attachment's destruction or Fail:
   // the job failed on the switch (the status says why, e.g. which rank died) or the switch is

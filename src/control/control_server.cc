@@ -343,6 +343,7 @@ struct ControlServer::Impl {
       q.secret = req->job_secret();
       q.has_rank = req->has_rank();
       q.rank = req->rank();
+      q.failure = req->failure();
       reactor->Finish(ToGrpc(impl_->registry.Close(q, CallerOf(ctx))));
       return reactor;
     }

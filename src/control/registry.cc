@@ -857,6 +857,18 @@ Status Registry::Close(const CloseRequest& q, const Caller& caller) {
     auto it = jobs_.find(q.session_id);
     if (q.secret.size() > kMaxSecretBytes) {
       st = InvalidArgumentError("job secret too long");
+    } else if (!q.failure.empty()) {
+      // A member's side failed: the session fails here too, also before it has a job (its
+      // waiting barriers and broadcasts end), as a refusal of one of its ranks fails it.
+      constexpr size_t kMaxReason = 1024;
+      if (q.session_id == 0 || q.session_id == UINT64_MAX) {
+        st = InvalidArgumentError("a failure needs a session id");
+      } else if (!OwnsLocked(q.session_id, q.secret)) {
+        st = PermissionDeniedError(name + " belongs to a job with another secret");
+      } else {
+        FailSessionLocked(q.session_id, q.secret,
+                          FailedPreconditionError(q.failure.substr(0, kMaxReason)), deferred);
+      }
     } else if (it == jobs_.end()) {
       st = NotFoundError(name + " is not open on the switch (closed, expired or never opened)");
     } else {

@@ -103,6 +103,9 @@ struct CloseRequest {
   std::string secret;
   bool has_rank = false;  // false: the whole job
   uint32_t rank = 0;
+  // Not empty: the session failed on the caller's side (CloseRequest.failure): fail it with
+  // this text (cut to 1 KiB) instead of closing a rank. Needs the job's secret, or no job.
+  std::string failure;
 };
 
 struct AttachRequest {

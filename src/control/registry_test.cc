@@ -527,6 +527,30 @@ TEST_F(RegistryTest, CloseOfARankNotRegisteredIsRefused) {
   EXPECT_FALSE(end->has_value());
 }
 
+// Given a session whose ranks wait in a barrier, before and after its job exists, When a member
+// reports a failure through Close (CloseRequest.failure: a top-of-rack switch refused its
+// rack's first rank), Expect the waits to fail at once with that text and the job to be gone;
+// a stranger's failure report (another secret) is refused and changes nothing.
+TEST_F(RegistryTest, CloseWithAFailureFailsTheSession) {
+  auto before_job = Sync(Barrier(27, 3, 1));
+  CloseRequest failure{27, kSecret, false, 0, "rack 1's first rank was refused"};
+  ASSERT_TRUE(registry_->Close(failure, At(kLocal)).ok());
+  ASSERT_TRUE(before_job->done);
+  EXPECT_EQ(before_job->status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(before_job->status.message(), "rack 1's first rank was refused");
+  Open(28, 2, 40000);
+  auto waiting = Sync(Barrier(28, 2, 0));
+  CloseRequest stranger{28, "another secret", false, 0, "a stranger's failure"};
+  EXPECT_EQ(registry_->Close(stranger, At(kLocal)).code(), StatusCode::kPermissionDenied);
+  EXPECT_FALSE(waiting->done);
+  EXPECT_TRUE(SwitchHasJob(28));
+  failure.session_id = 28;
+  ASSERT_TRUE(registry_->Close(failure, At(kLocal)).ok());
+  ASSERT_TRUE(waiting->done);
+  EXPECT_EQ(waiting->status.message(), "rack 1's first rank was refused");
+  EXPECT_FALSE(SwitchHasJob(28));
+}
+
 // Leases: a job whose workers vanished (no stream, no activity) expires; one with a stream or
 // data-plane activity does not.
 TEST_F(RegistryTest, LeasesExpireOnlyForVanishedJobs) {

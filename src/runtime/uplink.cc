@@ -275,10 +275,25 @@ void Uplink::UdpSessionRefused(const switchml_proto::UdpSessionRequest& request,
       return;
     }
     if (opened_.size() >= kMaxOpened) opened_.erase(opened_.begin());
-    opened_[id] = FailedPreconditionError(
-        "session " + std::to_string(id) + " failed at setup: rank " +
-        std::to_string(it->second.rack.first_rank) +
-        " (this rack's first) was refused by this top-of-rack switch: " + why.message());
+    const std::string first = std::to_string(it->second.rack.first_rank);
+    opened_[id] = FailedPreconditionError("session " + std::to_string(id) +
+                                          " failed at setup: rank " + first +
+                                          " (this rack's first) was refused by this top-of-rack "
+                                          "switch: " + why.message());
+    // The other racks' ranks may wait at the spine (in the setup barriers): the session fails
+    // there too, with why, instead of at their deadlines.
+    const std::string failure = "session " + std::to_string(id) + " failed at setup: rank " +
+                                first + " (the first of rack " +
+                                std::to_string(options_.rack_index) +
+                                ") was refused by its top-of-rack switch: " + why.message();
+    PostLocked([this, id, secret = request.job_secret(), failure] {
+      Status st = setup_client_.Close(id, secret, std::nullopt, std::chrono::milliseconds(2000),
+                                      failure);
+      if (!st.ok()) {
+        LOG(kWarning, kControl) << "session " << id << ": failing it at the upstream "
+                                << options_.upstream << " failed: " << st.ToString();
+      }
+    });
   }
   cv_.notify_all();
 }

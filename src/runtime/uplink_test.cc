@@ -188,8 +188,12 @@ TEST(UplinkTest, RackStopsWaitingWhenItsFirstRankIsRefused) {
 // A spine and a one-rack ToR with an Uplink, on loopback. `spine_registry`: the spine's
 // registry options (its leases); `spine_hooks`: the spine server's hooks (not owned), if any.
 struct TwoLevels {
+  // The ToR: `tor_config`, rack `rack_index` of `racks`.
   explicit TwoLevels(const control::RegistryOptions& spine_registry = {},
-                     control::SessionHooks* spine_hooks = nullptr) {
+                     control::SessionHooks* spine_hooks = nullptr,
+                     const dataplane::SwitchConfig& tor_config = {}, uint32_t racks = 1,
+                     uint32_t rack_index = 0)
+      : tor_sw(tor_config) {
     using namespace std::chrono_literals;
     control::ControlServerOptions so;
     so.bind_address = "127.0.0.1";
@@ -200,7 +204,7 @@ struct TwoLevels {
     so.registry = {};
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     spine = std::move(s).value();
-    UplinkOptions uo = UnreachableUpstream(1, 0);
+    UplinkOptions uo = UnreachableUpstream(racks, rack_index);
     uo.upstream = "127.0.0.1:" + std::to_string(spine->port());
     uo.timeout = 5s;
     uplink = std::make_unique<Uplink>(uo, &tor_sw);
@@ -224,8 +228,9 @@ struct TwoLevels {
     spine->Shutdown();
   }
   std::string tor_target() const { return "127.0.0.1:" + std::to_string(tor->port()); }
+  std::string spine_target() const { return "127.0.0.1:" + std::to_string(spine->port()); }
   dataplane::LockedSwitch spine_sw{dataplane::SwitchConfig{}};
-  dataplane::LockedSwitch tor_sw{dataplane::SwitchConfig{}};
+  dataplane::LockedSwitch tor_sw;
   std::unique_ptr<control::ControlServer> spine;
   std::unique_ptr<Uplink> uplink;
   std::unique_ptr<control::ControlServer> tor;
@@ -337,6 +342,42 @@ TEST(UplinkTest, UpstreamThatNeverAttachedIsClosedAtTheSpine) {
       << "the spine kept session 12 (until its lease)";
   const auto next = worker.UdpSession(RankZeroOfOne(13, "s"));
   EXPECT_TRUE(next.ok()) << next.status().ToString();
+}
+
+// Given a job of 4 workers over 2 racks whose spine job rack 0's ToR has opened, with rank 0
+// waiting at the spine in the setup barrier (as the other racks' ranks do), When rack 1's ToR
+// refuses rank 2, its rack's first (a window larger than its 64 slots), Expect that barrier to
+// fail at once with the ToR's reason, and the spine's job to be gone: the ToR fails the session
+// at the spine (Close with a failure). It used to wait until its deadline.
+TEST(UplinkTest, RefusedFirstRankOfARackFailsTheSessionAtTheSpine) {
+  using namespace std::chrono_literals;
+  dataplane::SwitchConfig tor_config;
+  tor_config.slots_per_job = 64;
+  TwoLevels h({}, nullptr, tor_config, /*racks=*/2, /*rack_index=*/1);
+  control::ControlClient spine(h.spine_target(), 10s), worker(h.tor_target(), 10s);
+  // Rack 0's ToR, as rank 0 of the spine's job of 2 racks.
+  control::UdpSessionArgs rack0 = RankZeroOfOne(21, "s");
+  rack0.num_workers = 2;
+  rack0.udp_port = 42000;
+  ASSERT_TRUE(spine.UdpSession(rack0).ok());
+  const auto start = std::chrono::steady_clock::now();
+  auto waiting = std::async(std::launch::async, [&] {
+    return spine.Barrier(21, 4, "s", 0u, std::chrono::system_clock::now() + 8s);
+  });
+  std::this_thread::sleep_for(300ms);
+  control::UdpSessionArgs a = RankZeroOfOne(21, "s");
+  a.rank = 2;
+  a.num_workers = 4;
+  a.max_outstanding_packets = 128;  // more than the ToR's 64 slots: refused
+  EXPECT_EQ(worker.UdpSession(a).status().code(), StatusCode::kInvalidArgument);
+  const Status st = waiting.get();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "rank 0 waited for its deadline";
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("rank 2 (the first of rack 1) was refused by its top-of-rack"),
+            std::string::npos)
+      << st.ToString();
+  EXPECT_NE(st.message().find("max_outstanding_packets 128"), std::string::npos) << st.ToString();
+  EXPECT_FALSE(h.spine->registry().HasJob(21));
 }
 
 // A stranger's rank-0 registration at a ToR, for a session whose job is open with a secret, is
