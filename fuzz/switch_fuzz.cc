@@ -230,7 +230,8 @@ void RunArbitrary(FuzzedDataProvider& in) {
         h.e1 = in.ConsumeIntegralInRange<int8_t>(-1, 1);
         const uint32_t seed = in.ConsumeIntegral<uint32_t>();
         const size_t numel = proto::NumelOf(h.size);
-        for (size_t i = 0; i < numel; ++i) values[i] = static_cast<int32_t>(FuzzMix(seed + i * 977));
+        for (size_t i = 0; i < numel; ++i)
+          values[i] = static_cast<int32_t>(FuzzMix(seed + i * 977));
         const size_t n = proto::Encode(h, std::span<const int32_t>(values.data(), numel), d);
         f.Feed(src, std::span<const uint8_t>(d.data(), n));
         break;

@@ -44,8 +44,12 @@ struct Job {
 
 std::unique_ptr<Process> StartWorker(const std::string& control, const Job& j, uint32_t rank,
                                      std::vector<std::string> rank_extra = {}) {
-  testing::WorkerCommand w{control,   rank,         j.workers,
-                           j.size,    j.dtype,      j.iterations,
+  testing::WorkerCommand w{control,
+                           rank,
+                           j.workers,
+                           j.size,
+                           j.dtype,
+                           j.iterations,
                            {"--job-secret", "failure-test-secret"}};
   w.extra.insert(w.extra.end(), j.extra.begin(), j.extra.end());
   w.extra.insert(w.extra.end(), rank_extra.begin(), rank_extra.end());
@@ -166,8 +170,7 @@ TEST(FailureProcessTest, JobSurvivesAStalledSwitchOrWorker) {
       ASSERT_TRUE(p->Wait(seconds(60))) << what << ": a worker still runs:\n" << p->output();
       EXPECT_EQ(p->exit_code(), 0) << what << ":\n" << p->output();
       EXPECT_NE(p->output().find("status=ok verified=1"), std::string::npos) << p->output();
-      EXPECT_EQ(p->output().find("lost the control connection"), std::string::npos)
-          << p->output();
+      EXPECT_EQ(p->output().find("lost the control connection"), std::string::npos) << p->output();
     }
     EXPECT_EQ(sw.process->output().find("lost its control connection"), std::string::npos)
         << sw.process->output();

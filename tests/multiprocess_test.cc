@@ -50,13 +50,9 @@ struct WorkerArgs {
 
 std::unique_ptr<Process> StartWorker(const runtime::SwitchDaemon& d, const WorkerArgs& a,
                                      uint32_t rank, std::vector<std::string> rank_extra = {}) {
-  testing::WorkerCommand w{"127.0.0.1:" + std::to_string(d.control_port()),
-                           rank,
-                           a.workers,
-                           a.size,
-                           a.dtype,
-                           "2",
-                           {"--session", std::to_string(a.session)}};
+  testing::WorkerCommand w{
+      "127.0.0.1:" + std::to_string(d.control_port()), rank, a.workers, a.size, a.dtype, "2",
+      {"--session", std::to_string(a.session)}};
   w.extra.insert(w.extra.end(), a.extra.begin(), a.extra.end());
   w.extra.insert(w.extra.end(), rank_extra.begin(), rank_extra.end());
   return testing::StartWorkerProcess(w);

@@ -5,8 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -103,24 +103,15 @@ bool Process::WaitForOutput(const std::string& text, std::chrono::milliseconds t
 }
 
 std::vector<std::string> WorkerArgv(const WorkerCommand& w) {
-  std::vector<std::string> argv = {SwitchmlBinary(),
-                                   "worker",
-                                   "--switch",
-                                   w.control,
-                                   "--rank",
-                                   std::to_string(w.rank),
-                                   "--workers",
-                                   std::to_string(w.workers),
-                                   "--size",
-                                   w.size,
-                                   "--dtype",
-                                   w.dtype,
-                                   "--iterations",
-                                   w.iterations,
-                                   "--warmup",
-                                   "0",
-                                   "--report",
-                                   "--setup-timeout-ms",
+  std::vector<std::string> argv = {SwitchmlBinary(), "worker",
+                                   "--switch",       w.control,
+                                   "--rank",         std::to_string(w.rank),
+                                   "--workers",      std::to_string(w.workers),
+                                   "--size",         w.size,
+                                   "--dtype",        w.dtype,
+                                   "--iterations",   w.iterations,
+                                   "--warmup",       "0",
+                                   "--report",       "--setup-timeout-ms",
                                    "20000"};
   argv.insert(argv.end(), w.extra.begin(), w.extra.end());
   return argv;

@@ -135,8 +135,8 @@ TEST_F(ShmMultiProcessTest, RunCommandWithLoss) {
 // host) and say so; and given a shm directory that cannot be made, Expect it to say why and run
 // the job over UDP instead, verified either way.
 TEST_F(ShmMultiProcessTest, RunCommandChoosesShmByDefaultAndFallsBackToUdp) {
-  const std::vector<std::string> job = {testing::SwitchmlBinary(), "run", "--workers", "2",
-                                        "--size", "100003", "--iterations", "2"};
+  const std::vector<std::string> job = {
+      testing::SwitchmlBinary(), "run", "--workers", "2", "--size", "100003", "--iterations", "2"};
   Process p(job);
   ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
   EXPECT_EQ(p.exit_code(), 0) << p.output();

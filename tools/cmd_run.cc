@@ -22,9 +22,9 @@
 #include "commands.h"
 #include "flags.h"
 #include "runtime/switch_daemon.h"
+#include "testing/measure.h"
 #include "transport/factory.h"
 #include "transport/shm.h"
-#include "testing/measure.h"
 
 namespace switchml::tools {
 namespace {
@@ -155,9 +155,8 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       "switchml run: software switch on 127.0.0.1 (data port %u, control port %u), transport "
       "%s%s%s\n",
       (*daemon)->data_port(), (*daemon)->control_port(), o.transport.c_str(), why.c_str(),
-              o.loss > 0
-                  ? (", dropping " + std::to_string(o.loss * 100) + "% of packets each way").c_str()
-                  : "");
+      o.loss > 0 ? (", dropping " + std::to_string(o.loss * 100) + "% of packets each way").c_str()
+                 : "");
   std::printf(
       "switchml run: %u workers x %u threads, %llu %s elements, %u iterations after %u "
       "warm-up, window %u, %u elements per packet\n",
@@ -281,8 +280,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
     // their inboxes and groups in the shm directory; nothing else would remove them.
     std::vector<uint32_t> pids;
     for (const Child& c : children) pids.push_back(static_cast<uint32_t>(c.pid));
-    const size_t removed =
-        transport::RemoveShmFilesLeftBy(transport::DefaultShmDirectory(), pids);
+    const size_t removed = transport::RemoveShmFilesLeftBy(transport::DefaultShmDirectory(), pids);
     if (removed > 0) {
       LOG(kInfo, kTransport) << "removed " << removed << " shm files the workers left behind";
     }

@@ -183,8 +183,8 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   if (slots < 1 || slots > 16384) return fail("--slots must be in 1..16384");
   if (window < 0) return fail("--window must be >= 0");
   if (window > slots) {  // was clamped to --slots without a word
-    return fail("--window " + std::to_string(window) + " exceeds --slots " +
-                std::to_string(slots) + ": raise --slots or lower --window");
+    return fail("--window " + std::to_string(window) + " exceeds --slots " + std::to_string(slots) +
+                ": raise --slots or lower --window");
   }
   DataType dtype;
   if (flags.GetString("dtype") == "int32") {

@@ -184,10 +184,10 @@ int WorkerCommand(const std::vector<std::string>& args) {
     in.assign(bytes, 1);
     out.assign(bytes, 1);
   } catch (const std::bad_alloc&) {
-    return fail("cannot allocate the tensors",
-                InvalidArgumentError("2 buffers of " + std::to_string(bytes) +
-                                       " bytes for --size " + std::to_string(job.size) +
-                                       ": use a smaller --size"));
+    return fail(
+        "cannot allocate the tensors",
+        InvalidArgumentError("2 buffers of " + std::to_string(bytes) + " bytes for --size " +
+                             std::to_string(job.size) + ": use a smaller --size"));
   }
 
   const StopOnSignal stop_on_signal(who, report, static_cast<long long>(rank),

@@ -124,8 +124,7 @@ Status Flags::Parse(const std::vector<std::string>& args, bool* help_requested) 
         }
         // strtod also takes nan, inf and overflows to inf: no flag means any of them.
         if (!std::isfinite(d) || (errno == ERANGE && std::fabs(d) > 1)) {
-          return InvalidArgumentError("--" + name + " wants a finite number, not '" + value +
-                                      "'");
+          return InvalidArgumentError("--" + name + " wants a finite number, not '" + value + "'");
         }
         break;
       }

@@ -39,9 +39,11 @@ TEST(FlagsTest, ErrorsNameTheFlag) {
   // another number (99999999999999999999 once read as 9223372036854775807, nan passed range
   // checks written as "not in range").
   f.AddDouble("p", 0.5, "prob");
-  EXPECT_NE(f.Parse({"--n", "99999999999999999999"}, &help).message().find("--n "
-                                                                          "99999999999999999999 "
-                                                                          "is out of range"),
+  EXPECT_NE(f.Parse({"--n", "99999999999999999999"}, &help)
+                .message()
+                .find("--n "
+                      "99999999999999999999 "
+                      "is out of range"),
             std::string::npos);
   EXPECT_NE(f.Parse({"--n", "-99999999999999999999"}, &help).message().find("out of range"),
             std::string::npos);

@@ -107,9 +107,10 @@ Element ElementOf(const py::buffer_info& b) {
   if (!NativeByteOrder(f)) {
     // The elements are used as they are in memory: summed in the wrong byte order they would
     // come back as garbage without a word.
-    throw py::type_error("switchml: all-reduce needs elements in this machine's byte order; got "
-                         "format '" +
-                         f + "' (convert, e.g. numpy's astype('=f4'))");
+    throw py::type_error(
+        "switchml: all-reduce needs elements in this machine's byte order; got "
+        "format '" +
+        f + "' (convert, e.g. numpy's astype('=f4'))");
   }
   const char c = f.empty() ? '?' : f.back();  // skip byte-order prefixes such as '<' and '='
   if (f.size() <= 2 && c == 'f' && b.itemsize == 4) return Element::kFloat32;

@@ -104,8 +104,8 @@ struct PacketMetadata {
   proto::Header header;
   std::span<const uint8_t> payload;  // the header's numel int32 values, wire order
   uint32_t num_workers = 0;
-  uint32_t rank = 0;          // the sender's rank: its bit in the worker bitmaps
-  bool running_tsi = false;   // the job's JobSpec::running_tsi
+  uint32_t rank = 0;         // the sender's rank: its bit in the worker bitmaps
+  bool running_tsi = false;  // the job's JobSpec::running_tsi
   // Where the reply's payload goes, set by the caller: out[kPrefixBytes, ...) of the buffer the
   // deparser will write (a transmit buffer, or the packet's own payload: a reply built over the
   // datagram it answers); empty: the deparser writes it. A contribution that completes its set
@@ -114,8 +114,8 @@ struct PacketMetadata {
   std::span<uint8_t> reply_payload;
 
   // WorkerBitmapStage.
-  bool first;  // this set's bitmap was empty: the first contribution of a fresh round
-  bool seen;   // the sender's bit was already set: a retransmission
+  bool first;          // this set's bitmap was empty: the first contribution of a fresh round
+  bool seen;           // the sender's bit was already set: a retransmission
   bool other_had_bit;  // the sender's bit was set in the other set (Restore puts it back)
 
   // WorkerCounterStage.

@@ -668,8 +668,13 @@ TEST(PipelineTest, EveryStageWritesAllItsOutputsOnEveryPath) {
     PacketMetadata b;
     std::memset(static_cast<void*>(&b), 0x01, sizeof b);
     for (PacketMetadata* md : {&a, &b}) {
-      md->header = proto::Header{proto::kMsgTypeData, proto::SizeCode::k256B, 0, st.tsi,
-                                 st.slot, static_cast<int8_t>(st.rank), -1};
+      md->header = proto::Header{proto::kMsgTypeData,
+                                 proto::SizeCode::k256B,
+                                 0,
+                                 st.tsi,
+                                 st.slot,
+                                 static_cast<int8_t>(st.rank),
+                                 -1};
       md->payload = wire;
       md->num_workers = kWorkers;
       md->rank = st.rank;

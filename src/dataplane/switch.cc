@@ -694,7 +694,8 @@ std::string Switch::FormatCounters(bool per_slot) const {
       jobs_.size(), counters_.received, malformed, counters_.dropped_unknown_source,
       counters_.jobs_evicted);
   // (A top-of-rack switch's, over every job: its jobs' tables below end when the jobs close.)
-  if (counters_.upstream_results > 0) add(", upstream_results %" PRIu64, counters_.upstream_results);
+  if (counters_.upstream_results > 0)
+    add(", upstream_results %" PRIu64, counters_.upstream_results);
   out += '\n';
   for (int e = 1; e < proto::kNumDecodeErrors; ++e) {
     if (counters_.dropped_malformed[e] == 0) continue;

@@ -137,7 +137,7 @@ struct JobCounters {
   // Of the completed (and upstream) results, those sent once to the job's multicast group
   // (JobSpec::multicast_group) rather than once per worker.
   uint64_t group_sends = 0;
-  uint64_t retransmitted = 0;      // unicast re-sends of a stored result
+  uint64_t retransmitted = 0;  // unicast re-sends of a stored result
   // Top-of-rack jobs (see UpstreamSpec).
   uint64_t upstream_sent = 0;     // partial sums sent up, re-sends included
   uint64_t upstream_resent = 0;   // of those, re-sends on a worker's retransmission

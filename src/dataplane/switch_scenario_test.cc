@@ -36,8 +36,8 @@ int8_t E1(uint32_t rank, uint32_t round) {
   return static_cast<int8_t>(-static_cast<int>(rank + round));
 }
 // Every worker sends the same (job_number, tsi) for a round, as real workers do (the tsi is their
-// running round number of the slot), and each round of a slot has its own tsi: the switch relies on both to
-// recognise late duplicates.
+// running round number of the slot), and each round of a slot has its own tsi: the switch relies on
+// both to recognise late duplicates.
 uint32_t Tsi(uint32_t round) { return 0x10000 * (round + 1); }
 uint8_t JobNumber(uint32_t round) { return static_cast<uint8_t>(5 + round); }
 

@@ -837,7 +837,8 @@ TEST(SwitchArithmeticTest, FusedReplyIntoATransmitBufferIsTheExactSum) {
           EXPECT_EQ(p.header.e0, static_cast<int8_t>(n - 1) - 2);
           EXPECT_EQ(p.header.e1, 0);
           for (size_t i = 0; i < numel; ++i) {
-            ASSERT_EQ(static_cast<uint32_t>(p.values[i]), expected[i]) << "round " << round << " i " << i;
+            ASSERT_EQ(static_cast<uint32_t>(p.values[i]), expected[i])
+                << "round " << round << " i " << i;
           }
           multicast.assign(a.reply.begin(), a.reply.end());
         }

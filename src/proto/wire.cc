@@ -202,8 +202,8 @@ void LoadPayloadAndCopy(std::span<const uint8_t> wire, std::span<int32_t> values
   CHECK_EQ(wire.size(), values.size() * 4);
   CHECK_EQ(out.size(), wire.size());
   CHECK(SameOrDisjoint(wire, out)) << "out overlaps wire";
-  HWY_DYNAMIC_DISPATCH(LoadPayloadAndCopyKernel)(wire.data(), values.data(), out.data(),
-                                                 values.size());
+  HWY_DYNAMIC_DISPATCH(LoadPayloadAndCopyKernel)
+  (wire.data(), values.data(), out.data(), values.size());
 }
 
 DecodeError Decode(std::span<const uint8_t> d, Packet* out) {

@@ -181,8 +181,8 @@ TEST_P(PayloadKernelTest, FusedAddAndLoadWriteTheReplyPayload) {
   for (size_t n : {0, 1, 7, 8, 9, 16, 17, 64, 100, 256}) {
     for (size_t offset : {0, 1, 3}) {
       for (bool in_place : {false, true}) {
-        SCOPED_TRACE(testing::Message() << "n " << n << " offset " << offset << " in place "
-                                        << in_place);
+        SCOPED_TRACE(testing::Message()
+                     << "n " << n << " offset " << offset << " in place " << in_place);
         const std::vector<int32_t> values = RandomValues(n, static_cast<uint32_t>(n * 3 + offset));
         std::vector<uint8_t> in_buffer(offset + 4 * n + 8, 0xee);
         const std::span<uint8_t> wire(in_buffer.data() + offset, 4 * n);

@@ -94,8 +94,9 @@ Status Config::Validate() const {
         "--multicast on), or lan_multicast = false");
   }
   if (!(wake_batch >= 0 && wake_batch <= 1)) {
-    return InvalidArgumentError("wake_batch must be in [0, 1] (a fraction of the packets in "
-                                "flight; 0 = wake for every arrival)");
+    return InvalidArgumentError(
+        "wake_batch must be in [0, 1] (a fraction of the packets in "
+        "flight; 0 = wake for every arrival)");
   }
   if (job_secret.size() > 64) {
     return InvalidArgumentError("job_secret must be at most 64 bytes, not " +
@@ -381,7 +382,8 @@ Status Context::Impl::Setup() {
     if (!transport::AuthKeyFromBytes(reply.data_key, &key)) {  // the client checked the size
       return InternalError("the switch's data-plane key is not 16 bytes");
     }
-    for (auto& t : transports) t = transport::MakeAuthenticated(std::move(t), session_id, config.rank, key);
+    for (auto& t : transports)
+      t = transport::MakeAuthenticated(std::move(t), session_id, config.rank, key);
   }
 
   const uint32_t window = args.max_outstanding_packets / config.num_worker_threads;
@@ -458,8 +460,8 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
     if (a < b + bytes && b < a + bytes) {
       return InvalidArgumentError(
           "AllReduce: in and out overlap without being the same buffer (out - in = " +
-          std::to_string(static_cast<int64_t>(b - a)) +
-          " bytes, " + std::to_string(bytes) + " bytes each); pass the same pointer for an "
+          std::to_string(static_cast<int64_t>(b - a)) + " bytes, " + std::to_string(bytes) +
+          " bytes each); pass the same pointer for an "
           "in-place all-reduce, or buffers that do not overlap");
     }
   }

@@ -39,7 +39,8 @@ struct SwitchDaemonOptions {
   dataplane::SwitchConfig switch_config;
   // Data-plane threads (shards), on ports data_port .. data_port + threads - 1.
   uint32_t threads = 1;
-  // The data-plane transport's kind (transport/factory.h: "udp", "udp-plain", "xdp", "dpdk", "shm").
+  // The data-plane transport's kind (transport/factory.h: "udp", "udp-plain", "xdp", "dpdk",
+  // "shm").
   std::string transport = "udp";
   // Poll the data-plane sockets without sleeping (lower latency, one core kept busy per shard).
   bool busy_poll = false;

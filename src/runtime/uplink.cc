@@ -213,8 +213,8 @@ Status Uplink::AttachUpstream(const switchml_proto::UdpSessionRequest& request) 
   const std::string secret = request.job_secret();
   // The job may end here meanwhile (e.g. the spine refused the stream, whose failure ended the
   // job before it had an upstream to end): then it ends at the spine too.
-  const Status ended = FailedPreconditionError(
-      "session " + std::to_string(id) + " ended on this top-of-rack switch while it joined");
+  const Status ended = FailedPreconditionError("session " + std::to_string(id) +
+                                               " ended on this top-of-rack switch while it joined");
   RackPlacement rack;
   {
     std::lock_guard lock(mu_);
@@ -279,7 +279,8 @@ void Uplink::UdpSessionRefused(const switchml_proto::UdpSessionRequest& request,
     opened_[id] = FailedPreconditionError("session " + std::to_string(id) +
                                           " failed at setup: rank " + first +
                                           " (this rack's first) was refused by this top-of-rack "
-                                          "switch: " + why.message());
+                                          "switch: " +
+                                          why.message());
     // The other racks' ranks may wait at the spine (in the setup barriers): the session fails
     // there too, with why, instead of at their deadlines.
     const std::string failure = "session " + std::to_string(id) + " failed at setup: rank " +
@@ -287,8 +288,8 @@ void Uplink::UdpSessionRefused(const switchml_proto::UdpSessionRequest& request,
                                 std::to_string(options_.rack_index) +
                                 ") was refused by its top-of-rack switch: " + why.message();
     PostLocked([this, id, secret = request.job_secret(), failure] {
-      Status st = setup_client_.Close(id, secret, std::nullopt, std::chrono::milliseconds(2000),
-                                      failure);
+      Status st =
+          setup_client_.Close(id, secret, std::nullopt, std::chrono::milliseconds(2000), failure);
       if (!st.ok()) {
         LOG(kWarning, kControl) << "session " << id << ": failing it at the upstream "
                                 << options_.upstream << " failed: " << st.ToString();

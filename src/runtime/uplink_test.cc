@@ -272,9 +272,7 @@ class FirstAttach final : public control::SessionHooks {
   FirstAttach(uint64_t session_id, std::chrono::milliseconds hold, bool refuse)
       : session_id_(session_id), hold_(hold), refuse_(refuse) {}
   Status BeforeUdpSession(switchml_proto::UdpSessionRequest*) override { return Status::Ok(); }
-  Status AfterUdpSession(const switchml_proto::UdpSessionRequest&) override {
-    return Status::Ok();
-  }
+  Status AfterUdpSession(const switchml_proto::UdpSessionRequest&) override { return Status::Ok(); }
   void UdpSessionRefused(const switchml_proto::UdpSessionRequest&, const Status&) override {}
   Status BeforeAttach(switchml_proto::AttachRequest* request) override {
     if (request->session_id() != session_id_ || seen_.exchange(true)) return Status::Ok();

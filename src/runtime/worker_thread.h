@@ -59,8 +59,8 @@ class WorkerThread {
   // joined a LAN multicast group where the switch sends every result (Config::lan_multicast),
   // described so ("239.192.1.2:12000 on eth0"); if a window's worth of datagrams (and at least
   // kGroupCheckDatagrams) arrive from the switch and none through the group, the network is
-  // not delivering it (only retransmission replies come, as unicast): the slice fails with FAILED_PRECONDITION
-  // naming the group, instead of crawling on retransmissions.
+  // not delivering it (only retransmission replies come, as unicast): the slice fails with
+  // FAILED_PRECONDITION naming the group, instead of crawling on retransmissions.
   WorkerThread(const worker::SessionConfig& config, std::unique_ptr<transport::Transport> transport,
                Endpoint switch_data, std::shared_ptr<FailureLatch> failure, WaitPolicy wait = {},
                uint16_t switch_ports_first = 0, uint32_t switch_ports = 0,

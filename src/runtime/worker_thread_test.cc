@@ -203,7 +203,7 @@ TEST(WorkerThreadTest, WakeBatchingTakesSeveralResultsPerWakeUp) {
   const double per_receive =
       static_cast<double>(t->received()) / static_cast<double>(t->nonempty_receives());
   EXPECT_GE(per_receive, 8.0) << t->received() << " results in " << t->nonempty_receives()
-                               << " receives";
+                              << " receives";
 }
 
 // Reports every datagram it receives as having come through a multicast group, or none, as a

@@ -230,7 +230,7 @@ class AuthTransport final : public Transport {
   std::unique_ptr<Transport> inner_;
   const std::optional<AuthPeer> fixed_;
   const std::shared_ptr<const AuthKeyTable> table_;
-  const size_t max_;  // max_datagram_bytes(): the inner transport's less kAuthRoomBytes
+  const size_t max_;   // max_datagram_bytes(): the inner transport's less kAuthRoomBytes
   uint64_t seen_ = 0;  // the table's version peers_ reflects (the table starts at 0, empty)
   bool keyed_ = fixed_.has_value();
   std::unordered_map<Endpoint, AuthPeer> peers_;

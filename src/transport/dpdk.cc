@@ -17,6 +17,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #else  // SWITCHML_HAVE_DPDK
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <rte_alarm.h>
 #include <rte_arp.h>
@@ -34,7 +35,6 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include <rte_udp.h>
 #include <rte_version.h>
 #include <sched.h>
-#include <linux/futex.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -42,18 +42,17 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <climits>
-#include <condition_variable>
-#include <functional>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <charconv>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -104,19 +103,19 @@ Status CheckTuningEnvironment() {
     const char* name;
     uint64_t min, max;
   };
-  for (const Count& c : {Count{"SWITCHML_DPDK_SPIN", 0, UINT32_MAX},
-                         Count{"SWITCHML_DPDK_NAP_US", 1, 3600000000},
-                         Count{"SWITCHML_DPDK_MAX_NAP_US", 1, 3600000000},
-                         Count{"SWITCHML_DPDK_MAX_SLEEP_US", 1, 3600000000},
-                         Count{"SWITCHML_DPDK_YIELD_US", 0, 3600000000}}) {
+  for (const Count& c :
+       {Count{"SWITCHML_DPDK_SPIN", 0, UINT32_MAX}, Count{"SWITCHML_DPDK_NAP_US", 1, 3600000000},
+        Count{"SWITCHML_DPDK_MAX_NAP_US", 1, 3600000000},
+        Count{"SWITCHML_DPDK_MAX_SLEEP_US", 1, 3600000000},
+        Count{"SWITCHML_DPDK_YIELD_US", 0, 3600000000}}) {
     const std::string e = Env(c.name);
     if (e.empty()) continue;
     uint64_t v = 0;
     auto [end, ec] = std::from_chars(e.data(), e.data() + e.size(), v);
     if (ec != std::errc() || end != e.data() + e.size() || v < c.min || v > c.max) {
       return InvalidArgumentError(std::string(c.name) + " must be a whole number in " +
-                                  std::to_string(c.min) + ".." + std::to_string(c.max) +
-                                  ", not '" + e + "'");
+                                  std::to_string(c.min) + ".." + std::to_string(c.max) + ", not '" +
+                                  e + "'");
     }
   }
   if (const std::string e = Env("SWITCHML_DPDK_POLL"); !e.empty() && e != "spin") {
@@ -596,7 +595,9 @@ class Bell {
 std::string IdLockPath(const std::string& sock, uint32_t id) {
   return std::string(kLockDir) + "/" + sock + "." + std::to_string(id) + ".lock";
 }
-std::string BellPath(const std::string& sock) { return std::string(kLockDir) + "/" + sock + ".bell"; }
+std::string BellPath(const std::string& sock) {
+  return std::string(kLockDir) + "/" + sock + ".bell";
+}
 
 // An id lock for a memif client: the first free id of socket `sock`.
 struct IdLock {
@@ -631,8 +632,8 @@ Result<std::unique_ptr<IdLock>> TakeId(const std::string& sock, uint32_t max_ids
 // A started port; closed (and a virtual device removed) when the last transport using it goes.
 struct Device {
   uint16_t port = 0;
-  std::string vdev;  // the virtual device to remove ("" for a PCI port)
-  std::string key;   // its entry in Process::devices_in_use ("" for memif)
+  std::string vdev;          // the virtual device to remove ("" for a PCI port)
+  std::string key;           // its entry in Process::devices_in_use ("" for memif)
   std::string memif_server;  // a memif server's socket: kept, only stopped (TakeMemifServer)
   uint32_t memif_id = 0;
   ~Device() {
@@ -691,7 +692,7 @@ class DpdkTransport final : public Transport {
       if (m != nullptr) rte_pktmbuf_free(m);
     }
     rte_pktmbuf_free_bulk(tx_stash_.data(), tx_stash_n_);
-    ports_.clear();  // the last user of a device closes it
+    ports_.clear();                // the last user of a device closes it
     if (!memif_server_.empty()) {  // kept with the socket for the next switch side (dpdk.cc)
       std::lock_guard<std::recursive_mutex> lock(Proc().mu);
       Proc().memif_servers.at(memif_server_).reservation = std::move(reservation_);
@@ -856,7 +857,8 @@ class DpdkTransport final : public Transport {
       std::chrono::nanoseconds nap = rung_by_peers_ ? max_sleep_ : step;
       if (!forever) nap = std::min<std::chrono::nanoseconds>(nap, timeout - (now - start));
       const uint32_t seen = bell->PrepareSleep();
-      if (const size_t got = PollOnce(batch, true); got > 0) {  // came before the peers saw the flag
+      if (const size_t got = PollOnce(batch, true);
+          got > 0) {  // came before the peers saw the flag
         bell->Awake();
         if (yield_for_.count() > 0) last_rx_ = std::chrono::steady_clock::now();
         return got;
@@ -883,7 +885,7 @@ class DpdkTransport final : public Transport {
 
  private:
   static constexpr size_t kBurst = 64;
-  static constexpr size_t kRxHeld = 1024;  // received mbufs held until the next Receive
+  static constexpr size_t kRxHeld = 1024;     // received mbufs held until the next Receive
   static constexpr uint32_t kIdlePolls = 16;  // PollOnce: a power of two
   static constexpr size_t kLentSlots = kTxBuffers + kRxHeld;
   static constexpr unsigned kTxStash = 32;
@@ -1199,14 +1201,14 @@ class DpdkTransport final : public Transport {
   Bell own_bell_;
   std::unique_ptr<Bell> shared_bell_;
   std::atomic<Bell*> bell_{&own_bell_};
-  bool doorbells_ = true;       // memif: ring the peers and sleep until rung (SWITCHML_DPDK_DOORBELL)
+  bool doorbells_ = true;  // memif: ring the peers and sleep until rung (SWITCHML_DPDK_DOORBELL)
   bool rung_by_peers_ = false;  // bell_ is shared_bell_
   bool spin_only_ = false;
   std::chrono::steady_clock::time_point last_rx_{};
-  uint32_t spin_polls_ = 0;                  // SWITCHML_DPDK_SPIN (polls)
-  std::chrono::microseconds yield_for_{0};   // SWITCHML_DPDK_YIELD_US
-  std::chrono::microseconds first_nap_{20};  // SWITCHML_DPDK_NAP_US
-  std::chrono::microseconds max_nap_{1000};  // SWITCHML_DPDK_MAX_NAP_US
+  uint32_t spin_polls_ = 0;                     // SWITCHML_DPDK_SPIN (polls)
+  std::chrono::microseconds yield_for_{0};      // SWITCHML_DPDK_YIELD_US
+  std::chrono::microseconds first_nap_{20};     // SWITCHML_DPDK_NAP_US
+  std::chrono::microseconds max_nap_{1000};     // SWITCHML_DPDK_MAX_NAP_US
   std::chrono::microseconds max_sleep_{10000};  // SWITCHML_DPDK_MAX_SLEEP_US (doorbells)
   std::atomic<bool> woken_{false};
   // Receive side.
@@ -1378,12 +1380,11 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
           PortRef p;
           const std::string what = "dpdk memif server " + sock + " id " + std::to_string(id);
           // On failure, the devices taken so far go back with `ports`.
-          ASSIGN_OR_RETURN(p.port,
-                           TakeMemifServer(sock, id,
-                                           "role=server,id=" + std::to_string(id) + ",socket=" +
-                                               sock + ",socket-abstract=yes" +
-                                               std::string(kMemifBufferArg),
-                                           what));
+          ASSIGN_OR_RETURN(
+              p.port, TakeMemifServer(sock, id,
+                                      "role=server,id=" + std::to_string(id) + ",socket=" + sock +
+                                          ",socket-abstract=yes" + std::string(kMemifBufferArg),
+                                      what));
           rte_eth_macaddr_get(p.port, &p.mac);
           p.device = std::make_shared<Device>();
           p.device->port = p.port;

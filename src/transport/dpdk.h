@@ -26,8 +26,9 @@
 // EAL: initialised once per process, on the first open, with the arguments of SWITCHML_DPDK_EAL
 // (the tools' --dpdk-eal) or, by default, "--no-huge --no-pci --no-shconf -m 512
 // --no-telemetry --log-level=pmd.net.memif:error --log-level=*:warning" (virtual devices only;
-// see docs/dpdk.md for real NICs). The calling thread's CPU affinity is restored afterwards. Threads that use a
-// transport register with EAL (rte_thread_register) on first use, for mempool caches.
+// see docs/dpdk.md for real NICs). The calling thread's CPU affinity is restored afterwards.
+// Threads that use a transport register with EAL (rte_thread_register) on first use, for mempool
+// caches.
 //
 // Waiting: Receive polls the device; while nothing arrives it sleeps, so that poll-mode processes
 // share a small machine. Over memif until a peer's frame comes: each transport has a doorbell (a

@@ -2,6 +2,8 @@
 // sent to it and by Wake(), not by the end of its sleep. The sleeps are capped at a minute here
 // (SWITCHML_DPDK_MAX_SLEEP_US), so a missed ring shows as a Receive that returns nothing within
 // its timeout. EAL runs in this test's own process; skipped, saying why, where it cannot start.
+#include "transport/dpdk.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,7 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include "transport/dpdk.h"
 #include "transport/dpdk_test_util.h"
 #include "transport/factory.h"
 #include "transport/transport.h"
@@ -138,8 +139,8 @@ int Listeners(const std::string& name) {
   while (std::getline(in, line)) {
     std::istringstream f(line);
     std::string num, ref, proto, flags, type, st, inode, path;
-    if (f >> num >> ref >> proto >> flags >> type >> st >> inode >> path &&
-        path == "@" + name && flags == "00010000") {
+    if (f >> num >> ref >> proto >> flags >> type >> st >> inode >> path && path == "@" + name &&
+        flags == "00010000") {
       ++n;
     }
   }

@@ -28,7 +28,7 @@ TEST(TransportFactoryTest, UnknownKindIsRefusedNamingTheKnownOnes) {
 
 TEST(TransportFactoryTest, EveryKindOpensConsecutivePortsAndCarriesADatagram) {
   for (const std::string& kind : TransportKinds()) {
-    if (kind == "xdp") continue;  // needs an interface of its own: conformance_test.cc
+    if (kind == "xdp") continue;   // needs an interface of its own: conformance_test.cc
     if (kind == "dpdk") continue;  // memif workers talk to a switch: conformance_test.cc
     TransportOptions o;
     o.kind = kind;

@@ -785,10 +785,10 @@ class ShmTransport final : public Transport {
     Geometry g;
     uint32_t entry = 0;
     uint32_t pid = 0;
-    uint64_t head = 0;       // the next slot to fill (ours alone)
-    uint64_t tail_seen = 0;  // the consumer index last read
-    bool claimed = false;    // entry is ours: marked closed when this is destroyed
-    bool touched = false;    // holds datagrams of the current Send
+    uint64_t head = 0;        // the next slot to fill (ours alone)
+    uint64_t tail_seen = 0;   // the consumer index last read
+    bool claimed = false;     // entry is ours: marked closed when this is destroyed
+    bool touched = false;     // holds datagrams of the current Send
     uint64_t lent_batch = 0;  // the lending batch that last lent a slot of its ring (0: none)
     uint8_t* slots = nullptr;
 
@@ -1616,8 +1616,8 @@ class ShmTransport final : public Transport {
   std::vector<Peer*> touched_;
   Peer* last_peer_ = nullptr;  // FindPeer's last answer, and its port
   uint16_t last_port_ = 0;
-  uint64_t lending_batch_ = 0;                 // batches of lent transmit memory so far
-  std::vector<std::unique_ptr<Peer>> retired_;  // dropped while lent in the current batch
+  uint64_t lending_batch_ = 0;                   // batches of lent transmit memory so far
+  std::vector<std::unique_ptr<Peer>> retired_;   // dropped while lent in the current batch
   std::unordered_set<uint16_t> missing_warned_;  // ports without an inbox already logged
   std::unordered_map<Endpoint, std::unique_ptr<GroupPeer>> groups_;  // groups we produce for
   GroupPeer* last_group_ = nullptr;                                  // FindGroup's last answer
@@ -1671,8 +1671,7 @@ namespace {
 
 // RemoveShmFilesLeftBy and RemoveOwnShmFiles. live_ours: the files may be held by live
 // transports of this process (pids is this process), which the lock test would take for others'.
-size_t RemoveShmFilesOf(const std::string& dir, const std::vector<uint32_t>& pids,
-                        bool live_ours) {
+size_t RemoveShmFilesOf(const std::string& dir, const std::vector<uint32_t>& pids, bool live_ours) {
   auto ours = [&](uint32_t pid) { return std::find(pids.begin(), pids.end(), pid) != pids.end(); };
   std::vector<std::string> names;
   if (DIR* d = ::opendir(dir.c_str())) {

@@ -562,8 +562,8 @@ TEST_F(ShmTest, LentSlotsAreSentInPlaceAndAbandonedOnesCostNothing) {
   uint64_t in_place = 0;
   for (int round = 0; round < 60; ++round) {
     // Odd rounds send buffers 0, 1, 2 (all in place); even rounds 0, 2, 4 (only 0 in place).
-    const std::vector<size_t> sent = round % 2 ? std::vector<size_t>{0, 1, 2}
-                                               : std::vector<size_t>{0, 2, 4};
+    const std::vector<size_t> sent =
+        round % 2 ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{0, 2, 4};
     std::vector<std::span<uint8_t>> lent;
     for (size_t i = 0; i < 5; ++i) {
       lent.push_back(a->TxBufferTo(i, to));
@@ -614,7 +614,7 @@ TEST_F(ShmTest, FullRingWhileLentFallsBackToTransmitMemory) {
   std::vector<RxDatagram> rx(16);
   ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 8u);
   for (size_t i = 0; i < 8; ++i) ASSERT_EQ(rx[i].data[99], i);
-  ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 0u);  // returns the slots
+  ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 0u);    // returns the slots
   ASSERT_EQ(*a->Send(std::span(tx).subspan(8)), 4u);  // still the caller's: copied now
   ASSERT_EQ(*b->Receive(rx, milliseconds(0)), 4u);
   for (size_t i = 0; i < 4; ++i) {

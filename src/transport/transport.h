@@ -67,8 +67,8 @@ struct TransportCounters {
   uint64_t loss_dropped_out = 0;    // dropped on purpose by a loss wrapper, sent
   uint64_t auth_dropped = 0;  // received from a keyed peer with a tag that did not verify (auth.h)
   uint64_t group_datagrams_received = 0;  // of datagrams_received, through a joined group
-  uint64_t malformed = 0;  // received entries that broke the backend's framing, dropped (shm.h)
-  uint64_t doorbells = 0;  // wake-ups of sleeping receivers that sends rang (shm.h)
+  uint64_t malformed = 0;      // received entries that broke the backend's framing, dropped (shm.h)
+  uint64_t doorbells = 0;      // wake-ups of sleeping receivers that sends rang (shm.h)
   uint64_t sent_in_place = 0;  // of datagrams_sent, built in their destination's memory (shm.h)
 };
 

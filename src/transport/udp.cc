@@ -384,9 +384,9 @@ class UdpTransport final : public Transport {
     }
     const bool unicast = fds[0].revents != 0, group = group_fd_ >= 0 && fds[1].revents != 0;
     if (!unicast && !group) return Polled::kNone;
-    ASSIGN_OR_RETURN(bool got, unicast && group ? ReceiveNow()
-                               : unicast        ? ReceiveNow(socket_fd_)
-                                                : ReceiveNow(group_fd_));
+    ASSIGN_OR_RETURN(bool got, unicast&& group ? ReceiveNow()
+                               : unicast       ? ReceiveNow(socket_fd_)
+                                               : ReceiveNow(group_fd_));
     return got ? Polled::kData : Polled::kAgain;
   }
 

@@ -20,13 +20,13 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const XdpOpti
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/if_link.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -346,7 +346,7 @@ class XdpPort {
   int prog_fd_ = -1;
   int xsks_fd_ = -1;
   int ports_fd_ = -1;
-  int lock_fd_ = -1;  // LockInterface's, held while the port lives
+  int lock_fd_ = -1;           // LockInterface's, held while the port lives
   uint32_t attach_flags_ = 0;  // XDP_FLAGS_*_MODE the program is attached with; 0: not attached
   bool zero_copy_ = false;
   bool sockets_made_ = false;
@@ -385,8 +385,8 @@ Result<bool> SwitchFromEnvironment(const char* name, const char* on) {
   const std::string text = v != nullptr ? v : "";
   if (text.empty() || text == "0") return false;
   if (text == "1") return true;
-  return InvalidArgumentError(std::string(name) + " must be 0 or 1 (1: " + on + "), not '" +
-                              text + "'");
+  return InvalidArgumentError(std::string(name) + " must be 0 or 1 (1: " + on + "), not '" + text +
+                              "'");
 }
 
 // SWITCHML_XDP_COPY: 1 keeps to copy mode, 0 or unset tries zero-copy first (any value once
@@ -421,7 +421,8 @@ Result<int> LockInterface(const std::string& interface, int ifindex) {
   const std::string path = std::string(kLockDir) + "/" + std::to_string(ns.st_ino) + "-" +
                            std::to_string(ifindex) + ".lock";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
-  if (fd < 0) return FailedPreconditionError("AF_XDP: cannot open " + path + ": " + ErrnoText(errno));
+  if (fd < 0)
+    return FailedPreconditionError("AF_XDP: cannot open " + path + ": " + ErrnoText(errno));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(fd);
@@ -764,8 +765,7 @@ class XdpTransport final : public Transport {
                                << ", fill ring empty " << st.rx_fill_ring_empty_descs
                                << "), TX invalid " << st.tx_invalid_descs << ", TX ring full "
                                << counts_.send_buffer_full.Get() << ", not parsed "
-                               << dropped_.Get() << ", fill ring short "
-                               << port_->short_refills();
+                               << dropped_.Get() << ", fill ring short " << port_->short_refills();
       }
       port_->Unsteer(udp_port_, slot_);
       Kick().IgnoreError();
@@ -1019,8 +1019,10 @@ class XdpTransport final : public Transport {
           // Not lent; Receive reports it (the kernel misbehaved).
           if (broken_.ok()) {
             broken_ = InternalError(
-                "AF_XDP socket on " + local_.interface + ": the kernel delivered a packet at "
-                "UMEM offset " + std::to_string(addr) + " (length " + std::to_string(d->len) +
+                "AF_XDP socket on " + local_.interface +
+                ": the kernel delivered a packet at "
+                "UMEM offset " +
+                std::to_string(addr) + " (length " + std::to_string(d->len) +
                 "), which is not a receive frame the kernel holds (outside them, past a frame's "
                 "end, or one this process holds already); the packet memory can no longer be "
                 "trusted");

@@ -47,7 +47,8 @@ class FakeFillRing {
   // What the ring really holds (from the kernel's consumer to the producer).
   std::vector<uint64_t> Contents() const {
     std::vector<uint64_t> out;
-    for (uint32_t i = kernel_consumer_; i != producer_; ++i) out.push_back(entries_[i & ring_.mask]);
+    for (uint32_t i = kernel_consumer_; i != producer_; ++i)
+      out.push_back(entries_[i & ring_.mask]);
     return out;
   }
 
