@@ -84,7 +84,10 @@
 //     (compare-and-swap: claimed | pid), takes an OFD lock (fcntl F_OFD_SETLK) on byte 1 + entry
 //     of the file, held while it is a member (the kernel releases it when the process dies),
 //     writes its endpoint, marks it joining and bumps the table version. The last member to
-//     leave (LOCK_EX then succeeds) marks the file closed and unlinks it.
+//     leave (LOCK_EX then succeeds) marks the file closed and unlinks it. While no entry is
+//     claimed, a leaving member's failed LOCK_EX is tried again for up to a second: a process
+//     stopped by a signal gives its entries back first (RemoveOwnShmFiles) and holds LOCK_SH
+//     until it exits.
 //   - One producer per group: the first transport that sends to it takes an OFD lock on byte 0
 //     (another transport that tries counts its datagrams in send_errors). It continues from the
 //     published producer index. On each Send it compares the table version: when it moved, it
