@@ -37,6 +37,13 @@ class ShmMultiProcessTest : public ::testing::Test {
     ::rmdir(dir_.c_str());
   }
 
+  // The shm directory's files, each after a space ("" when it is empty), for a failure message.
+  std::string FileNames() const {
+    std::string names;
+    for (const std::string& f : Files()) names += " " + f;
+    return names;
+  }
+
   std::vector<std::string> Files() const {
     std::vector<std::string> out;
     if (DIR* d = ::opendir(dir_.c_str())) {
@@ -175,10 +182,8 @@ TEST_F(ShmMultiProcessTest, InterruptedRunLeavesNoFilesBehind) {
   ASSERT_TRUE(p.Wait(seconds(60))) << p.output();
   EXPECT_EQ(p.exit_code(), 1) << p.output();
   EXPECT_NE(p.output().find("FAILED: interrupted"), std::string::npos) << p.output();
-  const std::vector<std::string> left = Files();
-  std::string names;
-  for (const std::string& f : left) names += " " + f;
-  EXPECT_TRUE(left.empty()) << "left behind:" << names;
+  const std::string left = FileNames();
+  EXPECT_TRUE(left.empty()) << "left behind:" << left;
 }
 
 // Given a `switchml worker` over shm waiting in its setup for a switch that is not there (its
@@ -198,9 +203,8 @@ TEST_F(ShmMultiProcessTest, WorkerStoppedBySigtermDuringSetupLeavesNoFilesBehind
   EXPECT_EQ(p->exit_code(), 1) << p->output();
   EXPECT_NE(p->output().find("interrupted (SIGTERM)"), std::string::npos) << p->output();
   EXPECT_NE(p->output().find("status=error"), std::string::npos) << p->output();
-  std::string names;
-  for (const std::string& f : Files()) names += " " + f;
-  EXPECT_TRUE(names.empty()) << "left behind:" << names;
+  const std::string left = FileNames();
+  EXPECT_TRUE(left.empty()) << "left behind:" << left;
 }
 
 // Given a job of two `switchml worker`s over shm under way, When one is interrupted (SIGINT, as
@@ -227,9 +231,8 @@ TEST_F(ShmMultiProcessTest, WorkerInterruptedMidJobRemovesItsInboxes) {
   EXPECT_NE(ps[0]->exit_code(), 0) << ps[0]->output();
   sw.process->Kill(SIGTERM);
   ASSERT_TRUE(sw.process->Wait(seconds(30))) << sw.process->output();
-  std::string names;
-  for (const std::string& f : Files()) names += " " + f;
-  EXPECT_TRUE(names.empty()) << "left behind:" << names;
+  const std::string left = FileNames();
+  EXPECT_TRUE(left.empty()) << "left behind:" << left;
 }
 
 // Given a job under way, When one worker process is killed (its rings in the switch's inbox
