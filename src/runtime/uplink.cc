@@ -149,12 +149,9 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
         it != sessions_.end() && it->second.upstream &&
         !control::SameSecret(it->second.secret, request->job_secret())) {
       return PermissionDeniedError(
-          session +
-          " belongs to another job on this top-of-rack switch: the "
-          "request carries " +
+          session + " belongs to another job on this top-of-rack switch: the request carries " +
           (request->job_secret().empty() ? "no job secret" : "another job secret") +
-          " (every worker of a job must use the secret its rank 0 "
-          "created the job with)");
+          " (every worker of a job must use the secret its rank 0 created the job with)");
     }
     opened_.erase(request->session_id());  // (re)opening: wait for this registration
     if (sessions_.size() >= kMaxOpened) {

@@ -1020,9 +1020,8 @@ class XdpTransport final : public Transport {
           if (broken_.ok()) {
             broken_ = InternalError(
                 "AF_XDP socket on " + local_.interface +
-                ": the kernel delivered a packet at "
-                "UMEM offset " +
-                std::to_string(addr) + " (length " + std::to_string(d->len) +
+                ": the kernel delivered a packet at UMEM offset " + std::to_string(addr) +
+                " (length " + std::to_string(d->len) +
                 "), which is not a receive frame the kernel holds (outside them, past a frame's "
                 "end, or one this process holds already); the packet memory can no longer be "
                 "trusted");
