@@ -250,7 +250,12 @@ size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
     } else {
       ++counters_.retransmitted;
     }
-    ArmTimer(Timer{now + current_timeout_, q, local});
+    // One timer per packet: an early re-send leaves the one already armed (a second would
+    // time the packet out twice per RTO, re-sending it twice and counting two timeouts).
+    if (!s.timer_armed) {
+      ArmTimer(Timer{now + current_timeout_, q, local});
+      s.timer_armed = true;
+    }
     return Encode(q, s, buf);
   }
   return 0;
@@ -320,6 +325,7 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   s.transmissions = 0;
   s.later_results = 0;
   s.early = false;
+  s.timer_armed = false;  // (the answered packet's timer is discarded when it comes due)
   ++completed_packets_;
   const uint64_t next = uint64_t{q} + w;
   if (PacketExists(next)) {
@@ -366,8 +372,9 @@ void WorkerSession::HandleTimeout(Nanos now) {
   }
   while (HaveTimers() && EarliestDeadline() <= now) {
     const Timer t = PopEarliestTimer();
-    const Slot& s = slots_[t.local_slot];
+    Slot& s = slots_[t.local_slot];
     if (!s.outstanding || s.packet != t.packet) continue;  // answered in time
+    s.timer_armed = false;  // the re-send arms the next one
     Enqueue(t.local_slot);
     OnTimeout(now);
   }

@@ -161,6 +161,9 @@ class WorkerSession {
     uint64_t first_seq = 0;  // the order of that first transmission among the session's
     uint32_t later_results = 0;  // results of packets first sent after it (early retransmission)
     bool early = false;          // re-sent early already
+    // `packet` has a retransmission timer armed (one per slot: an early re-send keeps the
+    // timer of the transmission before it instead of arming its own).
+    bool timer_armed = false;
   };
   struct Timer {
     Nanos deadline;

@@ -247,6 +247,64 @@ TEST(WorkerSessionTest, EarlyRetransmissionWhenLaterResultsArrive) {
   }
 }
 
+// Given early retransmission after 2 later results, When packet 0 was re-sent early and its
+// result stays missing, Expect its timer to stay the first transmission's (the config's "the
+// timer stays"): one timeout and one re-send per RTO. The early re-send used to arm a second
+// timer for the same packet, so every RTO counted two timeouts and sent two re-sends of it (and
+// the back-off counted twice as fast).
+TEST(WorkerSessionTest, EarlyRetransmissionArmsNoSecondTimer) {
+  SessionConfig c = SmallConfig(4);
+  c.timeout = milliseconds(10);
+  c.early_retransmit_after = 2;
+  WorkerSession s(c);
+  std::vector<int32_t> in(64 * 8, 1), out(64 * 8);
+  s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  auto sent = DrainTransmit(s, kT0);
+  ASSERT_EQ(sent.size(), 4u);
+  const Nanos t1 = kT0 + milliseconds(1);
+  s.HandleDatagram(Echo(sent[1].packet), t1);
+  s.HandleDatagram(Echo(sent[2].packet), t1);
+  std::vector<Sent> next = DrainTransmit(s, t1);
+  ASSERT_EQ(next.size(), 3u);  // packets 5, 0 (early) and 6
+  ASSERT_EQ(s.counters().early_retransmits, 1u);
+  ASSERT_EQ(s.counters().retransmitted, 1u);
+  // Answer everything but packet 0 (the later packets keep their own timers quiet).
+  s.HandleDatagram(Echo(sent[3].packet), t1);
+  for (const Sent& x : next) {
+    if (x.packet.header.tsi != 0) s.HandleDatagram(Echo(x.packet), t1);
+  }
+  std::vector<Sent> more = DrainTransmit(s, t1);
+  for (const Sent& x : more) s.HandleDatagram(Echo(x.packet), t1);
+  ASSERT_TRUE(DrainTransmit(s, t1).empty());
+  ASSERT_EQ(s.remaining(), 2u);  // packet 0, and packet 4 behind it on its slot
+  const Nanos rto = s.counters().rto;
+  ASSERT_EQ(rto, milliseconds(10));
+  // Packet 0's timer is its first transmission's: kT0 + RTO.
+  s.HandleTimeout(kT0 + rto);
+  ASSERT_EQ(DrainTransmit(s, kT0 + rto).size(), 1u);
+  EXPECT_EQ(s.counters().timeouts, 1u);
+  EXPECT_EQ(s.counters().retransmitted, 2u);
+  // The early re-send's time plus an RTO: nothing is due.
+  s.HandleTimeout(t1 + rto);
+  EXPECT_TRUE(DrainTransmit(s, t1 + rto).empty());
+  EXPECT_EQ(s.counters().timeouts, 1u);
+  EXPECT_EQ(s.counters().retransmitted, 2u);
+  // The next one is an RTO after the timeout's re-send, and it is the only one in that RTO.
+  ASSERT_TRUE(s.PollTimeout().has_value());
+  EXPECT_EQ(*s.PollTimeout(), kT0 + 2 * rto);
+  for (Nanos t = kT0 + rto; t <= kT0 + 3 * rto - milliseconds(1); t += milliseconds(1)) {
+    s.HandleTimeout(t);
+    DrainTransmit(s, t);
+  }
+  EXPECT_EQ(s.counters().timeouts, 2u);
+  EXPECT_EQ(s.counters().retransmitted, 3u);
+  s.HandleDatagram(Echo(sent[0].packet), kT0 + 3 * rto);
+  for (const Sent& x : DrainTransmit(s, kT0 + 3 * rto)) {
+    s.HandleDatagram(Echo(x.packet), kT0 + 3 * rto);
+  }
+  EXPECT_EQ(s.state(), WorkerSession::State::kDone);
+}
+
 // Given `timeout_threshold` timeouts with no result in between, Expect the timeout to double.
 TEST(WorkerSessionTest, BacksOffWhileNothingComesBack) {
   SessionConfig c = SmallConfig(8);  // one packet outstanding; the threshold is below the window
