@@ -811,8 +811,8 @@ def main():
     a = p.parse_args()
 
     a.out = os.path.abspath(a.out)
-    os.makedirs(a.out, exist_ok=True)
     if a.replot:
+        os.makedirs(a.out, exist_ok=True)
         with open(a.replot) as f:
             write_outputs(json.load(f), a.out, a.docs_dir, plots=True)
         return 0
@@ -849,6 +849,7 @@ def main():
         log(f"no {a.mpi} or mpirun: the MPI rows are left out (apt-get install libopenmpi-dev "
             "openmpi-bin, then rebuild)")
         a.mpi = ""
+    os.makedirs(a.out, exist_ok=True)  # after the checks: a refused run leaves nothing behind
 
     bench = Bench(a)
 

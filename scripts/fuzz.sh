@@ -8,9 +8,15 @@
 #   FUZZ_SECONDS=600 bash scripts/fuzz.sh # a long run: 10 minutes per target
 #   FUZZ_TARGETS="switch_fuzz" bash scripts/fuzz.sh
 #
-# Environment: FUZZ_SECONDS (10), FUZZ_TARGETS (all), FUZZ_BUILD_DIR (build-fuzz), FUZZ_OUT
-# (a temporary directory).
+# Takes no arguments. Environment: FUZZ_SECONDS (10), FUZZ_TARGETS (all), FUZZ_BUILD_DIR
+# (build-fuzz), FUZZ_OUT (a temporary directory), BUILD_JOBS (2, ninja's -j).
 set -euo pipefail
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+case "${1:-}" in
+  "") ;;
+  -h | --help) usage; exit 0 ;;
+  *) echo "fuzz: unexpected argument '$1': it takes none, see --help for its environment" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 seconds="${FUZZ_SECONDS:-10}"

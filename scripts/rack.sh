@@ -100,17 +100,22 @@ ingress_shaping=0
 bridge_netfilter=off
 where=""
 command_args=()
+# value FLAG "$@": the value after FLAG; a missing one (or another flag) is a usage error.
+value() {
+  [ $# -ge 2 ] && [ -n "$2" ] && [[ "$2" != --* ]] || die "$1 needs a value (see --help)"
+  echo "$2"
+}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --name) name="${2:?--name needs a value}"; shift 2 ;;
-    --workers) workers="${2:?--workers needs a value}"; shift 2 ;;
-    --rate) rate="${2:?--rate needs a value}"; shift 2 ;;
-    --burst) burst="${2:?--burst needs a value}"; shift 2 ;;
-    --latency) latency="${2:?--latency needs a value}"; shift 2 ;;
-    --mtu) mtu="${2:?--mtu needs a value}"; shift 2 ;;
-    --bridge-netfilter) bridge_netfilter="${2:?--bridge-netfilter needs on or off}"; shift 2 ;;
+    --name) name="$(value --name "${@:2}")"; shift 2 ;;
+    --workers) workers="$(value --workers "${@:2}")"; shift 2 ;;
+    --rate) rate="$(value --rate "${@:2}")"; shift 2 ;;
+    --burst) burst="$(value --burst "${@:2}")"; shift 2 ;;
+    --latency) latency="$(value --latency "${@:2}")"; shift 2 ;;
+    --mtu) mtu="$(value --mtu "${@:2}")"; shift 2 ;;
+    --bridge-netfilter) bridge_netfilter="$(value --bridge-netfilter "${@:2}")"; shift 2 ;;
     --ingress-shaping) ingress_shaping=1; shift ;;
-    --in) where="${2:?--in needs a value}"; shift 2 ;;
+    --in) where="$(value --in "${@:2}")"; shift 2 ;;
     --)
       shift
       command_args=("$@")

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages switchml needs to build and test. Idempotent: installs only
-# what is missing, and runs apt-get update only when something is.
+# what is missing, and runs apt-get update only when something is. Takes no arguments.
 set -euo pipefail
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+case "${1:-}" in
+  "") ;;
+  -h | --help) usage; exit 0 ;;
+  *) echo "setup: unexpected argument '$1': it takes none (see --help)" >&2; exit 2 ;;
+esac
 
 packages=(
   build-essential cmake ninja-build pkg-config iproute2 nlohmann-json3-dev

@@ -347,18 +347,22 @@ def speed(binary, quick):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "tools", "switchml"))
-    ap.add_argument("--quick", action="store_true", help="smaller tensors (a smoke run)")
-    ap.add_argument("--only", default="scaling,two_level,loss,pool,jobs,speed")
-    a = ap.parse_args()
-    if not os.access(a.binary, os.X_OK):
-        sys.exit("no switchml binary at %s: build it (scripts/build.sh) or pass --binary" %
-                 a.binary)
-    os.makedirs(OUT, exist_ok=True)
     names = ["scaling", "two_level", "loss", "pool", "jobs", "speed"]
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "tools", "switchml"),
+                    help="the switchml binary (default: build/tools/switchml)")
+    ap.add_argument("--quick", action="store_true", help="smaller tensors (a smoke run)")
+    ap.add_argument("--only", default=",".join(names),
+                    help="comma-separated experiments to run (default: all: %(default)s); "
+                    "each writes docs/sim/NAME.md (and its CSV and plot)")
+    a = ap.parse_args()
+    if not (os.path.isfile(a.binary) and os.access(a.binary, os.X_OK)):
+        ap.error("no switchml binary at %s: build it (scripts/build.sh) or pass --binary" %
+                 a.binary)
     for name in a.only.split(","):
         if name not in names:
-            sys.exit("unknown experiment %r (one of %s)" % (name, ", ".join(names)))
+            ap.error("--only: unknown experiment %r (one of %s)" % (name, ", ".join(names)))
+    os.makedirs(OUT, exist_ok=True)
+    for name in a.only.split(","):
         print("%s:" % name, flush=True)
         md = globals()[name](a.binary, a.quick)
         with open(os.path.join(OUT, name + ".md"), "w") as f:

@@ -93,16 +93,39 @@ def run_jobs(args, ctrl, iterations, warmup, session_base, logdir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--switchml", required=True, help="path of the switchml binary")
-    ap.add_argument("--seconds", type=float, default=600, help="length of the main run")
-    ap.add_argument("--jobs", type=int, default=8)
-    ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--loss", type=float, default=0.01)
+    ap.add_argument("--seconds", type=float, default=600, help="length of the main run, seconds")
+    ap.add_argument("--jobs", type=int, default=8, help="concurrent jobs (sessions)")
+    ap.add_argument("--workers", type=int, default=4, help="worker processes per job")
+    ap.add_argument("--loss", type=float, default=0.01,
+                    help="fraction of datagrams the switch drops in each direction")
     ap.add_argument("--size", type=int, default=262144, help="elements per all-reduce")
     ap.add_argument("--window", type=int, default=64, help="packets in flight per worker")
     ap.add_argument("--fair", type=float, default=0.5,
                     help="each job's throughput must be at least this fraction of the mean")
-    ap.add_argument("--rss-slack-mib", type=float, default=8.0)
+    ap.add_argument("--rss-slack-mib", type=float, default=8.0,
+                    help="how much the switch's RSS may grow from the first half of the main "
+                    "run to the second, MiB")
     args = ap.parse_args()
+    # Refused here, before anything starts: a run with these measures nothing (or, with a loss
+    # the switch refuses, waits for a switch that never came up).
+    if not (os.path.isfile(args.switchml) and os.access(args.switchml, os.X_OK)):
+        ap.error(f"--switchml {args.switchml} is not an executable file (build/tools/switchml)")
+    if not args.seconds > 0:
+        ap.error(f"--seconds must be positive, not {args.seconds:g}")
+    if not 1 <= args.jobs <= 1000:
+        ap.error(f"--jobs must be in 1..1000, not {args.jobs}")
+    if not 1 <= args.workers <= 64:
+        ap.error(f"--workers must be in 1..64, not {args.workers}")
+    if not 0 <= args.loss < 1:
+        ap.error(f"--loss must be in [0, 1), e.g. 0.01 for 1%, not {args.loss:g}")
+    if args.size < 1:
+        ap.error(f"--size (elements) must be at least 1, not {args.size}")
+    if args.window < 1:
+        ap.error(f"--window must be at least 1, not {args.window}")
+    if not 0 <= args.fair <= 1:
+        ap.error(f"--fair must be in [0, 1], not {args.fair:g}")
+    if args.rss_slack_mib < 0:
+        ap.error(f"--rss-slack-mib must be at least 0, not {args.rss_slack_mib:g}")
 
     ctrl, data = free_port(), free_port(socket.SOCK_DGRAM)
     logdir = tempfile.mkdtemp(prefix="switchml-soak.")

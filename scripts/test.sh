@@ -12,7 +12,16 @@
 #     worker processes are the TSan build too (a report in any of them fails its test);
 #   - each libFuzzer target for a few seconds from its seed corpus (scripts/fuzz.sh).
 # Any sanitizer report fails the test that produced it.
+#
+# Takes no arguments. Environment: BUILD_DIR (build), BUILD_TYPE (RelWithDebInfo), TEST_JOBS (2),
+# CI, SANITIZERS, FUZZ_SECONDS (10).
 set -euo pipefail
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+case "${1:-}" in
+  "") ;;
+  -h | --help) usage; exit 0 ;;
+  *) echo "test.sh: unexpected argument '$1': it takes none (see --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j "${TEST_JOBS:-2}" --timeout 900)
