@@ -106,7 +106,9 @@ int SimCommand(const std::vector<std::string>& raw_args) {
                "outstanding packets per worker, at most --slots (0 = from the bandwidth-delay "
                "product, docs/architecture.md 4.5, capped at --slots)");
   flags.AddInt("threads", 1, "worker threads (sessions, slot ranges) per worker");
-  flags.AddSize("size", 64 << 20, "tensor size in bytes, e.g. 100M");
+  flags.AddSize("size", 64 << 20,
+                "tensor size in BYTES (4 per element; run's and worker's --size count elements), "
+                "suffix K, M, G = 2^10, 2^20, 2^30: 100M is 100 MiB, 26214400 elements");
   flags.AddString("dtype", "int32", "int32 or float32");
   flags.AddInt("iterations", 1, "all-reduces back to back per job");
   flags.AddDouble("loss", 0, "loss rate per link and packet, e.g. 0.0001 (every link)");
@@ -501,9 +503,10 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   if (flags.GetString("json") != "-" && flags.GetString("csv") != "-") {
     std::printf(
         "switchml sim: %lld job(s) x %lld workers, %.0f Gbit/s, %lld-element packets, "
-        "window %lld, %s of %s, loss %g\n",
+        "window %lld, %llu bytes (%llu %s elements), loss %g\n",
         static_cast<long long>(jobs), static_cast<long long>(workers), lp.gbps,
-        static_cast<long long>(numel), static_cast<long long>(window), std::to_string(size).c_str(),
+        static_cast<long long>(numel), static_cast<long long>(window),
+        static_cast<unsigned long long>(size), static_cast<unsigned long long>(count),
         flags.GetString("dtype").c_str(), lp.loss);
     for (size_t i = 0; i < result->jobs.size(); ++i) {
       const sim::JobResult& j = result->jobs[i];

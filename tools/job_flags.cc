@@ -40,7 +40,8 @@ void ApplyDpdkFlags(const Flags& f) {
 void AddJobFlags(Flags* f, bool auto_transport) {
   f->AddInt("workers", 2, "number of workers in the job");
   f->AddSize("size", 1 << 20,
-             "elements per all-reduce (suffix K, M, G = 2^10, 2^20, 2^30; at most 1024G)");
+             "elements per all-reduce, not bytes (4 bytes each; sim's --size is in bytes), "
+             "suffix K, M, G = 2^10, 2^20, 2^30: 64M is 64 Mi elements, 256 MiB; at most 1024G");
   f->AddString("dtype", "float32", "element type: float32 or int32");
   f->AddInt("iterations", 5, "timed all-reduces (at most 1000000)");
   f->AddInt("warmup", 1, "untimed all-reduces before them (at most 1000000)");
