@@ -55,6 +55,19 @@ expect "--loss wants a finite number, not 'inf'" "${sw[@]}" --loss inf
 expect "--size 4611686018427387904 is too large: at most 1024G elements" \
   worker --size 4611686018427387904
 expect "--size 1099511627777 is too large" run --size 1099511627777
+# An output file that cannot be written was refused only after the whole run (run: exit 1).
+expect "--json /nonexistent/dir/r.json: there is no directory /nonexistent/dir" \
+  run --json /nonexistent/dir/r.json
+expect "--json /tmp: is a directory, not a file" run --json /tmp
+expect "--csv /nonexistent/dir/r.csv: there is no directory" sim --csv /nonexistent/dir/r.csv
+# switch: which port was out of range; a malformed --upstream was taken as given (and one
+# without a port went to gRPC's default, 443).
+expect "--data-port must be in 0..65535 (0 = pick a free one), not 70000" \
+  switch --data-port 70000
+expect "--upstream: 'a:1:2' has more than one ':'" "${sw[@]}" --upstream a:1:2 --racks 2
+expect "--upstream: bad port 'x'" "${sw[@]}" --upstream 127.0.0.1:x --racks 2
+# --window 0 is the automatic window: the message said 1..16384.
+expect "--window must be 0 (automatic) or in 1..16384, not -1" run --window -1
 libs=$(ldd "$bin" 2>/dev/null)  # not piped into grep -q: pipefail would see ldd's SIGPIPE
 if [[ "$libs" == *libasan* || "$libs" == *libtsan* ]]; then
   echo "skipped: the ulimit -v case under a sanitizer (it reserves more address space, and aborts)"

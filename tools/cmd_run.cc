@@ -113,6 +113,13 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
   JobOptions job;
   if (int code = ParseCommandLine("run", args, &flags, &job); code >= 0) return code;
+  if (!flags.GetString("json").empty()) {  // refused now, not after the run
+    if (Status st = CheckOutputPath("json", flags.GetString("json"), /*allow_stdout=*/false);
+        !st.ok()) {
+      std::cerr << "switchml run: " << st.message() << "\n";
+      return 2;
+    }
+  }
   if (job.transport == "xdp") {
     std::cerr << "switchml run: --transport xdp is not available here: run's switch and worker "
                  "processes share loopback, and AF_XDP takes one process per interface queue. Run "

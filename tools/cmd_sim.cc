@@ -241,6 +241,13 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   const uint64_t size = flags.GetSize("size");
   if (size % 4 != 0) return fail("--size must be a multiple of 4 bytes");
   const uint64_t count = size / 4;
+  // Refused before the simulation, which may run for minutes, rather than after it.
+  for (const char* out : {"json", "csv"}) {
+    if (flags.GetString(out).empty()) continue;
+    if (Status st = CheckOutputPath(out, flags.GetString(out), /*allow_stdout=*/true); !st.ok()) {
+      return fail(st.message());
+    }
+  }
   const proto::SizeCode code = numel == 64 ? proto::SizeCode::k256B : proto::SizeCode::k1024B;
 
   sim::LinkParams lp;

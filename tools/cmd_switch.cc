@@ -4,11 +4,14 @@
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <utility>
 
 #include "base/logging.h"
 #include "commands.h"
 #include "flags.h"
+#include "proto/wire.h"
 #include "runtime/switch_daemon.h"
+#include "transport/address.h"
 #include "transport/factory.h"
 
 namespace switchml::tools {
@@ -41,8 +44,8 @@ int SwitchCommand(const std::vector<std::string>& args) {
   flags.AddBool("per-slot", "include per-slot counters in the printed tables");
   flags.AddString("upstream", "",
                   "hierarchical aggregation: make this a top-of-rack switch under the switch whose "
-                  "control plane is at HOST:PORT (workers keep their global --rank and --workers "
-                  "and use their rack's switch; docs/hierarchy.md)");
+                  "control plane is at HOST[:PORT] (port 50099) (workers keep their global --rank "
+                  "and --workers and use their rack's switch; docs/hierarchy.md)");
   flags.AddInt("rack-index", 0, "with --upstream: this rack's index, 0..racks-1");
   flags.AddInt("racks", 0,
                "with --upstream: the number of racks; rack r holds global ranks "
@@ -65,9 +68,12 @@ int SwitchCommand(const std::vector<std::string>& args) {
   runtime::SwitchDaemonOptions o;
   o.bind_address = flags.GetString("bind");
   const int64_t dport = flags.GetInt("data-port"), cport = flags.GetInt("control-port");
-  if (dport < 0 || dport > 65535 || cport < 0 || cport > 65535) {
-    std::cerr << "switchml switch: ports must be in 0..65535\n";
-    return 2;
+  for (const auto& [name, port] : {std::pair{"data-port", dport}, {"control-port", cport}}) {
+    if (port < 0 || port > 65535) {
+      std::cerr << "switchml switch: --" << name << " must be in 0..65535 (0 = pick a free one), "
+                << "not " << port << "\n";
+      return 2;
+    }
   }
   o.data_port = static_cast<uint16_t>(dport);
   o.control_port = static_cast<uint16_t>(cport);
@@ -137,6 +143,18 @@ int SwitchCommand(const std::vector<std::string>& args) {
   if (o.upstream.empty() && (racks != 0 || rack_index != 0)) {
     std::cerr << "switchml switch: --racks and --rack-index need --upstream HOST:PORT\n";
     return 2;
+  }
+  if (!o.upstream.empty()) {
+    // Checked here: a malformed one was taken as given and failed only when a worker joined,
+    // and one without a port went to gRPC's default port (443), not the switch's.
+    auto up = transport::ParseHostPort(o.upstream, proto::kDefaultControlPort);
+    if (!up.ok()) {
+      std::cerr << "switchml switch: --upstream: " << up.status().message() << "\n";
+      return 2;
+    }
+    if (o.upstream.find(':') == std::string::npos) {
+      o.upstream += ":" + std::to_string(proto::kDefaultControlPort);
+    }
   }
   o.racks = static_cast<uint32_t>(racks);
   o.rack_index = static_cast<uint32_t>(rack_index);

@@ -1,8 +1,12 @@
 #include "flags.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "base/check.h"
@@ -42,6 +46,33 @@ bool ParseSize(const std::string& text, uint64_t* out) {
   if (shift > 0 && v > (UINT64_MAX >> shift)) return false;
   *out = v << shift;
   return true;
+}
+
+Status CheckOutputPath(const std::string& flag, const std::string& path, bool allow_stdout) {
+  if (path == "-" && allow_stdout) return Status();
+  const std::string what = "--" + flag + " " + path + ": ";
+  if (path.empty() || path.back() == '/') {
+    return InvalidArgumentError(what + "give a file name");
+  }
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return InvalidArgumentError(what + "is a directory, not a file");
+    if (access(path.c_str(), W_OK) != 0) {
+      return InvalidArgumentError(what + "cannot be written: " + std::strerror(errno));
+    }
+    return Status();
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return InvalidArgumentError(what + "there is no directory " + dir);
+  }
+  if (access(dir.c_str(), W_OK) != 0) {
+    return InvalidArgumentError(what + "cannot create a file in " + dir + ": " +
+                                std::strerror(errno));
+  }
+  return Status();
 }
 
 void Flags::Add(const std::string& name, Kind kind, std::string def, std::string help) {

@@ -57,4 +57,10 @@ class Flags {
 // Parses "64", "64K", "3M", "1G" (binary multiples). False on anything else.
 bool ParseSize(const std::string& text, uint64_t* out);
 
+// Whether a command can later write the output file `path` named by --`flag` (an existing
+// writable file, or a new one in an existing writable directory; "-" is stdout where
+// allow_stdout): checked before the work starts, so that a typo does not cost the whole run.
+// Creates nothing. kInvalidArgument naming the flag and what is wrong otherwise.
+Status CheckOutputPath(const std::string& flag, const std::string& path, bool allow_stdout);
+
 }  // namespace switchml::tools

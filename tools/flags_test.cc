@@ -25,6 +25,20 @@ TEST(FlagsTest, ParsesKindsAndSizes) {
   EXPECT_NE(f.Usage().find("--size N"), std::string::npos);
 }
 
+TEST(FlagsTest, CheckOutputPathBeforeTheWork) {
+  EXPECT_TRUE(CheckOutputPath("json", "-", /*allow_stdout=*/true).ok());
+  EXPECT_TRUE(CheckOutputPath("json", "new-file-in-this-directory.json", false).ok());
+  EXPECT_TRUE(CheckOutputPath("csv", "/tmp/switchml-flags-test-new.csv", false).ok());
+  const Status no_dir = CheckOutputPath("json", "/nonexistent/dir/x.json", false);
+  EXPECT_EQ(no_dir.message(),
+            "--json /nonexistent/dir/x.json: there is no directory /nonexistent/dir");
+  EXPECT_NE(CheckOutputPath("csv", "/tmp", false).message().find("is a directory"),
+            std::string::npos);
+  EXPECT_NE(CheckOutputPath("csv", "/tmp/", false).message().find("give a file name"),
+            std::string::npos);
+  EXPECT_FALSE(CheckOutputPath("csv", "", false).ok());
+}
+
 TEST(FlagsTest, ErrorsNameTheFlag) {
   Flags f("demo", "a demo");
   f.AddInt("n", 3, "count");

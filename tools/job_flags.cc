@@ -152,7 +152,10 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   RETURN_IF_ERROR(positive("threads", 64, &v));
   o->threads = static_cast<uint32_t>(v);
   o->window = static_cast<uint32_t>(f.GetInt("window"));
-  if (f.GetInt("window") != 0) RETURN_IF_ERROR(positive("window", 16384, &v));
+  if (f.GetInt("window") != 0 && !positive("window", 16384, &v).ok()) {
+    return InvalidArgumentError("--window must be 0 (automatic) or in 1..16384, not " +
+                                std::to_string(f.GetInt("window")));
+  }
   if (o->window != 0 && o->window < o->threads) {
     return InvalidArgumentError("--window (" + std::to_string(o->window) +
                                 ") must be at least --threads (" + std::to_string(o->threads) +
