@@ -252,6 +252,7 @@ struct JobState {
   std::vector<uint32_t> sessions;  // rank * threads + thread
   std::vector<RankState> ranks;
   std::vector<int32_t> shared_in, shared_out;  // kShared
+  uint32_t shared_started = 0;                  // kShared: all-reduces whose inputs were filled
   std::vector<Time> collective_start, collective_end;
   uint32_t ranks_done_current = 0;
   bool failed = false, done = false;
@@ -655,8 +656,11 @@ void Engine::StartCollective(uint32_t j, uint32_t rank) {
     in = rs.in.data();
     out = rs.out.data();
   } else {
-    if (rank == 0) {
-      // Identical inputs on every worker: the rank-0 input of the pattern.
+    if (rs.collective >= job.shared_started) {
+      // The first rank to start this all-reduce (any rank: rank 0 may still be finishing the
+      // previous one) puts its inputs in place. Identical inputs on every worker: the rank-0
+      // input of the pattern.
+      job.shared_started = rs.collective + 1;
       testing::Pattern pat{cfg_.seed + j, rs.collective, 1, static_cast<uint32_t>(numel), c.dtype};
       testing::FillInput(pat, 0, job.shared_in.data(), c.count);
       std::fill(job.shared_out.begin(), job.shared_out.begin() + c.count, 0x7fc00000);

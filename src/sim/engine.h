@@ -72,8 +72,9 @@ enum class PayloadMode : uint8_t {
   // result of every worker is checked. Memory: 2 x workers x tensor.
   kVerified,
   // One input and one output buffer per job, shared by all its workers (identical inputs, so
-  // identical results): memory 2 x tensor whatever the worker count. The output is checked to be
-  // n x input (int32 exactly, float32 within the quantization bound).
+  // identical results): memory 2 x tensor whatever the worker count. The last all-reduce's
+  // output is checked to be n x input (int32 exactly, float32 within the quantization bound);
+  // each all-reduce's input is written when its first worker (any rank) starts it.
   kShared,
 };
 
