@@ -158,6 +158,9 @@ TEST(FailureProcessTest, JobSurvivesAStalledSwitchOrWorker) {
     ASSERT_TRUE(ps[0]->WaitForOutput("iteration 3/", seconds(60))) << ps[0]->output();
     Process* stalled = stall_switch ? sw.process.get() : ps[1].get();
     stalled->Kill(SIGSTOP);
+    // Lines rank 0 wrote before the stop may still be on their way through the pipe to this
+    // test (seen on a loaded host: 10 counted, 18 once they arrived): let them arrive first.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     const size_t before = IterationsDone(*ps[0]);
     // The stall must fall inside the job, or it proves nothing.
     ASSERT_TRUE(ps[0]->running()) << what << ": the job ended before the stall:\n"
