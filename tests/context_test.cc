@@ -338,6 +338,26 @@ TEST_F(ContextTest, MissingPeerTimesOutAtSetup) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
+// Given ranks 0 and 2 of 3 and no rank 1, Expect both setups to fail naming rank 1: rank 0 from
+// the switch's answer to its barrier, rank 2 (whose barrier would end later) from the reason
+// rank 0 gave when it abandoned the session, not from rank 0's connection ending.
+TEST_F(ContextTest, MissingPeerIsNamedToEveryWorkerAtSetup) {
+  Config zero = MakeConfig(0, 3, 11), two = MakeConfig(2, 3, 11);
+  zero.setup_timeout = std::chrono::milliseconds(800);
+  two.setup_timeout = std::chrono::seconds(5);
+  Status st_two;
+  std::thread t([&] { st_two = Context::Create(two).status(); });
+  const Status st_zero = Context::Create(zero).status();
+  t.join();
+  EXPECT_EQ(st_zero.code(), StatusCode::kDeadlineExceeded) << st_zero.ToString();
+  EXPECT_NE(st_zero.message().find("rank 1 did not arrive"), std::string::npos)
+      << st_zero.ToString();
+  EXPECT_EQ(st_two.code(), StatusCode::kFailedPrecondition) << st_two.ToString();
+  EXPECT_NE(st_two.message().find("rank 0 gave up joining it"), std::string::npos)
+      << st_two.ToString();
+  EXPECT_NE(st_two.message().find("rank 1 did not arrive"), std::string::npos) << st_two.ToString();
+}
+
 }  // namespace
 }  // namespace switchml
 

@@ -137,12 +137,25 @@ struct ControlClient::Impl {
            ": is `switchml switch` running there, and is --control-port right?";
   }
 
+  // Whether a Barrier/Broadcast's DEADLINE_EXCEEDED came from the switch (its registry ends a
+  // wait shortly before the caller's deadline, naming the missing ranks) rather than from this
+  // client's own deadline, whose text is gRPC's.
+  static bool IsSwitchsExpiry(const grpc::Status& s) {
+    return s.error_message().find(" did not arrive within ") != std::string::npos ||
+           s.error_message().find("every rank arrived, but not together") != std::string::npos;
+  }
+
   // Maps a gRPC status to ours. `sync_what` names a Barrier/Broadcast ("barrier of session 77
   // (4 workers)") whose deadline means a missing peer when the switch itself was reachable.
   Status Convert(const grpc::Status& s, const std::string& sync_what) const {
     if (s.ok()) return Status::Ok();
     switch (s.error_code()) {
       case grpc::StatusCode::DEADLINE_EXCEEDED:
+        if (!sync_what.empty() && IsSwitchsExpiry(s)) {
+          // The switch ended the wait just before the deadline, naming who did not arrive.
+          return DeadlineExceededError(s.error_message() +
+                                       ": did it fail or start with other arguments?");
+        }
         if (!sync_what.empty() && channel->GetState(false) == GRPC_CHANNEL_READY) {
           return DeadlineExceededError(
               sync_what + " timed out after " + FormatTimeout(timeout) +

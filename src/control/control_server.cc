@@ -1,10 +1,12 @@
 #include "control/control_server.h"
 
 #include <arpa/inet.h>
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
@@ -170,6 +172,20 @@ struct ControlServer::Impl {
                             if (broadcast_response != nullptr) broadcast_response->set_value(value);
                             Finish(ToGrpc(st));
                           });
+      // Shortly before the caller's deadline, end the wait here with the ranks that did not
+      // arrive (Registry::ExpireWait): the caller's own deadline could only say that one is
+      // missing. The margin covers the answer's way back; a caller whose deadline passes
+      // first gets its own error, as before. The alarm's callback holds no pointer to this
+      // reactor, which may be gone when it runs (it is then cancelled: ok == false).
+      const auto now = std::chrono::system_clock::now();
+      const auto deadline = ctx->deadline();
+      if (deadline > now && deadline - now < std::chrono::hours(24)) {
+        const auto margin = std::clamp<std::chrono::system_clock::duration>(
+            (deadline - now) / 20, std::chrono::milliseconds(5), std::chrono::milliseconds(200));
+        expiry_.Set(deadline - margin, [impl, ticket = ticket_](bool ok) {
+          if (ok) impl->registry.ExpireWait(ticket);
+        });
+      }
     }
     void OnCancel() override {
       // (The text is made here, on the cancelling thread, from plain fields: under TSan this
@@ -190,6 +206,7 @@ struct ControlServer::Impl {
     const uint64_t ticket_;
     const bool broadcast_;
     const uint64_t session_id_;
+    grpc::Alarm expiry_;
   };
 
   // One worker's Attach stream. The registry may end it (job failed or closed) or confirm a

@@ -1,4 +1,5 @@
 // Barrier and Broadcast through the gRPC control plane, and the client's failure messages.
+#include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -119,17 +120,19 @@ TEST_F(ControlSyncTest, MismatchedNumWorkersFailsTheWholeRound) {
   EXPECT_FALSE(client.Barrier(9, 2).ok());
 }
 
-// Given a worker whose barrier times out, expect kDeadlineExceeded naming the barrier, and the
-// next round needing a full set of fresh arrivals.
+// Given a worker whose barrier (without its rank, as a reference client calls it) times out,
+// expect kDeadlineExceeded from the switch just before the deadline, saying how many workers did
+// not arrive, and the next round needing a full set of fresh arrivals.
 TEST_F(ControlSyncTest, TimedOutBarrierLeavesTheRound) {
   ControlClient impatient(target_, 300ms);
   const auto start = std::chrono::steady_clock::now();
   Status st = impatient.Barrier(9, 2);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 300ms);
   EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(st.message(),
-            "barrier of session 9 (2 workers) timed out after 300 ms: a peer worker did not "
-            "arrive (did it fail or start with other arguments?)");
+  EXPECT_THAT(st.message(),
+              ::testing::MatchesRegex("barrier of session 9 \\(2 workers\\): 1 of 2 workers did "
+                                      "not arrive within 2[0-9][0-9] ms: did it fail or start "
+                                      "with other arguments\\?"));
   ExpectWaiting(0);
 
   ControlClient client(target_, 10s);
@@ -139,6 +142,66 @@ TEST_F(ControlSyncTest, TimedOutBarrierLeavesTheRound) {
   EXPECT_EQ(first.wait_for(0ms), std::future_status::timeout) << "released by a departed call";
   EXPECT_TRUE(client.Barrier(9, 2).ok());
   EXPECT_TRUE(first.get().ok());
+}
+
+// Given ranks 0 and 2 of 3 waiting and rank 1 absent, expect both to fail before their deadline
+// naming rank 1 as the missing one.
+TEST_F(ControlSyncTest, ExpiredBarrierNamesTheMissingRank) {
+  ControlClient client(target_, 400ms);
+  auto zero = std::async(std::launch::async, [&] { return client.Barrier(21, 3, "", 0u); });
+  auto two = std::async(std::launch::async, [&] { return client.Barrier(21, 3, "", 2u); });
+  for (Status st : {zero.get(), two.get()}) {
+    EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(st.message(), ::testing::StartsWith("barrier of session 21 (3 workers): rank 1 "
+                                                    "did not arrive within "));
+    // The second to time out sees the first as having come and gone.
+    EXPECT_THAT(st.message(),
+                ::testing::AnyOf(::testing::HasSubstr("(waiting: ranks 0 and 2)"),
+                                 ::testing::HasSubstr("(waiting: rank 0; arrived and timed out: "
+                                                      "rank 2)"),
+                                 ::testing::HasSubstr("(waiting: rank 2; arrived and timed out: "
+                                                      "rank 0)")));
+  }
+  ExpectWaiting(0);
+}
+
+// Given rank 0 leaving at its deadline before rank 2 gives up, with rank 1 never arriving, expect
+// rank 2's error to name rank 1 alone as missing and rank 0 as having come and left.
+TEST_F(ControlSyncTest, ExpiredBarrierDoesNotBlameARankThatCameAndLeft) {
+  ControlClient early(target_, 300ms);
+  ControlClient late(target_, 900ms);
+  auto zero = std::async(std::launch::async, [&] { return early.Barrier(22, 3, "", 0u); });
+  ExpectWaiting(1);
+  auto two = std::async(std::launch::async, [&] { return late.Barrier(22, 3, "", 2u); });
+  const Status first = zero.get();
+  EXPECT_EQ(first.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(first.message(), ::testing::HasSubstr("rank 1 did not arrive"));
+  EXPECT_THAT(first.message(), ::testing::HasSubstr("(waiting: ranks 0 and 2)"));
+  const Status second = two.get();
+  EXPECT_EQ(second.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(second.message(), ::testing::HasSubstr("rank 1 did not arrive"));
+  EXPECT_THAT(second.message(),
+              ::testing::HasSubstr("(waiting: rank 2; arrived and timed out: rank 0)"));
+}
+
+// Given rank 0 timing out while rank 2 waits, and rank 1 arriving after that, expect rank 2's
+// error to say that every rank came but not together, rather than name a missing rank.
+TEST_F(ControlSyncTest, ExpiredBarrierWithNoRankMissingSaysTheyCameApart) {
+  ControlClient early(target_, 300ms);
+  ControlClient late(target_, 900ms);
+  ControlClient patient(target_, 10s);
+  auto zero = std::async(std::launch::async, [&] { return early.Barrier(23, 3, "", 0u); });
+  ExpectWaiting(1);
+  auto two = std::async(std::launch::async, [&] { return late.Barrier(23, 3, "", 2u); });
+  EXPECT_EQ(zero.get().code(), StatusCode::kDeadlineExceeded);
+  auto one = std::async(std::launch::async, [&] { return patient.Barrier(23, 3, "", 1u); });
+  const Status st = two.get();
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(st.message(), ::testing::HasSubstr("every rank arrived, but not together: rank 0 "
+                                                 "timed out before ranks 1 and 2 came"));
+  EXPECT_THAT(st.message(), ::testing::HasSubstr("start the workers within each other's timeout"));
+  patient.CancelCalls(CancelledError("test over"));
+  one.get();
 }
 
 // Given a waiting call without a deadline whose client cancels, expect it to leave the round.

@@ -112,6 +112,9 @@ struct Registry::Round {
   uint32_t num_workers = 0;
   uint32_t arrived = 0;
   RankSet ranks;  // the ranks waiting (of the calls that sent one)
+  // Ranks that waited in this round and timed out (ExpireWait) while others still wait: they
+  // did arrive, so a later expiry does not call them missing.
+  RankSet gave_up;
   uint32_t root = 0;
   uint64_t value = 0;
   std::vector<uint64_t> waiters;  // tickets
@@ -124,6 +127,8 @@ struct Registry::Wait {
   uint32_t rank = 0;
   std::string client;
   SyncDone done;
+  std::string scope;  // "barrier of session 7", as the registry's errors name the round
+  std::chrono::steady_clock::time_point since;
 };
 
 struct Registry::Stream {
@@ -784,7 +789,10 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
           rounds_.erase(key);
         }
       } else {
-        if (ranked) round->ranks.set(q.rank);
+        if (ranked) {
+          round->ranks.set(q.rank);
+          round->gave_up.reset(q.rank);
+        }
         if (q.broadcast && q.rank == q.root) round->value = q.value;
         if (++round->arrived == round->num_workers) {
           rounds_.erase(key);
@@ -806,6 +814,8 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
           wait->rank = q.rank;
           wait->client = ClientKey(caller);
           wait->done = std::move(done);
+          wait->scope = scope;
+          wait->since = Now();
           waits_[ticket] = std::move(wait);
           round->waiters.push_back(ticket);
           waiting = true;
@@ -821,27 +831,103 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
   (void)waiting;
 }
 
+Registry::SyncDone Registry::LeaveRoundLocked(uint64_t ticket) {
+  auto w = waits_.find(ticket);
+  if (w == waits_.end()) return nullptr;
+  Wait& wait = *w->second;
+  Round& round = *wait.round;
+  --round.arrived;
+  if (wait.has_rank) round.ranks.reset(wait.rank);
+  std::erase(round.waiters, ticket);
+  if (round.arrived == 0) {
+    if (auto it = rounds_.find(wait.key); it != rounds_.end() && it->second == wait.round) {
+      rounds_.erase(it);
+    }
+  }
+  ReleaseLocked(wait.client);
+  SyncDone done = std::move(wait.done);
+  waits_.erase(w);
+  return done;
+}
+
 void Registry::CancelWait(uint64_t ticket, const Status& why) {
   SyncDone done;
   {
     std::lock_guard lock(mu_);
+    done = LeaveRoundLocked(ticket);
+  }
+  if (!done) return;
+  LOG(kDebug, kControl) << "a waiting call left its round: " << why.ToString();
+  done(why, 0);
+}
+
+namespace {
+
+// "rank 3", "ranks 1, 2 and 5", "ranks 0, 1, 2, 3, 4, 5, 6, 7 and 9 more".
+std::string RankList(const std::vector<uint32_t>& ranks) {
+  constexpr size_t kNamed = 8;
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size() && i < kNamed; ++i) {
+    if (i > 0) text += (i + 1 == ranks.size()) ? " and " : ", ";
+    text += std::to_string(ranks[i]);
+  }
+  if (ranks.size() > kNamed) text += " and " + std::to_string(ranks.size() - kNamed) + " more";
+  return text;
+}
+
+// "300 ms", "2.5 s".
+std::string WaitedText(std::chrono::steady_clock::duration d) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  if (ms < 1000) return std::to_string(ms) + " ms";
+  return std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100) + " s";
+}
+
+}  // namespace
+
+std::string Registry::MissingText(const Wait& wait) const {
+  const Round& round = *wait.round;
+  const std::string waited = WaitedText(Now() - wait.since);
+  const uint32_t n = round.num_workers;
+  std::string text = wait.scope + " (" + std::to_string(n) + " workers): ";
+  if (round.ranks.count() != round.arrived) {
+    // A call without its rank (a reference client's Barrier): only the count is known.
+    return text + std::to_string(n - round.arrived) + " of " + std::to_string(n) +
+           " workers did not arrive within " + waited;
+  }
+  std::vector<uint32_t> missing, waiting, gave_up;
+  for (uint32_t r = 0; r < n; ++r) {
+    if (round.ranks.test(r)) {
+      waiting.push_back(r);
+    } else if (round.gave_up.test(r)) {
+      gave_up.push_back(r);
+    } else {
+      missing.push_back(r);
+    }
+  }
+  if (missing.empty()) {
+    // Every rank came, but not within one another's timeouts.
+    return text + "every rank arrived, but not together: " + RankList(gave_up) +
+           " timed out before " + RankList(waiting) + " came (waited " + waited +
+           "): start the workers within each other's timeout";
+  }
+  text +=
+      RankList(missing) + " did not arrive within " + waited + " (waiting: " + RankList(waiting);
+  if (!gave_up.empty()) text += "; arrived and timed out: " + RankList(gave_up);
+  return text + ")";
+}
+
+void Registry::ExpireWait(uint64_t ticket) {
+  SyncDone done;
+  Status why;
+  {
+    std::lock_guard lock(mu_);
     auto w = waits_.find(ticket);
     if (w == waits_.end()) return;
-    Wait& wait = *w->second;
-    Round& round = *wait.round;
-    --round.arrived;
-    if (wait.has_rank) round.ranks.reset(wait.rank);
-    std::erase(round.waiters, ticket);
-    if (round.arrived == 0) {
-      if (auto it = rounds_.find(wait.key); it != rounds_.end() && it->second == wait.round) {
-        rounds_.erase(it);
-      }
-    }
-    ReleaseLocked(wait.client);
-    done = std::move(wait.done);
-    waits_.erase(w);
+    why = DeadlineExceededError(MissingText(*w->second));
+    if (w->second->has_rank) w->second->round->gave_up.set(w->second->rank);
+    done = LeaveRoundLocked(ticket);
   }
-  LOG(kDebug, kControl) << "a waiting call left its round: " << why.ToString();
+  LOG(kInfo, kControl) << why.message();
   done(why, 0);
 }
 

@@ -176,6 +176,11 @@ class Registry {
   // The call's client went away (cancelled, deadline): it leaves its round, and `done` runs with
   // `why`. No effect when the wait already ended.
   void CancelWait(uint64_t ticket, const Status& why);
+  // The call's deadline is about to pass (the control server calls this shortly before it): the
+  // call leaves its round, and `done` runs with kDeadlineExceeded naming the ranks that did not
+  // arrive, so that the worker's error can say which peer is missing (a client whose own
+  // deadline passes first can only say that one is). No effect when the wait already ended.
+  void ExpireWait(uint64_t ticket);
 
   // Session.Close.
   Status Close(const CloseRequest& request, const Caller& caller);
@@ -225,6 +230,13 @@ class Registry {
   };
   // Callbacks collected under the lock and run after it is released.
   using Deferred = std::vector<std::function<void()>>;
+
+  // Removes a waiting call from its round (the round too once no call waits in it) and returns
+  // its callback, to be run after the lock is released.
+  SyncDone LeaveRoundLocked(uint64_t ticket);
+  // Why a waiting call's round did not come together: the ranks missing from it, when every
+  // waiting call sent its rank, else how many workers are missing.
+  std::string MissingText(const Wait& wait) const;
 
   std::chrono::steady_clock::time_point Now() const;
   Status ValidateRegistration(const RegisterRequest& r, const Caller& caller,

@@ -274,6 +274,10 @@ class Context::Impl {
   Status Setup();
   Status Register(const control::UdpSessionArgs& args, control::UdpSessionReply* reply);
   void Close();
+  // Setup failed with `why` after this rank registered: fail the session at the switch with
+  // the reason, so that the other ranks learn why this one left instead of only that its
+  // connection ended. Not when the switch failed the session itself (it already said why).
+  void AbandonSetup(const Status& why);
   Result<AllReduceHandle> Submit(const void* in, void* out, size_t count, DataType dtype);
 };
 
@@ -438,6 +442,16 @@ Status Context::Impl::Register(const control::UdpSessionArgs& args,
   return Status();
 }
 
+void Context::Impl::AbandonSetup(const Status& why) {
+  if (control == nullptr || attachment == nullptr || failure->is_set()) return;
+  control
+      ->Close(session_id, config.job_secret, std::nullopt, std::chrono::milliseconds(1000),
+              "session " + std::to_string(session_id) + " failed: rank " +
+                  std::to_string(config.rank) + " gave up joining it: " + why.message())
+      .IgnoreError();
+  attachment.reset();
+}
+
 // Tells the switch this rank is done (the job's slots are freed when every rank is), then ends
 // the stream. Best effort: the switch may be gone.
 void Context::Impl::Close() {
@@ -533,7 +547,10 @@ Result<std::unique_ptr<Context>> Context::Create(const Config& config,
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->rendezvous = std::move(rendezvous);
-  RETURN_IF_ERROR(impl->Setup());
+  if (Status st = impl->Setup(); !st.ok()) {
+    impl->AbandonSetup(st);
+    return st;
+  }
   return std::unique_ptr<Context>(new Context(std::move(impl)));
 }
 
