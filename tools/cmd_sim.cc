@@ -179,6 +179,12 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   }
   if (workers < 1 || workers > 4096) return fail("--workers must be in 1..4096");
   if (jobs < 1 || jobs > 200) return fail("--jobs must be in 1..200");
+  const int64_t switches = two_level ? racks + 1 : 1;
+  if (jobs * workers + switches > sim::kMaxNodes) {  // was "cannot allocate ... --size"
+    return fail("--jobs x --workers is " + std::to_string(jobs * workers) +
+                " hosts; with the switches the simulator takes at most " +
+                std::to_string(sim::kMaxNodes) + " nodes (docs/simulator.md)");
+  }
   if (numel != 64 && numel != 256) return fail("--packet-numel must be 64 or 256");
   if (threads < 1 || threads > 64) return fail("--threads must be in 1..64");
   if (iterations < 1 || iterations > 1000) return fail("--iterations must be in 1..1000");

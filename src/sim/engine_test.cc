@@ -161,6 +161,16 @@ TEST(SimEngineTest, BadConfigurationsSayWhatIsWrong) {
   EXPECT_FALSE(Simulate(c).ok());
 }
 
+TEST(SimEngineTest, TopologiesBeyondTheRouteTableAreRefused) {
+  // Given more nodes than the route table (nodes x nodes entries) may hold, expect a refusal
+  // naming the bound (819201 nodes ended in std::bad_alloc, reported as a tensor too large).
+  SimConfig c = StarConfig(kMaxNodes, 1000, DataType::kInt32, 0);
+  auto r = Simulate(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("32769 nodes; at most 32768"), std::string::npos)
+      << r.status().ToString();
+}
+
 TEST(SimEngineTest, TimingBeyondThePicosecondClockIsRefused) {
   // Given values whose picosecond times overflowed int64_t (they wrapped to negative times),
   // Expect each refused at setup, saying which.

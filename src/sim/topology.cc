@@ -8,7 +8,7 @@ namespace {
 bool Probability(double p) { return p >= 0 && p <= 1; }
 // The bounds as Validate's messages spell them.
 static_assert(kMinGbps == 1e-3 && kMaxGbps == 1e6 && kMaxDelayNs == 1e12 &&
-              kMaxBufferBytes == uint64_t{1} << 30);
+              kMaxBufferBytes == uint64_t{1} << 30 && kMaxNodes == 32768);
 }  // namespace
 
 Status LinkParams::Validate() const {
@@ -75,6 +75,11 @@ Topology Topology::TwoLevel(uint32_t racks, uint32_t hosts_per_rack, const LinkP
 
 Status Topology::Finalize() {
   const size_t n = nodes_.size();
+  if (n > kMaxNodes) {  // its route table would not fit (it ended in std::bad_alloc)
+    return InvalidArgumentError("the topology has " + std::to_string(n) +
+                                " nodes; at most 32768 (hosts and switches: the routes are a "
+                                "table of nodes x nodes entries)");
+  }
   for (size_t i = 0; i < links_.size(); ++i) {
     const Link& l = links_[i];
     if (l.from >= n || l.to >= n || l.from == l.to) {

@@ -28,6 +28,9 @@ inline constexpr double kMaxSimSeconds = 1e6;
 inline constexpr double kMinGbps = 1e-3;
 inline constexpr double kMaxGbps = 1e6;
 inline constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 30;  // per link (1 GiB)
+// Nodes (hosts and switches) of one topology: the routes are a table of nodes x nodes link ids
+// (4 GiB at this bound), computed by a search from every node.
+inline constexpr uint32_t kMaxNodes = 1u << 15;
 
 struct LinkParams {
   double gbps = 100;            // line rate, kMinGbps..kMaxGbps
@@ -79,8 +82,8 @@ class Topology {
   const std::vector<Link>& links() const { return links_; }
   std::vector<Link>& mutable_links() { return links_; }
 
-  // Checks the links and computes the routes; every host must reach every switch. Call after the
-  // last change and before NextLink.
+  // Checks the links and computes the routes; every host must reach every switch; at most
+  // kMaxNodes nodes. Call after the last change and before NextLink.
   Status Finalize();
   // The link to take from `at` toward `to` (at != to), or UINT32_MAX when unreachable.
   uint32_t NextLink(uint32_t at, uint32_t to) const {
