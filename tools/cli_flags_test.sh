@@ -94,10 +94,13 @@ elif [ "$(ulimit -v)" = unlimited ]; then
   under_1gib "cannot allocate the simulated tensors of --size 1073741824 bytes" \
     sim --workers 2 --size 1G --quiet
 fi
-# switchml sim: 819200 hosts need a route table of 819201^2 entries; that failed as "cannot allocate
-# the simulated tensors of --size 4096 bytes: use a smaller --size" (after building the graph).
-expect "--jobs x --workers is 819200 hosts" sim --jobs 200 --workers 4096 --size 4K
-expect "--jobs x --workers is 32768 hosts" sim --jobs 8 --workers 4096 --size 4K
+# switchml sim: 51200 hosts need a route table of 51201^2 entries (10 GB); 819200 hosts failed as
+# "cannot allocate the simulated tensors of --size 4096 bytes: use a smaller --size".
+expect "--jobs x --workers is 51200 hosts" sim --jobs 200 --workers 256 --size 4K
+expect "--jobs x --workers is 32768 hosts" sim --jobs 128 --workers 256 --size 4K
+# switchml sim: a star of more than 256 workers failed after building the graph, naming
+# max_workers_per_job (no flag of the command).
+expect "--workers 257 exceeds the 256 workers one switch aggregates" sim --workers 257 --size 4K
 # switchml sim: a --window above --slots was clamped to --slots without a word.
 expect "--window 9000 exceeds --slots 8192" sim --window 9000 --slots 8192 --size 1M
 # switchml sim's times are int64_t picoseconds: these wrapped to negative times ("-9223372 s

@@ -85,7 +85,8 @@ int SimCommand(const std::vector<std::string>& raw_args) {
                   "star: every worker on one switch; two-level: --racks top-of-rack switches "
                   "under one spine, the workers spread evenly over them (docs/hierarchy.md)");
   flags.AddInt("racks", 2, "with --topology two-level: top-of-rack switches (racks)");
-  flags.AddInt("workers", 8, "workers per job");
+  flags.AddInt("workers", 8,
+               "workers per job (star: at most 256; two-level: up to 4096, 256 per rack)");
   flags.AddInt("jobs", 1, "concurrent jobs, each with its own workers, all on the one switch");
   flags.AddBool("share-pool",
                 "split --slots among the jobs: each job's window is at most slots / jobs");
@@ -179,6 +180,11 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   }
   if (workers < 1 || workers > 4096) return fail("--workers must be in 1..4096");
   if (jobs < 1 || jobs > 200) return fail("--jobs must be in 1..200");
+  if (!two_level && workers > 256) {  // failed later naming max_workers_per_job, not a flag
+    return fail("--workers " + std::to_string(workers) +
+                " exceeds the 256 workers one switch aggregates (the worker bitmap's width): use "
+                "--topology two-level --racks R for more");
+  }
   const int64_t switches = two_level ? racks + 1 : 1;
   if (jobs * workers + switches > sim::kMaxNodes) {  // was "cannot allocate ... --size"
     return fail("--jobs x --workers is " + std::to_string(jobs * workers) +
