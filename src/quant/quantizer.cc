@@ -22,7 +22,8 @@ using proto::HWY_NAMESPACE::LoadBigEndian;
 using proto::HWY_NAMESPACE::StoreBigEndian;
 
 // On Highway's scalar target (one lane; it converts out-of-range doubles with saturation where the
-// reference's casts give inf) the kernels run only the reference's element-by-element code.
+// reference's casts give inf) the kernels run only the reference's element-by-element code; so
+// does DequantizeFromWireKernel on HWY_EMU128, which saturates the same way.
 #if HWY_TARGET != HWY_SCALAR
 // The sign-cleared bits of float lanes x, as int32 lanes of di (below 2^31, so signed lanes order
 // them like unsigned ones).
@@ -171,11 +172,14 @@ uint32_t QuantizeAndMaxBitsKernel(const float* HWY_RESTRICT in, size_t n, double
   return FiniteMaxBits(next, m, MaxBitsTail(next, j, m, max_bits), non_finite);
 }
 
-// out[i] = DequantizeOne(big-endian wire element i, inverse) for i < n.
+// out[i] = DequantizeOne(big-endian wire element i, inverse) for i < n. Element by element on
+// HWY_EMU128 too (the fallback target of clang and GCC >= 12.3 builds, where HWY_SCALAR is GCC
+// 12.2's): its DemoteTo saturates doubles beyond the float range to +-FLT_MAX where the
+// reference's cast gives +-inf.
 void DequantizeFromWireKernel(const uint8_t* HWY_RESTRICT wire, size_t n, double inverse,
                               float* HWY_RESTRICT out) {
   size_t i = 0;
-#if HWY_TARGET != HWY_SCALAR
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
   // A full vector of int32s per step; each half is widened to doubles, scaled and narrowed to
   // floats.
   const hn::ScalableTag<int32_t> di;

@@ -14,6 +14,7 @@
 
 #include "hwy/tests/hwy_gtest.h"
 #include "proto/byte_order.h"
+#include "proto/wire.h"
 
 namespace switchml::quant {
 namespace {
@@ -395,7 +396,9 @@ TEST_P(WireKernelTest, QuantizeToWireMatchesTheReferenceBitForBit) {
         const size_t numel = block.size() + 5;  // a padded packet
         std::vector<int32_t> want(numel);
         Quantize(block, exponent, n, want);
-        std::vector<uint8_t> wire(4 * numel, 0xee);
+        // The payload where a datagram has it: 10 bytes in, not 4-byte aligned.
+        std::vector<uint8_t> datagram(proto::kPrefixBytes + 4 * numel, 0xee);
+        const std::span<uint8_t> wire(datagram.data() + proto::kPrefixBytes, 4 * numel);
         QuantizeToWire(block, exponent, n, wire);
         for (size_t i = 0; i < numel; ++i) {
           ASSERT_EQ(static_cast<int32_t>(proto::LoadBe32(&wire[4 * i])), want[i])
@@ -464,9 +467,12 @@ TEST_P(WireKernelTest, DequantizeFromWireMatchesTheReferenceBitForBit) {
     const int32_t edges[] = {0, 1, -1, std::numeric_limits<int32_t>::max(),
                              std::numeric_limits<int32_t>::min()};
     for (size_t i = 0; i < size && i < std::size(edges); ++i) values[i] = edges[i];
-    std::vector<uint8_t> wire(4 * size + 8);  // longer than the output needs
-    for (size_t i = 0; i < size; ++i)
-      proto::StoreBe32(static_cast<uint32_t>(values[i]), &wire[4 * i]);
+    // Longer than the output needs, and where a datagram has it: 10 bytes in, not aligned.
+    std::vector<uint8_t> datagram(proto::kPrefixBytes + 4 * size + 8);
+    const std::span<const uint8_t> wire(datagram.data() + proto::kPrefixBytes, 4 * size + 8);
+    for (size_t i = 0; i < size; ++i) {
+      proto::StoreBe32(static_cast<uint32_t>(values[i]), &datagram[proto::kPrefixBytes + 4 * i]);
+    }
     // e = 127 with many workers overflows float: both give inf.
     for (int8_t exponent :
          {int8_t{0}, int8_t{-126}, int8_t{-3}, int8_t{20}, int8_t{127}, kZeroBlockExponent}) {
