@@ -798,11 +798,16 @@ def main():
                    help="results directory (bench.json, bench.md, bench-*.png, logs/)")
     p.add_argument("--docs-dir", default="",
                    help="also copy the JSON, table and plots here (e.g. docs/bench)")
-    p.add_argument("--switchml", default=os.path.join(build, "tools", "switchml"))
-    p.add_argument("--gloo", default=os.path.join(build, "bench", "gloo_allreduce"))
-    p.add_argument("--mpi", default=os.path.join(build, "bench", "mpi_allreduce"))
-    p.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
-    p.add_argument("--rack-script", default=os.path.join(REPO, "scripts", "rack.sh"))
+    p.add_argument("--switchml", default=os.path.join(build, "tools", "switchml"),
+                   help="the switchml binary")
+    p.add_argument("--gloo", default=os.path.join(build, "bench", "gloo_allreduce"),
+                   help="the Gloo baseline's binary")
+    p.add_argument("--mpi", default=os.path.join(build, "bench", "mpi_allreduce"),
+                   help="the MPI baseline's binary (the MPI rows are left out without it)")
+    p.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun",
+                   help="Open MPI's launcher")
+    p.add_argument("--rack-script", default=os.path.join(REPO, "scripts", "rack.sh"),
+                   help="the emulated rack's script")
     p.add_argument("--audit-kernel", action="store_true",
                    help="record every run with `perf record -a` (root) and report the network "
                    "softirq work the kernel charged to no process of the run (another task or the "

@@ -627,27 +627,34 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--sections", default="rates,run", help="rates,run,rack")
+    p.add_argument("--sections", default="rates,run",
+                   help="comma-separated sections to run: rates, run, rack (default: rates,run)")
     p.add_argument("--rows", default=",".join(RATE_ROWS), help="rates rows: " + ",".join(RATE_ROWS))
     p.add_argument("--seconds", type=float, default=2, help="rates: measured seconds per run")
     p.add_argument("--window", type=int, default=256, help="rates: packets in flight")
     p.add_argument("--runs", type=int, default=3, help="rates: runs per row (median)")
     p.add_argument("--size", type=parse_size, default=parse_size("64M"),
-                   help="run, rack: tensor bytes (float32)")
+                   help="run, rack: tensor size in BYTES, float32 (switchml run gets --size bytes/4 "
+                   "elements; default 64M)")
     p.add_argument("--iterations", type=int, default=3, help="run, rack: timed all-reduces")
-    p.add_argument("--run-workers", default="2,4")
+    p.add_argument("--run-workers", default="2,4", help="run: comma-separated worker counts")
     p.add_argument("--run-transports", default="dpdk,dpdk-naps,udp",
                    help="run: " + ",".join(RUN_KINDS) + " (dpdk-naps: memif without doorbells; shm: "
                    "shared-memory rings)")
     p.add_argument("--run-rounds", type=int, default=1,
                    help="run: rounds of every transport, interleaved (the run of median elements/s)")
-    p.add_argument("--rack-transports", default="udp,udp-plain,xdp")
-    p.add_argument("--rack-workers", type=int, default=2)
+    p.add_argument("--rack-transports", default="udp,udp-plain,xdp",
+                   help="rack: comma-separated, of " + ", ".join(TRANSPORT_KINDS))
+    p.add_argument("--rack-workers", type=int, default=2, help="rack: workers (namespaces)")
     p.add_argument("--rack-rate", default="none", help="none (unshaped) or e.g. 1gbit")
-    p.add_argument("--rack-runs", type=int, default=1)
-    p.add_argument("--timeout", type=int, default=120)
-    p.add_argument("--build", default=os.path.join(REPO, "build"))
-    p.add_argument("--rack-script", default=os.path.join(REPO, "scripts", "rack.sh"))
+    p.add_argument("--rack-runs", type=int, default=1, help="rack: runs per transport (median)")
+    p.add_argument("--timeout", type=int, default=120,
+                   help="seconds before one program run is killed (default 120)")
+    p.add_argument("--build", default=os.path.join(REPO, "build"),
+                   help="build directory holding tools/switchml and "
+                   "tools/switchml_transport_bench (default: build/)")
+    p.add_argument("--rack-script", default=os.path.join(REPO, "scripts", "rack.sh"),
+                   help="the emulated rack's script (default: scripts/rack.sh)")
     p.add_argument("--json", default="", help="write every figure here")
     p.add_argument("--md", default="", help="write the Markdown tables here too")
     a = p.parse_args()
