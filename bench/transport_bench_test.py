@@ -19,12 +19,20 @@ sys.path.insert(0, HERE)
 import transport_bench  # noqa: E402
 
 # The stand-ins: the switch says it listens and waits; the generator says it measures and
-# waits; a worker of rank 0 fails at once, any other waits. Each appends its pid to pids.
+# waits; a worker of rank 0 fails once the switch and rank 1 have recorded their pids (at most
+# 5 s: on a loaded host rank 1's `ip netns exec` could start after rank 0 had failed and been
+# seen, and rank 1 be stopped before it wrote its pid), any other worker waits. Each appends its
+# pid to pids.
 FAKE_SWITCHML = """#!/bin/bash
 echo $$ >> {dir}/pids
 case "$1" in
   switch) echo "control port 1"; exec sleep 1000 ;;
-  worker) case " $* " in *" --rank 0 "*) echo "worker 0 fails"; exit 1 ;; esac; exec sleep 1000 ;;
+  worker) case " $* " in
+      *" --rank 0 "*)
+        for i in $(seq 100); do [ "$(wc -l < {dir}/pids)" -ge 3 ] && break; sleep 0.05; done
+        echo "worker 0 fails"; exit 1 ;;
+    esac
+    exec sleep 1000 ;;
   *) exit 1 ;;
 esac
 """
