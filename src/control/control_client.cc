@@ -78,6 +78,7 @@ struct ControlClient::Impl {
   std::unique_ptr<switchml_proto::Session::Stub> session;
   std::unique_ptr<switchml_proto::Sync::Stub> sync;
   std::atomic<bool> wait_for_ready{true};
+  bool tls = false;  // the channel's credentials are TLS (set once, by Connect)
   // Barrier/Broadcast calls under way, and why they were cancelled (CancelCalls).
   std::mutex calls_mu;
   std::set<grpc::ClientContext*> calls;
@@ -103,9 +104,10 @@ struct ControlClient::Impl {
 
   void Connect(std::string t, std::chrono::milliseconds to,
                std::shared_ptr<grpc::ChannelCredentials> credentials,
-               const std::string& server_name) {
+               const std::string& server_name, bool use_tls) {
     target = std::move(t);
     timeout = to;
+    tls = use_tls;
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
@@ -131,10 +133,24 @@ struct ControlClient::Impl {
     ctx->set_deadline(end);
   }
 
+  // Why a call got no answer in time, as far as the channel tells: a switch that took the
+  // connection but not the call (a top-of-rack switch answers a registration only once its
+  // upstream switch has answered it) is not one that nobody runs; and a TLS handshake that
+  // fails (no client certificate for a switch that wants one, a wrong CA or server name) looks
+  // like a switch that never answers, since gRPC keeps retrying it until the deadline.
   std::string Unreachable() const {
-    return "switch control plane at " + target + " did not answer within " +
-           FormatTimeout(timeout) +
-           ": is `switchml switch` running there, and is --control-port right?";
+    const std::string head = "switch control plane at " + target;
+    if (channel->GetState(false) == GRPC_CHANNEL_READY) {
+      return head + " accepted the connection but did not answer within " + FormatTimeout(timeout) +
+             ": if it is a top-of-rack switch (--upstream), its upstream switch did not answer "
+             "it (see its log)";
+    }
+    return head + " did not answer within " + FormatTimeout(timeout) +
+           ": is `switchml switch` running there, and is --control-port right?" +
+           (tls ? " Over TLS a failed handshake looks the same: does --tls-ca hold the CA of "
+                  "the switch's certificate, does --tls-server-name match it, and does the "
+                  "switch require a client certificate (--tls-cert, --tls-key)?"
+                : "");
   }
 
   // Whether a Barrier/Broadcast's DEADLINE_EXCEEDED came from the switch (its registry ends a
@@ -173,7 +189,8 @@ struct ControlClient::Impl {
 
 ControlClient::ControlClient(std::string target, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<Impl>()) {
-  impl_->Connect(std::move(target), timeout, grpc::InsecureChannelCredentials(), "");
+  impl_->Connect(std::move(target), timeout, grpc::InsecureChannelCredentials(), "",
+                 /*use_tls=*/false);
 }
 
 Result<std::unique_ptr<ControlClient>> ControlClient::Create(std::string target,
@@ -195,7 +212,8 @@ Result<std::unique_ptr<ControlClient>> ControlClient::Create(std::string target,
     ASSIGN_OR_RETURN(ssl.pem_private_key, ReadTlsPem(tls.key_file, "key"));
   }
   std::unique_ptr<ControlClient> client(new ControlClient());
-  client->impl_->Connect(std::move(target), timeout, grpc::SslCredentials(ssl), tls.server_name);
+  client->impl_->Connect(std::move(target), timeout, grpc::SslCredentials(ssl), tls.server_name,
+                         /*use_tls=*/true);
   return client;
 }
 

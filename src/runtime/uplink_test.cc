@@ -185,6 +185,42 @@ TEST(UplinkTest, RackStopsWaitingWhenItsFirstRankIsRefused) {
   uplink.Shutdown();
 }
 
+// Given a ToR whose upstream does not answer, expect a worker whose setup gives up first to say
+// that the ToR took its call (not that no switch runs there, as it said before) and to point at
+// the upstream.
+TEST(UplinkTest, WorkerTimingOutAtATorSaysItsUpstreamDidNotAnswer) {
+  using namespace std::chrono_literals;
+  dataplane::SwitchConfig config;
+  config.slots_per_job = 64;
+  dataplane::LockedSwitch sw(config);
+  UplinkOptions uo = UnreachableUpstream(1, 0);
+  uo.timeout = 2s;  // the ToR's own wait for the upstream, longer than the worker's
+  Uplink uplink(uo, &sw);
+  control::ControlServerOptions so;
+  so.bind_address = "127.0.0.1";
+  so.port = 0;
+  so.hooks = &uplink;
+  auto server = control::ControlServer::Start(so, &sw);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  uplink.set_registry(&(*server)->registry());
+  control::ControlClient worker("127.0.0.1:" + std::to_string((*server)->port()), 500ms);
+  control::UdpSessionArgs a;
+  a.session_id = 12;
+  a.num_workers = 1;
+  a.ipv4 = kLoopbackIpv4;
+  a.udp_port = 41004;
+  a.max_outstanding_packets = 64;
+  const Status st = worker.UdpSession(a).status();
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("accepted the connection but did not answer within 500 ms"),
+            std::string::npos)
+      << st.ToString();
+  EXPECT_NE(st.message().find("its upstream switch did not answer"), std::string::npos)
+      << st.ToString();
+  (*server)->Shutdown();
+  uplink.Shutdown();
+}
+
 // A spine and a one-rack ToR with an Uplink, on loopback. `spine_registry`: the spine's
 // registry options (its leases); `spine_hooks`: the spine server's hooks (not owned), if any.
 struct TwoLevels {
