@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The scripts in scripts/ and bench/ answer --help without doing anything else, and refuse bad
-# arguments with exit 2 and a message naming what to fix, before they build, install, format,
-# fuzz or start a process (several of them used to treat --help as a target or ignore it and
-# build, run the suite or reformat the tree). Each case is bounded by `timeout`; nothing here
+# The scripts in scripts/, bench/ and examples/torch/ (the rack ones) answer --help without doing
+# anything else, and refuse bad arguments with exit 2 and a message naming what to fix, before
+# they build, install, format, fuzz or start a process (several of them used to treat --help as
+# a target or ignore it and build, run the suite or reformat the tree). Each case is bounded by `timeout`; nothing here
 # needs root or builds anything.
 # Usage: scripts_cli_test.sh PATH_TO_SWITCHML
 set -uo pipefail
@@ -66,4 +66,16 @@ if [ -e "$scratch/out" ]; then
   echo "FAIL: bench.py made --out $scratch/out for a run it refused"
   failed=1
 fi
+# The rack training examples: --help exited 2 without a word (it was taken as BUILD_DIR), a flag
+# without its value died on `set -u`, a misplaced training flag reached rack.sh.
+e="$root/examples/torch"
+build="$(dirname "$(dirname "$bin")")"
+check 0 "Training speed in the emulated rack" bash "$e/rack_train.sh" --help
+check 2 "rack_train: BUILD_DIR '/nonexistent/build' is not a directory" \
+  bash "$e/rack_train.sh" /nonexistent/build
+check 2 "rack_train: --workers needs a value" bash "$e/rack_train.sh" "$build" --workers
+check 2 "rack_train: unknown option '--steps'" bash "$e/rack_train.sh" "$build" --steps 3
+check 0 "The training proof in the emulated rack" bash "$e/rack_digits.sh" -h
+check 2 "rack_digits: WORKERS and EPOCHS are whole numbers" \
+  bash "$e/rack_digits.sh" "$build" --workers 4
 exit $failed

@@ -12,7 +12,18 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
 usage="usage: rack_digits.sh BUILD_DIR [WORKERS] [EPOCHS] [RATE] [-- TRAIN_DIGITS_FLAGS...]"
-build=$(cd "${1:?$usage}" && pwd)
+case "${1:-}" in
+  -h | --help)
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+    exit 0
+    ;;
+esac
+[ -d "${1:-}" ] || {
+  echo "rack_digits: BUILD_DIR '${1:-}' is not a directory" >&2
+  echo "$usage" >&2
+  exit 2
+}
+build=$(cd "$1" && pwd)
 positional=()
 shift
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
@@ -21,6 +32,11 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
 done
 [ $# -gt 0 ] && shift  # the "--"
 workers=${positional[0]:-2} epochs=${positional[1]:-5} rate=${positional[2]:-1gbit}
+[[ "$workers" =~ ^[0-9]+$ && "$epochs" =~ ^[0-9]+$ && ${#positional[@]} -le 3 ]] || {
+  echo "rack_digits: WORKERS and EPOCHS are whole numbers, then RATE; training flags go after --" >&2
+  echo "$usage" >&2
+  exit 2
+}
 if ! PYTHONPATH="$build/python" /usr/bin/python3 -c "import sklearn, switchml.torch" 2>/dev/null; then
   echo "SKIPPED: needs python3-torch, python3-sklearn and the switchml backend built in $build"
   exit 77

@@ -62,11 +62,27 @@ if [ "${1:-}" = "--inside" ]; then
 fi
 
 usage="usage: rack_train.sh BUILD_DIR [--workers N[,N...]] [--rate R] [--script S] [--json F] [--plot F] [--backends B[,B]] [--logs DIR] [--multicast auto|on|off] [-- FLAGS...]"
-build=$(cd "${1:?$usage}" && pwd)
+case "${1:-}" in
+  -h | --help)
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+    exit 0
+    ;;
+esac
+[ -d "${1:-}" ] || {
+  echo "rack_train: BUILD_DIR '${1:-}' is not a directory" >&2
+  echo "$usage" >&2
+  exit 2
+}
+build=$(cd "$1" && pwd)
 shift
 workers_list=4 rate=1gbit script=train_rec.py json="" plot="" backends=gloo,switchml logs=""
 multicast=auto
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  if [ $# -lt 2 ] || [[ "$2" == --* ]]; then
+    echo "rack_train: $1 needs a value" >&2
+    echo "$usage" >&2
+    exit 2
+  fi
   case "$1" in
     --workers) workers_list=$2 ;;
     --rate) rate=$2 ;;
@@ -77,6 +93,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     --logs) logs=$2 ;;
     --multicast) multicast=$2 ;;
     *)
+      echo "rack_train: unknown option '$1'" >&2
       echo "$usage" >&2
       exit 2
       ;;
