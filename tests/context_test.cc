@@ -388,6 +388,26 @@ TEST_F(ContextTest, QueuedOperationsFailTogetherAfterAPeerTimeout) {
   EXPECT_LT(took, 1.5) << "queued operations each waited for their own timeout";
   Status later = ctx[0]->AllReduce(bufs[0].data(), bufs[0].data(), 10, DataType::kInt32);
   EXPECT_NE(later.message().find("failed earlier"), std::string::npos) << later.ToString();
+  // The switch saw rank 1 close without announcing the all-reduce.
+  EXPECT_NE(hs[0].Wait().message().find("rank 1 closed the session without starting it"),
+            std::string::npos)
+      << hs[0].Wait().ToString();
+}
+
+// Given a peer that is alive but never calls the all-reduce, Expect the all-reduce to fail after
+// the peer timeout naming that rank, from the switch's tensor checks.
+TEST_F(ContextTest, PeerThatNeverStartsTheAllReduceIsNamed) {
+  Config c0 = MakeConfig(0, 2, 13), c1 = MakeConfig(1, 2, 13);
+  c0.peer_timeout = c1.peer_timeout = std::chrono::milliseconds(300);
+  auto ctx = CreateAll({c0, c1});
+  ASSERT_TRUE(ctx[0] && ctx[1]);
+  std::vector<int32_t> buf(1000, 1);
+  Status st = ctx[0]->AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("the switch says: all-reduce 1 of session 13: rank 1 has not "
+                              "started it (rank 0 has)"),
+            std::string::npos)
+      << st.ToString();
 }
 
 }  // namespace

@@ -344,6 +344,19 @@ Status ControlClient::Close(uint64_t session_id, const std::string& job_secret,
   return impl_->Convert(impl_->session->Close(&ctx, req, &resp), "");
 }
 
+Result<std::string> ControlClient::Diagnose(uint64_t session_id, const std::string& job_secret,
+                                            uint64_t op, std::chrono::milliseconds timeout) {
+  switchml_proto::DiagnoseRequest req;
+  req.set_session_id(session_id);
+  req.set_job_secret(job_secret);
+  req.set_op(op);
+  switchml_proto::DiagnoseResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  RETURN_IF_ERROR(impl_->Convert(impl_->session->Diagnose(&ctx, req, &resp), ""));
+  return resp.text();
+}
+
 namespace {
 
 // The client side of an Attach stream, on gRPC's callback API: no thread of its own.

@@ -124,6 +124,11 @@ class ControlClient {
   // the session failed on this side, and why; the switch fails it (CloseRequest.failure).
   Status Close(uint64_t session_id, const std::string& job_secret, std::optional<uint32_t> rank,
                std::chrono::milliseconds timeout, const std::string& failure = "");
+  // Session.Diagnose (ours): the switch's one-sentence account of why all-reduce `op` of the
+  // session may be stuck (which ranks have not started it). UNIMPLEMENTED from a reference
+  // switch. Waits at most `timeout`.
+  Result<std::string> Diagnose(uint64_t session_id, const std::string& job_secret, uint64_t op,
+                               std::chrono::milliseconds timeout);
   // Opens this registered worker's Attach stream. `on_failure` runs at most once, from a gRPC
   // thread, when the stream ends for another reason than the Attachment's destruction or Fail:
   // the job failed on the switch (the status says why, e.g. which rank died) or the switch is

@@ -364,6 +364,16 @@ struct ControlServer::Impl {
       reactor->Finish(ToGrpc(impl_->registry.Close(q, CallerOf(ctx))));
       return reactor;
     }
+    grpc::ServerUnaryReactor* Diagnose(grpc::CallbackServerContext* ctx,
+                                       const switchml_proto::DiagnoseRequest* req,
+                                       switchml_proto::DiagnoseResponse* resp) override {
+      auto* reactor = ctx->DefaultReactor();
+      Result<std::string> text =
+          impl_->registry.DescribeOp(req->session_id(), req->job_secret(), req->op());
+      if (text.ok()) resp->set_text(*text);
+      reactor->Finish(ToGrpc(text.status()));
+      return reactor;
+    }
     grpc::ServerBidiReactor<switchml_proto::AttachRequest, switchml_proto::AttachEvent>* Attach(
         grpc::CallbackServerContext* ctx) override {
       return new AttachReactor(impl_, ctx);

@@ -106,6 +106,7 @@ struct Registry::Job {
     RankSet ranks;      // the ranks that announced it
   };
   std::map<uint64_t, Check> checks;
+  uint64_t newest_agreed_op = 0;  // the highest op every rank announced alike
 };
 
 struct Registry::Round {
@@ -1092,6 +1093,7 @@ void Registry::Report(uint64_t ticket, uint64_t op, uint64_t count, uint32_t dty
       const uint64_t agreed_count = c->second.count;
       const uint32_t agreed_dtype = c->second.dtype;
       job.checks.erase(c);
+      job.newest_agreed_op = std::max(job.newest_agreed_op, op);
       if (hooks_.check_agreed) {
         deferred.push_back([f = hooks_.check_agreed, session_id, op, agreed_count, agreed_dtype] {
           f(session_id, op, agreed_count, agreed_dtype);
@@ -1149,6 +1151,50 @@ void Registry::Detach(uint64_t ticket) {
         deferred);
   }
   for (auto& f : deferred) f();
+}
+
+Result<std::string> Registry::DescribeOp(uint64_t session_id, const std::string& secret,
+                                         uint64_t op) {
+  std::lock_guard lock(mu_);
+  const std::string name = SessionName(session_id);
+  if (secret.size() > kMaxSecretBytes) return InvalidArgumentError("job secret too long");
+  auto j = jobs_.find(session_id);
+  if (j != jobs_.end()) RETURN_IF_ERROR(CheckSecretLocked(*j->second, secret, session_id));
+  if (const Status* failure = FailureLocked(session_id, secret)) return *failure;
+  if (j == jobs_.end()) {
+    return NotFoundError(name + " is not on the switch (closed, expired or never opened)");
+  }
+  const Job& job = *j->second;
+  const std::string what = "all-reduce " + std::to_string(op) + " of " + name;
+  auto c = job.checks.find(op);
+  if (c == job.checks.end()) {
+    if (op != 0 && op <= job.newest_agreed_op) {
+      return "every rank started " + what +
+             ", so its packets or results are being lost: check that every worker reaches the "
+             "switch's data port and back (addresses, firewalls, MTU)";
+    }
+    return "no rank announced " + what +
+           " to the switch (tensor checks off?): it cannot tell which rank is missing";
+  }
+  std::vector<uint32_t> started, missing, closed;
+  for (uint32_t r = 0; r < job.spec.num_workers; ++r) {
+    if (c->second.ranks.test(r)) {
+      started.push_back(r);
+    } else if (r < job.ranks.size() && job.ranks[r].closed) {
+      closed.push_back(r);
+    } else {
+      missing.push_back(r);
+    }
+  }
+  std::string text = what + ": ";
+  if (!missing.empty()) {
+    text += RankList(missing) + (missing.size() == 1 ? " has" : " have") + " not started it";
+  }
+  if (!closed.empty()) {
+    text += std::string(missing.empty() ? "" : "; ") + RankList(closed) +
+            " closed the session without starting it";
+  }
+  return text + " (" + RankList(started) + (started.size() == 1 ? " has" : " have") + ")";
 }
 
 void Registry::ReportFailure(uint64_t ticket, const std::string& why) {

@@ -185,6 +185,12 @@ class Registry {
   // Session.Close.
   Status Close(const CloseRequest& request, const Caller& caller);
 
+  // Session.Diagnose: one sentence on why all-reduce `op` of a session may be stuck: the ranks
+  // that have not announced it on their streams (not started it), or that every rank has (then
+  // its packets are being lost). Fails as Sync does for a wrong secret or a failed session, and
+  // with NOT_FOUND when the switch has no such job.
+  Result<std::string> DescribeOp(uint64_t session_id, const std::string& secret, uint64_t op);
+
   // Session.Attach's first message. On success the stream is attached under `ticket`: `end`
   // runs at most once, when the job fails, is closed or removed, or the registry shuts down;
   // `checked` runs for each confirmed all-reduce check. Neither runs after Detach returned.

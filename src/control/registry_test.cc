@@ -467,6 +467,34 @@ TEST_F(RegistryTest, TensorMismatchFailsTheJobNamingBothRanks) {
   EXPECT_FALSE(SwitchHasJob(20));
 }
 
+// Given 3 ranks announcing all-reduces on their streams, Expect DescribeOp to name the ranks that
+// have not announced one, to say when every rank has, and to refuse a wrong secret.
+TEST_F(RegistryTest, DescribeOpNamesTheRanksThatHaveNotStartedAnAllReduce) {
+  Open(24, 3, 40100);
+  std::vector<uint64_t> t;
+  for (uint32_t r = 0; r < 3; ++r) {
+    t.push_back(Attach(24, r, std::make_shared<std::optional<Status>>(), nullptr));
+  }
+  registry_->Report(t[0], 1, 100, 1);
+  registry_->Report(t[2], 1, 100, 1);
+  auto text = registry_->DescribeOp(24, kSecret, 1);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(*text, "all-reduce 1 of session 24: rank 1 has not started it (ranks 0 and 2 have)");
+  registry_->Report(t[1], 1, 100, 1);
+  text = registry_->DescribeOp(24, kSecret, 1);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_NE(text->find("every rank started all-reduce 1 of session 24, so its packets or results "
+                       "are being lost"),
+            std::string::npos)
+      << *text;
+  text = registry_->DescribeOp(24, kSecret, 2);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_NE(text->find("no rank announced all-reduce 2"), std::string::npos) << *text;
+  EXPECT_EQ(registry_->DescribeOp(24, "another secret", 1).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(registry_->DescribeOp(99, kSecret, 1).status().code(), StatusCode::kNotFound);
+}
+
 // Found 5, first case: a killed worker was noticed only after the peer timeout, unnamed.
 // Expect its stream's end to fail the job at once, naming the rank, for every peer: streams and
 // waiting calls alike.

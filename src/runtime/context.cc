@@ -418,9 +418,15 @@ Status Context::Impl::Setup() {
               .ToString() +
           " on " + group_interface.name;
     }
+    // (The threads stop before the control client goes: ~Context.)
+    auto explain_stall = [client = control.get(), id = session_id,
+                          secret = config.job_secret](uint64_t op) -> std::string {
+      Result<std::string> why = client->Diagnose(id, secret, op, std::chrono::seconds(1));
+      return why.ok() ? *why : std::string();
+    };
     threads.push_back(std::make_unique<runtime::WorkerThread>(
         sc, std::move(transports[t]), shard, failure, wait, switch_data.port, reply.num_data_ports,
-        std::move(expected_group)));
+        std::move(expected_group), std::move(explain_stall)));
   }
   return Status();
 }

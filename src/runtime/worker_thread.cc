@@ -57,7 +57,7 @@ WorkerThread::WorkerThread(const worker::SessionConfig& config,
                            std::unique_ptr<transport::Transport> transport, Endpoint switch_data,
                            std::shared_ptr<FailureLatch> failure, WaitPolicy wait,
                            uint16_t switch_ports_first, uint32_t switch_ports,
-                           std::string expected_group)
+                           std::string expected_group, ExplainStall explain_stall)
     : transport_(std::move(transport)),
       switch_data_(switch_data),
       switch_ports_first_(switch_ports == 0 ? switch_data.port : switch_ports_first),
@@ -66,6 +66,7 @@ WorkerThread::WorkerThread(const worker::SessionConfig& config,
       session_(config),
       wait_(wait),
       expected_group_(std::move(expected_group)),
+      explain_stall_(std::move(explain_stall)),
       group_seen_(expected_group_.empty()),
       tx_(kTxBatch),
       rx_(kRxBatch) {
@@ -313,7 +314,13 @@ bool WorkerThread::RunSlice(const Pending& p) {
     std::lock_guard<std::mutex> lock(mu_);
     published_ = session_.counters();
   }
-  const Status& st = session_.status();
+  Status st = session_.status();
+  if (!stopping && st.code() == StatusCode::kDeadlineExceeded && explain_stall_) {
+    // No result for the progress timeout: the switch may know which peer is missing.
+    if (std::string why = explain_stall_(p.job.job_id); !why.empty()) {
+      st = DeadlineExceededError(st.message() + "; the switch says: " + why);
+    }
+  }
   // A protocol failure leaves the workers' slot states inconsistent: fail everything after it.
   // (Non-finite input is not one: the protocol completed normally.)
   if (!stopping && !st.ok() && st.code() != StatusCode::kInvalidArgument) failure_->Set(st);

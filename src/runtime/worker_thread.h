@@ -61,10 +61,15 @@ class WorkerThread {
   // kGroupCheckDatagrams) arrive from the switch and none through the group, the network is
   // not delivering it (only retransmission replies come, as unicast): the slice fails with
   // FAILED_PRECONDITION naming the group, instead of crawling on retransmissions.
+  // explain_stall: when not empty and a slice fails because no result came for the progress
+  // timeout (DEADLINE_EXCEEDED), called with the slice's job id (the context's all-reduce
+  // number) for a sentence the error adds (the switch's account: which rank has not started
+  // it); it may block briefly and returns "" when it knows nothing.
+  using ExplainStall = std::function<std::string(uint64_t job_id)>;
   WorkerThread(const worker::SessionConfig& config, std::unique_ptr<transport::Transport> transport,
                Endpoint switch_data, std::shared_ptr<FailureLatch> failure, WaitPolicy wait = {},
                uint16_t switch_ports_first = 0, uint32_t switch_ports = 0,
-               std::string expected_group = {});
+               std::string expected_group = {}, ExplainStall explain_stall = {});
   static constexpr uint64_t kGroupCheckDatagrams = 64;
   ~WorkerThread();  // Stop()s
 
@@ -110,6 +115,7 @@ class WorkerThread {
   worker::WorkerSession session_;
   const WaitPolicy wait_;
   const std::string expected_group_;
+  const ExplainStall explain_stall_;
   bool group_seen_;  // a datagram came through expected_group_ (or none is expected)
   // Datagrams taken from the switch's data endpoints while slices ran (the thread's): until one
   // comes through the group, these are the unicast ones the group check counts. (The transport's
