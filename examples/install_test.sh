@@ -61,6 +61,18 @@ for _ in $(seq 100); do
 done
 [ -n "$port" ] || { echo "FAIL: the switch did not start"; cat "$tmp/switch.log"; exit 1; }
 timeout 60 "$tmp/example/allreduce_example" --port "$port" --workers 3
+# Bad arguments: exit 2 with a message naming the flag, before any worker starts.
+for bad in "--workers -1" "--workers 0" "--port 70000" "--port x" "--workers" "--bogus 1"; do
+  rc=0
+  # shellcheck disable=SC2086  # each case is several words on purpose
+  timeout 10 "$tmp/example/allreduce_example" $bad >"$tmp/bad.log" 2>&1 || rc=$?
+  if [ "$rc" != 2 ] || ! grep -q "allreduce_example: .*${bad%% *}" "$tmp/bad.log"; then
+    echo "FAIL: allreduce_example $bad: exit $rc, expected 2 naming the flag:"; cat "$tmp/bad.log"
+    exit 1
+  fi
+done
+"$tmp/example/allreduce_example" --help | grep -q "usage: allreduce_example" ||
+  { echo "FAIL: allreduce_example --help"; exit 1; }
 # (with a shared libswitchml, a program linked by hand finds it through LD_LIBRARY_PATH)
 LD_LIBRARY_PATH=$(pkg-config --variable=libdir switchml) \
   timeout 60 "$tmp/example_pc" --port "$port" --workers 2

@@ -5,6 +5,7 @@
 //   allreduce_example [--switch HOST] [--port CONTROL_PORT] [--workers N]
 #include <switchml/context.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -77,18 +78,53 @@ class WorkerRendezvous final : public switchml::Rendezvous {
   const int rank_;
 };
 
+constexpr const char* kUsage =
+    "usage: allreduce_example [--switch HOST] [--port CONTROL_PORT] [--workers N]\n"
+    "  --switch HOST   the switch's control-plane host (default 127.0.0.1)\n"
+    "  --port N        its control port, 1..65535 (default 50099)\n"
+    "  --workers N     workers, as threads of this process, 1..256 (default 2)\n";
+
+// The whole of text as an integer in [lo, hi], or false.
+bool ParseInt(const char* text, long lo, long hi, int* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string host = "127.0.0.1";
   int port = 50099, workers = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--switch"))
-      host = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--port"))
-      port = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--workers"))
-      workers = std::atoi(argv[i + 1]);
+  for (int i = 1; i < argc; i += 2) {
+    const char* flag = argv[i];
+    if (!std::strcmp(flag, "--help") || !std::strcmp(flag, "-h")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    const bool known = !std::strcmp(flag, "--switch") || !std::strcmp(flag, "--port") ||
+                       !std::strcmp(flag, "--workers");
+    if (!known) {
+      std::fprintf(stderr, "allreduce_example: unknown flag %s\n%s", flag, kUsage);
+      return 2;
+    }
+    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
+    bool ok = value != nullptr;
+    if (ok && !std::strcmp(flag, "--switch")) {
+      host = value;
+    } else if (ok && !std::strcmp(flag, "--port")) {
+      ok = ParseInt(value, 1, 65535, &port);
+    } else if (ok) {
+      ok = ParseInt(value, 1, 256, &workers);
+    }
+    if (!ok) {
+      std::fprintf(stderr, "allreduce_example: %s needs %s\n%s", flag,
+                   value == nullptr ? "a value" : "a value in the range below", kUsage);
+      return 2;
+    }
   }
   constexpr size_t kCount = 100000;
   ThreadRendezvous shared(workers);
