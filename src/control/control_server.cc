@@ -7,10 +7,14 @@
 #include <grpcpp/server_builder.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <list>
+#include <memory>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -32,6 +36,10 @@ namespace {
 
 // How long Shutdown() lets in-flight RPCs finish before gRPC cancels them.
 constexpr auto kShutdownGrace = std::chrono::seconds(2);
+
+// Calls that may block (the hooks': a hierarchy's forwarded barriers and registrations) running
+// at once, each on a thread of its own (Impl::RunBlocking).
+constexpr size_t kMaxBlockingCalls = 1024;
 
 grpc::StatusCode ToGrpcCode(StatusCode code) {
   switch (code) {
@@ -339,6 +347,11 @@ struct ControlServer::Impl {
     grpc::ServerUnaryReactor* UdpSession(grpc::CallbackServerContext* ctx,
                                          const switchml_proto::UdpSessionRequest* req,
                                          switchml_proto::UdpSessionResponse* resp) override {
+      if (impl_->options.hooks != nullptr) {  // the hooks may block
+        return impl_->RunBlocking(ctx, [impl = impl_, ctx, req, resp] {
+          return impl->UdpSession(ctx, *req, resp);
+        });
+      }
       auto* reactor = ctx->DefaultReactor();
       reactor->Finish(impl_->UdpSession(ctx, *req, resp));
       return reactor;
@@ -389,12 +402,10 @@ struct ControlServer::Impl {
     grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx,
                                       const switchml_proto::BarrierRequest* req,
                                       switchml_proto::BarrierResponse*) override {
-      if (impl_->options.hooks != nullptr) {
-        if (auto st = impl_->options.hooks->Barrier(*req, ctx->deadline())) {
-          auto* reactor = ctx->DefaultReactor();
-          reactor->Finish(ToGrpc(*st));
-          return reactor;
-        }
+      if (SessionHooks* hooks = impl_->options.hooks; hooks != nullptr && hooks->ForwardsSync()) {
+        return impl_->RunBlocking(ctx, [hooks, ctx, req] {
+          return ToGrpc(hooks->Barrier(*req, ctx->deadline()));
+        });
       }
       SyncRequest q;
       q.session_id = req->session_id();
@@ -407,13 +418,12 @@ struct ControlServer::Impl {
     grpc::ServerUnaryReactor* Broadcast(grpc::CallbackServerContext* ctx,
                                         const switchml_proto::BroadcastRequest* req,
                                         switchml_proto::BroadcastResponse* resp) override {
-      if (impl_->options.hooks != nullptr) {
-        if (auto r = impl_->options.hooks->Broadcast(*req, ctx->deadline())) {
-          if (r->ok()) resp->set_value(r->value());
-          auto* reactor = ctx->DefaultReactor();
-          reactor->Finish(ToGrpc(r->status()));
-          return reactor;
-        }
+      if (SessionHooks* hooks = impl_->options.hooks; hooks != nullptr && hooks->ForwardsSync()) {
+        return impl_->RunBlocking(ctx, [hooks, ctx, req, resp] {
+          Result<uint64_t> r = hooks->Broadcast(*req, ctx->deadline());
+          if (r.ok()) resp->set_value(r.value());
+          return ToGrpc(r.status());
+        });
       }
       SyncRequest q;
       q.broadcast = true;
@@ -490,6 +500,48 @@ struct ControlServer::Impl {
     return grpc::Status::OK;
   }
 
+  // Runs `work` (a call that may block: the hooks') on a thread of its own and answers the call
+  // with its status. gRPC's callback API runs handlers on a small pool of threads (gRPC 1.51: 2
+  // on a 2-core host) that also serve every other call: a handler that waits there (a forwarded
+  // barrier waits for the whole job at the upstream switch) would hold one, and a few such
+  // waits would stop the control plane, the waits' own peers included (a rack's third worker's
+  // barrier was never read). At most kMaxBlockingCalls at once (RESOURCE_EXHAUSTED beyond);
+  // Shutdown joins them once gRPC is done with the calls.
+  grpc::ServerUnaryReactor* RunBlocking(grpc::CallbackServerContext* ctx,
+                                        std::function<grpc::Status()> work) {
+    auto* reactor = ctx->DefaultReactor();
+    std::lock_guard lock(blocking_mu);
+    // Join the threads that are done (each holds a stack until joined).
+    for (auto it = blocking_threads.begin(); it != blocking_threads.end();) {
+      if (it->done->load()) {
+        it->thread.join();
+        it = blocking_threads.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (blocking_closed) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                   "the switch control plane is shutting down"));
+      return reactor;
+    }
+    if (blocking_threads.size() >= kMaxBlockingCalls) {
+      reactor->Finish(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          "the switch already has " + std::to_string(kMaxBlockingCalls) +
+              " calls waiting for its upstream switch or its rack's first rank, its limit"));
+      return reactor;
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    blocking_threads.push_back(BlockingThread{
+        std::thread([reactor, work = std::move(work), done] {
+          reactor->Finish(work());  // (the call, and ctx, may be gone after this)
+          done->store(true);
+        }),
+        done});
+    return reactor;
+  }
+
   void Tick() {
     std::unique_lock lock(ticker_mu);
     while (!ticker_stop) {
@@ -513,6 +565,15 @@ struct ControlServer::Impl {
     if (ticker.joinable()) ticker.join();
     registry.Shutdown();
     if (server) server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    // gRPC has no calls left: each blocking thread answered its call (the hooks' waits end by
+    // their own bounds; their owner releases them first, e.g. Uplink::Shutdown).
+    std::list<BlockingThread> threads;
+    {
+      std::lock_guard lock(blocking_mu);
+      blocking_closed = true;
+      threads.swap(blocking_threads);
+    }
+    for (BlockingThread& t : threads) t.thread.join();
   }
 
   const ControlServerOptions options;
@@ -528,6 +589,14 @@ struct ControlServer::Impl {
   std::condition_variable ticker_cv;
   bool ticker_stop = false;
   std::thread ticker;
+  // RunBlocking's threads, and whether it still starts them.
+  struct BlockingThread {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::mutex blocking_mu;
+  std::list<BlockingThread> blocking_threads;
+  bool blocking_closed = false;
 };
 
 ControlServer::ControlServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -12,17 +12,18 @@
 //   - BeforeAttach and BeforeClose before a worker's stream is attached or its Close handled: they
 //     may rewrite the request (a top-of-rack switch maps the global rank to its rack's, and names
 //     the worker by its global rank in AttachRequest.member) or refuse it;
-//   - Barrier and Broadcast before the server's own rendezvous: a value (a Status or a result)
-//     answers the call instead (a top-of-rack switch forwards them to the upstream switch, where
-//     the whole job meets, waiting at most until `deadline`, the caller's); std::nullopt lets the
-//     server handle it.
-// Thread-safety: called concurrently from the server's RPC threads; may block (within the
-// hooks' own timeouts).
+//   - Barrier and Broadcast instead of the server's own rendezvous when ForwardsSync() (a
+//     top-of-rack switch forwards them to the upstream switch, where the whole job meets, waiting
+//     at most until `deadline`, the caller's): their value answers the call.
+// Thread-safety: called concurrently. BeforeAttach and BeforeClose run on gRPC's callback
+// threads and must not block. The others may block (within the hooks' own timeouts): the server
+// runs each such call (a hooked UdpSession, a forwarded Barrier or Broadcast) on a thread of its
+// own, never on gRPC's few callback threads, which a blocked call would take from every other
+// call (ControlServer::Impl::RunBlocking).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <optional>
 
 #include "switchml/status.h"
 
@@ -47,11 +48,13 @@ class SessionHooks {
                                  const Status& why) = 0;
   virtual Status BeforeAttach(switchml_proto::AttachRequest* request) = 0;
   virtual Status BeforeClose(switchml_proto::CloseRequest* request) = 0;
-  virtual std::optional<Status> Barrier(const switchml_proto::BarrierRequest& request,
-                                        std::chrono::system_clock::time_point deadline) = 0;
-  virtual std::optional<Result<uint64_t>> Broadcast(
-      const switchml_proto::BroadcastRequest& request,
-      std::chrono::system_clock::time_point deadline) = 0;
+  // Whether Barrier and Broadcast answer those calls (else the server's registry does, and they
+  // are never called). Constant for the hooks' lifetime.
+  virtual bool ForwardsSync() const = 0;
+  virtual Status Barrier(const switchml_proto::BarrierRequest& request,
+                         std::chrono::system_clock::time_point deadline) = 0;
+  virtual Result<uint64_t> Broadcast(const switchml_proto::BroadcastRequest& request,
+                                     std::chrono::system_clock::time_point deadline) = 0;
 };
 
 }  // namespace switchml::control

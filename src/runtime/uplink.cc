@@ -466,19 +466,20 @@ void Uplink::Shutdown() {
     sessions_.clear();
   }
   cv_.notify_all();
+  sync_client_.CancelCalls(UnavailableError("the top-of-rack switch is shutting down"));
   streams.clear();  // each waits until its stream has ended
 }
 
-std::optional<Status> Uplink::Barrier(const switchml_proto::BarrierRequest& request,
-                                      std::chrono::system_clock::time_point deadline) {
+Status Uplink::Barrier(const switchml_proto::BarrierRequest& request,
+                       std::chrono::system_clock::time_point deadline) {
   std::optional<uint32_t> rank;
   if (request.has_rank()) rank = request.rank();
   return sync_client_.Barrier(request.session_id(), request.num_workers(), request.job_secret(),
                               rank, deadline);
 }
 
-std::optional<Result<uint64_t>> Uplink::Broadcast(const switchml_proto::BroadcastRequest& request,
-                                                  std::chrono::system_clock::time_point deadline) {
+Result<uint64_t> Uplink::Broadcast(const switchml_proto::BroadcastRequest& request,
+                                   std::chrono::system_clock::time_point deadline) {
   return sync_client_.Broadcast(request.session_id(), request.value(), request.rank(),
                                 request.num_workers(), request.root(), request.job_secret(),
                                 deadline);

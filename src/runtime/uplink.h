@@ -98,11 +98,11 @@ class Uplink final : public control::SessionHooks {
                          const Status& why) override;
   Status BeforeAttach(switchml_proto::AttachRequest* request) override;
   Status BeforeClose(switchml_proto::CloseRequest* request) override;
-  std::optional<Status> Barrier(const switchml_proto::BarrierRequest& request,
-                                std::chrono::system_clock::time_point deadline) override;
-  std::optional<Result<uint64_t>> Broadcast(
-      const switchml_proto::BroadcastRequest& request,
-      std::chrono::system_clock::time_point deadline) override;
+  bool ForwardsSync() const override { return true; }
+  Status Barrier(const switchml_proto::BarrierRequest& request,
+                 std::chrono::system_clock::time_point deadline) override;
+  Result<uint64_t> Broadcast(const switchml_proto::BroadcastRequest& request,
+                             std::chrono::system_clock::time_point deadline) override;
 
   // The ToR's registry (the ControlServer's), once it runs; not owned, must outlive the Uplink
   // or be reset to nullptr first.
@@ -112,9 +112,10 @@ class Uplink final : public control::SessionHooks {
   void OnJobEnded(uint64_t session_id, const Status& why);
   void OnCheckAgreed(uint64_t session_id, uint64_t op, uint64_t count, uint32_t dtype);
 
-  // Releases calls waiting for their rack's first rank (they fail with UNAVAILABLE), makes later
-  // ones fail at once and ends the upstream streams (the spine fails those jobs): call before
-  // shutting the control server down.
+  // Releases calls waiting for their rack's first rank and forwarded barriers and broadcasts
+  // (they fail with UNAVAILABLE), makes later ones fail at once and ends the upstream streams
+  // (the spine fails those jobs): call before shutting the control server down (which waits
+  // for the calls under way).
   void Shutdown();
 
  private:

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "base/endpoint.h"
 #include "control/control_client.h"
@@ -259,8 +260,10 @@ struct TwoLevels {
     uplink->set_registry(&tor->registry());
   }
   ~TwoLevels() {
-    tor->Shutdown();
+    // As the switch daemon: the uplink releases its waiting calls, which the ToR's Shutdown
+    // waits for.
     uplink->Shutdown();
+    tor->Shutdown();
     spine->Shutdown();
   }
   std::string tor_target() const { return "127.0.0.1:" + std::to_string(tor->port()); }
@@ -317,13 +320,14 @@ class FirstAttach final : public control::SessionHooks {
     return Status::Ok();
   }
   Status BeforeClose(switchml_proto::CloseRequest*) override { return Status::Ok(); }
-  std::optional<Status> Barrier(const switchml_proto::BarrierRequest&,
-                                std::chrono::system_clock::time_point) override {
-    return std::nullopt;
+  bool ForwardsSync() const override { return false; }
+  Status Barrier(const switchml_proto::BarrierRequest&,
+                 std::chrono::system_clock::time_point) override {
+    return InternalError("not forwarded");
   }
-  std::optional<Result<uint64_t>> Broadcast(const switchml_proto::BroadcastRequest&,
-                                            std::chrono::system_clock::time_point) override {
-    return std::nullopt;
+  Result<uint64_t> Broadcast(const switchml_proto::BroadcastRequest&,
+                             std::chrono::system_clock::time_point) override {
+    return InternalError("not forwarded");
   }
   bool seen() const { return seen_.load(); }
 
@@ -430,6 +434,49 @@ TEST(UplinkTest, StrangersRankZeroLeavesTheUpstreamAlone) {
   std::this_thread::sleep_for(500ms);  // a stream ended by the stranger would be seen by now
   EXPECT_TRUE(h.spine->registry().HasJob(12)) << "the spine lost the job";
   EXPECT_TRUE(h.tor->registry().HasJob(12)) << "the ToR lost the job";
+}
+
+// Given a rack of 4 workers at one ToR, When all 4 call a barrier (forwarded to the spine, where
+// the whole job meets), Expect it to complete at once; and while 8 forwarded barriers of another
+// job wait at the spine, Expect other calls to the ToR answered at once. Each forwarded call used
+// to hold one of gRPC's callback threads while it waited for the spine, and gRPC 1.51 has only
+// a few (2 on a 2-core host): the third worker's barrier was never read, so the rack's barrier
+// met only at its deadline, and nothing else was answered meanwhile.
+TEST(UplinkTest, ForwardedBarriersDoNotHoldTheTorsControlPlane) {
+  using namespace std::chrono_literals;
+  TwoLevels h;
+  constexpr uint32_t kRack = 4;
+  std::vector<std::unique_ptr<control::ControlClient>> workers;
+  for (uint32_t r = 0; r < 8; ++r) {
+    workers.push_back(std::make_unique<control::ControlClient>(h.tor_target(), 10s));
+  }
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::future<Status>> met;
+  for (uint32_t r = 0; r < kRack; ++r) {
+    met.push_back(std::async(std::launch::async, [&, r] {
+      return workers[r]->Barrier(31, kRack, "s", r, std::chrono::system_clock::now() + 8s);
+    }));
+  }
+  for (auto& f : met) {
+    const Status st = f.get();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s) << "the rack's barrier waited";
+  // 8 barriers of a job whose other workers never come: they wait at the spine (3 s).
+  std::vector<std::future<Status>> waiting;
+  for (uint32_t r = 0; r < 8; ++r) {
+    waiting.push_back(std::async(std::launch::async, [&, r] {
+      return workers[r]->Barrier(32, 20, "s", r, std::chrono::system_clock::now() + 3s);
+    }));
+  }
+  ASSERT_TRUE(testing::WaitUntil([&] { return h.spine->waiting_sync_calls() >= 8; }, 5s))
+      << "the ToR forwarded " << h.spine->waiting_sync_calls() << " of 8 barriers";
+  control::ControlClient other(h.tor_target(), 10s);
+  start = std::chrono::steady_clock::now();
+  const Status closed = other.Close(99, "s", std::nullopt, 10s);
+  EXPECT_EQ(closed.code(), StatusCode::kNotFound) << closed.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s) << "the ToR did not answer meanwhile";
+  for (auto& f : waiting) EXPECT_EQ(f.get().code(), StatusCode::kDeadlineExceeded);
 }
 
 }  // namespace
