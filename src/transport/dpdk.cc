@@ -95,6 +95,17 @@ std::string Env(const char* name) {
   return v == nullptr ? std::string() : std::string(v);
 }
 
+// Makes kLockDir (doorbells and memif id locks) if it does not exist, mode 1777 as /tmp and as
+// AF_XDP's lock directory (xdp.cc): every user may create files in it (the processes of a host's
+// jobs need not all run as the user who made it first), and the sticky bit keeps each file
+// removable or renamable by its owner only. mkdir's mode passes through the umask (1755 with the
+// usual 022: only its creator could add files), so it is set again; only the directory's owner
+// or root can, and for anyone else it fails harmlessly.
+void MakeLockDir() {
+  ::mkdir(kLockDir, 01777);
+  ::chmod(kLockDir, 01777);
+}
+
 // The tuning variables DpdkTransport's constructor reads, checked before any transport is made:
 // a value the constructor would misread (strtoul took "abc" as 0 and "20x" as 20, a nap of 0 as
 // 1 us; any SWITCHML_DPDK_DOORBELL but "off" meant on) is refused naming the variable.
@@ -528,7 +539,7 @@ class Bell {
   static Result<std::unique_ptr<Bell>> Map(const std::string& path, int fd = -1) {
     const bool own_fd = fd < 0;
     if (own_fd) {
-      mkdir(kLockDir, 01777);
+      MakeLockDir();
       fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
       if (fd < 0) {
         return FailedPreconditionError("dpdk memif doorbell: cannot open " + path + ": " +
@@ -610,7 +621,7 @@ struct IdLock {
 };
 
 Result<std::unique_ptr<IdLock>> TakeId(const std::string& sock, uint32_t max_ids) {
-  mkdir(kLockDir, 01777);
+  MakeLockDir();
   for (uint32_t id = 0; id < max_ids; ++id) {
     auto lock = std::make_unique<IdLock>();
     lock->path = IdLockPath(sock, id);

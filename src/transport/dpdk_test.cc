@@ -5,6 +5,10 @@
 #include "transport/dpdk.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <chrono>
 #include <cstdlib>
@@ -119,6 +123,23 @@ TEST_F(DpdkDoorbellTest, WakeEndsASleepOnTheSharedDoorbell) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, 0u);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Given a switch side and a worker that connected (each made its doorbell and the worker its
+// memif id lock in /tmp/switchml-dpdk), Expect that directory sticky and open to every user,
+// as AF_XDP's lock directory: mkdir's mode passed through the umask and left it 1755, so only
+// the user who made it first could take ids or doorbells there.
+TEST_F(DpdkDoorbellTest, LockDirectoryIsStickyAndOpenToEveryUser) {
+  auto sw = Open(true);
+  auto worker = Open(false);
+  ASSERT_TRUE(sw && worker);
+  ASSERT_EQ(PingPong(*sw, *worker, 1, milliseconds(5000)), 1);  // connected
+  struct stat st {};
+  ASSERT_EQ(::stat("/tmp/switchml-dpdk", &st), 0) << std::strerror(errno);
+  if (st.st_uid != ::geteuid() && ::geteuid() != 0) {
+    GTEST_SKIP() << "/tmp/switchml-dpdk belongs to another user, who alone may set its mode";
+  }
+  EXPECT_EQ(st.st_mode & 07777, 01777u) << std::oct << (st.st_mode & 07777);
 }
 
 // Given doorbells turned off (SWITCHML_DPDK_DOORBELL=off: naps of 20 us to 1 ms, the way of a
