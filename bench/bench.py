@@ -813,10 +813,14 @@ def main():
                    "softirq work the kernel charged to no process of the run (another task or the "
                    "idle task): a separate figure, not in CPU s/GiB; perf's sampling adds load")
     p.add_argument("--replot", metavar="JSON", help="only redraw table and plots from a JSON")
+    p.add_argument("--check-args", action="store_true",
+                   help="only check the other flags (not the executables) and exit: 0 when "
+                   "they are good, 2 naming the bad one (scripts/bench.sh does this before it "
+                   "installs or builds anything)")
     a = p.parse_args()
 
     a.out = os.path.abspath(a.out)
-    if a.replot:
+    if a.replot and not a.check_args:
         os.makedirs(a.out, exist_ok=True)
         with open(a.replot) as f:
             write_outputs(json.load(f), a.out, a.docs_dir, plots=True)
@@ -846,6 +850,8 @@ def main():
         p.error("--run-timeout must be at least 1 second")
     if not 576 <= a.mtu <= 65000:
         p.error("--mtu must be in 576..65000 (scripts/rack.sh --mtu)")
+    if a.check_args:
+        return 0
     for what in ("switchml", "gloo"):
         if not os.access(getattr(a, what), os.X_OK):
             p.error(f"no executable {getattr(a, what)} (scripts/bench.sh builds it)")

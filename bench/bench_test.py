@@ -158,6 +158,29 @@ class ArgumentsTest(unittest.TestCase):
                     self.assertFalse(os.path.exists(os.path.join(out, "bench.json")),
                                      "it ran before refusing")
 
+    def test_bench_sh_checks_its_flags_before_it_builds(self):
+        # A typo fails in a moment, before scripts/bench.sh installs or builds anything (it used
+        # to configure and build build-bench/ first: minutes).
+        with tempfile.TemporaryDirectory() as tmp:
+            build = os.path.join(tmp, "build-bench")
+            for args, named in ((["--wrokers", "2"], "--wrokers"),
+                                (["--workers", "0"], "--workers"),
+                                (["--settings", "rack:fast"], "--settings")):
+                with self.subTest(args=args):
+                    r = subprocess.run(
+                        ["bash", os.path.join(HERE, "..", "scripts", "bench.sh")] + args,
+                        capture_output=True, text=True, timeout=30,
+                        env=dict(os.environ, BENCH_BUILD_DIR=build))
+                    self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                    self.assertIn(named, r.stderr)
+                    self.assertFalse(os.path.exists(build), "it configured a build first")
+            r = subprocess.run([sys.executable, os.path.join(HERE, "bench.py"), "--check-args",
+                                "--settings", "loopback", "--workers", "2", "--sizes", "1M",
+                                "--out", os.path.join(tmp, "out")],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(tmp, "out")), "--check-args wrote")
+
 
 if __name__ == "__main__":
     unittest.main()

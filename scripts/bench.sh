@@ -39,6 +39,8 @@ case "${1:-}" in
     exit 0
     ;;
 esac
+# A bad flag fails now (exit 2, naming it), not after the installs and the build.
+/usr/bin/python3 bench/bench.py --check-args "$@"
 
 build_dir="${BENCH_BUILD_DIR:-build-bench}"
 export BENCH_BUILD_DIR="$build_dir"
