@@ -474,11 +474,11 @@ struct ControlServer::Impl {
     bool multicast_group_kept = false;
     Status st = registry.Register(q, CallerOf(ctx), &data_key, &multicast_group_kept);
     if (!st.ok()) {
-      if (hooks != nullptr) hooks->UdpSessionRefused(req, st);
+      if (hooks != nullptr) hooks->UdpSessionRefused(request, req, st);
       return ToGrpc(st);
     }
     if (hooks != nullptr) {
-      if (st = hooks->AfterUdpSession(req); !st.ok()) {
+      if (st = hooks->AfterUdpSession(request, req); !st.ok()) {
         registry.Fail(
             req.session_id(), req.job_secret(),
             FailedPreconditionError("session " + std::to_string(req.session_id()) +

@@ -5,10 +5,14 @@
 //   - BeforeUdpSession before a worker is registered: it may rewrite the request (a top-of-rack
 //     switch maps the worker's global rank and worker count to its rack's) or refuse it;
 //   - AfterUdpSession once the worker is registered (a top-of-rack switch registers itself with
-//     its upstream switch when its rack's first rank opens the job): an error refuses the worker
-//     as any registration error does;
+//     its upstream switch when its rack's first rank opens the job, and only then ends the
+//     upstream of the job that registration replaced): an error refuses the worker as any
+//     registration error does;
 //   - UdpSessionRefused when the server's own registration refused the (rewritten) request: a
 //     top-of-rack switch then releases its rack's ranks waiting for that registration;
+//   (both get the request as the worker sent it, `sent`, and as BeforeUdpSession rewrote it and
+//   the server registered or refused it, `registered`; after a successful BeforeUdpSession the
+//   server calls exactly one of them;)
 //   - BeforeAttach and BeforeClose before a worker's stream is attached or its Close handled: they
 //     may rewrite the request (a top-of-rack switch maps the global rank to its rack's, and names
 //     the worker by its global rank in AttachRequest.member) or refuse it;
@@ -43,8 +47,10 @@ class SessionHooks {
  public:
   virtual ~SessionHooks() = default;
   virtual Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request) = 0;
-  virtual Status AfterUdpSession(const switchml_proto::UdpSessionRequest& request) = 0;
-  virtual void UdpSessionRefused(const switchml_proto::UdpSessionRequest& request,
+  virtual Status AfterUdpSession(const switchml_proto::UdpSessionRequest& sent,
+                                 const switchml_proto::UdpSessionRequest& registered) = 0;
+  virtual void UdpSessionRefused(const switchml_proto::UdpSessionRequest& sent,
+                                 const switchml_proto::UdpSessionRequest& registered,
                                  const Status& why) = 0;
   virtual Status BeforeAttach(switchml_proto::AttachRequest* request) = 0;
   virtual Status BeforeClose(switchml_proto::CloseRequest* request) = 0;

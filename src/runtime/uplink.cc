@@ -143,8 +143,8 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
   std::unique_lock lock(mu_);
   if (local_rank == 0) {
     // A job that opened its upstream is only re-created with its own secret (the registry
-    // refuses the others too, but only after this hook: an outsider's request must not end the
-    // job's upstream stream, which would fail the job at the spine).
+    // refuses the others too, but the rack's ranks need not wait for that: nothing here would
+    // change either way).
     if (auto it = sessions_.find(request->session_id());
         it != sessions_.end() && it->second.upstream &&
         !control::SameSecret(it->second.secret, request->job_secret())) {
@@ -153,25 +153,16 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
           (request->job_secret().empty() ? "no job secret" : "another job secret") +
           " (every worker of a job must use the secret its rank 0 created the job with)");
     }
-    opened_.erase(request->session_id());  // (re)opening: wait for this registration
-    if (sessions_.size() >= kMaxOpened) {
-      // Forget a session whose job never came (its rank 0 was refused): the oldest such id.
-      for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
-        if (!it->second.upstream) {
-          sessions_.erase(it);
-          break;
-        }
-      }
-    }
-    Session& s = sessions_[request->session_id()];
-    // A new rank 0 re-creates the job: the old incarnation ends, here and at the spine.
-    DropUpstreamLocked(request->session_id(), s, ReopenedError(*request, rack));
-    s = Session{rack, global_n, request->job_secret(), nullptr, nullptr};
+    // Nothing else changes until the registry accepted it (AfterUdpSession): a request it
+    // refuses (a second worker started as rank 0, a stranger while the job is being set up)
+    // leaves the live job and its upstream alone. Meanwhile the rack's other ranks wait for it.
+    ++registering_[request->session_id()];
     return Status::Ok();
   }
   // The rack's local rank 0 creates the ToR's job and opens the upstream: wait for it.
   const bool done = cv_.wait_for(lock, options_.timeout, [&] {
-    return shutting_down_ || opened_.contains(request->session_id());
+    return shutting_down_ || (opened_.contains(request->session_id()) &&
+                              !registering_.contains(request->session_id()));
   });
   if (shutting_down_) return UnavailableError("the top-of-rack switch is shutting down");
   if (!done) {
@@ -183,8 +174,46 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
   return opened_.at(request->session_id());
 }
 
-Status Uplink::AfterUdpSession(const switchml_proto::UdpSessionRequest& request) {
+void Uplink::RegisteredLocked(uint64_t session_id) {
+  auto it = registering_.find(session_id);
+  if (it != registering_.end() && --it->second == 0) registering_.erase(it);
+}
+
+Status Uplink::AfterUdpSession(const switchml_proto::UdpSessionRequest& sent,
+                               const switchml_proto::UdpSessionRequest& request) {
   if (request.rank() != 0) return Status::Ok();
+  const uint64_t id = request.session_id();
+  {
+    std::lock_guard lock(mu_);
+    RegisteredLocked(id);
+    opened_.erase(id);  // (re)opening: the rack's ranks wait for this registration's upstream
+    Result<RackPlacement> rack = PlaceRack(sent.num_workers(), options_.racks, options_.rack_index);
+    if (!rack.ok()) return rack.status();  // (BeforeUdpSession placed it already)
+    // The job may have ended here already (a concurrent refusal failed it): it has no entry then,
+    // and an entry made now would hold an upstream for a job that is gone.
+    if (registry_ != nullptr && !registry_->HasJob(id)) {
+      const Status ended = FailedPreconditionError(
+          "session " + std::to_string(id) + " ended on this top-of-rack switch while it joined");
+      if (opened_.size() >= kMaxOpened) opened_.erase(opened_.begin());
+      opened_[id] = ended;
+      cv_.notify_all();
+      return ended;
+    }
+    if (sessions_.size() >= kMaxOpened && !sessions_.contains(id)) {
+      // Forget a session whose upstream never came (its opening failed): the oldest such id.
+      for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+        if (!it->second.upstream) {
+          sessions_.erase(it);
+          break;
+        }
+      }
+    }
+    Session& s = sessions_[id];
+    // The registry accepted a new rank 0, which re-created the job: the old incarnation ends,
+    // here and at the spine.
+    DropUpstreamLocked(id, s, ReopenedError(request, *rack));
+    s = Session{*rack, sent.num_workers(), request.job_secret(), nullptr, nullptr};
+  }
   // An upstream dropped before (this session's earlier incarnation, another job's) is ended at
   // the spine first: its late close must not meet this registration, and its registration
   // holds this switch's data address at the spine until it ends.
@@ -254,25 +283,28 @@ Status Uplink::AttachUpstream(const switchml_proto::UdpSessionRequest& request) 
   return Status::Ok();
 }
 
-void Uplink::UdpSessionRefused(const switchml_proto::UdpSessionRequest& request,
+void Uplink::UdpSessionRefused(const switchml_proto::UdpSessionRequest& sent,
+                               const switchml_proto::UdpSessionRequest& request,
                                const Status& why) {
   // Only a request BeforeUdpSession rewrote to the rack's local rank 0 (it has num_workers >= 1
-  // then), and not an outsider's (another secret: PERMISSION_DENIED), which must not fail the
-  // job's waiting ranks.
-  if (request.rank() != 0 || request.num_workers() == 0 ||
-      why.code() == StatusCode::kPermissionDenied) {
-    return;
-  }
+  // then).
+  if (request.rank() != 0 || request.num_workers() == 0) return;
   const uint64_t id = request.session_id();
   {
     std::lock_guard lock(mu_);
+    RegisteredLocked(id);
+    // Not an outsider's (another secret: PERMISSION_DENIED), which must not fail the job's
+    // waiting ranks; and a live job the refusal left alone (its upstream is open; a refusal
+    // that failed the job ended it before this call, through OnJobEnded) stays as it is.
     auto it = sessions_.find(id);
-    if (it == sessions_.end() || it->second.upstream ||
-        !control::SameSecret(it->second.secret, request.job_secret())) {
+    if (why.code() == StatusCode::kPermissionDenied ||
+        (it != sessions_.end() &&
+         (it->second.upstream || !control::SameSecret(it->second.secret, request.job_secret())))) {
+      cv_.notify_all();  // (its rack's ranks waited for this registration)
       return;
     }
     if (opened_.size() >= kMaxOpened) opened_.erase(opened_.begin());
-    const std::string first = std::to_string(it->second.rack.first_rank);
+    const std::string first = std::to_string(sent.rank());
     opened_[id] = FailedPreconditionError("session " + std::to_string(id) +
                                           " failed at setup: rank " + first +
                                           " (this rack's first) was refused by this top-of-rack "

@@ -26,7 +26,8 @@
 //     check failed in the rack) is reported up the stream with its reason, and the spine fails
 //     the job on every rack with it; a failure at the spine ends the ToR's stream, and the ToR
 //     fails its job with the spine's reason. A job its rack closed is closed at the spine too, and
-//     after a failure, or when the rack's first rank registers again (the upstream is dropped),
+//     after a failure, or when the ToR's registry accepted the rack's first rank again (the
+//     upstream is dropped then, not before: a registration it refuses leaves the live job alone),
 //     the ToR closes its rank at the spine as well, which frees the spine's job when the ToR's
 //     stream never attached there (instead of at the spine's lease).
 //     (The ControlServer calls OnJobEnded and OnCheckAgreed through its RegistryHooks; the
@@ -92,9 +93,12 @@ class Uplink final : public control::SessionHooks {
   ~Uplink() override;
 
   Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request) override;
-  Status AfterUdpSession(const switchml_proto::UdpSessionRequest& request) override;
-  // The rack's local rank 0 was refused: its rack's other ranks stop waiting for it, with why.
-  void UdpSessionRefused(const switchml_proto::UdpSessionRequest& request,
+  Status AfterUdpSession(const switchml_proto::UdpSessionRequest& sent,
+                         const switchml_proto::UdpSessionRequest& request) override;
+  // The rack's local rank 0 was refused: unless a live job is left as it was, its rack's other
+  // ranks stop waiting for it, with why.
+  void UdpSessionRefused(const switchml_proto::UdpSessionRequest& sent,
+                         const switchml_proto::UdpSessionRequest& request,
                          const Status& why) override;
   Status BeforeAttach(switchml_proto::AttachRequest* request) override;
   Status BeforeClose(switchml_proto::CloseRequest* request) override;
@@ -138,6 +142,9 @@ class Uplink final : public control::SessionHooks {
   // Waits (at most options_.timeout) until the tasks posted so far have run: a new upstream
   // registration comes after the end of the ones dropped before it. Not under mu_.
   void WaitForPostedTasks();
+  // A rank-0 registration of `session_id` counted in registering_ was accepted or refused.
+  // Under mu_.
+  void RegisteredLocked(uint64_t session_id);
   // Registers the ToR with the spine (rank 0 of its rack registered) and sets the upstream.
   Status OpenUpstream(const switchml_proto::UdpSessionRequest& request);
   // Then attaches the ToR's own stream to the spine: the spine fails the job when this ToR goes
@@ -158,8 +165,11 @@ class Uplink final : public control::SessionHooks {
   std::condition_variable cv_;
   // Sessions whose local rank 0 registered: OK once the upstream is set, or why it failed.
   std::map<uint64_t, Status> opened_;
-  // Sessions with a job on this ToR (created when a rank registers).
+  // Sessions with a job on this ToR (created when the registry accepted the rack's local rank 0).
   std::map<uint64_t, Session> sessions_;
+  // Rank-0 registrations the registry has not accepted or refused yet, per session: the rack's
+  // other ranks wait for them.
+  std::map<uint64_t, uint32_t> registering_;
   control::Registry* registry_ = nullptr;
   bool shutting_down_ = false;
   std::deque<std::function<void()>> tasks_;

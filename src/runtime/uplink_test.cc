@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -104,7 +106,11 @@ TEST(UplinkTest, MapsAttachAndCloseToTheRack) {
   req.set_session_id(9);
   req.set_rank(2);
   req.set_num_workers(4);
+  const switchml_proto::UdpSessionRequest sent = req;
   ASSERT_TRUE(uplink.BeforeUdpSession(&req).ok());
+  // Registered (here without a registry): the session is open on this ToR, though its upstream
+  // cannot open (the upstream is unreachable).
+  EXPECT_FALSE(uplink.AfterUdpSession(sent, req).ok());
   attach.set_rank(3);
   ASSERT_TRUE(uplink.BeforeAttach(&attach).ok());
   EXPECT_EQ(attach.rank(), 1u);
@@ -311,8 +317,12 @@ class FirstAttach final : public control::SessionHooks {
   FirstAttach(uint64_t session_id, std::chrono::milliseconds hold, bool refuse)
       : session_id_(session_id), hold_(hold), refuse_(refuse) {}
   Status BeforeUdpSession(switchml_proto::UdpSessionRequest*) override { return Status::Ok(); }
-  Status AfterUdpSession(const switchml_proto::UdpSessionRequest&) override { return Status::Ok(); }
-  void UdpSessionRefused(const switchml_proto::UdpSessionRequest&, const Status&) override {}
+  Status AfterUdpSession(const switchml_proto::UdpSessionRequest&,
+                         const switchml_proto::UdpSessionRequest&) override {
+    return Status::Ok();
+  }
+  void UdpSessionRefused(const switchml_proto::UdpSessionRequest&,
+                         const switchml_proto::UdpSessionRequest&, const Status&) override {}
   Status BeforeAttach(switchml_proto::AttachRequest* request) override {
     if (request->session_id() != session_id_ || seen_.exchange(true)) return Status::Ok();
     std::this_thread::sleep_for(hold_);
@@ -477,6 +487,82 @@ TEST(UplinkTest, ForwardedBarriersDoNotHoldTheTorsControlPlane) {
   EXPECT_EQ(closed.code(), StatusCode::kNotFound) << closed.ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s) << "the ToR did not answer meanwhile";
   for (auto& f : waiting) EXPECT_EQ(f.get().code(), StatusCode::kDeadlineExceeded);
+}
+
+// Spine-side hooks that pass everything through, except that the UdpSession of `session_id`
+// waits until release() (the call waits: a slow spine, with a ToR's setup in progress).
+class HeldUdpSession final : public control::SessionHooks {
+ public:
+  explicit HeldUdpSession(uint64_t session_id) : session_id_(session_id) {}
+  Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request) override {
+    if (request->session_id() != session_id_) return Status::Ok();
+    std::unique_lock lock(mu_);
+    entered_ = true;
+    cv_.notify_all();
+    cv_.wait_for(lock, std::chrono::seconds(10), [&] { return released_; });
+    return Status::Ok();
+  }
+  Status AfterUdpSession(const switchml_proto::UdpSessionRequest&,
+                         const switchml_proto::UdpSessionRequest&) override {
+    return Status::Ok();
+  }
+  void UdpSessionRefused(const switchml_proto::UdpSessionRequest&,
+                         const switchml_proto::UdpSessionRequest&, const Status&) override {}
+  Status BeforeAttach(switchml_proto::AttachRequest*) override { return Status::Ok(); }
+  Status BeforeClose(switchml_proto::CloseRequest*) override { return Status::Ok(); }
+  bool ForwardsSync() const override { return false; }
+  Status Barrier(const switchml_proto::BarrierRequest&,
+                 std::chrono::system_clock::time_point) override {
+    return InternalError("not forwarded");
+  }
+  Result<uint64_t> Broadcast(const switchml_proto::BroadcastRequest&,
+                             std::chrono::system_clock::time_point) override {
+    return InternalError("not forwarded");
+  }
+  bool WaitEntered(std::chrono::milliseconds within) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, within, [&] { return entered_; });
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  const uint64_t session_id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false;
+  bool released_ = false;
+};
+
+// Given: session 12's rank 0 registered at the ToR, whose own registration at the spine is in
+// progress (held there), When a stranger's rank 0 (another secret) comes meanwhile, Expect it
+// refused with nothing changed: the job opens with its own secret, so the stranger's next try
+// is refused before anything changes and the job lives on at both levels. The ToR used to take
+// the stranger's secret and rack for the session before its registry refused the request, and
+// then let the stranger's next try end the job's upstream (the spine failed the job).
+TEST(UplinkTest, RefusedRankZeroDuringSetupChangesNothing) {
+  using namespace std::chrono_literals;
+  HeldUdpSession spine_hooks(12);
+  TwoLevels h({}, &spine_hooks);
+  control::ControlClient worker(h.tor_target(), 10s), stranger_client(h.tor_target(), 10s);
+  auto first = std::async(std::launch::async,
+                          [&] { return worker.UdpSession(RankZeroOfOne(12, "the job's")).status(); });
+  ASSERT_TRUE(spine_hooks.WaitEntered(5s)) << "the ToR did not register at the spine";
+  control::UdpSessionArgs stranger = RankZeroOfOne(12, "a stranger's");
+  stranger.udp_port = 41100;
+  const Status refused = stranger_client.UdpSession(stranger).status();
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused.ToString();
+  spine_hooks.Release();
+  const Status opened = first.get();
+  ASSERT_TRUE(opened.ok()) << opened.ToString();
+  ASSERT_TRUE(h.spine->registry().HasJob(12));
+  EXPECT_EQ(stranger_client.UdpSession(stranger).status().code(), StatusCode::kPermissionDenied);
+  std::this_thread::sleep_for(500ms);  // a stream ended by the stranger would be seen by now
+  EXPECT_TRUE(h.spine->registry().HasJob(12)) << "the spine lost the job";
+  EXPECT_TRUE(h.tor->registry().HasJob(12)) << "the ToR lost the job";
 }
 
 }  // namespace
