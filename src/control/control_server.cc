@@ -447,7 +447,7 @@ struct ControlServer::Impl {
     switchml_proto::UdpSessionRequest req = request;  // the hierarchy's hooks may rewrite it
     SessionHooks* hooks = options.hooks;
     if (hooks != nullptr) {
-      if (Status st = hooks->BeforeUdpSession(&req); !st.ok()) {
+      if (Status st = hooks->BeforeUdpSession(&req, ctx->deadline()); !st.ok()) {
         registry.Fail(
             req.session_id(), req.job_secret(),
             FailedPreconditionError("session " + std::to_string(req.session_id()) +
@@ -478,7 +478,7 @@ struct ControlServer::Impl {
       return ToGrpc(st);
     }
     if (hooks != nullptr) {
-      if (st = hooks->AfterUdpSession(request, req); !st.ok()) {
+      if (st = hooks->AfterUdpSession(request, req, ctx->deadline()); !st.ok()) {
         registry.Fail(
             req.session_id(), req.job_secret(),
             FailedPreconditionError("session " + std::to_string(req.session_id()) +

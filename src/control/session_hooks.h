@@ -46,9 +46,12 @@ namespace switchml::control {
 class SessionHooks {
  public:
   virtual ~SessionHooks() = default;
-  virtual Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request) = 0;
+  // `deadline`: the caller's (a wait in these ends by then, the worker is gone after it).
+  virtual Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request,
+                                  std::chrono::system_clock::time_point deadline) = 0;
   virtual Status AfterUdpSession(const switchml_proto::UdpSessionRequest& sent,
-                                 const switchml_proto::UdpSessionRequest& registered) = 0;
+                                 const switchml_proto::UdpSessionRequest& registered,
+                                 std::chrono::system_clock::time_point deadline) = 0;
   virtual void UdpSessionRefused(const switchml_proto::UdpSessionRequest& sent,
                                  const switchml_proto::UdpSessionRequest& registered,
                                  const Status& why) = 0;

@@ -93,10 +93,13 @@ void Uplink::PostLocked(std::function<void()> task) {
   tasks_cv_.notify_all();
 }
 
-void Uplink::WaitForPostedTasks() {
+bool Uplink::WaitForPostedTasks(std::chrono::system_clock::time_point deadline) {
   std::unique_lock lock(mu_);
   const uint64_t posted = tasks_posted_;
-  cv_.wait_for(lock, options_.timeout, [&] { return tasks_stop_ || tasks_done_ >= posted; });
+  const auto timeout = std::chrono::system_clock::now() + options_.timeout;
+  const bool done = cv_.wait_until(lock, std::min(timeout, deadline),
+                                   [&] { return tasks_stop_ || tasks_done_ >= posted; });
+  return done || timeout < deadline;  // (after the timeout it goes on, as it always did)
 }
 
 void Uplink::RunTasks() {
@@ -119,7 +122,8 @@ void Uplink::set_registry(control::Registry* registry) {
   registry_ = registry;
 }
 
-Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
+Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request,
+                                std::chrono::system_clock::time_point deadline) {
   const uint32_t global_rank = request->rank();
   const uint32_t global_n = request->num_workers();
   if (global_rank >= global_n) return Status::Ok();  // the server's own checks refuse it
@@ -160,10 +164,11 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request) {
     return Status::Ok();
   }
   // The rack's local rank 0 creates the ToR's job and opens the upstream: wait for it.
-  const bool done = cv_.wait_for(lock, options_.timeout, [&] {
-    return shutting_down_ || (opened_.contains(request->session_id()) &&
-                              !registering_.contains(request->session_id()));
-  });
+  const bool done = cv_.wait_until(
+      lock, std::min(std::chrono::system_clock::now() + options_.timeout, deadline), [&] {
+        return shutting_down_ || (opened_.contains(request->session_id()) &&
+                                  !registering_.contains(request->session_id()));
+      });
   if (shutting_down_) return UnavailableError("the top-of-rack switch is shutting down");
   if (!done) {
     return DeadlineExceededError(session + ": rank " + std::to_string(rack.first_rank) +
@@ -180,7 +185,8 @@ void Uplink::RegisteredLocked(uint64_t session_id) {
 }
 
 Status Uplink::AfterUdpSession(const switchml_proto::UdpSessionRequest& sent,
-                               const switchml_proto::UdpSessionRequest& request) {
+                               const switchml_proto::UdpSessionRequest& request,
+                               std::chrono::system_clock::time_point deadline) {
   if (request.rank() != 0) return Status::Ok();
   const uint64_t id = request.session_id();
   {
@@ -216,9 +222,18 @@ Status Uplink::AfterUdpSession(const switchml_proto::UdpSessionRequest& sent,
   }
   // An upstream dropped before (this session's earlier incarnation, another job's) is ended at
   // the spine first: its late close must not meet this registration, and its registration
-  // holds this switch's data address at the spine until it ends.
-  WaitForPostedTasks();
-  Status st = OpenUpstream(request);
+  // holds this switch's data address at the spine until it ends. A slow spine makes that wait
+  // long: it ends at the worker's deadline, after which nobody waits for this registration
+  // (going on would leave a job at the spine for a worker that is gone).
+  Status st;
+  if (!WaitForPostedTasks(deadline)) {
+    st = DeadlineExceededError(
+        "session " + std::to_string(id) +
+        ": the end of an earlier job at the upstream switch (this switch's data address is "
+        "registered there until it ends) did not finish before the registering worker's "
+        "deadline; the upstream switch is slow to answer");
+  }
+  if (st.ok()) st = OpenUpstream(request);
   if (st.ok()) st = AttachUpstream(request);
   if (!st.ok()) {
     st = Status(st.code(), "rack " + std::to_string(options_.rack_index) +

@@ -70,7 +70,8 @@ struct UplinkOptions {
   uint32_t data_ipv4 = 0;
   uint16_t data_port = 0;
   uint32_t num_data_ports = 1;
-  // Session setup calls to the upstream, and the wait of a rack's ranks for its local rank 0.
+  // Session setup calls to the upstream, and the wait of a rack's ranks for its local rank 0
+  // (that wait ends at the registering worker's deadline too, if that comes first).
   std::chrono::milliseconds timeout{30000};
   // Forwarded barriers and broadcasts (they wait for the whole job), at most: a call waits no
   // longer than its caller's deadline either.
@@ -92,9 +93,11 @@ class Uplink final : public control::SessionHooks {
   Uplink(const UplinkOptions& options, dataplane::LockedSwitch* sw);
   ~Uplink() override;
 
-  Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request) override;
+  Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request,
+                          std::chrono::system_clock::time_point deadline) override;
   Status AfterUdpSession(const switchml_proto::UdpSessionRequest& sent,
-                         const switchml_proto::UdpSessionRequest& request) override;
+                         const switchml_proto::UdpSessionRequest& request,
+                         std::chrono::system_clock::time_point deadline) override;
   // The rack's local rank 0 was refused: unless a live job is left as it was, its rack's other
   // ranks stop waiting for it, with why.
   void UdpSessionRefused(const switchml_proto::UdpSessionRequest& sent,
@@ -139,9 +142,10 @@ class Uplink final : public control::SessionHooks {
   // attached there (it would otherwise wait for the spine's lease).
   void EndUpstream(uint64_t session_id, const std::string& secret,
                    std::shared_ptr<control::Attachment> upstream, const Status& why);
-  // Waits (at most options_.timeout) until the tasks posted so far have run: a new upstream
-  // registration comes after the end of the ones dropped before it. Not under mu_.
-  void WaitForPostedTasks();
+  // Waits (at most options_.timeout, and not past `deadline`) until the tasks posted so far
+  // have run: a new upstream registration comes after the end of the ones dropped before it.
+  // False when `deadline` came first. Not under mu_.
+  bool WaitForPostedTasks(std::chrono::system_clock::time_point deadline);
   // A rank-0 registration of `session_id` counted in registering_ was accepted or refused.
   // Under mu_.
   void RegisteredLocked(uint64_t session_id);

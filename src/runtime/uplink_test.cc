@@ -23,6 +23,9 @@
 namespace switchml::runtime {
 namespace {
 
+// A caller without a deadline.
+constexpr auto kNoDeadline = std::chrono::system_clock::time_point::max();
+
 TEST(PlaceRackTest, ContiguousRanksSizesDifferingByAtMostOne) {
   // 5 workers over 2 racks: 0-1 and 2-4.
   auto r0 = PlaceRack(5, 2, 0), r1 = PlaceRack(5, 2, 1);
@@ -71,24 +74,24 @@ TEST(UplinkTest, MapsGlobalRanksToTheRackAndRefusesOtherRacks) {
   req.set_session_id(5);
   req.set_rank(2);
   req.set_num_workers(7);
-  ASSERT_TRUE(uplink.BeforeUdpSession(&req).ok());
+  ASSERT_TRUE(uplink.BeforeUdpSession(&req, kNoDeadline).ok());
   EXPECT_EQ(req.rank(), 0u);
   EXPECT_EQ(req.num_workers(), 2u);
   // Rank 5 belongs to rack 2: refused, naming its rack.
   req.set_rank(5);
   req.set_num_workers(7);
-  const Status st = uplink.BeforeUdpSession(&req);
+  const Status st = uplink.BeforeUdpSession(&req, kNoDeadline);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("belongs to rack 2"), std::string::npos) << st.message();
   // Rank 3 (local rank 1) waits for local rank 0's upstream registration, which never comes.
   req.set_rank(3);
   req.set_num_workers(7);
-  EXPECT_EQ(uplink.BeforeUdpSession(&req).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(uplink.BeforeUdpSession(&req, kNoDeadline).code(), StatusCode::kDeadlineExceeded);
   // After shutdown, waiting ones fail at once.
   uplink.Shutdown();
   req.set_rank(3);
   req.set_num_workers(7);
-  EXPECT_EQ(uplink.BeforeUdpSession(&req).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(uplink.BeforeUdpSession(&req, kNoDeadline).code(), StatusCode::kUnavailable);
 }
 
 // A worker's Attach stream and Close at a top-of-rack switch: the global rank becomes the
@@ -107,10 +110,10 @@ TEST(UplinkTest, MapsAttachAndCloseToTheRack) {
   req.set_rank(2);
   req.set_num_workers(4);
   const switchml_proto::UdpSessionRequest sent = req;
-  ASSERT_TRUE(uplink.BeforeUdpSession(&req).ok());
+  ASSERT_TRUE(uplink.BeforeUdpSession(&req, kNoDeadline).ok());
   // Registered (here without a registry): the session is open on this ToR, though its upstream
   // cannot open (the upstream is unreachable).
-  EXPECT_FALSE(uplink.AfterUdpSession(sent, req).ok());
+  EXPECT_FALSE(uplink.AfterUdpSession(sent, req, kNoDeadline).ok());
   attach.set_rank(3);
   ASSERT_TRUE(uplink.BeforeAttach(&attach).ok());
   EXPECT_EQ(attach.rank(), 1u);
@@ -316,9 +319,13 @@ class FirstAttach final : public control::SessionHooks {
  public:
   FirstAttach(uint64_t session_id, std::chrono::milliseconds hold, bool refuse)
       : session_id_(session_id), hold_(hold), refuse_(refuse) {}
-  Status BeforeUdpSession(switchml_proto::UdpSessionRequest*) override { return Status::Ok(); }
+  Status BeforeUdpSession(switchml_proto::UdpSessionRequest*,
+                          std::chrono::system_clock::time_point) override {
+    return Status::Ok();
+  }
   Status AfterUdpSession(const switchml_proto::UdpSessionRequest&,
-                         const switchml_proto::UdpSessionRequest&) override {
+                         const switchml_proto::UdpSessionRequest&,
+                         std::chrono::system_clock::time_point) override {
     return Status::Ok();
   }
   void UdpSessionRefused(const switchml_proto::UdpSessionRequest&,
@@ -494,7 +501,8 @@ TEST(UplinkTest, ForwardedBarriersDoNotHoldTheTorsControlPlane) {
 class HeldUdpSession final : public control::SessionHooks {
  public:
   explicit HeldUdpSession(uint64_t session_id) : session_id_(session_id) {}
-  Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request) override {
+  Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request,
+                          std::chrono::system_clock::time_point) override {
     if (request->session_id() != session_id_) return Status::Ok();
     std::unique_lock lock(mu_);
     entered_ = true;
@@ -503,7 +511,8 @@ class HeldUdpSession final : public control::SessionHooks {
     return Status::Ok();
   }
   Status AfterUdpSession(const switchml_proto::UdpSessionRequest&,
-                         const switchml_proto::UdpSessionRequest&) override {
+                         const switchml_proto::UdpSessionRequest&,
+                         std::chrono::system_clock::time_point) override {
     return Status::Ok();
   }
   void UdpSessionRefused(const switchml_proto::UdpSessionRequest&,
@@ -563,6 +572,33 @@ TEST(UplinkTest, RefusedRankZeroDuringSetupChangesNothing) {
   std::this_thread::sleep_for(500ms);  // a stream ended by the stranger would be seen by now
   EXPECT_TRUE(h.spine->registry().HasJob(12)) << "the spine lost the job";
   EXPECT_TRUE(h.tor->registry().HasJob(12)) << "the ToR lost the job";
+}
+
+// Given a slow spine (it reads the ToR's stream of session 12 only after 4 s), When session 12
+// fails at the ToR (a second worker started as its rank 0) and the ToR's next job, session 13,
+// registers with a 1 s deadline while the end of session 12 (the failure up the stream, then a
+// close) still waits for the spine, Expect the ToR to stop waiting at that deadline, refuse
+// session 13 saying why, and leave no job 13 at the spine. The wait used to be the uplink's
+// own timeout (here 5 s, by default 30 s) whatever the worker's deadline: the worker gave up
+// after 1 s, and the ToR then opened session 13 at the spine for nobody.
+TEST(UplinkTest, SlowSpineDelaysTheNextRegistrationOnlyUntilItsDeadline) {
+  using namespace std::chrono_literals;
+  FirstAttach spine_hooks(12, 4s, /*refuse=*/false);
+  TwoLevels h({}, &spine_hooks);
+  control::ControlClient worker(h.tor_target(), 10s), hasty(h.tor_target(), 1s);
+  ASSERT_TRUE(worker.UdpSession(RankZeroOfOne(12, "s")).ok());
+  ASSERT_TRUE(testing::WaitUntil([&] { return spine_hooks.seen(); }, 5s));
+  control::UdpSessionArgs again = RankZeroOfOne(12, "s");
+  again.udp_port = 41100;
+  EXPECT_EQ(worker.UdpSession(again).status().code(), StatusCode::kAlreadyExists);
+  const auto start = std::chrono::steady_clock::now();
+  const auto next = hasty.UdpSession(RankZeroOfOne(13, "s"));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(next.status().code(), StatusCode::kDeadlineExceeded) << next.status().ToString();
+  EXPECT_LT(waited, 2s);
+  std::this_thread::sleep_for(5s);  // the spine has read session 12's stream by now
+  EXPECT_FALSE(h.spine->registry().HasJob(13)) << "the ToR opened session 13 for nobody";
+  EXPECT_FALSE(h.tor->registry().HasJob(13));
 }
 
 }  // namespace
