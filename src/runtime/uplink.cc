@@ -319,18 +319,14 @@ void Uplink::UdpSessionRefused(const switchml_proto::UdpSessionRequest& sent,
       return;
     }
     if (opened_.size() >= kMaxOpened) opened_.erase(opened_.begin());
-    const std::string first = std::to_string(sent.rank());
-    opened_[id] = FailedPreconditionError("session " + std::to_string(id) +
-                                          " failed at setup: rank " + first +
-                                          " (this rack's first) was refused by this top-of-rack "
-                                          "switch: " +
-                                          why.message());
-    // The other racks' ranks may wait at the spine (in the setup barriers): the session fails
-    // there too, with why, instead of at their deadlines.
+    // One text for both: the rack's ranks waiting here, and the other racks' at the spine.
     const std::string failure = "session " + std::to_string(id) + " failed at setup: rank " +
-                                first + " (the first of rack " +
+                                std::to_string(sent.rank()) + " (the first of rack " +
                                 std::to_string(options_.rack_index) +
                                 ") was refused by its top-of-rack switch: " + why.message();
+    opened_[id] = FailedPreconditionError(failure);
+    // The other racks' ranks may wait at the spine (in the setup barriers): the session fails
+    // there too, with why, instead of at their deadlines.
     PostLocked([this, id, secret = request.job_secret(), failure] {
       Status st =
           setup_client_.Close(id, secret, std::nullopt, std::chrono::milliseconds(2000), failure);

@@ -188,7 +188,8 @@ TEST(UplinkTest, RackStopsWaitingWhenItsFirstRankIsRefused) {
   const Status st = waiting.get();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "rank 3 waited for the timeout";
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
-  EXPECT_NE(st.message().find("rank 2 (this rack's first) was refused"), std::string::npos)
+  EXPECT_NE(st.message().find("rank 2 (the first of rack 1) was refused by its top-of-rack"),
+            std::string::npos)
       << st.ToString();
   EXPECT_NE(st.message().find("max_outstanding_packets 128"), std::string::npos) << st.ToString();
   (*server)->Shutdown();
