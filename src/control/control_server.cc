@@ -189,7 +189,7 @@ struct ControlServer::Impl {
       const auto deadline = ctx->deadline();
       if (deadline > now && deadline - now < std::chrono::hours(24)) {
         const auto margin = std::clamp<std::chrono::system_clock::duration>(
-            (deadline - now) / 20, std::chrono::milliseconds(5), std::chrono::milliseconds(200));
+            (deadline - now) / 10, std::chrono::milliseconds(20), std::chrono::milliseconds(500));
         expiry_.Set(deadline - margin, [impl, ticket = ticket_](bool ok) {
           if (ok) impl->registry.ExpireWait(ticket);
         });

@@ -889,7 +889,9 @@ std::string Registry::MissingText(const Wait& wait) const {
   const Round& round = *wait.round;
   const std::string waited = WaitedText(Now() - wait.since);
   const uint32_t n = round.num_workers;
-  std::string text = wait.scope + " (" + std::to_string(n) + " workers): ";
+  // (An unscoped round's name already says how many workers: "unscoped barrier of 4 workers".)
+  std::string text =
+      wait.scope + (wait.key.session_id == 0 ? "" : " (" + std::to_string(n) + " workers)") + ": ";
   if (round.ranks.count() != round.arrived) {
     // A call without its rank (a reference client's Barrier): only the count is known.
     return text + std::to_string(n - round.arrived) + " of " + std::to_string(n) +
