@@ -348,9 +348,8 @@ struct ControlServer::Impl {
                                          const switchml_proto::UdpSessionRequest* req,
                                          switchml_proto::UdpSessionResponse* resp) override {
       if (impl_->options.hooks != nullptr) {  // the hooks may block
-        return impl_->RunBlocking(ctx, [impl = impl_, ctx, req, resp] {
-          return impl->UdpSession(ctx, *req, resp);
-        });
+        return impl_->RunBlocking(
+            ctx, [impl = impl_, ctx, req, resp] { return impl->UdpSession(ctx, *req, resp); });
       }
       auto* reactor = ctx->DefaultReactor();
       reactor->Finish(impl_->UdpSession(ctx, *req, resp));
@@ -403,9 +402,8 @@ struct ControlServer::Impl {
                                       const switchml_proto::BarrierRequest* req,
                                       switchml_proto::BarrierResponse*) override {
       if (SessionHooks* hooks = impl_->options.hooks; hooks != nullptr && hooks->ForwardsSync()) {
-        return impl_->RunBlocking(ctx, [hooks, ctx, req] {
-          return ToGrpc(hooks->Barrier(*req, ctx->deadline()));
-        });
+        return impl_->RunBlocking(
+            ctx, [hooks, ctx, req] { return ToGrpc(hooks->Barrier(*req, ctx->deadline())); });
       }
       SyncRequest q;
       q.session_id = req->session_id();
@@ -521,8 +519,8 @@ struct ControlServer::Impl {
       }
     }
     if (blocking_closed) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                   "the switch control plane is shutting down"));
+      reactor->Finish(
+          grpc::Status(grpc::StatusCode::UNAVAILABLE, "the switch control plane is shutting down"));
       return reactor;
     }
     if (blocking_threads.size() >= kMaxBlockingCalls) {
@@ -533,12 +531,12 @@ struct ControlServer::Impl {
       return reactor;
     }
     auto done = std::make_shared<std::atomic<bool>>(false);
-    blocking_threads.push_back(BlockingThread{
-        std::thread([reactor, work = std::move(work), done] {
-          reactor->Finish(work());  // (the call, and ctx, may be gone after this)
-          done->store(true);
-        }),
-        done});
+    blocking_threads.push_back(
+        BlockingThread{std::thread([reactor, work = std::move(work), done] {
+                         reactor->Finish(work());  // (the call, and ctx, may be gone after this)
+                         done->store(true);
+                       }),
+                       done});
     return reactor;
   }
 

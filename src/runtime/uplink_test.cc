@@ -558,8 +558,9 @@ TEST(UplinkTest, RefusedRankZeroDuringSetupChangesNothing) {
   HeldUdpSession spine_hooks(12);
   TwoLevels h({}, &spine_hooks);
   control::ControlClient worker(h.tor_target(), 10s), stranger_client(h.tor_target(), 10s);
-  auto first = std::async(std::launch::async,
-                          [&] { return worker.UdpSession(RankZeroOfOne(12, "the job's")).status(); });
+  auto first = std::async(std::launch::async, [&] {
+    return worker.UdpSession(RankZeroOfOne(12, "the job's")).status();
+  });
   ASSERT_TRUE(spine_hooks.WaitEntered(5s)) << "the ToR did not register at the spine";
   control::UdpSessionArgs stranger = RankZeroOfOne(12, "a stranger's");
   stranger.udp_port = 41100;

@@ -252,7 +252,7 @@ struct JobState {
   std::vector<uint32_t> sessions;  // rank * threads + thread
   std::vector<RankState> ranks;
   std::vector<int32_t> shared_in, shared_out;  // kShared
-  uint32_t shared_started = 0;                  // kShared: all-reduces whose inputs were filled
+  uint32_t shared_started = 0;                 // kShared: all-reduces whose inputs were filled
   std::vector<Time> collective_start, collective_end;
   uint32_t ranks_done_current = 0;
   bool failed = false, done = false;

@@ -374,7 +374,7 @@ void WorkerSession::HandleTimeout(Nanos now) {
     const Timer t = PopEarliestTimer();
     Slot& s = slots_[t.local_slot];
     if (!s.outstanding || s.packet != t.packet) continue;  // answered in time
-    s.timer_armed = false;  // the re-send arms the next one
+    s.timer_armed = false;                                 // the re-send arms the next one
     Enqueue(t.local_slot);
     OnTimeout(now);
   }
