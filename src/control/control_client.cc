@@ -15,6 +15,7 @@
 #include "control/keepalive.h"
 #include "control/switchml.grpc.pb.h"
 #include "control/switchml.pb.h"
+#include "control/sync_text.h"
 #include "control/tls_files.h"
 
 namespace switchml::control {
@@ -56,17 +57,6 @@ StatusCode FromGrpcCode(grpc::StatusCode code) {
     default:
       return StatusCode::kInternal;
   }
-}
-
-// "30 s", "1.5 s", "200 ms".
-std::string FormatTimeout(std::chrono::milliseconds t) {
-  const auto ms = t.count();
-  if (ms < 1000) return std::to_string(ms) + " ms";
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-  std::string frac = std::to_string(ms % 1000);
-  frac.insert(0, 3 - frac.size(), '0');
-  while (frac.back() == '0') frac.pop_back();
-  return std::to_string(ms / 1000) + "." + frac + " s";
 }
 
 }  // namespace
@@ -157,8 +147,8 @@ struct ControlClient::Impl {
   // wait shortly before the caller's deadline, naming the missing ranks) rather than from this
   // client's own deadline, whose text is gRPC's.
   static bool IsSwitchsExpiry(const grpc::Status& s) {
-    return s.error_message().find(" did not arrive within ") != std::string::npos ||
-           s.error_message().find("every rank arrived, but not together") != std::string::npos;
+    return s.error_message().find(kRanksDidNotArrive) != std::string::npos ||
+           s.error_message().find(kRanksCameApart) != std::string::npos;
   }
 
   // Maps a gRPC status to ours. `sync_what` names a Barrier/Broadcast ("barrier of session 77

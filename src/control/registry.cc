@@ -10,6 +10,7 @@
 #include "base/endpoint.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "control/sync_text.h"
 #include "proto/wire.h"
 #include "switchml/types.h"
 
@@ -876,11 +877,10 @@ std::string RankList(const std::vector<uint32_t>& ranks) {
   return text;
 }
 
-// "300 ms", "2.5 s".
+// "300 ms", "2.5 s": FormatTimeout of the time, to a tenth of a second from 1 s on.
 std::string WaitedText(std::chrono::steady_clock::duration d) {
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-  if (ms < 1000) return std::to_string(ms) + " ms";
-  return std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100) + " s";
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d);
+  return FormatTimeout(ms < std::chrono::seconds(1) ? ms : ms - ms % 100);
 }
 
 }  // namespace
@@ -894,8 +894,8 @@ std::string Registry::MissingText(const Wait& wait) const {
       wait.scope + (wait.key.session_id == 0 ? "" : " (" + std::to_string(n) + " workers)") + ": ";
   if (round.ranks.count() != round.arrived) {
     // A call without its rank (a reference client's Barrier): only the count is known.
-    return text + std::to_string(n - round.arrived) + " of " + std::to_string(n) +
-           " workers did not arrive within " + waited;
+    return text + std::to_string(n - round.arrived) + " of " + std::to_string(n) + " workers" +
+           std::string(kRanksDidNotArrive) + waited;
   }
   std::vector<uint32_t> missing, waiting, gave_up;
   for (uint32_t r = 0; r < n; ++r) {
@@ -909,12 +909,12 @@ std::string Registry::MissingText(const Wait& wait) const {
   }
   if (missing.empty()) {
     // Every rank came, but not within one another's timeouts.
-    return text + "every rank arrived, but not together: " + RankList(gave_up) +
-           " timed out before " + RankList(waiting) + " came (waited " + waited +
+    return text + std::string(kRanksCameApart) + ": " + RankList(gave_up) + " timed out before " +
+           RankList(waiting) + " came (waited " + waited +
            "): start the workers within each other's timeout";
   }
-  text +=
-      RankList(missing) + " did not arrive within " + waited + " (waiting: " + RankList(waiting);
+  text += RankList(missing) + std::string(kRanksDidNotArrive) + waited +
+          " (waiting: " + RankList(waiting);
   if (!gave_up.empty()) text += "; arrived and timed out: " + RankList(gave_up);
   return text + ")";
 }
