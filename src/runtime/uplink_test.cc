@@ -295,6 +295,21 @@ control::UdpSessionArgs RankZeroOfOne(uint64_t session_id, const std::string& se
   return a;
 }
 
+// Rank 0 of session_id from another job (another secret, another port).
+control::UdpSessionArgs StrangersRankZero(uint64_t session_id) {
+  control::UdpSessionArgs a = RankZeroOfOne(session_id, "a stranger's");
+  a.udp_port = 41100;
+  return a;
+}
+
+// The job of session_id is still open at both levels once a stream that a refused request
+// ended would have been noticed.
+void ExpectJobKeptAtBothLevels(const TwoLevels& h, uint64_t session_id) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_TRUE(h.spine->registry().HasJob(session_id)) << "the spine lost the job";
+  EXPECT_TRUE(h.tor->registry().HasJob(session_id)) << "the ToR lost the job";
+}
+
 // A second rank 0 of a job whose upstream is open (two workers started as rank 0) is refused;
 // the ToR's control plane used to deadlock on it (the Uplink's mutex locked twice), so the call
 // timed out and every later call to the ToR hung.
@@ -446,12 +461,9 @@ TEST(UplinkTest, StrangersRankZeroLeavesTheUpstreamAlone) {
   control::ControlClient worker(h.tor_target(), 5s);
   ASSERT_TRUE(worker.UdpSession(RankZeroOfOne(12, "the job's")).ok());
   ASSERT_TRUE(h.spine->registry().HasJob(12));
-  control::UdpSessionArgs stranger = RankZeroOfOne(12, "a stranger's");
-  stranger.udp_port = 41100;
-  EXPECT_EQ(worker.UdpSession(stranger).status().code(), StatusCode::kPermissionDenied);
-  std::this_thread::sleep_for(500ms);  // a stream ended by the stranger would be seen by now
-  EXPECT_TRUE(h.spine->registry().HasJob(12)) << "the spine lost the job";
-  EXPECT_TRUE(h.tor->registry().HasJob(12)) << "the ToR lost the job";
+  EXPECT_EQ(worker.UdpSession(StrangersRankZero(12)).status().code(),
+            StatusCode::kPermissionDenied);
+  ExpectJobKeptAtBothLevels(h, 12);
 }
 
 // Given a rack of 4 workers at one ToR, When all 4 call a barrier (forwarded to the spine, where
@@ -562,8 +574,7 @@ TEST(UplinkTest, RefusedRankZeroDuringSetupChangesNothing) {
     return worker.UdpSession(RankZeroOfOne(12, "the job's")).status();
   });
   ASSERT_TRUE(spine_hooks.WaitEntered(5s)) << "the ToR did not register at the spine";
-  control::UdpSessionArgs stranger = RankZeroOfOne(12, "a stranger's");
-  stranger.udp_port = 41100;
+  const control::UdpSessionArgs stranger = StrangersRankZero(12);
   const Status refused = stranger_client.UdpSession(stranger).status();
   EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused.ToString();
   spine_hooks.Release();
@@ -571,9 +582,7 @@ TEST(UplinkTest, RefusedRankZeroDuringSetupChangesNothing) {
   ASSERT_TRUE(opened.ok()) << opened.ToString();
   ASSERT_TRUE(h.spine->registry().HasJob(12));
   EXPECT_EQ(stranger_client.UdpSession(stranger).status().code(), StatusCode::kPermissionDenied);
-  std::this_thread::sleep_for(500ms);  // a stream ended by the stranger would be seen by now
-  EXPECT_TRUE(h.spine->registry().HasJob(12)) << "the spine lost the job";
-  EXPECT_TRUE(h.tor->registry().HasJob(12)) << "the ToR lost the job";
+  ExpectJobKeptAtBothLevels(h, 12);
 }
 
 // Given a slow spine (it reads the ToR's stream of session 12 only after 4 s), When session 12
