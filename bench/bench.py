@@ -31,7 +31,8 @@ SYSTEM_LABELS = {
     "switchml-mcast": "SwitchML with LAN multicast (worker --multicast on: each result sent once, "
                       "replicated by the bridge; rack only)",
     "switchml-xdp": "SwitchML over AF_XDP (--transport xdp; rack only)",
-    "switchml-shm": "SwitchML over shared memory (--transport shm; loopback only)",
+    "switchml-shm": "SwitchML over shared memory (--transport shm, --threads at the switch and "
+                    "the workers as `switchml run` picks; loopback only)",
     "gloo-ring": "Gloo ring (TCP)",
     "gloo-hd": "Gloo halving-doubling (TCP)",
     "mpi-tcp": "Open MPI MPI_Allreduce (btl tcp)",
@@ -39,6 +40,10 @@ SYSTEM_LABELS = {
 }
 # The worker flags of switchml-mcast (the switch, bound to the bridge's address, allows it).
 MCAST_ARGS = ["--multicast", "on"]
+# switchml-shm's threads, for the workers and the switch alike: what `switchml run` picks over
+# shm (tools/commands.h, kShmRunThreads) on a host with at least that many cores.
+SHM_THREADS = 2 if (os.cpu_count() or 1) >= 2 else 1
+SHM_ARGS = ["--threads", str(SHM_THREADS)]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = float(1 << 30)
 # --audit-kernel: perf's system-wide sampling rate (per CPU) and the softirq handlers whose
@@ -301,7 +306,7 @@ class Bench:
              str(self.args.iterations), "--warmup", str(self.args.warmup), "--report"]
         return a + (["--quiet"] if quiet else [])
 
-    def run_switchml(self, tag, n, elements, transport="udp", extra=()):
+    def run_switchml(self, tag, n, elements, transport="udp", extra=(), switch_extra=()):
         a = self.args
         if self.rack is None:
             bind, data_port, control_port = "127.0.0.1", "0", "0"
@@ -310,7 +315,8 @@ class Bench:
         switch = self.runner.start(
             self.ns_prefix("sw") + [a.switchml, "switch", "--bind", bind, "--data-port", data_port,
                                     "--control-port", control_port, "--log-level", "warning",
-                                    "--transport", transport],
+                                    "--transport", transport] + list(switch_extra)
+            + a.switch_args.split(),
             f"{self.logs}/{tag}-switch.out", f"{self.logs}/{tag}-switch.err")
         try:
             # The switch says which ports it got once it listens.
@@ -457,7 +463,8 @@ class Bench:
         elif system == "switchml-xdp":
             r = self.run_switchml(tag, n, elements, transport="xdp")
         elif system == "switchml-shm":
-            r = self.run_switchml(tag, n, elements, transport="shm")
+            r = self.run_switchml(tag, n, elements, transport="shm", extra=SHM_ARGS,
+                                  switch_extra=SHM_ARGS)
         elif system == "gloo-ring":
             r = self.run_gloo(tag, n, elements, "ring")
         elif system == "gloo-hd":
@@ -501,8 +508,10 @@ class Bench:
         if "retransmitted" in r:
             row["retransmitted"] = r["retransmitted"]
             row["switch_cpu_s_per_allreduce"] = r["switch_cpu_s_per_allreduce"]
-            extra = MCAST_ARGS if system == "switchml-mcast" else []
+            extra = {"switchml-mcast": MCAST_ARGS, "switchml-shm": SHM_ARGS}.get(system, [])
             row["switchml_args"] = " ".join(extra + self.switchml_extra_args())
+            row["switch_args"] = " ".join(
+                (SHM_ARGS if system == "switchml-shm" else []) + a.switch_args.split())
         log(f"{system}: median {med:.4f} s, p99 {row['p99_s']:.4f} s, "
             f"{row['elements_per_s']:.3g} elements/s, busbw {row['busbw_GBps']:.3f} GB/s, "
             f"CPU {row.get('cpu_s_per_gib', row['cpu_lifetime_s_per_gib']):.2f} s/GiB"
@@ -794,6 +803,9 @@ def main():
     p.add_argument("--run-timeout", type=int, default=900, help="seconds before a run is killed")
     p.add_argument("--switchml-args", default="",
                    help="extra flags for every `switchml worker`, e.g. '--window 512'")
+    p.add_argument("--switch-args", default="",
+                   help="extra flags for the `switchml switch` of every switchml run, e.g. "
+                        "'--threads 2'")
     p.add_argument("--out", default=os.path.join(build, "bench-results"),
                    help="results directory (bench.json, bench.md, bench-*.png, logs/)")
     p.add_argument("--docs-dir", default="",

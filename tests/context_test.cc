@@ -109,6 +109,30 @@ TEST(ConfigTest, AutomaticWindowFromBandwidthDelayProduct) {
   EXPECT_EQ(c.OutstandingPackets(), 100u);
 }
 
+// Given the shared-memory transport, Expect the automatic window to be at least
+// kMinShmAutoWindow (the rule's own figure where it is larger), and an explicit window kept.
+TEST(ConfigTest, AutomaticWindowOverSharedMemoryHasItsOwnFloor) {
+  auto window = [](const char* transport, double gbps, int rtt_us, uint32_t threads = 1) {
+    Config c;
+    c.transport = transport;
+    c.link_gbps = gbps;
+    c.base_rtt = std::chrono::microseconds(rtt_us);
+    c.num_worker_threads = threads;
+    EXPECT_TRUE(c.Validate().ok());
+    return c.OutstandingPackets();
+  };
+  EXPECT_EQ(window("shm", 10, 100), Config::kMinShmAutoWindow);  // the rule says 256
+  EXPECT_EQ(window("shm", 10, 100, 2), 1024u);
+  EXPECT_EQ(window("shm", 1, 100), 1024u);      // the rule says 64
+  EXPECT_EQ(window("shm", 10, 1000), 2304u);    // 2272.7 -> 2273 -> 2304: above the floor
+  EXPECT_EQ(window("udp", 10, 100), 256u);      // the other transports keep the rule's
+  EXPECT_EQ(window("udp-plain", 1, 100), 64u);
+  Config c;
+  c.transport = "shm";
+  c.max_outstanding_packets = 100;
+  EXPECT_EQ(c.OutstandingPackets(), 100u);
+}
+
 // Given a two-worker job whose rank 0 waits for rank 1's late contribution, and a stranger's
 // plain UDP socket spraying well-formed results (the values 42, with the slot, set, tsi and
 // job number rank 0 waits for) at rank 0's data port meanwhile, Expect rank 0 to drop and count

@@ -13,6 +13,7 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process.h"
@@ -139,8 +140,10 @@ TEST_F(ShmMultiProcessTest, RunCommandWithLoss) {
 }
 
 // Given `switchml run` without --transport, Expect it to choose shm (every process is on this
-// host) and say so; and given a shm directory that cannot be made, Expect it to say why and run
-// the job over UDP instead, verified either way.
+// host) and say so, with shm's automatic threads and window (2 worker and 2 switch threads on a
+// host with 2 or more cores, window 1024); and given a shm directory that cannot be made, Expect
+// it to say why and run the job over UDP instead, with one thread each and the rule's window
+// (256), verified either way.
 TEST_F(ShmMultiProcessTest, RunCommandChoosesShmByDefaultAndFallsBackToUdp) {
   const std::vector<std::string> job = {
       testing::SwitchmlBinary(), "run", "--workers", "2", "--size", "100003", "--iterations", "2"};
@@ -150,6 +153,13 @@ TEST_F(ShmMultiProcessTest, RunCommandChoosesShmByDefaultAndFallsBackToUdp) {
   EXPECT_NE(p.output().find("transport shm (auto)"), std::string::npos) << p.output();
   EXPECT_NE(p.output().find("over auth(shm)"), std::string::npos) << p.output();
   EXPECT_NE(p.output().find("switchml run: OK"), std::string::npos) << p.output();
+  const bool two_cores = std::thread::hardware_concurrency() >= 2;
+  EXPECT_NE(p.output().find(two_cores ? "2 workers x 2 threads" : "2 workers x 1 threads"),
+            std::string::npos)
+      << p.output();
+  EXPECT_NE(p.output().find("window 1024,"), std::string::npos) << p.output();
+  EXPECT_NE(p.output().find(two_cores ? "by 2 threads" : "by 1 thread "), std::string::npos)
+      << p.output();
   EXPECT_TRUE(Files().empty());
 
   const std::string not_a_dir = dir_ + "/plain-file";
@@ -166,6 +176,9 @@ TEST_F(ShmMultiProcessTest, RunCommandChoosesShmByDefaultAndFallsBackToUdp) {
   EXPECT_NE(q.output().find("transport udp (auto: shm cannot be used here: "), std::string::npos)
       << q.output();
   EXPECT_NE(q.output().find("switchml run: OK"), std::string::npos) << q.output();
+  EXPECT_NE(q.output().find("2 workers x 1 threads"), std::string::npos) << q.output();
+  EXPECT_NE(q.output().find("window 256,"), std::string::npos) << q.output();
+  EXPECT_NE(q.output().find("by 1 thread "), std::string::npos) << q.output();
   ::unlink(not_a_dir.c_str());
 }
 

@@ -105,9 +105,11 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
               "elements/s and algorithm bandwidth.");
   AddJobFlags(&flags, /*auto_transport=*/true);
   flags.AddDouble("loss", 0, "the switch drops this fraction of packets in each direction");
-  flags.AddInt("switch-threads", 1,
+  flags.AddInt("switch-threads", 0,
                "the switch's data-plane threads, 1..64 (worker thread t uses switch thread t mod "
-               "this)");
+               "this); 0: as many as the workers' --threads (with --threads 0: " +
+                   std::to_string(kShmRunThreads) + " where shm is tried on a host with at least " +
+                   std::to_string(kShmRunThreads) + " cores, else 1)");
   flags.AddString("json", "", "also write the summary as JSON to this file");
   flags.AddBool("per-slot", "print per-slot switch counters at the end");
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
@@ -136,21 +138,31 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   o.loss = flags.GetDouble("loss");
   o.seed = job.seed;
   o.busy_poll = job.busy_poll;
-  if (flags.GetInt("switch-threads") < 1 || flags.GetInt("switch-threads") > 64) {
+  if (flags.GetInt("switch-threads") < 0 || flags.GetInt("switch-threads") > 64) {
     // Checked before it narrows to 32 bits (4294967297 read as 1).
-    std::cerr << "switchml run: --switch-threads must be in 1..64\n";
+    std::cerr << "switchml run: --switch-threads must be 0 (automatic) or in 1..64\n";
     return 2;
   }
-  o.threads = static_cast<uint32_t>(flags.GetInt("switch-threads"));
   // --transport auto (the default): every process of this job is on this host, so shared memory
   // (the fastest path here, docs/benchmarks.md) unless this host's cannot be used.
   const bool automatic = job.transport == kAutoTransport;
+  const bool switch_threads_automatic = flags.GetInt("switch-threads") == 0;
+  // Automatic: as many as the workers' threads over that transport.
+  auto switch_threads = [&](const std::string& transport) -> uint32_t {
+    if (!switch_threads_automatic) return static_cast<uint32_t>(flags.GetInt("switch-threads"));
+    JobOptions j = job;
+    j.transport = transport;
+    ResolveAutomaticJobOptions(&j);
+    return j.threads;
+  };
   std::string why = automatic ? " (auto)" : "";
   o.transport = automatic ? "shm" : job.transport;
+  o.threads = switch_threads(o.transport);
   auto daemon = runtime::SwitchDaemon::Start(o);
   if (!daemon.ok() && automatic) {
     why = " (auto: shm cannot be used here: " + daemon.status().message() + ")";
     o.transport = transport::kDefaultTransportKind;
+    o.threads = switch_threads(o.transport);
     daemon = runtime::SwitchDaemon::Start(o);
   }
   if (!daemon.ok()) {
@@ -158,6 +170,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
     return 2;
   }
   job.transport = o.transport;  // the workers use the switch's
+  ResolveAutomaticJobOptions(&job);  // --threads 0 and --window 0 for that transport
   std::printf(
       "switchml run: software switch on 127.0.0.1 (data port %u, control port %u), transport "
       "%s%s%s\n",

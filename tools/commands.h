@@ -40,6 +40,10 @@ struct JobOptions {
   uint32_t threads = 1;
   uint32_t packet_numel = 256;
   uint32_t window = 0;  // 0 until ReadJobFlags resolves the automatic window
+  // `run` only: --threads 0 and --window 0 were given (or defaulted): ResolveAutomaticJobOptions
+  // picks them once the transport is known.
+  bool threads_automatic = false;
+  bool window_automatic = false;
   double link_gbps = 10;
   int64_t base_rtt_us = 100;
   int64_t timeout_ms = 10;
@@ -76,6 +80,13 @@ Status CheckTransportFlag(const std::string& kind, bool auto_transport);
 Status ReadSeed(const Flags& flags, uint64_t* out);
 // Reads and checks the flags AddJobFlags added; errors say which flag is wrong.
 Status ReadJobFlags(const Flags& flags, JobOptions* out);
+// The worker threads `run` uses over shm when --threads is 0 (automatic) on a host with at least
+// that many cores (else 1; over the other transports 1): the switch's data-plane work then
+// spreads over the cores too (`run`'s switch gets as many threads; docs/benchmarks.md).
+inline constexpr uint32_t kShmRunThreads = 2;
+// Resolves --threads 0 (`run`: kShmRunThreads over shm where the host has the cores, else 1)
+// and --window 0 (Config::OutstandingPackets() for o->transport and o->threads) in *o.
+void ResolveAutomaticJobOptions(JobOptions* o);
 // Copies the window (max_outstanding_packets, link_gbps, base_rtt) and the retransmission
 // timeout's options (timeout, min_timeout, max_timeout) into *config.
 void ApplyPacingOptions(const JobOptions& o, Config* config);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <iostream>
+#include <thread>
 
 #include "base/logging.h"
 #include "base/status_macros.h"
@@ -45,10 +46,19 @@ void AddJobFlags(Flags* f, bool auto_transport) {
   f->AddString("dtype", "float32", "element type: float32 or int32");
   f->AddInt("iterations", 5, "timed all-reduces (at most 1000000)");
   f->AddInt("warmup", 1, "untimed all-reduces before them (at most 1000000)");
-  f->AddInt("threads", 1, "worker threads (UDP ports) per worker");
+  if (auto_transport) {
+    f->AddInt("threads", 0,
+              "worker threads (UDP ports) per worker; 0: " + std::to_string(kShmRunThreads) +
+                  " over shm on a host with at least " + std::to_string(kShmRunThreads) +
+                  " cores, else 1");
+  } else {
+    f->AddInt("threads", 1, "worker threads (UDP ports) per worker");
+  }
   f->AddInt("window", 0,
             "packets in flight per worker (slots used on the switch); 0: twice the "
-            "bandwidth-delay product of --link-gbps and --base-rtt-us, at least 64");
+            "bandwidth-delay product of --link-gbps and --base-rtt-us, at least 64 (over shm "
+            "at least " +
+                std::to_string(Config::kMinShmAutoWindow) + ")");
   f->AddDouble("link-gbps", 10, "link rate (Gbit/s) the automatic window is sized for");
   f->AddInt("base-rtt-us", 100, "round trip through the switch, queues empty, for the window");
   f->AddInt("packet-numel", 256, "elements per packet: 64 or 256");
@@ -120,6 +130,24 @@ Status ReadSeed(const Flags& f, uint64_t* out) {
   return Status();
 }
 
+void ResolveAutomaticJobOptions(JobOptions* o) {
+  if (o->threads_automatic) {
+    o->threads = o->transport == "shm" && std::thread::hardware_concurrency() >= kShmRunThreads
+                     ? kShmRunThreads
+                     : 1;
+    if (!o->window_automatic) o->threads = std::min(o->threads, o->window);  // a slot each
+  }
+  if (o->window_automatic) {
+    Config c;
+    ApplyPacingOptions(*o, &c);
+    c.max_outstanding_packets = 0;
+    c.num_worker_threads = o->threads;
+    c.packet_numel = o->packet_numel;
+    c.transport = o->transport;
+    o->window = c.OutstandingPackets();
+  }
+}
+
 Status ReadJobFlags(const Flags& f, JobOptions* o) {
   // "auto" is accepted where AddJobFlags made it the default (`run`): one source for both.
   const bool auto_transport = f.DefaultString("transport") == kAutoTransport;
@@ -149,9 +177,15 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   if (f.GetInt("warmup") < 0 || f.GetInt("warmup") > 1000000) {
     return InvalidArgumentError("--warmup must be in 0..1000000");
   }
-  RETURN_IF_ERROR(positive("threads", 64, &v));
-  o->threads = static_cast<uint32_t>(v);
+  o->threads_automatic = auto_transport && f.GetInt("threads") == 0;
+  if (o->threads_automatic) {
+    o->threads = 1;  // until ResolveAutomaticJobOptions knows the transport
+  } else {
+    RETURN_IF_ERROR(positive("threads", 64, &v));
+    o->threads = static_cast<uint32_t>(v);
+  }
   o->window = static_cast<uint32_t>(f.GetInt("window"));
+  o->window_automatic = o->window == 0;
   if (f.GetInt("window") != 0 && !positive("window", 16384, &v).ok()) {
     return InvalidArgumentError("--window must be 0 (automatic) or in 1..16384, not " +
                                 std::to_string(f.GetInt("window")));
@@ -180,19 +214,14 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
     return InvalidArgumentError("--link-gbps must be in (0, 1e6]");
   }
   RETURN_IF_ERROR(positive("base-rtt-us", 10000000, &o->base_rtt_us));
-  if (o->window == 0) {  // the automatic window, resolved here so that `run` can report it
-    Config c;
-    ApplyPacingOptions(*o, &c);
-    c.num_worker_threads = o->threads;
-    c.packet_numel = o->packet_numel;
-    o->window = c.OutstandingPackets();
-  }
+  o->transport = f.GetString("transport");
+  RETURN_IF_ERROR(CheckTransportFlag(o->transport, auto_transport));
+  // Resolved here so that every command can report them (`run` again once its transport is known).
+  ResolveAutomaticJobOptions(o);
   RETURN_IF_ERROR(positive("peer-timeout-ms", 86400000, &o->peer_timeout_ms));
   RETURN_IF_ERROR(positive("setup-timeout-ms", 86400000, &o->setup_timeout_ms));
   RETURN_IF_ERROR(ReadSeed(f, &o->seed));
   o->verify = !f.GetBool("no-verify");
-  o->transport = f.GetString("transport");
-  RETURN_IF_ERROR(CheckTransportFlag(o->transport, auto_transport));
   o->busy_poll = f.GetBool("busy-poll");
   o->wake_batch = f.GetDouble("wake-batch");
   if (!(o->wake_batch >= 0 && o->wake_batch <= 1)) {

@@ -26,8 +26,8 @@ struct Config {
   uint32_t num_worker_threads = 1;
   // Packets in flight per worker (all threads together) = slots used on the switch; every
   // worker of a job must use the same value. 0: from the bandwidth-delay product of link_gbps
-  // and base_rtt (OutstandingPackets(), docs/architecture.md 4.5), the same on every worker
-  // given the same fields.
+  // and base_rtt, at least kMinShmAutoWindow over shm (OutstandingPackets(),
+  // docs/architecture.md 4.5), the same on every worker given the same fields.
   uint32_t max_outstanding_packets = 0;
   // What the automatic window is sized for: the worker's link rate (Gbit/s) and the round-trip
   // time through the switch with empty queues.
@@ -43,6 +43,11 @@ struct Config {
   // Two of a worker thread's 32-packet send batches.
   static constexpr uint32_t kMinAutoWindow = 64;
   static constexpr uint32_t kMaxAutoWindow = 8192;
+  // The automatic window's floor over shared memory (transport "shm"): on one host the round
+  // trip is set by the scheduler, which runs the switch and every worker on the same cores, not
+  // by a path; a window that covers a few time slices keeps the pipeline full (2-core machine,
+  // 2 workers: 1024 took 0.63 of 256's time; docs/architecture.md 4.5).
+  static constexpr uint32_t kMinShmAutoWindow = 1024;
   // Elements per packet: 64 or 256.
   uint32_t packet_numel = 256;
   // Local IPv4 address to bind ("0.0.0.0": any) and first UDP port (0: pick free ones).

@@ -112,7 +112,8 @@ uint32_t Config::OutstandingPackets() const {
   if (max_outstanding_packets != 0) return max_outstanding_packets;
   // The bandwidth-delay product in packets, each taking the datagram plus IPv4 and UDP headers
   // and Ethernet framing on the wire; times the safety factor; rounded up to a multiple of 32
-  // and then of the threads (equal shares); clamped. Pure arithmetic on the fields, so every
+  // and then of the threads (equal shares); clamped (over shm from kMinShmAutoWindow, a
+  // multiple of 64, so of every power-of-two thread count). Pure arithmetic on the fields, so every
   // worker given the same fields gets the same window.
   proto::SizeCode size;
   proto::SizeCodeForNumel(packet_numel, &size);
@@ -122,7 +123,8 @@ uint32_t Config::OutstandingPackets() const {
   const uint64_t threads = num_worker_threads;
   w = (w + 31) / 32 * 32;
   w = (w + threads - 1) / threads * threads;
-  w = std::max<uint64_t>(w, std::max<uint64_t>(kMinAutoWindow, threads));
+  const uint64_t floor = transport == "shm" ? kMinShmAutoWindow : kMinAutoWindow;
+  w = std::max<uint64_t>(w, std::max<uint64_t>(floor, threads));
   return static_cast<uint32_t>(std::min<uint64_t>(w, kMaxAutoWindow / threads * threads));
 }
 

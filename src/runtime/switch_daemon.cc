@@ -399,6 +399,8 @@ std::vector<DaemonCounters> SwitchDaemon::shard_counters() const {
     c.send_calls = t.send_calls;
     c.coalesced_receives = t.coalesced_receives;
     c.segmented_sends = t.segmented_sends;
+    c.send_errors = t.send_errors;
+    c.send_buffer_full = t.send_buffer_full;
     c.auth_dropped = t.auth_dropped;
     out.push_back(c);
   }
@@ -417,6 +419,8 @@ DaemonCounters SwitchDaemon::counters() const {
     sum.send_calls += c.send_calls;
     sum.coalesced_receives += c.coalesced_receives;
     sum.segmented_sends += c.segmented_sends;
+    sum.send_errors += c.send_errors;
+    sum.send_buffer_full += c.send_buffer_full;
     sum.auth_dropped += c.auth_dropped;
   }
   return sum;
@@ -464,6 +468,8 @@ std::string SwitchDaemon::FormatCounters(bool per_slot) const {
         << " out";
   }
   if (c.truncated > 0) out << ", oversized " << c.truncated;
+  if (c.send_errors > 0) out << ", replies not sent (send errors) " << c.send_errors;
+  if (c.send_buffer_full > 0) out << ", sends cut short by a full buffer " << c.send_buffer_full;
   if (c.auth_dropped > 0 || auth_keys_->size() > 0) {
     out << ", authentication failed (dropped) " << c.auth_dropped;
   }

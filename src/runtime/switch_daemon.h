@@ -78,6 +78,12 @@ struct DaemonCounters {
   uint64_t send_calls = 0;
   uint64_t coalesced_receives = 0;  // receives that returned a run of datagrams (UDP GRO)
   uint64_t segmented_sends = 0;     // sends that carried a run of datagrams (UDP GSO)
+  // Replies the transport could not hand on: skipped for a destination that refused them (a
+  // port nobody listens on; over shm also a group ring a live member has not read), and send
+  // calls cut short by a full send buffer or ring (the rest retried). Workers recover skipped
+  // replies by retransmission.
+  uint64_t send_errors = 0;
+  uint64_t send_buffer_full = 0;
   // Datagrams from a worker of an authenticated job whose tag did not verify (docs/security.md
   // 4.4): dropped before the data plane.
   uint64_t auth_dropped = 0;

@@ -281,7 +281,7 @@ def data_path_body(rank, world):
     # over the transport of SWITCHML_TRANSPORT.
     second = dist.new_group(backend="switchml", pg_options=swtorch.Options(
         wake_batch=0.5, multicast="off", check_tensors=True, threads=2, link_gbps=1,
-        base_rtt=0.002, retransmit_timeout=0.02, min_retransmit_timeout=0.005,
+        base_rtt=0.005, retransmit_timeout=0.02, min_retransmit_timeout=0.005,
         max_retransmit_timeout=2.0))
 
     def fields(group):
@@ -417,11 +417,11 @@ class TorchBackendTest(unittest.TestCase):
             # The library's defaults where nothing was set.
             self.assertEqual(out["world"], ("shm", 0.25, "on", False, 1, 10.0, 0.1 * ms, 10 * ms,
                                             10 * ms, 1000 * ms))
-            self.assertEqual(out["second"], ("shm", 0.5, "off", True, 2, 1.0, 2 * ms, 20 * ms,
+            self.assertEqual(out["second"], ("shm", 0.5, "off", True, 2, 1.0, 5 * ms, 20 * ms,
                                              5 * ms, 2000 * ms))
-            # Twice 1 Gbit/s x 2 ms (250 KB) in packets of 1046 + 28 + 38 bytes on the wire:
-            # 450, rounded up to a multiple of 32.
-            self.assertEqual(out["second_window"], 480)
+            # Twice 1 Gbit/s x 5 ms (625 KB) in packets of 1046 + 28 + 38 bytes on the wire:
+            # 1124.1, rounded up to a multiple of 32 (above shm's floor, 1024).
+            self.assertEqual(out["second_window"], 1152)
             stats = out["second_stats"]  # shm: every result its own datagram, no group
             self.assertGreaterEqual(stats["datagrams_received"], 196, stats)
             self.assertEqual(stats["group_datagrams_received"], 0, stats)
