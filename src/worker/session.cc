@@ -325,7 +325,7 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   s.transmissions = 0;
   s.later_results = 0;
   s.early = false;
-  s.timer_armed = false;  // (the answered packet's timer is discarded when it comes due)
+  s.timer_armed = false;  // (its timer is trimmed below, or skipped when it comes due)
   ++completed_packets_;
   const uint64_t next = uint64_t{q} + w;
   if (PacketExists(next)) {
@@ -335,6 +335,7 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
     s.outstanding = true;
     Enqueue(local);
   }
+  TrimAnsweredTimers();
   if (completed_packets_ == total_packets_) {
     if (first_non_finite_block_ != UINT64_MAX) {
       const size_t first = first_non_finite_block_ * numel_;
@@ -500,6 +501,16 @@ void WorkerSession::ArmTimer(const Timer& t) {
   }
   timer_fifo_[(timer_fifo_head_ + timer_fifo_size_) & (timer_fifo_.size() - 1)] = t;
   ++timer_fifo_size_;
+}
+
+void WorkerSession::TrimAnsweredTimers() {
+  while (timer_fifo_size_ > 0) {
+    const Timer& t = timer_fifo_[timer_fifo_head_];
+    const Slot& s = slots_[t.local_slot];
+    if (s.outstanding && s.packet == t.packet) return;  // live: HandleTimeout's test
+    timer_fifo_head_ = (timer_fifo_head_ + 1) & (timer_fifo_.size() - 1);
+    --timer_fifo_size_;
+  }
 }
 
 Nanos WorkerSession::EarliestDeadline() const {

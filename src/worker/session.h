@@ -144,6 +144,8 @@ class WorkerSession {
   const SessionConfig& config() const { return config_; }
   // Packets of the current slice still missing their result.
   size_t remaining() const { return total_packets_ - completed_packets_; }
+  // Retransmission timers held, answered ones not yet dropped included (tests, diagnostics).
+  size_t timers_held() const { return timer_fifo_size_ + timers_.size(); }
 
  private:
   struct Slot {
@@ -175,6 +177,8 @@ class WorkerSession {
   // Arms a retransmission timer; the earliest armed deadline; the timer with the earliest
   // deadline, removed (the timers must not be empty).
   void ArmTimer(const Timer& t);
+  // Drops the FIFO's front entries whose packet was answered (what HandleTimeout would skip).
+  void TrimAnsweredTimers();
   bool HaveTimers() const { return timer_fifo_size_ > 0 || !timers_.empty(); }
   Nanos EarliestDeadline() const;
   Timer PopEarliestTimer();
@@ -211,8 +215,11 @@ class WorkerSession {
   // Retransmission timers. Every transmission arms one for now + the RTO, so deadlines nearly
   // always come in increasing order: those go to a FIFO (a ring, O(1) each way); a deadline
   // earlier than the FIFO's last (the RTO fell) goes to a min-heap instead. The earliest timer
-  // is the earlier of the two fronts. An entry whose packet was answered stays until it comes
-  // to the front and is discarded then.
+  // is the earlier of the two fronts. An answered entry at the FIFO's front is dropped with the
+  // result that answers it (TrimAnsweredTimers), so the FIFO holds about the packets in flight
+  // rather than RTO x rate entries (which at 10 ms and a million packets a second was a
+  // quarter of a MiB written and read back cold), and the earliest deadline is a live one; an
+  // answered entry behind a live one stays until it comes to the front.
   std::vector<Timer> timer_fifo_;
   size_t timer_fifo_head_ = 0, timer_fifo_size_ = 0;
   std::vector<Timer> timers_;  // the heap

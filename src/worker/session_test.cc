@@ -84,6 +84,39 @@ TEST(WorkerSessionTest, ValidateRejectsBadConfigs) {
   EXPECT_NE(c.Validate().message().find("max_timeout"), std::string::npos);
 }
 
+// Given a window of 8 and 1000 packets answered in order, 1 us apart (far within the 10 ms RTO),
+// Expect the session to hold no more timers than packets in flight, and its next deadline to be
+// the oldest packet in flight's, not an answered one's. (Answered timers stayed until due: RTO x
+// rate entries, here all 1000, and a wake-up at each of their deadlines.)
+TEST(WorkerSessionTest, AnsweredTimersAreDroppedWithTheirResults) {
+  WorkerSession s(SmallConfig(8));
+  std::vector<int32_t> in(64 * 1000, 1), out(in.size());
+  s.Start(SliceJob{5, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  std::vector<proto::Packet> in_flight;
+  Nanos now = kT0;
+  for (const Sent& p : DrainTransmit(s, now)) in_flight.push_back(p.packet);
+  size_t answered = 0;
+  while (!in_flight.empty()) {
+    now += std::chrono::microseconds(1);
+    s.HandleDatagram(Echo(in_flight.front()), now);
+    in_flight.erase(in_flight.begin());
+    ++answered;
+    for (const Sent& p : DrainTransmit(s, now)) in_flight.push_back(p.packet);
+    ASSERT_LE(s.timers_held(), 8u) << "after " << answered << " results";
+    if (s.state() == WorkerSession::State::kRunning) {
+      // The oldest packet in flight was sent (answered - 1) us after kT0 at the latest: its
+      // deadline is beyond every answered packet's.
+      ASSERT_GE(*s.PollTimeout(), kT0 + std::chrono::milliseconds(10) +
+                                      std::chrono::microseconds(answered > 8 ? answered - 8 : 0))
+          << "after " << answered << " results";
+    }
+  }
+  EXPECT_EQ(answered, 1000u);
+  EXPECT_EQ(s.state(), WorkerSession::State::kDone);
+  EXPECT_TRUE(s.status().ok());
+  EXPECT_EQ(s.counters().retransmitted, 0u);
+}
+
 // Given a window of 2 and an int32 slice of 130 elements (3 packets, the last with 2 elements),
 // Expect packets 0 and 1 first on slots 10 and 11 set 0, packet 2 only after the result of
 // packet 0, on slot 10 set 1, and the results copied to the output.
