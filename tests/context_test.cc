@@ -123,9 +123,9 @@ TEST(ConfigTest, AutomaticWindowOverSharedMemoryHasItsOwnFloor) {
   };
   EXPECT_EQ(window("shm", 10, 100), Config::kMinShmAutoWindow);  // the rule says 256
   EXPECT_EQ(window("shm", 10, 100, 2), 1024u);
-  EXPECT_EQ(window("shm", 1, 100), 1024u);      // the rule says 64
-  EXPECT_EQ(window("shm", 10, 1000), 2304u);    // 2272.7 -> 2273 -> 2304: above the floor
-  EXPECT_EQ(window("udp", 10, 100), 256u);      // the other transports keep the rule's
+  EXPECT_EQ(window("shm", 1, 100), 1024u);    // the rule says 64
+  EXPECT_EQ(window("shm", 10, 1000), 2304u);  // 2272.7 -> 2273 -> 2304: above the floor
+  EXPECT_EQ(window("udp", 10, 100), 256u);    // the other transports keep the rule's
   EXPECT_EQ(window("udp-plain", 1, 100), 64u);
   Config c;
   c.transport = "shm";

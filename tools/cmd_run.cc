@@ -169,7 +169,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
     std::cerr << "switchml run: cannot start the switch: " << daemon.status().message() << "\n";
     return 2;
   }
-  job.transport = o.transport;  // the workers use the switch's
+  job.transport = o.transport;       // the workers use the switch's
   ResolveAutomaticJobOptions(&job);  // --threads 0 and --window 0 for that transport
   std::printf(
       "switchml run: software switch on 127.0.0.1 (data port %u, control port %u), transport "
