@@ -45,8 +45,9 @@ struct Config {
   static constexpr uint32_t kMaxAutoWindow = 8192;
   // The automatic window's floor over shared memory (transport "shm"): on one host the round
   // trip is set by the scheduler, which runs the switch and every worker on the same cores, not
-  // by a path; a window that covers a few time slices keeps the pipeline full (2-core machine,
-  // 2 workers: 1024 took 0.63 of 256's time; docs/architecture.md 4.5).
+  // by a path; a window that covers a few time slices keeps the pipeline full (2 workers on a
+  // 2-core machine: 0.063-0.083 s per 64 MiB against 0.076-0.086 s with 256; docs/architecture.md
+  // 4.5).
   static constexpr uint32_t kMinShmAutoWindow = 1024;
   // Elements per packet: 64 or 256.
   uint32_t packet_numel = 256;
