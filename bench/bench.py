@@ -44,6 +44,8 @@ MCAST_ARGS = ["--multicast", "on"]
 # shm (tools/commands.h, kShmRunThreads) on a host with at least that many cores.
 SHM_THREADS = 2 if (os.cpu_count() or 1) >= 2 else 1
 SHM_ARGS = ["--threads", str(SHM_THREADS)]
+# The flags a switchml system adds (beyond --transport): (for every worker, for the switch).
+SYSTEM_FLAGS = {"switchml-mcast": (MCAST_ARGS, []), "switchml-shm": (SHM_ARGS, SHM_ARGS)}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = float(1 << 30)
 # --audit-kernel: perf's system-wide sampling rate (per CPU) and the softirq handlers whose
@@ -459,12 +461,11 @@ class Bench:
         if system == "switchml":
             r = self.run_switchml(tag, n, elements)
         elif system == "switchml-mcast":
-            r = self.run_switchml(tag, n, elements, extra=MCAST_ARGS)
+            r = self.run_switchml(tag, n, elements, "udp", *SYSTEM_FLAGS[system])
         elif system == "switchml-xdp":
             r = self.run_switchml(tag, n, elements, transport="xdp")
         elif system == "switchml-shm":
-            r = self.run_switchml(tag, n, elements, transport="shm", extra=SHM_ARGS,
-                                  switch_extra=SHM_ARGS)
+            r = self.run_switchml(tag, n, elements, "shm", *SYSTEM_FLAGS[system])
         elif system == "gloo-ring":
             r = self.run_gloo(tag, n, elements, "ring")
         elif system == "gloo-hd":
@@ -508,10 +509,9 @@ class Bench:
         if "retransmitted" in r:
             row["retransmitted"] = r["retransmitted"]
             row["switch_cpu_s_per_allreduce"] = r["switch_cpu_s_per_allreduce"]
-            extra = {"switchml-mcast": MCAST_ARGS, "switchml-shm": SHM_ARGS}.get(system, [])
+            extra, switch_extra = SYSTEM_FLAGS.get(system, ([], []))
             row["switchml_args"] = " ".join(extra + self.switchml_extra_args())
-            row["switch_args"] = " ".join(
-                (SHM_ARGS if system == "switchml-shm" else []) + a.switch_args.split())
+            row["switch_args"] = " ".join(switch_extra + a.switch_args.split())
         log(f"{system}: median {med:.4f} s, p99 {row['p99_s']:.4f} s, "
             f"{row['elements_per_s']:.3g} elements/s, busbw {row['busbw_GBps']:.3f} GB/s, "
             f"CPU {row.get('cpu_s_per_gib', row['cpu_lifetime_s_per_gib']):.2f} s/GiB"

@@ -373,9 +373,9 @@ void WorkerSession::HandleTimeout(Nanos now) {
   }
   while (HaveTimers() && EarliestDeadline() <= now) {
     const Timer t = PopEarliestTimer();
+    if (!TimerLive(t)) continue;  // answered in time
     Slot& s = slots_[t.local_slot];
-    if (!s.outstanding || s.packet != t.packet) continue;  // answered in time
-    s.timer_armed = false;                                 // the re-send arms the next one
+    s.timer_armed = false;  // the re-send arms the next one
     Enqueue(t.local_slot);
     OnTimeout(now);
   }
@@ -503,11 +503,13 @@ void WorkerSession::ArmTimer(const Timer& t) {
   ++timer_fifo_size_;
 }
 
+bool WorkerSession::TimerLive(const Timer& t) const {
+  const Slot& s = slots_[t.local_slot];
+  return s.outstanding && s.packet == t.packet;
+}
+
 void WorkerSession::TrimAnsweredTimers() {
-  while (timer_fifo_size_ > 0) {
-    const Timer& t = timer_fifo_[timer_fifo_head_];
-    const Slot& s = slots_[t.local_slot];
-    if (s.outstanding && s.packet == t.packet) return;  // live: HandleTimeout's test
+  while (timer_fifo_size_ > 0 && !TimerLive(timer_fifo_[timer_fifo_head_])) {
     timer_fifo_head_ = (timer_fifo_head_ + 1) & (timer_fifo_.size() - 1);
     --timer_fifo_size_;
   }

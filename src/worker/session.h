@@ -177,7 +177,9 @@ class WorkerSession {
   // Arms a retransmission timer; the earliest armed deadline; the timer with the earliest
   // deadline, removed (the timers must not be empty).
   void ArmTimer(const Timer& t);
-  // Drops the FIFO's front entries whose packet was answered (what HandleTimeout would skip).
+  // Whether t's packet still waits for its result (else HandleTimeout skips t when it is due).
+  bool TimerLive(const Timer& t) const;
+  // Drops the FIFO's front entries whose packet was answered.
   void TrimAnsweredTimers();
   bool HaveTimers() const { return timer_fifo_size_ > 0 || !timers_.empty(); }
   Nanos EarliestDeadline() const;
