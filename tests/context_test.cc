@@ -259,6 +259,49 @@ TEST_F(ContextTest, SameSessionOnTwoSwitchesOfOneHostUsesTwoLoopbackGroups) {
   EXPECT_EQ(ctx[1]->stats().foreign_source_dropped, 0u);
 }
 
+// Given a switch that coalesces receives (SwitchDaemonOptions::nap), Expect exact int32 sums and
+// float32 within the bound, as without, and the naps counted; Expect a nap out of range, or with
+// busy polling, refused at setup.
+TEST_F(ContextTest, ReceiveCoalescingAtTheSwitchKeepsResultsExact) {
+  runtime::SwitchDaemonOptions o;
+  o.bind_address = "127.0.0.1";
+  o.data_port = 0;
+  o.control_port = 0;
+  o.nap = std::chrono::microseconds(300);
+  auto coalescing = runtime::SwitchDaemon::Start(o);
+  ASSERT_TRUE(coalescing.ok()) << coalescing.status().ToString();
+  Config c0 = MakeConfig(0, 2, 11), c1 = MakeConfig(1, 2, 11);
+  c0.control_port = c1.control_port = (*coalescing)->control_port();
+  auto ctx = CreateAll({c0, c1});
+  ASSERT_TRUE(ctx[0] && ctx[1]);
+  for (DataType dt : {DataType::kInt32, DataType::kFloat32}) {
+    const size_t count = 300007;
+    testing::Pattern p{5, 0, 2, 256, dt};
+    std::vector<std::vector<int32_t>> buf(2, std::vector<int32_t>(count));
+    for (uint32_t r = 0; r < 2; ++r) testing::FillInput(p, r, buf[r].data(), count);
+    auto h0 = ctx[0]->AllReduceAsync(buf[0].data(), buf[0].data(), count, dt);
+    auto h1 = ctx[1]->AllReduceAsync(buf[1].data(), buf[1].data(), count, dt);
+    ASSERT_TRUE(h0.ok() && h1.ok());
+    ASSERT_TRUE(h0->Wait().ok());
+    ASSERT_TRUE(h1->Wait().ok());
+    for (uint32_t r = 0; r < 2; ++r) {
+      auto v = testing::Verify(p, buf[r].data(), count);
+      EXPECT_TRUE(v.ok()) << "rank " << r << " " << DataTypeName(dt) << ": " << v.ToString();
+    }
+  }
+  EXPECT_GT((*coalescing)->counters().naps, 0u);
+  EXPECT_NE((*coalescing)->FormatCounters(false).find("coalescing naps"), std::string::npos);
+  EXPECT_EQ(daemon_->counters().naps, 0u);  // off by default
+
+  o.nap = std::chrono::microseconds(20000);
+  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+  o.nap = std::chrono::microseconds(300);
+  o.busy_poll = true;
+  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+  o.busy_poll = false;
+  EXPECT_TRUE(o.Validate().ok());
+}
+
 // Given several all-reduces queued back to back, Expect them carried out in order and
 // WaitForAll to report success.
 TEST_F(ContextTest, QueuedOperationsAndWaitForAll) {

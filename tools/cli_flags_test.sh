@@ -32,6 +32,8 @@ expect "--max-jobs must be in 1..1000000, not -1" "${sw[@]}" --max-jobs -1
 expect "--slots must be in 1..16384, not 4294967297" "${sw[@]}" --slots 4294967297
 expect "--max-workers must be in 1..256, not 4294967298" "${sw[@]}" --max-workers 4294967298
 expect "--stats-interval must be >= 0" "${sw[@]}" --stats-interval -5
+expect "--nap-us must be in 0..10000" "${sw[@]}" --nap-us 20000
+expect "--nap-us and --busy-poll contradict each other" "${sw[@]}" --nap-us 100 --busy-poll
 expect "--switch-threads must be 0 (automatic) or in 1..64" run --switch-threads 4294967297
 expect "--warmup must be in 0..1000000" run --warmup 4294967296
 # --transport auto is run's alone: worker took it through flag parsing and refused it later in

@@ -34,6 +34,10 @@ int SwitchCommand(const std::vector<std::string>& args) {
                "use a multiple of this many --threads)");
   flags.AddString("transport", transport::kDefaultTransportKind, TransportHelp());
   flags.AddBool("busy-poll", "poll the data port without sleeping (lower latency, a busy core)");
+  flags.AddInt("nap-us", 0,
+               "receive coalescing: after emptying a data port, sleep this many microseconds "
+               "before the next receive (0 = off; up to 10000): less CPU for up to this much "
+               "more latency per packet");
   flags.AddBool("no-lan-multicast",
                 "refuse LAN multicast: send each result to every worker, even to workers that "
                 "ask for a group (switchml worker --multicast on); LAN multicast needs --bind "
@@ -113,6 +117,18 @@ int SwitchCommand(const std::vector<std::string>& args) {
   }
   o.threads = static_cast<uint32_t>(threads);
   o.busy_poll = flags.GetBool("busy-poll");
+  const int64_t nap = flags.GetInt("nap-us");
+  if (nap < 0 || nap > runtime::SwitchDaemonOptions::kMaxNap.count()) {
+    std::cerr << "switchml switch: --nap-us must be in 0.."
+              << runtime::SwitchDaemonOptions::kMaxNap.count() << "\n";
+    return 2;
+  }
+  o.nap = std::chrono::microseconds(nap);
+  if (nap > 0 && o.busy_poll) {
+    std::cerr << "switchml switch: --nap-us and --busy-poll contradict each other (sleep or "
+                 "spin): choose one\n";
+    return 2;
+  }
   o.lan_multicast = !flags.GetBool("no-lan-multicast");
   const int64_t ttl = flags.GetInt("multicast-ttl");
   if (ttl < 1 || ttl > 255) {

@@ -111,7 +111,7 @@ struct SwitchDaemon::Shard {
   mutable std::mutex mu;
   dataplane::Switch sw;
   uint64_t mirrored = UINT64_MAX;  // the master's mutations() the replica reflects
-  std::atomic<uint64_t> received{0}, sent{0}, truncated{0};
+  std::atomic<uint64_t> received{0}, sent{0}, truncated{0}, naps{0};
   // Scratch of the thread, sized once: the batch's replies and their grouping.
   std::vector<transport::TxDatagram> tx, sorted;
   std::vector<uint32_t> tx_bucket;                 // tx[i]'s destination bucket
@@ -135,6 +135,15 @@ Status SwitchDaemonOptions::Validate() const {
   }
   if (!(loss >= 0 && loss < 1)) {
     return InvalidArgumentError("loss must be in [0, 1), e.g. 0.01 for 1%");
+  }
+  if (nap.count() < 0 || nap > kMaxNap) {
+    return InvalidArgumentError("receive coalescing (nap) must be 0.." +
+                                std::to_string(kMaxNap.count()) + " us, got " +
+                                std::to_string(nap.count()));
+  }
+  if (nap.count() > 0 && busy_poll) {
+    return InvalidArgumentError(
+        "busy polling and receive coalescing (nap) contradict each other: choose one");
   }
   if (threads < 1 || threads > kMaxThreads) {
     return InvalidArgumentError("data-plane threads must be in 1.." + std::to_string(kMaxThreads) +
@@ -382,6 +391,11 @@ void SwitchDaemon::Run(Shard& shard) {
       if (done < out.size()) std::this_thread::yield();
     }
     shard.sent.fetch_add(done, std::memory_order_relaxed);
+    if (options_.nap.count() > 0 && *r < rx.size()) {
+      // The port is empty: let datagrams gather for the next receive (receive coalescing).
+      shard.naps.fetch_add(1, std::memory_order_relaxed);
+      std::this_thread::sleep_for(options_.nap);
+    }
   }
 }
 
@@ -402,6 +416,7 @@ std::vector<DaemonCounters> SwitchDaemon::shard_counters() const {
     c.send_errors = t.send_errors;
     c.send_buffer_full = t.send_buffer_full;
     c.auth_dropped = t.auth_dropped;
+    c.naps = s->naps.load(std::memory_order_relaxed);
     out.push_back(c);
   }
   return out;
@@ -422,6 +437,7 @@ DaemonCounters SwitchDaemon::counters() const {
     sum.send_errors += c.send_errors;
     sum.send_buffer_full += c.send_buffer_full;
     sum.auth_dropped += c.auth_dropped;
+    sum.naps += c.naps;
   }
   return sum;
 }
@@ -468,6 +484,7 @@ std::string SwitchDaemon::FormatCounters(bool per_slot) const {
         << " out";
   }
   if (c.truncated > 0) out << ", oversized " << c.truncated;
+  if (c.naps > 0) out << ", coalescing naps " << c.naps;
   if (c.send_errors > 0) out << ", replies not sent (send errors) " << c.send_errors;
   if (c.send_buffer_full > 0) out << ", sends cut short by a full buffer " << c.send_buffer_full;
   if (c.auth_dropped > 0 || auth_keys_->size() > 0) {

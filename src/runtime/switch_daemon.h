@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -44,6 +45,15 @@ struct SwitchDaemonOptions {
   std::string transport = "udp";
   // Poll the data-plane sockets without sleeping (lower latency, one core kept busy per shard).
   bool busy_poll = false;
+  // Receive coalescing, the software switch's interrupt moderation (docs/architecture.md 3):
+  // after a receive that emptied the data port, sleep this long before the next one (0: off,
+  // the default; at most kMaxNap). Each wake-up then finds more datagrams, so the shard and the
+  // workers that would wake it cost less CPU (this VM: about 16 us per sleep and wake-up), at the
+  // price of up to this much more latency per packet: it helps where the workers' windows
+  // are longer than the round trip (queues on slow links), and slows a path whose window just
+  // covers it (docs/benchmarks.md, "Receive coalescing at the switch").
+  std::chrono::microseconds nap{0};
+  static constexpr std::chrono::microseconds kMaxNap{10000};
   // Multicast results on the LAN (docs/architecture.md, "Multicast results"): with kernel UDP
   // bound to a specific non-loopback address, jobs whose workers ask for it get each result
   // once, sent to their group on that address's interface with this TTL (1..255). Off, or bound
@@ -87,6 +97,8 @@ struct DaemonCounters {
   // Datagrams from a worker of an authenticated job whose tag did not verify (docs/security.md
   // 4.4): dropped before the data plane.
   uint64_t auth_dropped = 0;
+  // Sleeps of receive coalescing (SwitchDaemonOptions::nap).
+  uint64_t naps = 0;
 };
 
 class SwitchDaemon {
