@@ -55,6 +55,24 @@ class ContextTest : public ::testing::Test {
     return out;
   }
 
+  // Ranks 0 and 1 (ctx[0], ctx[1]) reduce the pattern's inputs in place, asynchronously on both;
+  // each result is verified.
+  static void AllReduceInPlaceOnBoth(const std::vector<std::unique_ptr<Context>>& ctx,
+                                     const testing::Pattern& p, size_t count) {
+    std::vector<std::vector<int32_t>> buf(2, std::vector<int32_t>(count));
+    for (uint32_t r = 0; r < 2; ++r) testing::FillInput(p, r, buf[r].data(), count);
+    auto h0 = ctx[0]->AllReduceAsync(buf[0].data(), buf[0].data(), count, p.dtype);
+    auto h1 = ctx[1]->AllReduceAsync(buf[1].data(), buf[1].data(), count, p.dtype);
+    ASSERT_TRUE(h0.ok() && h1.ok());
+    ASSERT_TRUE(h0->Wait().ok());
+    ASSERT_TRUE(h1->Wait().ok());
+    EXPECT_TRUE(h0->Test());
+    for (uint32_t r = 0; r < 2; ++r) {
+      auto v = testing::Verify(p, buf[r].data(), count);
+      EXPECT_TRUE(v.ok()) << "rank " << r << " " << DataTypeName(p.dtype) << ": " << v.ToString();
+    }
+  }
+
   std::unique_ptr<runtime::SwitchDaemon> daemon_;
 };
 
@@ -213,19 +231,7 @@ TEST_F(ContextTest, TwoContextsInOneProcess) {
   for (DataType dt : {DataType::kInt32, DataType::kFloat32}) {
     const size_t count = 100003;
     testing::Pattern p{3, dt == DataType::kInt32 ? 0u : 1u, 2, 256, dt};
-    std::vector<std::vector<int32_t>> buf(2, std::vector<int32_t>(count));
-    for (uint32_t r = 0; r < 2; ++r) testing::FillInput(p, r, buf[r].data(), count);
-    // In place, asynchronously on both.
-    auto h0 = ctx[0]->AllReduceAsync(buf[0].data(), buf[0].data(), count, dt);
-    auto h1 = ctx[1]->AllReduceAsync(buf[1].data(), buf[1].data(), count, dt);
-    ASSERT_TRUE(h0.ok() && h1.ok());
-    ASSERT_TRUE(h0->Wait().ok());
-    ASSERT_TRUE(h1->Wait().ok());
-    EXPECT_TRUE(h0->Test());
-    for (uint32_t r = 0; r < 2; ++r) {
-      auto v = testing::Verify(p, buf[r].data(), count);
-      EXPECT_TRUE(v.ok()) << "rank " << r << " " << DataTypeName(dt) << ": " << v.ToString();
-    }
+    AllReduceInPlaceOnBoth(ctx, p, count);
   }
 }
 
@@ -277,17 +283,7 @@ TEST_F(ContextTest, ReceiveCoalescingAtTheSwitchKeepsResultsExact) {
   for (DataType dt : {DataType::kInt32, DataType::kFloat32}) {
     const size_t count = 300007;
     testing::Pattern p{5, 0, 2, 256, dt};
-    std::vector<std::vector<int32_t>> buf(2, std::vector<int32_t>(count));
-    for (uint32_t r = 0; r < 2; ++r) testing::FillInput(p, r, buf[r].data(), count);
-    auto h0 = ctx[0]->AllReduceAsync(buf[0].data(), buf[0].data(), count, dt);
-    auto h1 = ctx[1]->AllReduceAsync(buf[1].data(), buf[1].data(), count, dt);
-    ASSERT_TRUE(h0.ok() && h1.ok());
-    ASSERT_TRUE(h0->Wait().ok());
-    ASSERT_TRUE(h1->Wait().ok());
-    for (uint32_t r = 0; r < 2; ++r) {
-      auto v = testing::Verify(p, buf[r].data(), count);
-      EXPECT_TRUE(v.ok()) << "rank " << r << " " << DataTypeName(dt) << ": " << v.ToString();
-    }
+    AllReduceInPlaceOnBoth(ctx, p, count);
   }
   EXPECT_GT((*coalescing)->counters().naps, 0u);
   EXPECT_NE((*coalescing)->FormatCounters(false).find("coalescing naps"), std::string::npos);
