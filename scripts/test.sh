@@ -56,9 +56,16 @@ wanted=(transport_udp_test transport_memory_test transport_factory_test registry
   auth_data_test)
 BUILD_DIR=build-tsan CMAKE_ARGS="-DSWITCHML_SANITIZE=thread $sanitizer_build" \
   bash scripts/build.sh -t targets all >/dev/null
+# The target list is read once: `ninja ... | grep -q` under pipefail failed whenever grep's
+# early exit cut ninja's long listing short (SIGPIPE), and dropped that test without a word.
+targets="$(ninja -C build-tsan -t targets all)"
 tsan_tests=()
 for t in "${wanted[@]}"; do
-  if ninja -C build-tsan -t targets all | grep -q "^$t:"; then tsan_tests+=("$t"); fi
+  if grep -q "^$t:" <<<"$targets"; then
+    tsan_tests+=("$t")
+  else
+    echo "test.sh: $t is not in this tree: not run under TSan"
+  fi
 done
 ninja -C build-tsan switchml "${tsan_tests[@]}"
 (cd build-tsan && ctest --output-on-failure -j "${TEST_JOBS:-2}" --timeout 900 \

@@ -45,7 +45,7 @@ struct SwitchDaemonOptions {
   std::string transport = "udp";
   // Poll the data-plane sockets without sleeping (lower latency, one core kept busy per shard).
   bool busy_poll = false;
-  // Receive coalescing, the software switch's interrupt moderation (docs/architecture.md 3):
+  // Receive coalescing, the software switch's interrupt moderation (docs/architecture.md 2):
   // after a receive that emptied the data port, sleep this long before the next one (0: off,
   // the default; at most kMaxNap). Each wake-up then finds more datagrams, so the shard and the
   // workers that would wake it cost less CPU (this VM: about 16 us per sleep and wake-up), at the
