@@ -24,12 +24,15 @@ import sys
 import tempfile
 import time
 
-SYSTEMS = ["switchml", "switchml-mcast", "switchml-xdp", "switchml-shm", "gloo-ring", "gloo-hd",
-           "mpi-tcp", "mpi-shm"]
+SYSTEMS = ["switchml", "switchml-mcast", "switchml-unicast", "switchml-xdp", "switchml-shm",
+           "gloo-ring", "gloo-hd", "mpi-tcp", "mpi-shm"]
 SYSTEM_LABELS = {
-    "switchml": "SwitchML (software switch, UDP)",
-    "switchml-mcast": "SwitchML with LAN multicast (worker --multicast on: each result sent once, "
-                      "replicated by the bridge; rack only)",
+    "switchml": "SwitchML (software switch, UDP; in the rack each result sent once to the job's "
+                "LAN multicast group, replicated by the bridge: --multicast auto, the default)",
+    "switchml-mcast": "SwitchML with LAN multicast required (worker --multicast on: an error "
+                      "rather than one copy per worker; rack only)",
+    "switchml-unicast": "SwitchML with results one copy per worker in the rack (worker "
+                        "--multicast local, the default before LAN multicast was; rack only)",
     "switchml-xdp": "SwitchML over AF_XDP (--transport xdp; rack only)",
     "switchml-shm": "SwitchML over shared memory (--transport shm, --threads at the switch and "
                     "the workers as `switchml run` picks; loopback only)",
@@ -38,14 +41,17 @@ SYSTEM_LABELS = {
     "mpi-tcp": "Open MPI MPI_Allreduce (btl tcp)",
     "mpi-shm": "Open MPI MPI_Allreduce (btl vader, shared memory; loopback only)",
 }
-# The worker flags of switchml-mcast (the switch, bound to the bridge's address, allows it).
+# The worker flags of switchml-mcast (the switch, bound to the bridge's address, allows it) and
+# of switchml-unicast.
 MCAST_ARGS = ["--multicast", "on"]
+UNICAST_ARGS = ["--multicast", "local"]
 # switchml-shm's threads, for the workers and the switch alike: what `switchml run` picks over
 # shm (tools/commands.h, kShmRunThreads) on a host with at least that many cores.
 SHM_THREADS = 2 if (os.cpu_count() or 1) >= 2 else 1
 SHM_ARGS = ["--threads", str(SHM_THREADS)]
 # The flags a switchml system adds (beyond --transport): (for every worker, for the switch).
-SYSTEM_FLAGS = {"switchml-mcast": (MCAST_ARGS, []), "switchml-shm": (SHM_ARGS, SHM_ARGS)}
+SYSTEM_FLAGS = {"switchml-mcast": (MCAST_ARGS, []), "switchml-unicast": (UNICAST_ARGS, []),
+                "switchml-shm": (SHM_ARGS, SHM_ARGS)}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = float(1 << 30)
 # --audit-kernel: perf's system-wide sampling rate (per CPU) and the softirq handlers whose
@@ -460,7 +466,7 @@ class Bench:
         t0 = time.monotonic()
         if system == "switchml":
             r = self.run_switchml(tag, n, elements)
-        elif system == "switchml-mcast":
+        elif system in ("switchml-mcast", "switchml-unicast"):
             r = self.run_switchml(tag, n, elements, "udp", *SYSTEM_FLAGS[system])
         elif system == "switchml-xdp":
             r = self.run_switchml(tag, n, elements, transport="xdp")
@@ -610,8 +616,9 @@ class Bench:
                                 continue  # shared memory would not cross the rack's cables
                             if system == "switchml-xdp" and self.rack is None:
                                 continue  # AF_XDP needs an interface per process: rack only
-                            if system == "switchml-mcast" and self.rack is None:
-                                continue  # on loopback switchml already multicasts (auto)
+                            if system in ("switchml-mcast", "switchml-unicast") and \
+                                    self.rack is None:
+                                continue  # on loopback switchml multicasts (auto or local)
                             if system.startswith("mpi") and not a.mpi:
                                 rows.append({"setting": setting, "system": system, "workers": n,
                                              "bytes": nbytes, "error": "mpi_allreduce not built"})

@@ -228,7 +228,7 @@ rack_up() {
   # A bridge forwards at once (no STP learning delay); it is the rack's switch ASIC. It snoops
   # IGMP and is the segment's querier, so it forwards a multicast group only to the ports whose
   # host joined it (as a switch ASIC replicates to a group's ports), not to every port (what a
-  # Linux bridge does while no querier exists): switchml's LAN multicast (--multicast on).
+  # Linux bridge does while no querier exists): switchml's LAN multicast (--multicast auto or on).
   ip -n "$ns_sw" link set br0 type bridge forward_delay 0 stp_state 0 mcast_snooping 1 \
     mcast_querier 1
   ip -n "$ns_sw" addr add "$(switch_ip)/24" dev br0

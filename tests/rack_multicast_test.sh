@@ -10,7 +10,11 @@
 #      by GRO, and the idle fifth port carried none of them (the bridge pruned the group);
 #   2. rank 3 with --multicast off (a worker that does not join, as a reference worker): every
 #      result verified; the switch sends each once to the group and once to rank 3;
-#   3. the switch with --no-lan-multicast: a worker with --multicast on fails setup, saying why.
+#   3. the switch with --no-lan-multicast: a worker with --multicast on fails setup, saying why;
+#      workers in the default mode (--multicast auto) run the job with one copy per worker;
+#   4. the network drops the group's datagrams toward rank 3 (a filter on its bridge port): with
+#      --multicast auto every result is verified, the switch moves rank 3 off the group
+#      (group_demoted 1) and keeps sending the others theirs through it, and rank 3 warns.
 # Exits 77 (skipped) where namespaces cannot be created. Usage: rack_multicast_test.sh SWITCHML
 set -euo pipefail
 bin="$(realpath "$1")"
@@ -150,6 +154,49 @@ if [ "${2:-}" = "--inside" ]; then
     status=1
   else
     echo "ok: refused: $(grep -o 'the switch did not keep[^(]*' "$log/refused" | head -1)"
+  fi
+  start_switch "$log/switch-d" --no-lan-multicast
+  run_job 14 auto-refused auto auto auto auto
+  stop_switch
+  for r in $(seq 0 $((n - 1))); do
+    if [ "$(wcounter auto-refused "$r" group_received)" != 0 ]; then
+      echo "FAIL: auto-refused: worker $r received through a group the switch refused:"
+      cat "$log/auto-refused-w$r"
+      status=1
+    fi
+  done
+  if [ "$(counter "$log/switch-d" group_sends)" != 0 ]; then
+    echo "FAIL: auto-refused: a switch with --no-lan-multicast sent to a group:"
+    cat "$log/switch-d"
+    status=1
+  else
+    echo "ok: auto-refused: --multicast auto ran with one copy per worker"
+  fi
+
+  # 4. The bridge port toward rank 3 drops the groups' datagrams (239.192.0.0/14; everything
+  # else passes), as a network that filters multicast would.
+  tcs() { ip netns exec "$RACK_SWITCH_NS" tc "$@"; }
+  tcs qdisc replace dev p3 root handle 1: htb default 1
+  tcs class add dev p3 parent 1: classid 1:1 htb rate 1gbit
+  tcs class add dev p3 parent 1: classid 1:2 htb rate 1gbit
+  tcs qdisc add dev p3 parent 1:2 handle 20: pfifo limit 0
+  tcs filter add dev p3 parent 1: protocol ip prio 1 u32 match ip dst 239.192.0.0/14 classid 1:2
+  start_switch "$log/switch-e"
+  run_job 15 group-dropped auto auto auto auto
+  stop_switch
+  filtered=$(tcs -s qdisc show dev p3 | awk '/^qdisc pfifo 20:/ { getline; print $7 + 0 }')
+  demoted=$(counter "$log/switch-e" group_demoted)
+  if [ "${filtered:-0}" -eq 0 ] || [ "$demoted" -ne 1 ] ||
+    [ "$(wcounter group-dropped 0 group_received)" -eq 0 ] ||
+    ! grep -q "none on multicast group" "$log/group-dropped-w3"; then
+    echo "FAIL: group-dropped: filtered ${filtered:-?} group datagrams toward rank 3; the switch" \
+      "demoted $demoted members (expected 1); rank 0 group_received" \
+      "$(wcounter group-dropped 0 group_received); rank 3 said:"
+    cat "$log/group-dropped-w3" "$log/switch-e"
+    status=1
+  else
+    echo "ok: group-dropped: $filtered group datagrams dropped toward rank 3; the switch moved it" \
+      "off the group and every result was verified"
   fi
   exit "$status"
 fi

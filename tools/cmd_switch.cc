@@ -40,8 +40,8 @@ int SwitchCommand(const std::vector<std::string>& args) {
                "more latency per packet");
   flags.AddBool("no-lan-multicast",
                 "refuse LAN multicast: send each result to every worker, even to workers that "
-                "ask for a group (switchml worker --multicast on); LAN multicast needs --bind "
-                "with the address of the interface the workers reach");
+                "ask for a group (switchml worker --multicast auto or on); LAN multicast needs "
+                "--bind with the address of the interface the workers reach");
   flags.AddInt("multicast-ttl", 1, "IP TTL of results sent to a LAN multicast group (1..255)");
   AddDpdkFlags(&flags);
   flags.AddInt("stats-interval", 0, "print counters every N seconds (0 = only at exit)");

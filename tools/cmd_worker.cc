@@ -155,6 +155,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.wake_batch = job.wake_batch;
   config.loopback_multicast = job.loopback_multicast;
   config.lan_multicast = job.lan_multicast;
+  config.lan_multicast_required = job.lan_multicast_required;
   config.check_tensors = job.tensor_check;
   config.authenticate_data = job.auth_data;
   config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);

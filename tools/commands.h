@@ -57,11 +57,12 @@ struct JobOptions {
   std::string transport = "udp";  // data-plane transport of the workers (and of `run`'s switch);
                                   // kAutoTransport only from `run`'s flags, resolved by `run`
   bool busy_poll = false;
-  double wake_batch = 0;           // Config::wake_batch
-  bool tensor_check = true;        // Config::check_tensors
-  bool auth_data = false;          // Config::authenticate_data
-  bool loopback_multicast = true;  // Config::loopback_multicast (--multicast auto or on)
-  bool lan_multicast = false;      // Config::lan_multicast (--multicast on)
+  double wake_batch = 0;                // Config::wake_batch
+  bool tensor_check = true;             // Config::check_tensors
+  bool auth_data = false;               // Config::authenticate_data
+  bool loopback_multicast = true;       // Config::loopback_multicast (--multicast auto, local, on)
+  bool lan_multicast = true;            // Config::lan_multicast (--multicast auto or on)
+  bool lan_multicast_required = false;  // Config::lan_multicast_required (--multicast on)
 };
 
 // `auto_transport`: --transport defaults to kAutoTransport (`run`) instead of udp, and only

@@ -97,10 +97,11 @@ void AddJobFlags(Flags* f, bool auto_transport) {
   f->AddString("multicast", "auto",
                "results sent once to a multicast group of the job instead of once per worker "
                "(docs/architecture.md, \"Multicast results\"): auto = with a switch on this host "
-               "only (loopback multicast); on = also on the LAN (the group joined on the "
-               "interface toward the switch; needs a network that delivers multicast, and the "
-               "switch bound to its LAN address: setup fails if the switch refuses, a job if no "
-               "result arrives on the group); off = never");
+               "(loopback multicast) and on the LAN (the group joined on the interface toward "
+               "the switch, which must be bound to its LAN address) where the switch and the "
+               "network allow it, else one copy per worker; local = with a switch on this host "
+               "only; on = as auto, but setup fails if the LAN group cannot be had, and a job if "
+               "no result arrives on it; off = never");
   f->AddBool("no-loopback-multicast", "the same as --multicast off");
   AddDpdkFlags(f);
 }
@@ -230,18 +231,19 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   o->tensor_check = !f.GetBool("no-tensor-check");
   o->auth_data = f.GetBool("auth-data");
   const std::string mc = f.GetString("multicast");
-  if (mc != "auto" && mc != "on" && mc != "off") {
-    return InvalidArgumentError("--multicast must be auto, on or off, not '" + mc + "'");
+  if (mc != "auto" && mc != "local" && mc != "on" && mc != "off") {
+    return InvalidArgumentError("--multicast must be auto, local, on or off, not '" + mc + "'");
   }
-  if (mc == "on" && f.GetBool("no-loopback-multicast")) {  // was silently off
+  if ((mc == "on" || mc == "local") && f.GetBool("no-loopback-multicast")) {  // was silently off
     return InvalidArgumentError(
-        "--multicast on cannot go with --no-loopback-multicast (the same as --multicast off): "
-        "LAN multicast needs loopback multicast (Config::lan_multicast needs "
-        "loopback_multicast); drop one");
+        "--multicast " + mc +
+        " cannot go with --no-loopback-multicast (the same as --multicast off): both use "
+        "loopback multicast (Config::lan_multicast needs loopback_multicast); drop one");
   }
   o->loopback_multicast = mc != "off" && !f.GetBool("no-loopback-multicast");
-  o->lan_multicast = mc == "on";
-  if (o->lan_multicast && o->auth_data) {
+  o->lan_multicast = o->loopback_multicast && (mc == "auto" || mc == "on");
+  o->lan_multicast_required = mc == "on";
+  if (o->lan_multicast_required && o->auth_data) {
     return InvalidArgumentError(
         "--multicast on cannot go with --auth-data: datagrams to a group carry no tag");
   }
@@ -290,9 +292,9 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
   }
   if (!o.tensor_check) a.push_back("--no-tensor-check");
   if (o.auth_data) a.push_back("--auth-data");
-  if (!o.loopback_multicast || o.lan_multicast) {
+  if (!o.loopback_multicast || !o.lan_multicast || o.lan_multicast_required) {
     a.push_back("--multicast");
-    a.push_back(o.lan_multicast ? "on" : "off");
+    a.push_back(!o.loopback_multicast ? "off" : !o.lan_multicast ? "local" : "on");
   }
   return a;
 }

@@ -48,26 +48,35 @@ void Check(const Status& st) {
   if (!st.ok()) Raise(st);
 }
 
-// Config.multicast: the CLI's --multicast mode over Config's two fields. LAN multicast without
-// loopback multicast is no mode (Config::Validate refuses it): reading it raises, as validate().
+// Config.multicast: the CLI's --multicast mode over Config's three fields. The combinations no
+// mode names (Config::Validate refuses them) raise when read, as validate() does.
 std::string MulticastMode(const Config& c) {
   if (c.lan_multicast && !c.loopback_multicast) {
     Raise(InvalidArgumentError(
         "lan_multicast=True with loopback_multicast=False is not a multicast mode: set "
-        "loopback_multicast=True (that is multicast='on') or lan_multicast=False"));
+        "loopback_multicast=True (that is multicast='auto') or lan_multicast=False"));
   }
-  if (c.lan_multicast) return "on";
-  return c.loopback_multicast ? "auto" : "off";
+  if (c.lan_multicast_required && !c.lan_multicast) {
+    Raise(InvalidArgumentError(
+        "lan_multicast_required=True with lan_multicast=False is not a multicast mode: set "
+        "lan_multicast=True (that is multicast='on') or lan_multicast_required=False"));
+  }
+  if (!c.loopback_multicast) return "off";
+  if (!c.lan_multicast) return "local";
+  return c.lan_multicast_required ? "on" : "auto";
 }
 
 void SetMulticastMode(Config& c, const std::string& mode) {
-  if (mode != "auto" && mode != "on" && mode != "off") {
-    Raise(InvalidArgumentError("multicast must be 'auto', 'on' or 'off', not '" + mode +
-                               "' (auto: loopback multicast with a switch on this host; on: "
-                               "also on the LAN; off: never)"));
+  if (mode != "auto" && mode != "local" && mode != "on" && mode != "off") {
+    Raise(InvalidArgumentError(
+        "multicast must be 'auto', 'local', 'on' or 'off', not '" + mode +
+        "' (auto: loopback multicast with a switch on this host, LAN multicast where the switch "
+        "and the network allow it; local: loopback only; on: as auto, but an error where the "
+        "LAN group cannot be had; off: never)"));
   }
   c.loopback_multicast = mode != "off";
-  c.lan_multicast = mode == "on";
+  c.lan_multicast = mode == "auto" || mode == "on";
+  c.lan_multicast_required = mode == "on";
 }
 
 // Runs fn (returning a Status) with the GIL released, then raises its error, if any.
@@ -414,12 +423,18 @@ PYBIND11_MODULE(_core, m) {
                        "the job (docs/architecture.md, \"Multicast results\"); on by default");
   config.def_readwrite("lan_multicast", &Config::lan_multicast,
                        "with a switch on another host, results come once to a group joined on "
-                       "the interface toward it, replicated by the network; off by default");
+                       "the interface toward it, replicated by the network, where the switch "
+                       "and the network allow it; on by default");
+  config.def_readwrite("lan_multicast_required", &Config::lan_multicast_required,
+                       "LAN multicast or an error (setup fails without the group, a job when "
+                       "the network does not deliver it); off by default");
   config.def_property(
       "multicast", &MulticastMode, &SetMulticastMode,
-      "the two multicast fields as switchml worker's --multicast: 'auto' (loopback multicast "
-      "only, the default), 'on' (also LAN multicast) or 'off' (neither); LAN multicast alone is "
-      "none of them: reading it raises SwitchMLError, as validate() does");
+      "the three multicast fields as switchml worker's --multicast: 'auto' (loopback multicast, "
+      "and LAN multicast where the switch and the network allow it; the default), 'local' "
+      "(loopback multicast only), 'on' (as auto, but an error without the LAN group) or 'off' "
+      "(neither); a combination none of them names: reading it raises SwitchMLError, as "
+      "validate() does");
   config.def_readwrite("check_tensors", &Config::check_tensors,
                        "have the switch check that every worker all-reduces the same element "
                        "count and type (one control message per all-reduce)");

@@ -77,16 +77,23 @@ struct Config {
   // authenticate_data, results come one per worker as in the reference. Local processes could
   // join the group and read the results: turn it off where other users share the host.
   bool loopback_multicast = true;
-  // LAN multicast (beyond the reference, opt-in; docs/architecture.md, "Multicast results"): with
-  // the switch on another host (not a loopback switch_host) and the "udp" transports, each
-  // worker thread joins a multicast group of its job on the interface toward the switch, so the
-  // switch sends each result once and the network (a switch or bridge) replicates it. Needs a
-  // network that delivers the switch's multicast to every worker: setup fails when the switch
-  // does not keep the group (it runs without LAN multicast, or is a reference switch), and a
-  // job fails, naming the group and interface, when results come only as retransmission
-  // replies (the network drops the group's datagrams). Not with authenticate_data; only with
-  // loopback_multicast (Validate refuses LAN multicast alone, which no --multicast mode sets).
-  bool lan_multicast = false;
+  // LAN multicast (beyond the reference; docs/architecture.md, "Multicast results"): with the
+  // switch on another host (not a loopback switch_host) and the "udp" transports, each worker
+  // thread joins a multicast group of its job on the interface toward the switch, so the switch
+  // sends each result once and the network (a switch or bridge) replicates it. Where it cannot
+  // be had, results come one per worker as in the reference: the interface has no multicast,
+  // the switch does not keep the group (it is bound to 0.0.0.0, runs without LAN multicast, or
+  // is a reference switch), authenticate_data is on, or, at run time, the network does not
+  // deliver the group to a worker (the switch then sends that worker's results to it alone).
+  // Only with loopback_multicast (Validate refuses LAN multicast alone, which no --multicast
+  // mode sets). Anyone on the segment could join the group and read the results, and a segment
+  // without IGMP snooping and a querier floods them to every port: turn it off there.
+  bool lan_multicast = true;
+  // LAN multicast or a clear error (switchml worker --multicast on): setup fails when the LAN
+  // group cannot be had, and a job fails, naming the group and interface, when its results come
+  // only as retransmission replies (the network drops the group's datagrams). Needs
+  // lan_multicast; not with authenticate_data.
+  bool lan_multicast_required = false;
   // Retransmission timeout (RTO) of a packet: `timeout` until the first round trip is measured,
   // then from the measured round trips as TCP computes it (RFC 6298), never below min_timeout
   // nor above max_timeout; and the reference's back-off policy (docs/architecture.md, 4.3).

@@ -95,6 +95,9 @@ struct Switch::Job {
         aggregate(num_slots, proto::NumelOf(s.size)),
         next_step(num_slots),
         slot_counters(num_slots),
+        group_fresh(s.num_workers),
+        group_late(s.num_workers),
+        group_strikes(s.num_workers),
         destinations(s.num_workers) {}
 
   JobSpec spec;
@@ -134,6 +137,12 @@ struct Switch::Job {
   // member), and to each worker that is not a member (in_group false) on its own.
   bool use_group = false;
   std::vector<uint8_t> in_group;  // by rank: listens on the group on explicit ports
+  // By rank, for members: fresh contributions and retransmissions answered with a stored result
+  // since the last check, and how many checks in a row found half or more of them answered so
+  // (JobCounters::group_demoted).
+  std::vector<uint32_t> group_fresh;
+  std::vector<uint32_t> group_late;
+  std::vector<uint8_t> group_strikes;
 
   // Reply state, rewritten by each packet that produces a reply.
   std::vector<Endpoint> destinations;  // num_workers entries, for kMulticast
@@ -170,6 +179,24 @@ struct Switch::Job {
       in_group[w] = groups[w] == spec.multicast_group && workers[w].port != 0;
       use_group = use_group || in_group[w];
     }
+  }
+
+  // The group delivery check of a member's fresh contribution (JobCounters::group_demoted).
+  // A member the group does not reach gets no result of a slot it contributed to but through
+  // the unicast reply to its retransmission: about one such reply per contribution, check after
+  // check. On a working network the group's losses make it a few in a hundred, and a burst of
+  // spurious timeouts (a whole window re-sent while its results queue on a slow link) at most
+  // a window's worth, which one check may see but not two in a row.
+  void CheckGroupDelivery(uint32_t rank) {
+    if (++group_fresh[rank] < kGroupCheckContributions) return;
+    if (uint64_t{group_late[rank]} * 2 < group_fresh[rank]) {
+      group_strikes[rank] = 0;
+    } else if (++group_strikes[rank] >= kGroupCheckStrikes) {
+      in_group[rank] = 0;
+      use_group = std::any_of(in_group.begin(), in_group.end(), [](uint8_t m) { return m != 0; });
+      ++counters.group_demoted;
+    }
+    group_fresh[rank] = group_late[rank] = 0;
   }
 };
 
@@ -582,7 +609,10 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
   job.exponents.Apply(md);
   job.aggregate.Apply(md);
   job.next_step.Apply(md);
-  if (md.contribute) ++job.counters.aggregated;
+  if (md.contribute) {
+    ++job.counters.aggregated;
+    if (job.use_group && job.in_group[rank]) job.CheckGroupDelivery(rank);
+  }
 
   switch (md.next) {
     case NextStep::kConsume:
@@ -634,6 +664,7 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
       job.unicast_destination = source;
       ++slot.retransmitted;
       ++job.counters.retransmitted;
+      if (job.use_group && job.in_group[rank]) ++job.group_late[rank];
       action_.kind = Action::Kind::kUnicast;
       action_.destinations = {&job.unicast_destination, 1};
       break;
@@ -716,6 +747,7 @@ std::string Switch::FormatCounters(bool per_slot) const {
     if (spec.multicast_group.ipv4 != 0) {
       add("  %-26s %12s\n", "multicast_group", spec.multicast_group.ToString().c_str());
       add("  %-26s %12" PRIu64 "\n", "group_sends", c.group_sends);
+      if (c.group_demoted > 0) add("  %-26s %12" PRIu64 "\n", "group_demoted", c.group_demoted);
     }
     add("  %-26s %12" PRIu64 "\n", "retransmitted", c.retransmitted);
     if (upstream != nullptr) {

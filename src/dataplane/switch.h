@@ -70,7 +70,9 @@ struct JobSpec {
   // result leaves as one datagram to the group instead of one per worker. CreateJob keeps the
   // group only when the switch has a multicast scope on and no other job holds the same group
   // (else it clears it: see FindJob); results use it only when every worker registered with this
-  // same group (AddWorker's multicast_group). A zero ipv4: none.
+  // same group (AddWorker's multicast_group). A zero ipv4: none. A member whose retransmissions
+  // show that the group does not reach it gets its results on its own from then on (see
+  // JobCounters::group_demoted).
   Endpoint multicast_group;
 };
 
@@ -137,6 +139,13 @@ struct JobCounters {
   // Of the completed (and upstream) results, those sent once to the job's multicast group
   // (JobSpec::multicast_group) rather than once per worker.
   uint64_t group_sends = 0;
+  // Members of the group whose results now go to them on their own, because the network did
+  // not deliver the group to them: in Switch::kGroupCheckStrikes checks in a row, each over
+  // Switch::kGroupCheckContributions of the member's fresh contributions, at least half of
+  // them were followed by its retransmission of the completed slot (answered by a unicast
+  // reply). A member that receives the group asks again only for results lost on the way or
+  // late (docs/architecture.md, "When the network drops multicast").
+  uint64_t group_demoted = 0;
   uint64_t retransmitted = 0;  // unicast re-sends of a stored result
   // Top-of-rack jobs (see UpstreamSpec).
   uint64_t upstream_sent = 0;     // partial sums sent up, re-sends included
@@ -167,6 +176,11 @@ struct SwitchCounters {
 
 class Switch {
  public:
+  // The group delivery check (JobCounters::group_demoted): how many fresh contributions of a
+  // member one check looks at, and how many checks in a row must find half of them or more
+  // answered only on retransmission.
+  static constexpr uint32_t kGroupCheckContributions = 512;
+  static constexpr uint32_t kGroupCheckStrikes = 2;
   explicit Switch(SwitchConfig config);  // config must be valid (CHECKed)
   ~Switch();
   Switch(const Switch&) = delete;

@@ -1031,5 +1031,54 @@ TEST(SwitchLanMulticastTest, EachResultLeavesOnceAndAReferenceWorkerGetsUnicast)
   EXPECT_EQ(sw.job_counters(2)->group_sends, 1u);
 }
 
+// Given: a job of three workers on three hosts, all registered with the job's LAN group; the
+// group does not reach rank 2 (it retransmits every slot it contributed to once the slot is
+// complete), rank 0 loses one result in 16 (it retransmits those), and rank 1 times out early
+// on 300 results in a row, once (a burst of spurious retransmissions).
+// Expect: results leave once, to the group, until rank 2's fresh contribution that ends its
+// kGroupCheckStrikes-th check; from then on they go to the group and to rank 2 on its own, and
+// group_demoted counts it once; ranks 0 and 1 stay members; the counters' table names it.
+TEST(SwitchLanMulticastTest, AMemberTheGroupDoesNotReachGetsItsOwnCopy) {
+  SwitchConfig config = SmallConfig();
+  config.lan_multicast = true;
+  Switch sw(config);
+  constexpr uint32_t kHost = 0x0a63000a;  // 10.99.0.10
+  const Endpoint group{0xefc00205, 14000};
+  JobSpec spec = Spec(1, 3);
+  spec.multicast_group = group;
+  ASSERT_TRUE(sw.CreateJob(spec).ok());
+  for (uint32_t w = 0; w < 3; ++w) {
+    ASSERT_TRUE(sw.AddWorker(1, w, {kHost + w, 30000}, nullptr, group).ok());
+  }
+  const uint32_t demoted_at = Switch::kGroupCheckContributions * Switch::kGroupCheckStrikes - 1;
+  const uint32_t rounds = demoted_at + 64;
+  for (uint32_t r = 0; r < rounds; ++r) {
+    const SlotId slot{static_cast<uint16_t>(r % 16), static_cast<uint8_t>((r / 16) % 2)};
+    const auto packet = Datagram(slot, Fill(1), 0, 0, r);
+    ASSERT_EQ(sw.Process({kHost + 0, 30000}, packet).kind, Action::Kind::kDrop) << r;
+    ASSERT_EQ(sw.Process({kHost + 1, 30000}, packet).kind, Action::Kind::kDrop) << r;
+    const Action& a = sw.Process({kHost + 2, 30000}, packet);
+    ASSERT_EQ(a.kind, Action::Kind::kMulticast) << r;
+    if (r < demoted_at) {
+      ASSERT_EQ(a.destinations.size(), 1u) << r;
+    } else {
+      ASSERT_EQ(a.destinations.size(), 2u) << r;
+      EXPECT_EQ(a.destinations[1], (Endpoint{kHost + 2, 30000})) << r;
+    }
+    EXPECT_EQ(a.destinations[0], group) << r;
+    ASSERT_EQ(sw.Process({kHost + 2, 30000}, packet).kind, Action::Kind::kUnicast) << r;
+    if (r % 16 == 0) {
+      ASSERT_EQ(sw.Process({kHost + 0, 30000}, packet).kind, Action::Kind::kUnicast) << r;
+    }
+    if (r >= 100 && r < 400) {
+      ASSERT_EQ(sw.Process({kHost + 1, 30000}, packet).kind, Action::Kind::kUnicast) << r;
+    }
+  }
+  EXPECT_EQ(sw.job_counters(1)->group_demoted, 1u);
+  EXPECT_EQ(sw.job_counters(1)->group_sends, rounds);
+  const std::string text = sw.FormatCounters(false);
+  EXPECT_NE(text.find("group_demoted"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace switchml::dataplane

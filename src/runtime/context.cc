@@ -81,17 +81,23 @@ Status Config::Validate() const {
     return InvalidArgumentError("peer_timeout must be at least the retransmission timeout");
   }
   if (setup_timeout.count() <= 0) return InvalidArgumentError("setup_timeout must be positive");
-  if (lan_multicast && authenticate_data) {
+  if (lan_multicast_required && authenticate_data) {
     return InvalidArgumentError(
-        "lan_multicast cannot go with authenticate_data: datagrams to a group carry no tag");
+        "lan_multicast_required (multicast 'on') cannot go with authenticate_data: datagrams to a "
+        "group carry no tag");
+  }
+  if (lan_multicast_required && !lan_multicast) {
+    return InvalidArgumentError(
+        "lan_multicast_required needs lan_multicast: set both (multicast 'on', switchml worker "
+        "--multicast on), or lan_multicast_required = false");
   }
   if (lan_multicast && !loopback_multicast) {
     // Not a mode: switchml worker --multicast (and Python's Config.multicast) sets lan_multicast
     // only with loopback_multicast, and LAN multicast alone would protect nothing that loopback
     // multicast exposes (a group joined on the LAN interface is open to this host's processes).
     return InvalidArgumentError(
-        "lan_multicast needs loopback_multicast: set both (multicast 'on', switchml worker "
-        "--multicast on), or lan_multicast = false");
+        "lan_multicast needs loopback_multicast: set both (multicast 'auto' or 'on', switchml "
+        "worker --multicast auto), or lan_multicast = false (multicast 'local')");
   }
   if (!(wake_batch >= 0 && wake_batch <= 1)) {
     return InvalidArgumentError(
@@ -180,8 +186,8 @@ using transport::NetInterface;
 // Joins every worker thread's transport to the session's result group (Config::
 // loopback_multicast, Config::lan_multicast): on the loopback interface when the switch is on
 // this host (a loopback address), else, with lan_multicast, on the interface toward the switch.
-// Sets *group (0: none) and *via. A loopback group that cannot be joined is only logged (results
-// then come one per worker); a LAN group that cannot be, is an error (the user asked for it).
+// Sets *group (0: none) and *via. A group that cannot be joined is only logged (results then
+// come one per worker), unless it is a LAN group the user required (lan_multicast_required).
 Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint32_t bind_ip,
                        uint64_t session_id,
                        std::vector<std::unique_ptr<transport::Transport>>& transports,
@@ -194,20 +200,29 @@ Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint32_t bind_i
   if (config.authenticate_data || !(local ? config.loopback_multicast : config.lan_multicast)) {
     return Status();
   }
+  // Without a group: an error when the user required LAN multicast, else a line in the log.
+  auto without_group = [&](const Status& why) {
+    if (!local && config.lan_multicast_required) return why;
+    LOG(kInfo, kRuntime) << "no " << (local ? "loopback" : "LAN")
+                         << " multicast (results come one copy per worker): " << why.message();
+    return Status();
+  };
   if (!local) {
-    ASSIGN_OR_RETURN(*via, transport::InterfaceToward(switch_ip, bind_ip));
+    Result<NetInterface> toward = transport::InterfaceToward(switch_ip, bind_ip);
+    if (!toward.ok()) return without_group(toward.status());
+    *via = *toward;
     if (via->loopback) {
-      return FailedPreconditionError(
+      return without_group(FailedPreconditionError(
           "LAN multicast: the switch " + Ipv4ToString(switch_ip) +
           " is on this host (reached through " + via->name +
           "); name it by a loopback address (127.0.0.1) for loopback multicast, or run without "
-          "--multicast on");
+          "--multicast on"));
     }
     if (!via->multicast) {
-      return FailedPreconditionError("LAN multicast: interface " + via->name +
-                                     " toward the switch " + Ipv4ToString(switch_ip) +
-                                     " has no multicast (IFF_MULTICAST); run without "
-                                     "--multicast on");
+      return without_group(
+          FailedPreconditionError("LAN multicast: interface " + via->name + " toward the switch " +
+                                  Ipv4ToString(switch_ip) +
+                                  " has no multicast (IFF_MULTICAST); run without --multicast on"));
     }
   }
   const Endpoint g = MulticastGroupOf(session_id, config.control_port, config.num_worker_threads);
@@ -218,10 +233,10 @@ Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint32_t bind_i
   }
   if (!joined.ok()) {
     for (auto& t : transports) t->LeaveGroup();
-    if (!local) return Status(joined.code(), "LAN multicast: " + joined.message());
-    LOG(kInfo, kRuntime) << "no loopback multicast (results come one copy per worker): "
-                         << joined.message();
-    return Status();
+    *via = NetInterface{};
+    via->loopback = true;
+    return without_group(
+        Status(joined.code(), local ? joined.message() : "LAN multicast: " + joined.message()));
   }
   *group = g;
   if (!local) {
@@ -363,14 +378,21 @@ Status Context::Impl::Setup() {
     // The switch will not send to the group for this job (a reference switch, another job holds
     // the group, or a transport without it): do not listen to it either.
     for (auto& t : transports) t->LeaveGroup();
-    if (!group_interface.loopback) {
+    if (!group_interface.loopback && config.lan_multicast_required) {
       return FailedPreconditionError(
           "the switch did not keep LAN multicast group " + args.multicast_group.ToString() +
-          " for this job (rank 0 ran without --multicast on, or the switch runs with "
+          " for this job (rank 0 ran with --multicast local or off, or the switch runs with "
           "--no-lan-multicast, is bound to 0.0.0.0 rather than the address of the interface the "
           "workers reach (--bind), uses a transport other than kernel UDP, holds the group for "
-          "another job, or is a reference switch); run every worker with --multicast on, or "
-          "none");
+          "another job, or is a reference switch); run the workers with --multicast auto (results "
+          "then come one copy per worker where the group cannot be had)");
+    }
+    if (!group_interface.loopback) {
+      LOG(kInfo, kRuntime) << "no LAN multicast (results come one copy per worker): the switch "
+                              "did not keep group "
+                           << args.multicast_group.ToString()
+                           << " (bound to 0.0.0.0, --no-lan-multicast, a reference switch, or "
+                              "another job holds it)";
     }
     args.multicast_group = Endpoint{};
   }
@@ -428,7 +450,7 @@ Status Context::Impl::Setup() {
     };
     threads.push_back(std::make_unique<runtime::WorkerThread>(
         sc, std::move(transports[t]), shard, failure, wait, switch_data.port, reply.num_data_ports,
-        std::move(expected_group), std::move(explain_stall)));
+        std::move(expected_group), std::move(explain_stall), config.lan_multicast_required));
   }
   return Status();
 }

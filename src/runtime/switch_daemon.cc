@@ -31,6 +31,7 @@ void Add(dataplane::JobCounters& sum, const dataplane::JobCounters& c) {
   sum.completed += c.completed;
   sum.multicast_packets += c.multicast_packets;
   sum.group_sends += c.group_sends;
+  sum.group_demoted += c.group_demoted;
   sum.retransmitted += c.retransmitted;
   sum.upstream_sent += c.upstream_sent;
   sum.upstream_resent += c.upstream_resent;
@@ -209,8 +210,10 @@ void ChooseMulticastScope(SwitchDaemonOptions* options, transport::TransportOpti
   }
   c.lan_multicast = true;
   topts->multicast_ttl = options->multicast_ttl;
-  LOG(kInfo, kDataplane) << "LAN multicast on " << iface->name << " (TTL " << options->multicast_ttl
-                         << ") for jobs whose workers ask for it (switchml worker --multicast on)";
+  LOG(kInfo, kDataplane)
+      << "LAN multicast on " << iface->name << " (TTL " << options->multicast_ttl
+      << ") for jobs whose workers ask for it (switchml worker --multicast auto, the "
+         "default, or on)";
 }
 }  // namespace
 

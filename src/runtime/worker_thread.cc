@@ -57,7 +57,8 @@ WorkerThread::WorkerThread(const worker::SessionConfig& config,
                            std::unique_ptr<transport::Transport> transport, Endpoint switch_data,
                            std::shared_ptr<FailureLatch> failure, WaitPolicy wait,
                            uint16_t switch_ports_first, uint32_t switch_ports,
-                           std::string expected_group, ExplainStall explain_stall)
+                           std::string expected_group, ExplainStall explain_stall,
+                           bool group_required)
     : transport_(std::move(transport)),
       switch_data_(switch_data),
       switch_ports_first_(switch_ports == 0 ? switch_data.port : switch_ports_first),
@@ -67,6 +68,7 @@ WorkerThread::WorkerThread(const worker::SessionConfig& config,
       wait_(wait),
       expected_group_(std::move(expected_group)),
       explain_stall_(std::move(explain_stall)),
+      group_required_(group_required),
       group_seen_(expected_group_.empty()),
       tx_(kTxBatch),
       rx_(kRxBatch) {
@@ -226,14 +228,25 @@ void WorkerThread::CheckGroupDelivers() {
   // by the source check, would fail a job whose group works.)
   const uint64_t unicast = from_switch_;
   if (unicast < std::max<uint64_t>(kGroupCheckDatagrams, session_.config().window)) return;
+  if (!group_required_) {
+    group_seen_ = true;  // said once; the switch sends this worker its own copies once it notices
+    LOG(kWarning, kWorker) << "LAN multicast: " << unicast
+                           << " results arrived as unicast retransmission replies and none on "
+                              "multicast group "
+                           << expected_group_
+                           << ": the network does not deliver the switch's multicast to this "
+                              "worker; results come one copy per worker once the switch notices "
+                              "(run with --multicast local to do without the group from the start)";
+    return;
+  }
   session_.Abort(FailedPreconditionError(
       "LAN multicast: " + std::to_string(unicast) +
       " results arrived as unicast retransmission replies and none on multicast group " +
       expected_group_ +
       ": the network does not deliver the switch's multicast to this worker (a switch that "
       "filters multicast or prunes it by IGMP snooping without a querier, a firewall, the "
-      "switch on another segment); run the workers with --multicast auto (docs/architecture.md, "
-      "\"Multicast results\")"));
+      "switch on another segment); run the workers with --multicast auto or local "
+      "(docs/architecture.md, \"Multicast results\")"));
 }
 
 bool WorkerThread::RunSlice(const Pending& p) {

@@ -59,8 +59,10 @@ class WorkerThread {
   // joined a LAN multicast group where the switch sends every result (Config::lan_multicast),
   // described so ("239.192.1.2:12000 on eth0"); if a window's worth of datagrams (and at least
   // kGroupCheckDatagrams) arrive from the switch and none through the group, the network is
-  // not delivering it (only retransmission replies come, as unicast): the slice fails with
-  // FAILED_PRECONDITION naming the group, instead of crawling on retransmissions.
+  // not delivering it (only retransmission replies come, as unicast): with group_required the
+  // slice fails with FAILED_PRECONDITION naming the group, instead of crawling on
+  // retransmissions; without, a warning says so (the switch notices too and sends this worker's
+  // results to it alone: dataplane::JobCounters::group_demoted).
   // explain_stall: when not empty and a slice fails because no result came for the progress
   // timeout (DEADLINE_EXCEEDED), called with the slice's job id (the context's all-reduce
   // number) for a sentence the error adds (the switch's account: which rank has not started
@@ -69,7 +71,8 @@ class WorkerThread {
   WorkerThread(const worker::SessionConfig& config, std::unique_ptr<transport::Transport> transport,
                Endpoint switch_data, std::shared_ptr<FailureLatch> failure, WaitPolicy wait = {},
                uint16_t switch_ports_first = 0, uint32_t switch_ports = 0,
-               std::string expected_group = {}, ExplainStall explain_stall = {});
+               std::string expected_group = {}, ExplainStall explain_stall = {},
+               bool group_required = true);
   static constexpr uint64_t kGroupCheckDatagrams = 64;
   ~WorkerThread();  // Stop()s
 
@@ -102,7 +105,8 @@ class WorkerThread {
   // Wake-up batching: counts `received` datagrams that arrived by `now` into the arrival rate;
   // and sleeps, if worthwhile, until the next batch should have arrived.
   void MeasureArrivals(size_t received, worker::Nanos now);
-  // The expected_group check: aborts the session when only unicast datagrams arrive.
+  // The expected_group check: aborts the session (or, without group_required_, warns) when only
+  // unicast datagrams arrive.
   void CheckGroupDelivers();
   void NapForBatch();
 
@@ -116,6 +120,7 @@ class WorkerThread {
   const WaitPolicy wait_;
   const std::string expected_group_;
   const ExplainStall explain_stall_;
+  const bool group_required_;
   bool group_seen_;  // a datagram came through expected_group_ (or none is expected)
   // Datagrams taken from the switch's data endpoints while slices ran (the thread's): until one
   // comes through the group, these are the unicast ones the group check counts. (The transport's

@@ -227,6 +227,9 @@ class GroupCountingTransport : public SchedulerTransport {
 // Expect: the slice fails with FAILED_PRECONDITION naming the group, once a window's worth has
 // arrived, instead of crawling on; the failure is latched for the other threads.
 // Given then: the same where the results do come through the group. Expect: the slice completes.
+// Given then: the network that drops the group, for a thread that does not require it (the
+// default, --multicast auto). Expect: the slice completes on the unicast results, the latch
+// stays clear.
 TEST(WorkerThreadTest, ResultsThatNeverComeThroughTheExpectedGroupFailTheSlice) {
   constexpr uint32_t kWindow = 64;
   {
@@ -251,6 +254,18 @@ TEST(WorkerThreadTest, ResultsThatNeverComeThroughTheExpectedGroupFailTheSlice) 
                         kSwitch, std::make_shared<FailureLatch>(), {}, 0, 0,
                         "239.192.1.2:12000 on eth0");
     EXPECT_TRUE(RunSlice(&thread, 8 * kWindow * 256).ok());
+  }
+  {
+    transport::MemoryNetwork net;
+    EchoSwitch sw(&net, 0, std::chrono::nanoseconds(0));
+    auto latch = std::make_shared<FailureLatch>();
+    WorkerThread thread(OneWorker(kWindow, milliseconds(10)),
+                        std::make_unique<GroupCountingTransport>(net.Attach(kWorker), false),
+                        kSwitch, latch, {}, 0, 0, "239.192.1.2:12000 on eth0", {},
+                        /*group_required=*/false);
+    const Status st = RunSlice(&thread, 64 * kWindow * 256);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_FALSE(latch->is_set());
   }
 }
 

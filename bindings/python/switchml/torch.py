@@ -21,8 +21,10 @@ from the environment (switchml worker's flag in brackets):
     SWITCHML_TRANSPORT=udp|udp-plain|xdp|dpdk|shm  the data-plane transport (default udp)
     SWITCHML_BUSY_POLL=0|1         poll for results without sleeping (default 0) [--busy-poll]
     SWITCHML_WAKE_BATCH=F          wake-up batching, F in [0, 1] (default 0: off) [--wake-batch]
-    SWITCHML_MULTICAST=auto|on|off results once per job to a multicast group: auto = with a
-                                   switch on this host only, on = also on the LAN (default auto)
+    SWITCHML_MULTICAST=auto|local|on|off  results once per job to a multicast group: auto = with
+                                   a switch on this host, and on the LAN where the switch and
+                                   the network allow it (default); local = on this host only;
+                                   on = as auto, but an error without the LAN group
     SWITCHML_CHECK_TENSORS=0|1     the switch checks every all-reduce's count and type (default 1)
     SWITCHML_PEER_TIMEOUT=SECONDS  an all-reduce fails when no result comes for this long (10)
     SWITCHML_RETRANSMIT_TIMEOUT=SECONDS      a packet's timeout until round trips are measured
@@ -52,7 +54,7 @@ from switchml import _torch
 
 ProcessGroupSwitchML = _torch.ProcessGroupSwitchML
 DEFAULT_CONTROL_PORT = 50099
-MULTICAST_MODES = ("auto", "on", "off")
+MULTICAST_MODES = ("auto", "local", "on", "off")
 
 
 @dataclasses.dataclass
@@ -195,7 +197,8 @@ def _resolve(options, group_timeout):
                         "use a fraction in [0, 1] of the packets in flight (0: off)"),
         multicast=pick("multicast", "SWITCHML_MULTICAST", None, str,
                        lambda x: x in MULTICAST_MODES,
-                       "use auto (with a switch on this host), on (also on the LAN) or off"),
+                       "use auto (on this host, and on the LAN where it can be had), local "
+                       "(on this host only), on (auto, or an error without the LAN group) or off"),
         check_tensors=pick("check_tensors", "SWITCHML_CHECK_TENSORS", None, bool),
         peer_timeout=seconds("peer_timeout", "SWITCHML_PEER_TIMEOUT", 0.001, 86400),
         timeout=seconds("retransmit_timeout", "SWITCHML_RETRANSMIT_TIMEOUT", 0.001, 3600),

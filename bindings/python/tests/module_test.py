@@ -82,7 +82,8 @@ class ConfigTest(unittest.TestCase):
         c = switchml.Config()
         self.assertEqual((c.transport, c.wake_batch, c.multicast, c.check_tensors),
                          ("udp", 0.0, "auto", True))
-        self.assertEqual((c.loopback_multicast, c.lan_multicast), (True, False))
+        self.assertEqual((c.loopback_multicast, c.lan_multicast, c.lan_multicast_required),
+                         (True, True, False))
         self.assertIn("shm", switchml.TRANSPORTS)
         for kind in switchml.TRANSPORTS:
             c.transport = kind
@@ -96,11 +97,21 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual((c.tls_ca_file, c.tls_cert_file, c.tls_key_file, c.tls_server_name),
                          ("a", "b", "c", "d"))
         # multicast is switchml worker's --multicast over the two fields.
-        for mode, fields in (("on", (True, True)), ("off", (False, False)),
-                             ("auto", (True, False))):
+        for mode, fields in (("on", (True, True, True)), ("off", (False, False, False)),
+                             ("local", (True, False, False)), ("auto", (True, True, False))):
             c.multicast = mode
-            self.assertEqual((c.loopback_multicast, c.lan_multicast), fields)
+            self.assertEqual((c.loopback_multicast, c.lan_multicast, c.lan_multicast_required),
+                             fields)
             self.assertEqual(c.multicast, mode)
+        # Required LAN multicast without LAN multicast is no mode either.
+        c.lan_multicast, c.lan_multicast_required = False, True
+        with self.assertRaisesRegex(switchml.SwitchMLError,
+                                    "lan_multicast_required=True with lan_multicast=False"):
+            c.multicast
+        with self.assertRaisesRegex(switchml.SwitchMLError,
+                                    "lan_multicast_required needs lan_multicast: set both"):
+            c.validate()
+        c.lan_multicast_required = False
         c.loopback_multicast = False
         self.assertEqual(c.multicast, "off")
         # LAN multicast alone is no mode: reading it raises (it once read "on", which sets
@@ -115,16 +126,16 @@ class ConfigTest(unittest.TestCase):
             c.validate()
         c.loopback_multicast = True
         c.validate()
-        self.assertEqual(c.multicast, "on")
+        self.assertEqual(c.multicast, "auto")
 
     def test_bad_data_path_options_are_refused_at_setup(self):
         cases = ((dict(wake_batch=1.5), "wake_batch must be in [0, 1]"),
                  (dict(wake_batch=-0.1), "wake_batch must be in [0, 1]"),
                  (dict(transport="tcp"), "unknown transport 'tcp': use one of udp, udp-plain, "
                                          "xdp, dpdk, shm"),
-                 (dict(multicast="maybe"), "multicast must be 'auto', 'on' or 'off', not 'maybe'"),
+                 (dict(multicast="maybe"), "multicast must be 'auto', 'local', 'on' or 'off', not 'maybe'"),
                  (dict(multicast="on", authenticate_data=True),
-                  "lan_multicast cannot go with authenticate_data"),
+                  "(multicast 'on') cannot go with authenticate_data: datagrams to a group"),
                  (dict(job_secret="x" * 65), "job_secret must be at most 64 bytes"))
         for options, message in cases:
             start = time.monotonic()

@@ -441,7 +441,7 @@ class TorchBackendTest(unittest.TestCase):
             (dict(wake_batch=1.5), r"wake_batch=1.5 is not valid: use a fraction in \[0, 1\]"),
             (dict(multicast="yes"), "multicast='yes' is not valid: use auto"),
             (dict(multicast="on", authenticate_data=True),
-             "lan_multicast cannot go with authenticate_data"),
+             "lan_multicast_required .multicast 'on'. cannot go with authenticate_data"),
             (dict(threads=0), "threads=0 is not valid: use 1..64"),
             (dict(packet_numel=128), "packet_numel=128 is not valid: use 64 or 256"),
             (dict(retransmit_timeout=0), "retransmit_timeout=0 is not valid"),
