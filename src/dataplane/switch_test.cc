@@ -978,25 +978,39 @@ TEST(SwitchLoopbackMulticastTest, MirrorKeepsTheGroup) {
   EXPECT_EQ(a.destinations[0], kGroup);
 }
 
-// Given: a switch that sends groups on its LAN interface (no loopback scope), a job of four
-// workers on four hosts, all registered with the job's group; then a job of four where one
-// worker registered without it (a reference worker).
-// Expect: each completed slot of the first job leaves once, to the group's port of the
-// completer's offset, and group_sends counts it once (multicast_packets still num_workers per
-// result); the second job's results go once to the group and once to the reference worker.
-TEST(SwitchLanMulticastTest, EachResultLeavesOnceAndAReferenceWorkerGetsUnicast) {
-  SwitchConfig config = SmallConfig();
-  config.lan_multicast = true;
-  Switch sw(config);
-  constexpr uint32_t kHost = 0x0a63000a;  // 10.99.0.10
+// The switch and jobs of SwitchLanMulticastTest: a switch that sends groups on its LAN
+// interface (no loopback scope), and jobs whose worker w is at host kHost + first + w, port
+// 30000, registered with the job's group (but rank `reference`: without, as a reference worker).
+class SwitchLanMulticastTest : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kHost = 0x0a63000a;  // 10.99.0.10
+  static SwitchConfig LanConfig() {
+    SwitchConfig config = SmallConfig();
+    config.lan_multicast = true;
+    return config;
+  }
+  void OpenJob(const JobSpec& spec, uint32_t first, int64_t reference = -1) {
+    ASSERT_TRUE(sw.CreateJob(spec).ok());
+    for (uint32_t w = 0; w < spec.num_workers; ++w) {
+      const Endpoint group = w == reference ? Endpoint{} : spec.multicast_group;
+      ASSERT_TRUE(
+          sw.AddWorker(spec.session_id, w, {kHost + first + w, 30000}, nullptr, group).ok());
+    }
+  }
+  Switch sw{LanConfig()};
+};
+
+// Given: a job of four workers on four hosts, all registered with the job's group; then a job of
+// four where one worker registered without it (a reference worker). Expect: each completed slot of
+// the first job leaves once, to the group's port of the completer's offset, and group_sends counts
+// it once (multicast_packets still num_workers per result); the second job's results go once to the
+// group and once to the reference worker.
+TEST_F(SwitchLanMulticastTest, EachResultLeavesOnceAndAReferenceWorkerGetsUnicast) {
   const Endpoint lan_group{0xefc00203, 14000};
   JobSpec spec = Spec(1, 4);
   spec.num_ports = 2;
   spec.multicast_group = lan_group;
-  ASSERT_TRUE(sw.CreateJob(spec).ok());
-  for (uint32_t w = 0; w < 4; ++w) {
-    ASSERT_TRUE(sw.AddWorker(1, w, {kHost + w, 30000}, nullptr, lan_group).ok());
-  }
+  OpenJob(spec, 0);
   for (uint16_t slot = 0; slot < 3; ++slot) {
     for (uint32_t w = 0; w < 3; ++w) {
       ASSERT_EQ(sw.Process({kHost + w, 30001}, Datagram({slot, 0}, Fill(1))).kind,
@@ -1017,11 +1031,7 @@ TEST(SwitchLanMulticastTest, EachResultLeavesOnceAndAReferenceWorkerGetsUnicast)
   JobSpec mixed = spec;
   mixed.session_id = 2;
   mixed.multicast_group = Endpoint{0xefc00204, 14000};
-  ASSERT_TRUE(sw.CreateJob(mixed).ok());
-  for (uint32_t w = 0; w < 4; ++w) {
-    const Endpoint group = w == 2 ? Endpoint{} : mixed.multicast_group;  // rank 2: reference
-    ASSERT_TRUE(sw.AddWorker(2, w, {kHost + 10 + w, 30000}, nullptr, group).ok());
-  }
+  OpenJob(mixed, 10, /*reference=*/2);
   for (uint32_t w = 0; w < 3; ++w) sw.Process({kHost + 10 + w, 30000}, Datagram({0, 0}, Fill(1)));
   const Action& a = sw.Process({kHost + 13, 30000}, Datagram({0, 0}, Fill(1)));
   ASSERT_EQ(a.kind, Action::Kind::kMulticast);
@@ -1038,18 +1048,11 @@ TEST(SwitchLanMulticastTest, EachResultLeavesOnceAndAReferenceWorkerGetsUnicast)
 // Expect: results leave once, to the group, until rank 2's fresh contribution that ends its
 // kGroupCheckStrikes-th check; from then on they go to the group and to rank 2 on its own, and
 // group_demoted counts it once; ranks 0 and 1 stay members; the counters' table names it.
-TEST(SwitchLanMulticastTest, AMemberTheGroupDoesNotReachGetsItsOwnCopy) {
-  SwitchConfig config = SmallConfig();
-  config.lan_multicast = true;
-  Switch sw(config);
-  constexpr uint32_t kHost = 0x0a63000a;  // 10.99.0.10
+TEST_F(SwitchLanMulticastTest, AMemberTheGroupDoesNotReachGetsItsOwnCopy) {
   const Endpoint group{0xefc00205, 14000};
   JobSpec spec = Spec(1, 3);
   spec.multicast_group = group;
-  ASSERT_TRUE(sw.CreateJob(spec).ok());
-  for (uint32_t w = 0; w < 3; ++w) {
-    ASSERT_TRUE(sw.AddWorker(1, w, {kHost + w, 30000}, nullptr, group).ok());
-  }
+  OpenJob(spec, 0);
   const uint32_t demoted_at = Switch::kGroupCheckContributions * Switch::kGroupCheckStrikes - 1;
   const uint32_t rounds = demoted_at + 64;
   for (uint32_t r = 0; r < rounds; ++r) {

@@ -103,27 +103,24 @@ class ConfigTest(unittest.TestCase):
             self.assertEqual((c.loopback_multicast, c.lan_multicast, c.lan_multicast_required),
                              fields)
             self.assertEqual(c.multicast, mode)
+        def no_mode(read_error, validate_error):
+            with self.assertRaisesRegex(switchml.SwitchMLError, read_error):
+                c.multicast
+            with self.assertRaisesRegex(switchml.SwitchMLError, validate_error):
+                c.validate()
+
         # Required LAN multicast without LAN multicast is no mode either.
         c.lan_multicast, c.lan_multicast_required = False, True
-        with self.assertRaisesRegex(switchml.SwitchMLError,
-                                    "lan_multicast_required=True with lan_multicast=False"):
-            c.multicast
-        with self.assertRaisesRegex(switchml.SwitchMLError,
-                                    "lan_multicast_required needs lan_multicast: set both"):
-            c.validate()
+        no_mode("lan_multicast_required=True with lan_multicast=False",
+                "lan_multicast_required needs lan_multicast: set both")
         c.lan_multicast_required = False
         c.loopback_multicast = False
         self.assertEqual(c.multicast, "off")
         # LAN multicast alone is no mode: reading it raises (it once read "on", which sets
         # both), and validate() refuses it, saying what to set.
         c.lan_multicast = True
-        with self.assertRaisesRegex(switchml.SwitchMLError,
-                                    "lan_multicast=True with loopback_multicast=False is not a "
-                                    "multicast mode: set loopback_multicast=True"):
-            c.multicast
-        with self.assertRaisesRegex(switchml.SwitchMLError,
-                                    "lan_multicast needs loopback_multicast: set both"):
-            c.validate()
+        no_mode("lan_multicast=True with loopback_multicast=False is not a multicast mode: set "
+                "loopback_multicast=True", "lan_multicast needs loopback_multicast: set both")
         c.loopback_multicast = True
         c.validate()
         self.assertEqual(c.multicast, "auto")
