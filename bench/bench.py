@@ -140,20 +140,6 @@ class Proc:
         # CPU spent before the part of its life that is measured (Proc.mark_start_cpu), e.g. a
         # switch's start-up (loading, gRPC, Highway's calibration) before any worker is started.
         self.cpu_before_s = 0.0
-        self.thread_ticks = {}  # tid -> CPU ticks last seen, for threads other than the main one
-
-    def sample_threads(self):
-        """Records the CPU time of every thread but the main one (/proc/PID/task)."""
-        try:
-            tids = os.listdir(f"/proc/{self.pid}/task")
-        except OSError:
-            return
-        for tid in tids:
-            if tid == str(self.pid):
-                continue
-            ticks = stat_cpu_ticks(f"/proc/{self.pid}/task/{tid}/stat")
-            if ticks is not None:
-                self.thread_ticks[tid] = ticks
 
     def mark_start_cpu(self):
         """Records the CPU used so far (/proc/PID/stat, all threads) as not measured."""
@@ -163,9 +149,6 @@ class Proc:
     def measured_cpu_s(self):
         """CPU of its life after mark_start_cpu (all of it without a mark)."""
         return max(0.0, self.cpu_s - self.cpu_before_s)
-
-    def helper_threads_cpu_s(self):
-        return sum(self.thread_ticks.values()) / os.sysconf("SC_CLK_TCK")
 
     def poll(self):
         if self.returncode is None:
@@ -203,16 +186,12 @@ class Runner:
         self.running.append(p)
         return p
 
-    def wait(self, procs, timeout_s, sample_threads=False):
+    def wait(self, procs, timeout_s):
         """Waits for all of procs; on the first failure or the deadline ends the others.
-        Returns an error message or None. With sample_threads, samples every process's
-        non-main threads' CPU time while waiting (Proc.sample_threads)."""
+        Returns an error message or None."""
         deadline = time.monotonic() + timeout_s
         error = None
         while True:
-            if sample_threads:
-                for p in procs:
-                    p.sample_threads()
             left = [p for p in procs if p.poll() is None]
             if error is None:
                 bad = [p for p in procs if p.returncode not in (None, 0)]
@@ -352,22 +331,22 @@ class Bench:
                 argv += self.job_args(n, elements, r != 0) + list(extra) + self.switchml_extra_args()
                 workers.append(self.runner.start(argv, f"{self.logs}/{tag}-r{r}.out",
                                                  f"{self.logs}/{tag}-r{r}.err"))
-            # `switchml worker` does not report its CPU time in the all-reduces: its worker
-            # threads (every thread but the main one, which fills and verifies the tensors and
-            # waits for the all-reduces) are sampled instead, every 20 ms.
-            error = self.runner.wait(workers, a.run_timeout, sample_threads=True)
+            # Not sampled while they run (the baselines run unobserved too): each rank reports
+            # its own CPU in the timed all-reduces (docs/benchmarks.md, CPU s/GiB).
+            error = self.runner.wait(workers, a.run_timeout)
         finally:
             self.runner.stop(switch)
         if error:
             return {"error": error}
         out = self.collect(workers, "SWITCHML_RESULT", n, [switch])
         if "cpu_timed_s" not in out:
-            # Over warm-up and timed iterations alike: the timed iterations' share.
+            # A worker that does not report its CPU (an older build): the timed iterations'
+            # share of every process's life, set-up, filling and verifying included.
             share = a.iterations / (a.iterations + a.warmup)
-            hosts = sum(w.helper_threads_cpu_s() for w in workers)
+            hosts = sum(w.cpu_s for w in workers)
             out["cpu_timed_s"] = share * (hosts + switch.measured_cpu_s())
             out["cpu_hosts_timed_s"] = share * hosts
-            out["cpu_method"] = "sampled worker threads + switch"
+            out["cpu_method"] = "share of the processes' lives"
         out["retransmitted"] = sum(int(r.get("retransmitted", 0))
                                    for r in result_lines(workers, "SWITCHML_RESULT"))
         # The switch's own CPU (from when it listens: the job's setup and warm-up included) per
