@@ -228,24 +228,22 @@ void WorkerThread::CheckGroupDelivers() {
   // by the source check, would fail a job whose group works.)
   const uint64_t unicast = from_switch_;
   if (unicast < std::max<uint64_t>(kGroupCheckDatagrams, session_.config().window)) return;
+  const std::string what = "LAN multicast: " + std::to_string(unicast) +
+                           " results arrived as unicast retransmission replies and none on "
+                           "multicast group " +
+                           expected_group_ +
+                           ": the network does not deliver the switch's multicast to this worker";
   if (!group_required_) {
     group_seen_ = true;  // said once; the switch sends this worker its own copies once it notices
-    LOG(kWarning, kWorker) << "LAN multicast: " << unicast
-                           << " results arrived as unicast retransmission replies and none on "
-                              "multicast group "
-                           << expected_group_
-                           << ": the network does not deliver the switch's multicast to this "
-                              "worker; results come one copy per worker once the switch notices "
-                              "(run with --multicast local to do without the group from the start)";
+    LOG(kWarning, kWorker) << what
+                           << "; results come one copy per worker once the switch notices (run "
+                              "with --multicast local to do without the group from the start)";
     return;
   }
   session_.Abort(FailedPreconditionError(
-      "LAN multicast: " + std::to_string(unicast) +
-      " results arrived as unicast retransmission replies and none on multicast group " +
-      expected_group_ +
-      ": the network does not deliver the switch's multicast to this worker (a switch that "
-      "filters multicast or prunes it by IGMP snooping without a querier, a firewall, the "
-      "switch on another segment); run the workers with --multicast auto or local "
+      what +
+      " (a switch that filters multicast or prunes it by IGMP snooping without a querier, a "
+      "firewall, the switch on another segment); run the workers with --multicast auto or local "
       "(docs/architecture.md, \"Multicast results\")"));
 }
 
