@@ -185,11 +185,12 @@ struct Switch::Job {
   // A member the group does not reach gets no result of a slot it contributed to but through
   // the unicast reply to its retransmission: about one such reply per contribution, check after
   // check. On a working network the group's losses make it a few in a hundred, and a burst of
-  // spurious timeouts (a whole window re-sent while its results queue on a slow link) at most
-  // a window's worth, which one check may see but not two in a row.
+  // spurious timeouts (a whole window re-sent while its results queue on a slow link or a
+  // starved core) at most a window's worth: half of a check of two windows, short of three in
+  // four.
   void CheckGroupDelivery(uint32_t rank) {
-    if (++group_fresh[rank] < kGroupCheckContributions) return;
-    if (uint64_t{group_late[rank]} * 2 < group_fresh[rank]) {
+    if (++group_fresh[rank] < GroupCheckContributions(spec)) return;
+    if (uint64_t{group_late[rank]} * 4 < uint64_t{group_fresh[rank]} * 3) {
       group_strikes[rank] = 0;
     } else if (++group_strikes[rank] >= kGroupCheckStrikes) {
       in_group[rank] = 0;

@@ -14,6 +14,7 @@
 // serialized with it by the owner (the daemon holds one mutex; see LockedSwitch).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -141,8 +142,8 @@ struct JobCounters {
   uint64_t group_sends = 0;
   // Members of the group whose results now go to them on their own, because the network did
   // not deliver the group to them: in Switch::kGroupCheckStrikes checks in a row, each over
-  // Switch::kGroupCheckContributions of the member's fresh contributions, at least half of
-  // them were followed by its retransmission of the completed slot (answered by a unicast
+  // Switch::GroupCheckContributions of the member's fresh contributions, at least three in four
+  // of them were followed by its retransmission of the completed slot (answered by a unicast
   // reply). A member that receives the group asks again only for results lost on the way or
   // late (docs/architecture.md, "When the network drops multicast").
   uint64_t group_demoted = 0;
@@ -177,10 +178,13 @@ struct SwitchCounters {
 class Switch {
  public:
   // The group delivery check (JobCounters::group_demoted): how many fresh contributions of a
-  // member one check looks at, and how many checks in a row must find half of them or more
-  // answered only on retransmission.
+  // member one check looks at (two windows, at least kGroupCheckContributions), and how many
+  // checks in a row must find three in four of them or more answered only on retransmission.
   static constexpr uint32_t kGroupCheckContributions = 512;
   static constexpr uint32_t kGroupCheckStrikes = 2;
+  static constexpr uint32_t GroupCheckContributions(const JobSpec& spec) {
+    return std::max(kGroupCheckContributions, 2 * spec.max_outstanding_packets);
+  }
   explicit Switch(SwitchConfig config);  // config must be valid (CHECKed)
   ~Switch();
   Switch(const Switch&) = delete;
