@@ -25,7 +25,9 @@ import tempfile
 import time
 
 SYSTEMS = ["switchml", "switchml-mcast", "switchml-unicast", "switchml-xdp", "switchml-shm",
-           "gloo-ring", "gloo-hd", "mpi-tcp", "mpi-shm"]
+           "switchml-shm-unpinned", "gloo-ring", "gloo-hd", "mpi-tcp", "mpi-shm"]
+# What --systems runs by default: all but the A/B variant of switchml-shm.
+DEFAULT_SYSTEMS = [s for s in SYSTEMS if s != "switchml-shm-unpinned"]
 SYSTEM_LABELS = {
     "switchml": "SwitchML (software switch, UDP; in the rack each result sent once to the job's "
                 "LAN multicast group, replicated by the bridge: --multicast auto, the default)",
@@ -34,8 +36,10 @@ SYSTEM_LABELS = {
     "switchml-unicast": "SwitchML with results one copy per worker in the rack (worker "
                         "--multicast local, the default before LAN multicast was; rack only)",
     "switchml-xdp": "SwitchML over AF_XDP (--transport xdp; rack only)",
-    "switchml-shm": "SwitchML over shared memory (--transport shm, --threads at the switch and "
-                    "the workers as `switchml run` picks; loopback only)",
+    "switchml-shm": "SwitchML over shared memory (--transport shm, --threads and --pin-threads "
+                    "at the switch and the workers as `switchml run` picks; loopback only)",
+    "switchml-shm-unpinned": "switchml-shm without --pin-threads, for an A/B of the pinning "
+                             "(loopback only; not run by default)",
     "gloo-ring": "Gloo ring (TCP)",
     "gloo-hd": "Gloo halving-doubling (TCP)",
     "mpi-tcp": "Open MPI MPI_Allreduce (btl tcp)",
@@ -46,12 +50,17 @@ SYSTEM_LABELS = {
 MCAST_ARGS = ["--multicast", "on"]
 UNICAST_ARGS = ["--multicast", "local"]
 # switchml-shm's threads, for the workers and the switch alike: what `switchml run` picks over
-# shm (tools/commands.h, kShmRunThreads) on a host with at least that many cores.
+# shm (tools/commands.h, kShmRunThreads) on a host with at least that many cores, pinned (thread
+# t of each process on the t-th CPU) where they are as many as the CPUs, as `run`'s
+# --pin-threads auto does.
 SHM_THREADS = 2 if (os.cpu_count() or 1) >= 2 else 1
-SHM_ARGS = ["--threads", str(SHM_THREADS)]
+SHM_UNPINNED_ARGS = ["--threads", str(SHM_THREADS)]
+SHM_ARGS = SHM_UNPINNED_ARGS + (
+    ["--pin-threads"] if SHM_THREADS == len(os.sched_getaffinity(0)) else [])
 # The flags a switchml system adds (beyond --transport): (for every worker, for the switch).
 SYSTEM_FLAGS = {"switchml-mcast": (MCAST_ARGS, []), "switchml-unicast": (UNICAST_ARGS, []),
-                "switchml-shm": (SHM_ARGS, SHM_ARGS)}
+                "switchml-shm": (SHM_ARGS, SHM_ARGS),
+                "switchml-shm-unpinned": (SHM_UNPINNED_ARGS, SHM_UNPINNED_ARGS)}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = float(1 << 30)
 # --audit-kernel: perf's system-wide sampling rate (per CPU) and the softirq handlers whose
@@ -449,7 +458,7 @@ class Bench:
             r = self.run_switchml(tag, n, elements, "udp", *SYSTEM_FLAGS[system])
         elif system == "switchml-xdp":
             r = self.run_switchml(tag, n, elements, transport="xdp")
-        elif system == "switchml-shm":
+        elif system in ("switchml-shm", "switchml-shm-unpinned"):
             r = self.run_switchml(tag, n, elements, "shm", *SYSTEM_FLAGS[system])
         elif system == "gloo-ring":
             r = self.run_gloo(tag, n, elements, "ring")
@@ -591,7 +600,8 @@ class Bench:
                 for n in a.workers:
                     for nbytes in a.sizes:
                         for system in [s for _ in range(a.rounds) for s in a.systems]:
-                            if system in ("mpi-shm", "switchml-shm") and self.rack is not None:
+                            if system in ("mpi-shm", "switchml-shm", "switchml-shm-unpinned") \
+                                    and self.rack is not None:
                                 continue  # shared memory would not cross the rack's cables
                             if system == "switchml-xdp" and self.rack is None:
                                 continue  # AF_XDP needs an interface per process: rack only
@@ -773,8 +783,8 @@ def main():
     p.add_argument("--workers", default="2,4", help="comma-separated worker counts")
     p.add_argument("--sizes", default="1M,4M,16M,64M,256M",
                    help="comma-separated tensor sizes in bytes (K, M, G = 2^10, 2^20, 2^30)")
-    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of "
-                   + ", ".join(SYSTEMS))
+    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
+                   help="comma-separated subset of " + ", ".join(SYSTEMS))
     p.add_argument("--dtype", default="float32", choices=["float32", "int32"])
     p.add_argument("--rounds", type=int, default=1,
                    help="measure every system this many times per worker count and size, "

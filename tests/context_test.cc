@@ -5,9 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "base/affinity.h"
 #include "runtime/switch_daemon.h"
 #include "testing/forge.h"
 #include "testing/pattern.h"
@@ -296,6 +301,54 @@ TEST_F(ContextTest, ReceiveCoalescingAtTheSwitchKeepsResultsExact) {
   EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
   o.busy_poll = false;
   EXPECT_TRUE(o.Validate().ok());
+}
+
+// The threads of this process whose CPU list (/proc/self/task/*/status, Cpus_allowed_list) is
+// `cpu` alone.
+int ThreadsPinnedTo(int cpu) {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("Cpus_allowed_list:", 0) != 0) continue;
+      std::istringstream fields(line.substr(line.find(':') + 1));
+      std::string list;
+      fields >> list;
+      if (list == std::to_string(cpu)) ++n;
+    }
+  }
+  return n;
+}
+
+// Given a switch with two pinned data-plane threads and two workers with two pinned threads
+// each (Config::pin_threads), Expect exact sums, and thread t of each (three threads) pinned to
+// the t-th CPU of this process's, where it may use two or more (with one, all run there anyway).
+TEST_F(ContextTest, PinnedThreadsRunOnTheirCpus) {
+  Result<std::vector<int>> cpus = AllowedCpus();
+  ASSERT_TRUE(cpus.ok()) << cpus.status().ToString();
+  runtime::SwitchDaemonOptions o;
+  o.bind_address = "127.0.0.1";
+  o.data_port = 0;
+  o.control_port = 0;
+  o.threads = 2;
+  o.pin_threads = true;
+  auto pinned = runtime::SwitchDaemon::Start(o);
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  Config c0 = MakeConfig(0, 2, 13), c1 = MakeConfig(1, 2, 13);
+  for (Config* c : {&c0, &c1}) {
+    c->control_port = (*pinned)->control_port();
+    c->num_worker_threads = 2;
+    c->pin_threads = true;
+  }
+  auto ctx = CreateAll({c0, c1});
+  ASSERT_TRUE(ctx[0] && ctx[1]);
+  testing::Pattern p{7, 0, 2, 256, DataType::kInt32};
+  AllReduceInPlaceOnBoth(ctx, p, 200003);
+  if (cpus->size() >= 2) {
+    EXPECT_EQ(ThreadsPinnedTo((*cpus)[0]), 3);
+    EXPECT_EQ(ThreadsPinnedTo((*cpus)[1]), 3);
+  }
 }
 
 // Given several all-reduces queued back to back, Expect them carried out in order and

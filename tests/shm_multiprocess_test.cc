@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/affinity.h"
 #include "process.h"
 
 namespace switchml {
@@ -141,9 +142,10 @@ TEST_F(ShmMultiProcessTest, RunCommandWithLoss) {
 
 // Given `switchml run` without --transport, Expect it to choose shm (every process is on this
 // host) and say so, with shm's automatic threads and window (2 worker and 2 switch threads on a
-// host with 2 or more cores, window 1024); and given a shm directory that cannot be made, Expect
-// it to say why and run the job over UDP instead, with one thread each and the rule's window
-// (256), verified either way.
+// host with 2 or more cores, window 1024), the threads pinned (--pin-threads auto) where they
+// are as many as the CPUs this process may use; and given a shm directory that cannot be made,
+// Expect it to say why and run the job over UDP instead, with one thread each and the rule's
+// window (256), not pinned, verified either way.
 TEST_F(ShmMultiProcessTest, RunCommandChoosesShmByDefaultAndFallsBackToUdp) {
   const std::vector<std::string> job = {
       testing::SwitchmlBinary(), "run", "--workers", "2", "--size", "100003", "--iterations", "2"};
@@ -159,6 +161,12 @@ TEST_F(ShmMultiProcessTest, RunCommandChoosesShmByDefaultAndFallsBackToUdp) {
       << p.output();
   EXPECT_NE(p.output().find("window 1024,"), std::string::npos) << p.output();
   EXPECT_NE(p.output().find(two_cores ? "by 2 threads" : "by 1 thread "), std::string::npos)
+      << p.output();
+  Result<std::vector<int>> cpus = AllowedCpus();
+  ASSERT_TRUE(cpus.ok());
+  const bool pinned = two_cores && cpus->size() == 2;
+  EXPECT_EQ(p.output().find("threads (thread t of each process on CPU t),") != std::string::npos,
+            pinned)
       << p.output();
   EXPECT_TRUE(Files().empty());
 
@@ -179,6 +187,7 @@ TEST_F(ShmMultiProcessTest, RunCommandChoosesShmByDefaultAndFallsBackToUdp) {
   EXPECT_NE(q.output().find("2 workers x 1 threads"), std::string::npos) << q.output();
   EXPECT_NE(q.output().find("window 256,"), std::string::npos) << q.output();
   EXPECT_NE(q.output().find("by 1 thread "), std::string::npos) << q.output();
+  EXPECT_EQ(q.output().find("on CPU t"), std::string::npos) << q.output();
   ::unlink(not_a_dir.c_str());
 }
 

@@ -30,6 +30,7 @@ expect "--multicast on cannot go with --no-loopback-multicast" \
 expect "--multicast local cannot go with --no-loopback-multicast" \
   worker --multicast local --no-loopback-multicast
 expect "--multicast must be auto, local, on or off, not 'lan'" worker --multicast lan
+expect "--pin-threads must be on, off or auto, not 'yes'" run --pin-threads yes
 # Narrowed to 32 bits: -1 jobs were 4294967295, 4294967297 slots were 1.
 expect "--max-jobs must be in 1..1000000, not -1" "${sw[@]}" --max-jobs -1
 expect "--slots must be in 1..16384, not 4294967297" "${sw[@]}" --slots 4294967297

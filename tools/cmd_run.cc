@@ -155,14 +155,23 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
     ResolveAutomaticJobOptions(&j);
     return j.threads;
   };
+  // The switch's threads are pinned where the workers' are (--pin-threads).
+  auto pin_threads = [&](const std::string& transport) {
+    JobOptions j = job;
+    j.transport = transport;
+    ResolveAutomaticJobOptions(&j);
+    return j.pin_threads;
+  };
   std::string why = automatic ? " (auto)" : "";
   o.transport = automatic ? "shm" : job.transport;
   o.threads = switch_threads(o.transport);
+  o.pin_threads = pin_threads(o.transport);
   auto daemon = runtime::SwitchDaemon::Start(o);
   if (!daemon.ok() && automatic) {
     why = " (auto: shm cannot be used here: " + daemon.status().message() + ")";
     o.transport = transport::kDefaultTransportKind;
     o.threads = switch_threads(o.transport);
+    o.pin_threads = pin_threads(o.transport);
     daemon = runtime::SwitchDaemon::Start(o);
   }
   if (!daemon.ok()) {
@@ -178,10 +187,11 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       o.loss > 0 ? (", dropping " + std::to_string(o.loss * 100) + "% of packets each way").c_str()
                  : "");
   std::printf(
-      "switchml run: %u workers x %u threads, %llu %s elements, %u iterations after %u "
+      "switchml run: %u workers x %u threads%s, %llu %s elements, %u iterations after %u "
       "warm-up, window %u, %u elements per packet\n",
-      job.workers, job.threads, static_cast<unsigned long long>(job.size), DataTypeName(job.dtype),
-      job.iterations, job.warmup, job.window, job.packet_numel);
+      job.workers, job.threads, job.pin_threads ? " (thread t of each process on CPU t)" : "",
+      static_cast<unsigned long long>(job.size), DataTypeName(job.dtype), job.iterations,
+      job.warmup, job.window, job.packet_numel);
   std::fflush(stdout);
 
   struct sigaction sa {};
@@ -369,8 +379,9 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
     f << "{\"workers\": " << job.workers << ", \"size\": " << job.size << ", \"dtype\": \""
       << DataTypeName(job.dtype) << "\", \"loss\": " << o.loss
       << ", \"iterations\": " << job.iterations << ", \"threads\": " << job.threads
-      << ", \"window\": " << job.window << ", \"packet_numel\": " << job.packet_numel
-      << ", \"median_s\": " << med << ", \"min_s\": " << *fastest << ", \"max_s\": " << *slowest
+      << ", \"pinned\": " << (job.pin_threads ? "true" : "false") << ", \"window\": " << job.window
+      << ", \"packet_numel\": " << job.packet_numel << ", \"median_s\": " << med
+      << ", \"min_s\": " << *fastest << ", \"max_s\": " << *slowest
       << ", \"elements_per_s\": " << eps << ", \"algbw_gbps\": " << algbw
       << ", \"switch_rx_pps\": " << pps << ", \"retransmitted\": " << retransmitted
       << ", \"srtt_us\": " << srtt_us << ", \"rto_us\": " << rto_us

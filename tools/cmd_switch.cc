@@ -34,6 +34,11 @@ int SwitchCommand(const std::vector<std::string>& args) {
                "use a multiple of this many --threads)");
   flags.AddString("transport", transport::kDefaultTransportKind, TransportHelp());
   flags.AddBool("busy-poll", "poll the data port without sleeping (lower latency, a busy core)");
+  flags.AddBool("pin-threads",
+                "pin data-plane thread t to the t-th CPU this process may run on (round robin): "
+                "with workers on this host run with --pin-threads, each thread shares a core's "
+                "caches with the worker threads it serves (docs/architecture.md, \"Pinned "
+                "threads\")");
   flags.AddInt("nap-us", 0,
                "receive coalescing: after emptying a data port, sleep this many microseconds "
                "before the next receive (0 = off; up to 10000): less CPU for up to this much "
@@ -117,6 +122,7 @@ int SwitchCommand(const std::vector<std::string>& args) {
   }
   o.threads = static_cast<uint32_t>(threads);
   o.busy_poll = flags.GetBool("busy-poll");
+  o.pin_threads = flags.GetBool("pin-threads");
   const int64_t nap = flags.GetInt("nap-us");
   if (nap < 0 || nap > runtime::SwitchDaemonOptions::kMaxNap.count()) {
     std::cerr << "switchml switch: --nap-us must be in 0.."

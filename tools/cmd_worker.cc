@@ -152,6 +152,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.udp_port = static_cast<uint16_t>(udp_port);
   config.transport = job.transport;
   config.busy_poll = job.busy_poll;
+  config.pin_threads = job.pin_threads;
   config.wake_batch = job.wake_batch;
   config.loopback_multicast = job.loopback_multicast;
   config.lan_multicast = job.lan_multicast;

@@ -57,6 +57,10 @@ struct JobOptions {
   std::string transport = "udp";  // data-plane transport of the workers (and of `run`'s switch);
                                   // kAutoTransport only from `run`'s flags, resolved by `run`
   bool busy_poll = false;
+  // Config::pin_threads (and `run`'s switch's); `run` only: --pin-threads auto, resolved by
+  // ResolveAutomaticJobOptions (on over shm where --threads equals the CPUs this process may use).
+  bool pin_threads = false;
+  bool pin_threads_automatic = false;
   double wake_batch = 0;                // Config::wake_batch
   bool tensor_check = true;             // Config::check_tensors
   bool auth_data = false;               // Config::authenticate_data
@@ -85,8 +89,9 @@ Status ReadJobFlags(const Flags& flags, JobOptions* out);
 // that many cores (else 1; over the other transports 1): the switch's data-plane work then
 // spreads over the cores too (`run`'s switch gets as many threads; docs/benchmarks.md).
 inline constexpr uint32_t kShmRunThreads = 2;
-// Resolves --threads 0 (`run`: kShmRunThreads over shm where the host has the cores, else 1)
-// and --window 0 (Config::OutstandingPackets() for o->transport and o->threads) in *o.
+// Resolves --threads 0 (`run`: kShmRunThreads over shm where the host has the cores, else 1),
+// --pin-threads auto (on over shm where the threads equal the CPUs this process may use) and
+// --window 0 (Config::OutstandingPackets() for o->transport and o->threads) in *o.
 void ResolveAutomaticJobOptions(JobOptions* o);
 // Copies the window (max_outstanding_packets, link_gbps, base_rtt) and the retransmission
 // timeout's options (timeout, min_timeout, max_timeout) into *config.

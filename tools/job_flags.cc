@@ -5,6 +5,7 @@
 #include <iostream>
 #include <thread>
 
+#include "base/affinity.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "commands.h"
@@ -82,6 +83,17 @@ void AddJobFlags(Flags* f, bool auto_transport) {
     f->AddString("transport", transport::kDefaultTransportKind, TransportHelp());
   }
   f->AddBool("busy-poll", "poll for packets without sleeping (lower latency, busy cores)");
+  const std::string pin_help =
+      "pin worker thread t to the t-th CPU this process may run on (round robin), as the "
+      "switch's --pin-threads does with its thread t: the threads that exchange every datagram "
+      "then share one core's caches (docs/architecture.md, \"Pinned threads\")";
+  if (auto_transport) {
+    f->AddString("pin-threads", "auto",
+                 "on, off or auto: " + pin_help +
+                     "; auto = on over shm where the threads per process equal this host's CPUs");
+  } else {
+    f->AddBool("pin-threads", pin_help + "; for workers on the switch's host");
+  }
   f->AddDouble("wake-batch", 0,
                "after handling results, sleep until about this fraction of the packets in flight "
                "should be back at the measured rate, so that one wake-up handles several of the "
@@ -137,6 +149,10 @@ void ResolveAutomaticJobOptions(JobOptions* o) {
                      ? kShmRunThreads
                      : 1;
     if (!o->window_automatic) o->threads = std::min(o->threads, o->window);  // a slot each
+  }
+  if (o->pin_threads_automatic) {
+    Result<std::vector<int>> cpus = AllowedCpus();
+    o->pin_threads = o->transport == "shm" && cpus.ok() && cpus->size() == o->threads;
   }
   if (o->window_automatic) {
     Config c;
@@ -224,6 +240,16 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   RETURN_IF_ERROR(ReadSeed(f, &o->seed));
   o->verify = !f.GetBool("no-verify");
   o->busy_poll = f.GetBool("busy-poll");
+  if (auto_transport) {
+    const std::string pin = f.GetString("pin-threads");
+    if (pin != "auto" && pin != "on" && pin != "off") {
+      return InvalidArgumentError("--pin-threads must be on, off or auto, not '" + pin + "'");
+    }
+    o->pin_threads_automatic = pin == "auto";
+    o->pin_threads = pin == "on";
+  } else {
+    o->pin_threads = f.GetBool("pin-threads");
+  }
   o->wake_batch = f.GetDouble("wake-batch");
   if (!(o->wake_batch >= 0 && o->wake_batch <= 1)) {
     return InvalidArgumentError("--wake-batch must be in [0, 1]");
@@ -286,6 +312,7 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
   a.push_back("--transport");
   a.push_back(o.transport);
   if (o.busy_poll) a.push_back("--busy-poll");
+  if (o.pin_threads) a.push_back("--pin-threads");
   if (o.wake_batch > 0) {
     a.push_back("--wake-batch");
     a.push_back(std::to_string(o.wake_batch));

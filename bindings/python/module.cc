@@ -415,6 +415,10 @@ PYBIND11_MODULE(_core, m) {
       "to a switch on this host, in $SWITCHML_SHM_DIR or /dev/shm/switchml-<uid>)");
   config.def_readwrite("busy_poll", &Config::busy_poll, "poll without sleeping");
   config.def_readwrite(
+      "pin_threads", &Config::pin_threads,
+      "pin worker thread t to the t-th CPU this process may use (docs/architecture.md, \"Pinned "
+      "threads\"): for workers on the switch's host whose switch runs with --pin-threads");
+  config.def_readwrite(
       "wake_batch", &Config::wake_batch,
       "wake-up batching in [0, 1] (docs/architecture.md 4.6; 0: off): after handling results a "
       "worker thread sleeps until about this fraction of its packets in flight should be back");

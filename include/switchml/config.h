@@ -61,6 +61,13 @@ struct Config {
   std::string transport = "udp";
   // Wait for results by polling without sleeping: lower latency, a core kept busy per thread.
   bool busy_poll = false;
+  // Pin worker thread t to the t-th CPU this process may run on, round robin (ours; off by
+  // default). For workers that share a host with the switch (shm, `switchml run`): with the
+  // switch's threads pinned the same way (switchml switch --pin-threads), worker thread t and
+  // switch thread t, which exchange every datagram, share one core's caches instead of moving
+  // each datagram between two cores (docs/architecture.md, "Pinned threads"). Leave it off
+  // where the process's other work needs those CPUs.
+  bool pin_threads = false;
   // Wake-up batching (ours; nothing on the wire changes), off when 0: after a worker thread has
   // handled the results that woke it and sent what they freed, it sleeps until about this
   // fraction of the packets it has in flight should have come back at the arrival rate it

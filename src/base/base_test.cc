@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "base/affinity.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "switchml/status.h"
@@ -69,6 +72,37 @@ TEST(EndpointTest, ParsesAndPrintsDottedQuads) {
   for (const char* bad : {"", "1.2.3", "1.2.3.4.5", "256.1.1.1", "a.b.c.d", "1..2.3", "1.2.3.4 "}) {
     EXPECT_FALSE(ParseIpv4(bad, &ip)) << bad;
   }
+}
+
+// Given: this process's allowed CPUs. Expect: a thread pinned to the last of them runs there and
+// may run nowhere else; thread t's CPU is the t-th, round robin; a CPU that does not exist is
+// refused with an error naming it, and the thread keeps its CPUs.
+TEST(AffinityTest, PinsAThreadToOneAllowedCpu) {
+  Result<std::vector<int>> cpus = AllowedCpus();
+  ASSERT_TRUE(cpus.ok()) << cpus.status().ToString();
+  ASSERT_FALSE(cpus->empty());
+  EXPECT_EQ(CpuOfThread(*cpus, 0), cpus->front());
+  EXPECT_EQ(CpuOfThread(*cpus, static_cast<uint32_t>(cpus->size())), cpus->front());
+  EXPECT_EQ(CpuOfThread(*cpus, static_cast<uint32_t>(cpus->size()) - 1), cpus->back());
+  std::thread t([&] {
+    ASSERT_TRUE(PinCurrentThread(cpus->back()).ok());
+    Result<std::vector<int>> now = AllowedCpus();
+    ASSERT_TRUE(now.ok());
+    EXPECT_EQ(*now, std::vector<int>{cpus->back()});
+    EXPECT_EQ(sched_getcpu(), cpus->back());
+  });
+  t.join();
+  std::thread u([&] {
+    const Status st = PinCurrentThread(CPU_SETSIZE - 1);
+    if (cpus->back() != CPU_SETSIZE - 1) {
+      EXPECT_FALSE(st.ok());
+      EXPECT_NE(st.message().find("CPU " + std::to_string(CPU_SETSIZE - 1)), std::string::npos)
+          << st.ToString();
+      EXPECT_EQ(*AllowedCpus(), *cpus);
+    }
+    EXPECT_FALSE(PinCurrentThread(-1).ok());
+  });
+  u.join();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/affinity.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "control/control_client.h"
@@ -415,6 +416,10 @@ Status Context::Impl::Setup() {
   }
 
   const uint32_t window = args.max_outstanding_packets / config.num_worker_threads;
+  std::vector<int> cpus;  // Config::pin_threads: thread t runs on CpuOfThread(cpus, t)
+  if (config.pin_threads) {
+    ASSIGN_OR_RETURN(cpus, AllowedCpus());
+  }
   for (uint32_t t = 0; t < config.num_worker_threads; ++t) {
     worker::SessionConfig sc;
     sc.num_workers = config.num_workers;
@@ -435,6 +440,7 @@ Status Context::Impl::Setup() {
     runtime::WaitPolicy wait;
     wait.busy_poll = config.busy_poll;
     wait.wake_batch = config.wake_batch;
+    if (!cpus.empty()) wait.cpu = CpuOfThread(cpus, t);
     std::string expected_group;  // checked for LAN groups only (a loopback one cannot fail)
     if (args.multicast_group.ipv4 != 0 && !group_interface.loopback) {
       expected_group =

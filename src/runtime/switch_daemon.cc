@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/affinity.h"
 #include "base/endpoint.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
@@ -224,6 +225,10 @@ SwitchDaemon::SwitchDaemon(const SwitchDaemonOptions& options)
 Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOptions& given) {
   RETURN_IF_ERROR(given.Validate());
   SwitchDaemonOptions options = given;
+  std::vector<int> cpus;  // pin_threads: shard t runs on CpuOfThread(cpus, t)
+  if (options.pin_threads) {
+    ASSIGN_OR_RETURN(cpus, AllowedCpus());
+  }
   transport::TransportOptions topts;
   topts.kind = options.transport;
   ParseIpv4(options.bind_address, &topts.bind_ipv4);
@@ -309,7 +314,16 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   if (!c.ok()) return c.status();
   d->control_ = std::move(c).value();
   if (d->uplink_) d->uplink_->set_registry(&d->control_->registry());
-  for (auto& s : d->shards_) s->thread = std::thread([p = d.get(), s = s.get()] { p->Run(*s); });
+  for (uint32_t t = 0; t < d->shards_.size(); ++t) {
+    const int cpu = cpus.empty() ? -1 : CpuOfThread(cpus, t);
+    d->shards_[t]->thread = std::thread([p = d.get(), s = d->shards_[t].get(), cpu] {
+      if (cpu >= 0) {
+        const Status pinned = PinCurrentThread(cpu);
+        if (!pinned.ok()) LOG(kWarning, kDataplane) << pinned.message() << "; it runs unpinned";
+      }
+      p->Run(*s);
+    });
+  }
   return d;
 }
 

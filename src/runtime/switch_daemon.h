@@ -45,6 +45,10 @@ struct SwitchDaemonOptions {
   std::string transport = "udp";
   // Poll the data-plane sockets without sleeping (lower latency, one core kept busy per shard).
   bool busy_poll = false;
+  // Pin shard t's thread to the t-th CPU this process may run on, round robin: with workers on
+  // this host pinned the same way (Config::pin_threads), each shard shares a core with the
+  // worker threads it serves (docs/architecture.md, "Pinned threads").
+  bool pin_threads = false;
   // Receive coalescing, the software switch's interrupt moderation (docs/architecture.md 2):
   // after a receive that emptied the data port, sleep this long before the next one (0: off,
   // the default; at most kMaxNap). Each wake-up then finds more datagrams, so the shard and the

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/affinity.h"
 #include "base/check.h"
 #include "base/logging.h"
 #include "proto/wire.h"
@@ -153,6 +154,10 @@ void WorkerThread::NapForBatch() {
 }
 
 void WorkerThread::Run() {
+  if (wait_.cpu >= 0) {
+    const Status pinned = PinCurrentThread(wait_.cpu);
+    if (!pinned.ok()) LOG(kWarning, kWorker) << pinned.message() << "; it runs unpinned";
+  }
   std::array<transport::RxDatagram, 1> idle_rx;
   while (!stop_.load()) {
     Pending p;

@@ -36,7 +36,7 @@ class FailureLatch {
   Status failure_;
 };
 
-// How a worker thread waits for results.
+// How a worker thread waits for results, and where it runs.
 struct WaitPolicy {
   // Poll the transport without sleeping (lower latency at the price of a core kept busy while a
   // slice runs).
@@ -44,6 +44,8 @@ struct WaitPolicy {
   // Config::wake_batch: after handling results, sleep until about this fraction of the packets
   // in flight should have come back at the measured arrival rate (0: wake for every arrival).
   double wake_batch = 0;
+  // Config::pin_threads: the CPU the thread runs on (-1: wherever the scheduler puts it).
+  int cpu = -1;
 };
 
 class WorkerThread {

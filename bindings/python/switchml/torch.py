@@ -84,6 +84,7 @@ class Options:
     retransmit_timeout: Optional[float] = None  # seconds; Config::timeout
     min_retransmit_timeout: Optional[float] = None  # seconds; Config::min_timeout
     max_retransmit_timeout: Optional[float] = None  # seconds; Config::max_timeout
+    pin_threads: Optional[bool] = None  # Config::pin_threads
 
 
 _KIND_NAMES = {int: "an int", float: "a number (int or float)", str: "a str", bool: "a bool"}
@@ -192,6 +193,7 @@ def _resolve(options, group_timeout):
         transport=pick("transport", "SWITCHML_TRANSPORT", None, str,
                        lambda x: x in switchml.TRANSPORTS, f"use one of {kinds}"),
         busy_poll=pick("busy_poll", "SWITCHML_BUSY_POLL", None, bool),
+        pin_threads=pick("pin_threads", "SWITCHML_PIN_THREADS", None, bool),
         wake_batch=pick("wake_batch", "SWITCHML_WAKE_BATCH", None, float,
                         lambda x: 0 <= x <= 1,
                         "use a fraction in [0, 1] of the packets in flight (0: off)"),

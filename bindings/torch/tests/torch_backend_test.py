@@ -454,7 +454,7 @@ class TorchBackendTest(unittest.TestCase):
                    ("SWITCHML_WAKE_BATCH", "2"), ("SWITCHML_MULTICAST", "lan"),
                    ("SWITCHML_CHECK_TENSORS", "no"), ("SWITCHML_BASE_RTT", "-1"),
                    ("SWITCHML_BUSY_POLL", "no"), ("SWITCHML_BUSY_POLL", "false"),
-                   ("SWITCHML_BUSY_POLL", "2"))
+                   ("SWITCHML_BUSY_POLL", "2"), ("SWITCHML_PIN_THREADS", "yes"))
         # Checked by Config.validate(), so a ValueError from init_process_group too, not a
         # RuntimeError from the setup.
         with self.assertRaisesRegex(ValueError, "switchml: bind_address '10.0.0' is not an "
@@ -465,12 +465,13 @@ class TorchBackendTest(unittest.TestCase):
                 resolve(**{name: value})
         # The 0|1 variables read exactly 0 or 1 (busy polling once took "no" for on).
         for name, field in (("SWITCHML_BUSY_POLL", "busy_poll"),
+                            ("SWITCHML_PIN_THREADS", "pin_threads"),
                             ("SWITCHML_CHECK_TENSORS", "check_tensors"),
                             ("SWITCHML_AUTH_DATA", "authenticate_data")):
             for raw, value in (("0", False), ("1", True)):
                 self.assertIs(resolve(**{name: raw})[field], value, (name, raw))
         for field in ("wake_batch", "multicast", "check_tensors", "transport", "timeout",
-                      "busy_poll"):
+                      "busy_poll", "pin_threads"):
             self.assertIsNone(resolve()[field], field)
         self.assertIsNone(resolve()["authenticate_data"])
         self.assertIsNone(resolve()["early_retransmit_after"])
@@ -488,6 +489,7 @@ class TorchBackendTest(unittest.TestCase):
             (dict(busy_poll="no"), "busy_poll='no' is of type str, not a bool: use True or "
                                    "False"),
             (dict(authenticate_data=1), "authenticate_data=1 is of type int, not a bool"),
+            (dict(pin_threads="on"), "pin_threads='on' is of type str, not a bool"),
             (dict(peer_timeout="5"), "peer_timeout='5' is of type str, not a number"),
             (dict(peer_timeout=datetime.timedelta(seconds=5)),
              "peer_timeout=datetime.timedelta.* is of type timedelta, not a number"),
