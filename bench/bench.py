@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 SYSTEMS = ["switchml", "switchml-mcast", "switchml-unicast", "switchml-xdp", "switchml-shm",
@@ -159,6 +160,15 @@ class Proc:
         """CPU of its life after mark_start_cpu (all of it without a mark)."""
         return max(0.0, self.cpu_s - self.cpu_before_s)
 
+    def cpu_clock_s(self):
+        """Its CPU so far (user + system, every thread, exited ones too) from the process's CPU
+        clock (clock_getcpuclockid's id: ~pid << 3 | CPUCLOCK_SCHED), to the nanosecond; None
+        once it is gone."""
+        try:
+            return time.clock_gettime((~self.pid << 3) | 2)
+        except OSError:
+            return None
+
     def poll(self):
         if self.returncode is None:
             pid, status, ru = os.wait4(self.pid, os.WNOHANG)
@@ -182,6 +192,47 @@ class Proc:
     def errors(self, lines=8):
         with open(self.err_path, errors="replace") as f:
             return "".join(f.readlines()[-lines:])
+
+
+class TimedCpuWatch(threading.Thread):
+    """The CPU a process (the switch) uses while the workers' timed all-reduces run: read from
+    its CPU clock when rank 0's progress line of its last warm-up all-reduce appears and again
+    when that of its last timed one does. Both lines come after the all-reduce's result was
+    verified, and before the next all-reduce the worker fills its tensor, so the switch is idle
+    at both marks and the 5 ms polling moves neither into an all-reduce. Between them lie the
+    timed all-reduces and the barriers and tensor checks between them; the job's setup, the
+    warm-up (which first touches the switch's memory) and the shutdown do not."""
+
+    def __init__(self, proc, rank0_err, warmup, iterations):
+        super().__init__(daemon=True)
+        self.proc, self.path = proc, rank0_err
+        self.marks = [f"warm-up {warmup}/{warmup}:", f"iteration {iterations}/{iterations}:"]
+        self.cpu = []
+        self.done = threading.Event()
+
+    def run(self):
+        seen = 0
+        while not self.done.wait(0.005) and len(self.cpu) < 2:
+            try:
+                size = os.path.getsize(self.path)
+            except OSError:
+                continue
+            if size == seen:
+                continue
+            seen = size
+            with open(self.path, errors="replace") as f:
+                text = f.read()
+            while len(self.cpu) < 2 and self.marks[len(self.cpu)] in text:
+                cpu = self.proc.cpu_clock_s()
+                if cpu is None:
+                    return
+                self.cpu.append(cpu)
+
+    def timed_cpu_s(self):
+        """The CPU between the marks, or None where either was not seen."""
+        self.done.set()
+        self.join()
+        return self.cpu[1] - self.cpu[0] if len(self.cpu) == 2 else None
 
 
 class Runner:
@@ -341,13 +392,19 @@ class Bench:
                 workers.append(self.runner.start(argv, f"{self.logs}/{tag}-r{r}.out",
                                                  f"{self.logs}/{tag}-r{r}.err"))
             # Not sampled while they run (the baselines run unobserved too): each rank reports
-            # its own CPU in the timed all-reduces (docs/benchmarks.md, CPU s/GiB).
+            # its own CPU in the timed all-reduces (docs/benchmarks.md, CPU s/GiB); the switch's
+            # is read twice, at the marks of rank 0's output (TimedCpuWatch).
+            watch = None
+            if a.warmup > 0:
+                watch = TimedCpuWatch(switch, workers[0].err_path, a.warmup, a.iterations)
+                watch.start()
             error = self.runner.wait(workers, a.run_timeout)
+            switch_timed = watch.timed_cpu_s() if watch else None
         finally:
             self.runner.stop(switch)
         if error:
             return {"error": error}
-        out = self.collect(workers, "SWITCHML_RESULT", n, [switch])
+        out = self.collect(workers, "SWITCHML_RESULT", n, [switch], switch_timed)
         if "cpu_timed_s" not in out:
             # A worker that does not report its CPU (an older build): the timed iterations'
             # share of every process's life, set-up, filling and verifying included.
@@ -411,9 +468,11 @@ class Bench:
         error = self.runner.wait([p], a.run_timeout)
         return {"error": error} if error else self.collect([p], "BENCH_RESULT", n)
 
-    def collect(self, procs, prefix, n, others=()):
+    def collect(self, procs, prefix, n, others=(), others_timed_cpu_s=None):
         """Per iteration the slowest rank's time; CPU of the timed all-reduces where every rank
-        reports it, and of every process's whole life (wait4) in any case."""
+        reports it, and of every process's whole life (wait4) in any case. others_timed_cpu_s:
+        the other processes' (the switch's) CPU in the timed all-reduces where it was read
+        (TimedCpuWatch); without it, their life's share."""
         results = result_lines(procs, prefix)
         ok = [r for r in results if r.get("status") == "ok" and r.get("verified") == "1"]
         if len(ok) != n:
@@ -430,11 +489,21 @@ class Bench:
             # The ranks' hosts alone, without a switch process (which in the real design is the
             # rack's switch hardware): a second figure, never a replacement for the first.
             out["cpu_hosts_timed_s"] = out["cpu_timed_s"]
-            # A process without its own report (the switch) counts with its life's share of the
+            # A process without its own report (the switch) counts with its CPU between the
+            # marks of rank 0's output (TimedCpuWatch), or else with its life's share of the
             # timed iterations, from when it was ready (Proc.mark_start_cpu).
             share = self.args.iterations / (self.args.iterations + self.args.warmup)
-            out["cpu_timed_s"] += share * sum(p.measured_cpu_s() for p in others)
-            out["cpu_method"] = "reported by each rank"
+            life_share = share * sum(p.measured_cpu_s() for p in others)
+            if others:
+                out["switch_cpu_life_share_s"] = round(life_share, 4)
+            if others_timed_cpu_s is not None:
+                out["cpu_timed_s"] += others_timed_cpu_s
+                out["switch_cpu_timed_s"] = round(others_timed_cpu_s, 4)
+                out["cpu_method"] = ("reported by each rank; the switch's between rank 0's last "
+                                     "warm-up and its last timed all-reduce")
+            else:
+                out["cpu_timed_s"] += life_share
+                out["cpu_method"] = "reported by each rank"
         return out
 
     # --- One measurement -------------------------------------------------------------------------
@@ -498,6 +567,11 @@ class Bench:
             row["cpu_s_per_gib"] = r["cpu_timed_s"] / (nbytes * a.iterations / GIB)
             row["cpu_method"] = r["cpu_method"]
             row["cpu_hosts_s_per_gib"] = r["cpu_hosts_timed_s"] / (nbytes * a.iterations / GIB)
+            if "switch_cpu_timed_s" in r:
+                # The same with the switch counted as before TimedCpuWatch: its life's share.
+                row["cpu_s_per_gib_switch_life_share"] = (
+                    (r["cpu_hosts_timed_s"] + r["switch_cpu_life_share_s"])
+                    / (nbytes * a.iterations / GIB))
         if uncharged_ms is not None:
             row["uncharged_net_ms_per_allreduce"] = uncharged_ms
         if "retransmitted" in r:

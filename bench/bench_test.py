@@ -56,6 +56,67 @@ class CollectTest(unittest.TestCase):
         self.assertAlmostEqual(out["cpu_timed_s"], 3.0 + 1.5)
         self.assertAlmostEqual(out["cpu_lifetime_s"], 2.5)
 
+    def test_the_switch_cpu_read_in_the_timed_window_replaces_its_life_share(self):
+        b = fake_bench(iterations=2, warmup=2)
+        workers = [FakeProc(f"SWITCHML_RESULT rank={r} status=ok verified=1 times=0.5,0.7 "
+                            f"cpu=0.25,0.5\n") for r in range(2)]
+        switch = FakeProc("", cpu_s=4.0)
+        out = b.collect(workers, "SWITCHML_RESULT", 2, [switch], others_timed_cpu_s=0.75)
+        self.assertAlmostEqual(out["cpu_timed_s"], 1.5 + 0.75)
+        self.assertAlmostEqual(out["cpu_hosts_timed_s"], 1.5)
+        self.assertAlmostEqual(out["switch_cpu_timed_s"], 0.75)
+        self.assertAlmostEqual(out["switch_cpu_life_share_s"], 2.0)  # still reported
+        self.assertIn("between rank 0's last warm-up and its last timed", out["cpu_method"])
+
+    def test_timed_cpu_watch_reads_the_cpu_at_the_two_marks(self):
+        class Clock:
+            def __init__(self):
+                self.now = 0.0
+
+            def cpu_clock_s(self):
+                return self.now
+
+        with tempfile.TemporaryDirectory() as d:
+            err = os.path.join(d, "r0.err")
+            clock = Clock()
+            with open(err, "w") as f:
+                f.write("joined\n")
+            watch = bench.TimedCpuWatch(clock, err, 1, 3)
+            watch.start()
+            steps = [(1.0, "warm-up 1/1: 0.2 s\n"), (1.5, "iteration 1/3: 0.1 s\n"),
+                     (1.7, "iteration 2/3: 0.1 s\n"), (2.25, "iteration 3/3: 0.1 s\n"),
+                     (9.0, "median 0.1 s\n")]
+            for cpu, line in steps:
+                clock.now = cpu
+                with open(err, "a") as f:
+                    f.write(line)
+                deadline = bench.time.monotonic() + 5
+                # Each line is taken before the clock moves on (as the switch idles at a mark).
+                while bench.time.monotonic() < deadline and (
+                        ("warm-up" in line and len(watch.cpu) < 1) or
+                        ("3/3" in line and len(watch.cpu) < 2)):
+                    bench.time.sleep(0.002)
+            self.assertAlmostEqual(watch.timed_cpu_s(), 2.25 - 1.0)
+            # A run that never printed its last iteration: no figure, the caller falls back.
+            with open(err, "w") as f:
+                f.write("warm-up 1/1: 0.2 s\n")
+            unfinished = bench.TimedCpuWatch(clock, err, 1, 3)
+            unfinished.start()
+            bench.time.sleep(0.05)
+            self.assertIsNone(unfinished.timed_cpu_s())
+
+    def test_cpu_clock_is_the_process_cpu_to_the_nanosecond(self):
+        p = bench.Proc.__new__(bench.Proc)
+        p.pid = os.getpid()
+        before, mine = p.cpu_clock_s(), bench.time.process_time()
+        while bench.time.process_time() - mine < 0.02:  # burn a little CPU
+            pass
+        spent = p.cpu_clock_s() - before
+        self.assertGreaterEqual(spent, 0.019)
+        self.assertLess(spent, 0.5)
+        p.pid = 2 ** 22 + 1  # above pid_max: no such process
+        self.assertIsNone(p.cpu_clock_s())
+
     def test_start_cpu_is_read_from_proc(self):
         p = bench.Proc.__new__(bench.Proc)
         p.pid, p.cpu_s, p.cpu_before_s = os.getpid(), 0.0, 0.0
