@@ -147,31 +147,23 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   // (the fastest path here, docs/benchmarks.md) unless this host's cannot be used.
   const bool automatic = job.transport == kAutoTransport;
   const bool switch_threads_automatic = flags.GetInt("switch-threads") == 0;
-  // Automatic: as many as the workers' threads over that transport.
-  auto switch_threads = [&](const std::string& transport) -> uint32_t {
-    if (!switch_threads_automatic) return static_cast<uint32_t>(flags.GetInt("switch-threads"));
+  // The switch over `transport`: automatic threads as many as the workers' over it, pinned
+  // where theirs are (--pin-threads), both as the workers' options resolve for it.
+  auto switch_over = [&](const std::string& transport) {
     JobOptions j = job;
     j.transport = transport;
     ResolveAutomaticJobOptions(&j);
-    return j.threads;
-  };
-  // The switch's threads are pinned where the workers' are (--pin-threads).
-  auto pin_threads = [&](const std::string& transport) {
-    JobOptions j = job;
-    j.transport = transport;
-    ResolveAutomaticJobOptions(&j);
-    return j.pin_threads;
+    o.transport = transport;
+    o.threads = switch_threads_automatic ? j.threads
+                                         : static_cast<uint32_t>(flags.GetInt("switch-threads"));
+    o.pin_threads = j.pin_threads;
   };
   std::string why = automatic ? " (auto)" : "";
-  o.transport = automatic ? "shm" : job.transport;
-  o.threads = switch_threads(o.transport);
-  o.pin_threads = pin_threads(o.transport);
+  switch_over(automatic ? "shm" : job.transport);
   auto daemon = runtime::SwitchDaemon::Start(o);
   if (!daemon.ok() && automatic) {
     why = " (auto: shm cannot be used here: " + daemon.status().message() + ")";
-    o.transport = transport::kDefaultTransportKind;
-    o.threads = switch_threads(o.transport);
-    o.pin_threads = pin_threads(o.transport);
+    switch_over(transport::kDefaultTransportKind);
     daemon = runtime::SwitchDaemon::Start(o);
   }
   if (!daemon.ok()) {

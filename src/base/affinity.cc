@@ -37,4 +37,14 @@ Status PinCurrentThread(int cpu) {
   return Status();
 }
 
+void PinDataThread(int cpu, LogSubsystem subsystem) {
+  if (cpu < 0) return;
+  const Status pinned = PinCurrentThread(cpu);
+  // (LOG names its subsystem at the call site; here the caller's.)
+  if (!pinned.ok() && LogLevel::kWarning >= GetLogLevel()) {
+    internal::LogMessage(LogLevel::kWarning, subsystem).stream()
+        << pinned.message() << "; it runs unpinned";
+  }
+}
+
 }  // namespace switchml

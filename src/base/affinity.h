@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/logging.h"
 #include "switchml/status.h"
 
 namespace switchml {
@@ -24,5 +25,9 @@ inline int CpuOfThread(const std::vector<int>& cpus, uint32_t t) { return cpus[t
 
 // Pins the calling thread to `cpu` (sched_setaffinity); the error names the CPU and why.
 Status PinCurrentThread(int cpu);
+
+// A data thread's start: pins it to `cpu` where cpu >= 0 (-1: not pinned); a pin that fails is
+// logged as a warning of `subsystem` and the thread runs unpinned.
+void PinDataThread(int cpu, LogSubsystem subsystem);
 
 }  // namespace switchml

@@ -101,8 +101,19 @@ TEST(AffinityTest, PinsAThreadToOneAllowedCpu) {
       EXPECT_EQ(*AllowedCpus(), *cpus);
     }
     EXPECT_FALSE(PinCurrentThread(-1).ok());
+    PinDataThread(-1, LogSubsystem::kWorker);  // not pinned: the CPUs stay
+    EXPECT_EQ(*AllowedCpus(), *cpus);
+    if (cpus->back() != CPU_SETSIZE - 1) {
+      PinDataThread(CPU_SETSIZE - 1, LogSubsystem::kWorker);  // warns, and the CPUs stay
+      EXPECT_EQ(*AllowedCpus(), *cpus);
+    }
   });
   u.join();
+  std::thread v([&] {
+    PinDataThread(cpus->front(), LogSubsystem::kDataplane);
+    EXPECT_EQ(*AllowedCpus(), std::vector<int>{cpus->front()});
+  });
+  v.join();
 }
 
 }  // namespace

@@ -317,10 +317,7 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   for (uint32_t t = 0; t < d->shards_.size(); ++t) {
     const int cpu = cpus.empty() ? -1 : CpuOfThread(cpus, t);
     d->shards_[t]->thread = std::thread([p = d.get(), s = d->shards_[t].get(), cpu] {
-      if (cpu >= 0) {
-        const Status pinned = PinCurrentThread(cpu);
-        if (!pinned.ok()) LOG(kWarning, kDataplane) << pinned.message() << "; it runs unpinned";
-      }
+      PinDataThread(cpu, LogSubsystem::kDataplane);
       p->Run(*s);
     });
   }

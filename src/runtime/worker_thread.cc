@@ -154,10 +154,7 @@ void WorkerThread::NapForBatch() {
 }
 
 void WorkerThread::Run() {
-  if (wait_.cpu >= 0) {
-    const Status pinned = PinCurrentThread(wait_.cpu);
-    if (!pinned.ok()) LOG(kWarning, kWorker) << pinned.message() << "; it runs unpinned";
-  }
+  PinDataThread(wait_.cpu, LogSubsystem::kWorker);
   std::array<transport::RxDatagram, 1> idle_rx;
   while (!stop_.load()) {
     Pending p;
