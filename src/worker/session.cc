@@ -93,6 +93,8 @@ WorkerSession::WorkerSession(const SessionConfig& config)
   timers_.reserve(std::max<size_t>(16, 4 * size_t{config.window}));
   timer_fifo_.resize(std::bit_ceil(std::max<size_t>(16, 4 * size_t{config.window})));
   scratch_.resize(numel_);
+  blocks_done_.resize(config.window);
+  if (config.keep_last_results) last_results_.resize(size_t{config.window} * numel_ * 4);
   current_timeout_ = ClampRto(config.timeout);
   next_threshold_ = config.timeout_threshold;
   counters_.rto = current_timeout_;
@@ -149,6 +151,7 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
   }
   CHECK(span_ < (uint64_t{1} << 32)) << "slice too large for 32-bit packet ids";
   completed_packets_ = 0;
+  slice_base_ = base_;
   last_backoff_ = now;  // (the RTO and any back-off carry over from the previous slice)
   last_progress_ = now;
   first_non_finite_block_ = UINT64_MAX;
@@ -166,6 +169,56 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
     Enqueue(local);
   }
   if (total_packets_ == 0) Finish(Status());
+}
+
+SliceLayout WorkerSession::Layout() const {
+  SliceLayout l;
+  l.job_id = job_.job_id;
+  l.dtype = job_.dtype;
+  l.in = job_.in;
+  l.out = job_.out;
+  l.count = job_.count;
+  l.element_offset = job_.element_offset;
+  l.base = slice_base_;
+  l.blocks = blocks_;
+  return l;
+}
+
+void WorkerSession::KeepFinishedSlice() {
+  // (Only slices with blocks: an empty one finishes without the other workers, so counting it
+  // would let workers drift more than a slice apart.)
+  ++slices_finished_;
+  previous_ = Layout();
+  previous_->in = nullptr;  // the caller's again once the slice is reported
+  previous_->out = nullptr;
+  if (!config_.keep_last_results) return;
+  // The last block of each slot used: blocks (W rounded) below the end, one per slot.
+  const uint64_t w = config_.window;
+  const uint64_t first = blocks_ > w ? blocks_ - w : 0;
+  for (uint64_t b = first; b < blocks_; ++b) {
+    const size_t l = (slice_base_ + b) % w;
+    const size_t e = b * numel_, n = std::min(numel_, job_.count - e);
+    uint8_t* dst = last_results_.data() + l * numel_ * 4;
+    std::memcpy(dst, static_cast<const uint8_t*>(job_.out) + 4 * e, 4 * n);
+    std::memset(dst + 4 * n, 0, 4 * (numel_ - n));
+  }
+}
+
+LaneProgress WorkerSession::Progress() const {
+  LaneProgress p;
+  p.window = config_.window;
+  p.numel = static_cast<uint32_t>(numel_);
+  p.slices_finished = slices_finished_;
+  p.blocks_done = blocks_done_;
+  if (state_ == State::kRunning) {
+    p.current = Layout();
+    p.current_done.resize(config_.window);
+    for (uint32_t l = 0; l < config_.window; ++l) p.current_done[l] = slots_[l].blocks_done;
+    p.current_non_finite = first_non_finite_block_ != UINT64_MAX;
+  }
+  p.previous = previous_;
+  p.last_results = last_results_;
+  return p;
 }
 
 size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> buf) {
@@ -220,6 +273,18 @@ size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> bu
   }
   proto::EncodeHeader(h, buf);
   return bytes;
+}
+
+std::optional<uint32_t> WorkerSession::NextTransmitSlot() {
+  // Entries of slots answered while queued are dropped here as PollTransmit would.
+  while (state_ == State::kRunning && send_size_ > 0) {
+    const uint32_t local = send_queue_[send_head_];
+    if (slots_[local].outstanding) return local;
+    slots_[local].queued = false;
+    if (++send_head_ == send_queue_.size()) send_head_ = 0;
+    --send_size_;
+  }
+  return std::nullopt;
 }
 
 size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
@@ -302,6 +367,7 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
     const size_t n = std::min(numel_, job_.count - first);
     PrefetchBlock<true>(job_.out, uint64_t{q} + kPrefetchBlocks);
     proto::LoadPayload(payload.first(4 * n), {static_cast<int32_t*>(job_.out) + first, n});
+    CountBlockDone(local);
   } else {
     float* out = static_cast<float*>(job_.out);
     if (q >= w) {
@@ -315,6 +381,7 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
       } else {
         quant::DequantizeFromWire(payload, s.data_exponent, config_.num_workers, {out + first, n});
       }
+      CountBlockDone(local);
     }
     if (q < blocks_) {  // the reply carries the max exponent for block q's data, sent next
       s.data_exponent = h.e0;
@@ -337,6 +404,7 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   }
   TrimAnsweredTimers();
   if (completed_packets_ == total_packets_) {
+    KeepFinishedSlice();
     if (first_non_finite_block_ != UINT64_MAX) {
       const size_t first = first_non_finite_block_ * numel_;
       const size_t a = job_.element_offset + first;

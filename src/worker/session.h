@@ -36,6 +36,7 @@
 
 #include "proto/wire.h"
 #include "switchml/status.h"
+#include "worker/failover.h"
 #include "switchml/types.h"
 
 namespace switchml::worker {
@@ -80,6 +81,9 @@ struct SessionConfig {
   uint32_t early_retransmit_after = 0;
   // A slice fails with kDeadlineExceeded when no result at all arrives for this long.
   Nanos progress_timeout = std::chrono::seconds(10);
+  // Keep, when a slice finishes, the result of the last block of each slot (W blocks), for a
+  // failover of a striped job (failover.h: another worker may still lack it). Off by default.
+  bool keep_last_results = false;
   Status Validate() const;
 };
 
@@ -134,6 +138,9 @@ class WorkerSession {
   // Writes the next datagram to send into buf (at least proto::DatagramBytes(size) bytes);
   // returns its length, or 0 when nothing is to be sent now.
   size_t PollTransmit(Nanos now, std::span<uint8_t> buf);
+  // The local slot (0 .. W-1) of the datagram the next PollTransmit will write, if any: where a
+  // striped job's driver sends it (striping.h) and so which buffer it lends.
+  std::optional<uint32_t> NextTransmitSlot();
   // When HandleTimeout should next be called, if the slice is running.
   std::optional<Nanos> PollTimeout() const;
 
@@ -146,6 +153,10 @@ class WorkerSession {
   size_t remaining() const { return total_packets_ - completed_packets_; }
   // Retransmission timers held, answered ones not yet dropped included (tests, diagnostics).
   size_t timers_held() const { return timer_fifo_size_ + timers_.size(); }
+  // This session's progress for a failover (failover.h): the running slice's blocks with a
+  // result, per slot, and what is kept of the last finished slice. The buffers of a running
+  // slice stay valid as long as the caller keeps them.
+  LaneProgress Progress() const;
 
  private:
   struct Slot {
@@ -166,6 +177,7 @@ class WorkerSession {
     // `packet` has a retransmission timer armed (one per slot: an early re-send keeps the
     // timer of the transmission before it instead of arming its own).
     bool timer_armed = false;
+    uint32_t blocks_done = 0;  // blocks of the running slice whose result was written
   };
   struct Timer {
     Nanos deadline;
@@ -181,6 +193,14 @@ class WorkerSession {
   bool TimerLive(const Timer& t) const;
   // Drops the FIFO's front entries whose packet was answered.
   void TrimAnsweredTimers();
+  // A data block's result was written on local slot l.
+  void CountBlockDone(uint32_t local) {
+    ++slots_[local].blocks_done;
+    ++blocks_done_[local];
+  }
+  // A slice completed (its outputs are final): counts it and keeps what a failover needs.
+  void KeepFinishedSlice();
+  SliceLayout Layout() const;
   bool HaveTimers() const { return timer_fifo_size_ > 0 || !timers_.empty(); }
   Nanos EarliestDeadline() const;
   Timer PopEarliestTimer();
@@ -263,6 +283,14 @@ class WorkerSession {
   uint64_t next_send_seq_ = 0;
   // Scratch for one packet's host-order values.
   std::vector<int32_t> scratch_;
+  // Failover (failover.h): per local slot, data blocks with a result over the session's life;
+  // slices finished; the packet id base of the running slice; the last finished slice and (with
+  // keep_last_results) the result of its last block of each slot.
+  std::vector<uint64_t> blocks_done_;
+  uint64_t slices_finished_ = 0;
+  uint64_t slice_base_ = 0;
+  std::optional<SliceLayout> previous_;
+  std::vector<uint8_t> last_results_;
 };
 
 }  // namespace switchml::worker
