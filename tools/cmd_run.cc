@@ -110,6 +110,10 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
                "this); 0: as many as the workers' --threads (with --threads 0: " +
                    std::to_string(kShmRunThreads) + " where shm is tried on a host with at least " +
                    std::to_string(kShmRunThreads) + " cores, else 1)");
+  flags.AddInt("switches", 1,
+               "software switches to start, 1..8; with more than one the job is striped over "
+               "them (as over switch hosts: docs/deployment.md; on one machine this shows "
+               "striping, it adds no bandwidth)");
   flags.AddString("json", "", "also write the summary as JSON to this file");
   flags.AddBool("per-slot", "print per-slot switch counters at the end");
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
@@ -138,6 +142,11 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   o.loss = flags.GetDouble("loss");
   o.seed = job.seed;
   o.busy_poll = job.busy_poll;
+  const int64_t num_switches = flags.GetInt("switches");
+  if (num_switches < 1 || num_switches > 8) {
+    std::cerr << "switchml run: --switches must be in 1..8\n";
+    return 2;
+  }
   if (flags.GetInt("switch-threads") < 0 || flags.GetInt("switch-threads") > 64) {
     // Checked before it narrows to 32 bits (4294967297 read as 1).
     std::cerr << "switchml run: --switch-threads must be 0 (automatic) or in 1..64\n";
@@ -170,14 +179,35 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
     std::cerr << "switchml run: cannot start the switch: " << daemon.status().message() << "\n";
     return 2;
   }
+  // More switches for a striped job, like the first.
+  std::vector<std::unique_ptr<runtime::SwitchDaemon>> daemons;
+  daemons.push_back(std::move(*daemon));
+  while (daemons.size() < static_cast<size_t>(num_switches)) {
+    auto more = runtime::SwitchDaemon::Start(o);
+    if (!more.ok()) {
+      std::cerr << "switchml run: cannot start switch " << daemons.size() + 1 << ": "
+                << more.status().message() << "\n";
+      return 2;
+    }
+    daemons.push_back(std::move(*more));
+  }
+  std::string switch_list;
+  for (const auto& d : daemons) {
+    switch_list += (switch_list.empty() ? "" : ",") + ("127.0.0.1:" + std::to_string(d->control_port()));
+  }
   job.transport = o.transport;       // the workers use the switch's
   ResolveAutomaticJobOptions(&job);  // --threads 0 and --window 0 for that transport
-  std::printf(
-      "switchml run: software switch on 127.0.0.1 (data port %u, control port %u), transport "
-      "%s%s%s\n",
-      (*daemon)->data_port(), (*daemon)->control_port(), o.transport.c_str(), why.c_str(),
-      o.loss > 0 ? (", dropping " + std::to_string(o.loss * 100) + "% of packets each way").c_str()
-                 : "");
+  for (const auto& d : daemons) {
+    std::printf(
+        "switchml run: software switch on 127.0.0.1 (data port %u, control port %u), transport "
+        "%s%s%s\n",
+        d->data_port(), d->control_port(), o.transport.c_str(), why.c_str(),
+        o.loss > 0 ? (", dropping " + std::to_string(o.loss * 100) + "% of packets each way").c_str()
+                   : "");
+  }
+  if (daemons.size() > 1) {
+    std::printf("switchml run: the job is striped over the %zu switches\n", daemons.size());
+  }
   std::printf(
       "switchml run: %u workers x %u threads%s, %llu %s elements, %u iterations after %u "
       "warm-up, window %u, %u elements per packet\n",
@@ -208,7 +238,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
     std::vector<std::string> a = {"switchml",
                                   "worker",
                                   "--switch",
-                                  "127.0.0.1:" + std::to_string((*daemon)->control_port()),
+                                  switch_list,
                                   "--rank",
                                   std::to_string(r),
                                   "--session",
@@ -296,7 +326,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  (*daemon)->Stop();
+  for (auto& d : daemons) d->Stop();
   if (o.transport == "shm") {
     // Workers that did not close their transports (killed: after a failure or Ctrl-C) left
     // their inboxes and groups in the shm directory; nothing else would remove them.
@@ -307,10 +337,18 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       LOG(kInfo, kTransport) << "removed " << removed << " shm files the workers left behind";
     }
   }
-  const runtime::DaemonCounters dc = (*daemon)->counters();
+  // The switches' counters, summed (and each one's report).
+  runtime::DaemonCounters dc;
+  std::string switch_reports;
+  for (size_t i = 0; i < daemons.size(); ++i) {
+    const runtime::DaemonCounters c = daemons[i]->counters();
+    dc.received += c.received;
+    dc.auth_dropped += c.auth_dropped;
+    if (daemons.size() > 1) switch_reports += "switch " + std::to_string(i + 1) + ":\n";
+    switch_reports += daemons[i]->FormatCounters(!failure.empty() ? false : flags.GetBool("per-slot"));
+  }
   if (!failure.empty()) {
-    std::fprintf(stderr, "switchml run: FAILED: %s\n%s", failure.c_str(),
-                 (*daemon)->FormatCounters(false).c_str());
+    std::fprintf(stderr, "switchml run: FAILED: %s\n%s", failure.c_str(), switch_reports.c_str());
     return 1;
   }
 
@@ -339,7 +377,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   const double eps = med > 0 ? elems / med : 0;
   const double algbw = med > 0 ? elems * 4 * 8 / med / 1e9 : 0;
   const double pps = med > 0 ? per_allreduce / med : 0;
-  std::printf("\n%s", (*daemon)->FormatCounters(flags.GetBool("per-slot")).c_str());
+  std::printf("\n%s", switch_reports.c_str());
   std::printf("\nswitchml run: OK: %u workers, %llu %s elements, every result %s\n", job.workers,
               static_cast<unsigned long long>(job.size), DataTypeName(job.dtype),
               job.verify ? "verified against the exact sum" : "NOT verified (--no-verify)");
@@ -372,7 +410,8 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       << DataTypeName(job.dtype) << "\", \"loss\": " << o.loss
       << ", \"iterations\": " << job.iterations << ", \"threads\": " << job.threads
       << ", \"pinned\": " << (job.pin_threads ? "true" : "false") << ", \"window\": " << job.window
-      << ", \"packet_numel\": " << job.packet_numel << ", \"median_s\": " << med
+      << ", \"packet_numel\": " << job.packet_numel << ", \"switches\": " << daemons.size()
+      << ", \"median_s\": " << med
       << ", \"min_s\": " << *fastest << ", \"max_s\": " << *slowest
       << ", \"elements_per_s\": " << eps << ", \"algbw_gbps\": " << algbw
       << ", \"switch_rx_pps\": " << pps << ", \"retransmitted\": " << retransmitted

@@ -89,7 +89,10 @@ int WorkerCommand(const std::vector<std::string>& args) {
               "plane, all-reduces a verifiable tensor --iterations times and checks every\n"
               "result against the exact sum. Start one per host with the same flags and\n"
               "ranks 0..N-1.");
-  flags.AddString("switch", "127.0.0.1", "the switch's control plane, HOST[:PORT] (port 50099)");
+  flags.AddString("switch", "127.0.0.1",
+                  "the switch's control plane, HOST[:PORT] (port 50099); or a comma-separated list "
+                  "HOST[:PORT],HOST[:PORT],... to stripe the job over several switch hosts (every "
+                  "worker lists the same hosts in the same order; docs/deployment.md)");
   flags.AddInt("rank", 0, "this worker's rank, 0..workers-1");
   AddJobFlags(&flags);
   flags.AddInt("session", 0,
@@ -111,8 +114,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
   JobOptions job;
   if (int code = ParseCommandLine("worker", args, &flags, &job); code >= 0) return code;
   Status st;
-  auto sw = transport::ParseHostPort(flags.GetString("switch"), proto::kDefaultControlPort);
-  if (!sw.ok()) st = sw.status();
+  Result<std::vector<Endpoint>> switches = ParseSwitchList(flags.GetString("switch"));
+  if (!switches.ok()) st = switches.status();
   const int64_t rank = flags.GetInt("rank");
   if (st.ok() && (rank < 0 || rank >= job.workers)) {
     st = InvalidArgumentError("--rank " + std::to_string(rank) +
@@ -143,8 +146,12 @@ int WorkerCommand(const std::vector<std::string>& args) {
   Config config;
   config.rank = static_cast<uint32_t>(rank);
   config.num_workers = job.workers;
-  config.switch_host = Ipv4ToString(sw->ipv4);
-  config.control_port = sw->port;
+  if (switches->size() == 1) {
+    config.switch_host = Ipv4ToString((*switches)[0].ipv4);
+    config.control_port = (*switches)[0].port;
+  } else {
+    for (const Endpoint& e : *switches) config.switch_hosts.push_back(e.ToString());
+  }
   config.session_id = static_cast<uint64_t>(flags.GetInt("session"));
   config.num_worker_threads = job.threads;
   config.packet_numel = job.packet_numel;

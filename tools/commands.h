@@ -17,6 +17,7 @@ int SimCommand(const std::vector<std::string>& args);
 #include <chrono>
 #include <cstdint>
 
+#include "base/endpoint.h"
 #include "flags.h"
 #include "switchml/config.h"
 #include "switchml/types.h"
@@ -98,6 +99,9 @@ void ResolveAutomaticJobOptions(JobOptions* o);
 void ApplyPacingOptions(const JobOptions& o, Config* config);
 // The flags that reproduce `o` for a `switchml worker` command line.
 std::vector<std::string> JobFlagArgs(const JobOptions& o);
+// --switch: "HOST[:PORT]" or a comma-separated list of them (a job striped over several switch
+// hosts), each resolved; a host listed twice (after resolution) is refused.
+Result<std::vector<Endpoint>> ParseSwitchList(const std::string& text);
 
 // Parses a command's flags (which must include "log-level"), reads the job flags into *job when
 // job is not null, and applies --log-level. Returns -1 to go on, or the exit code to return at

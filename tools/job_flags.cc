@@ -9,6 +9,8 @@
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "commands.h"
+#include "proto/wire.h"
+#include "transport/address.h"
 #include "transport/factory.h"
 
 namespace switchml::tools {
@@ -324,6 +326,35 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
     a.push_back(!o.loopback_multicast ? "off" : !o.lan_multicast ? "local" : "on");
   }
   return a;
+}
+
+Result<std::vector<Endpoint>> ParseSwitchList(const std::string& text) {
+  std::vector<Endpoint> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    if (item.empty()) {
+      return InvalidArgumentError("--switch '" + text +
+                                  "': an empty entry (use HOST[:PORT] or HOST[:PORT],HOST[:PORT],...)");
+    }
+    ASSIGN_OR_RETURN(Endpoint e, transport::ParseHostPort(item, proto::kDefaultControlPort));
+    for (const Endpoint& other : out) {
+      if (other == e) {
+        return InvalidArgumentError("--switch '" + text + "' lists " + e.ToString() +
+                                    " twice: list each switch host once");
+      }
+    }
+    out.push_back(e);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (out.size() > Config::kMaxSwitchHosts) {
+    return InvalidArgumentError("--switch lists " + std::to_string(out.size()) +
+                                " switch hosts; at most " +
+                                std::to_string(Config::kMaxSwitchHosts) + " are supported");
+  }
+  return out;
 }
 
 void ApplyPacingOptions(const JobOptions& o, Config* c) {

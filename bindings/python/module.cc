@@ -395,6 +395,10 @@ PYBIND11_MODULE(_core, m) {
   config.def_readwrite("num_workers", &Config::num_workers, "the job's number of workers");
   config.def_readwrite("switch_host", &Config::switch_host, "the switch's control-plane host");
   config.def_readwrite("control_port", &Config::control_port, "the switch's control-plane port");
+  config.def_readwrite("switch_hosts", &Config::switch_hosts,
+                       "a job striped over several switch hosts: their control planes, each "
+                       "'host' or 'host:port' (port: control_port), the same list in the same "
+                       "order on every worker; replaces switch_host (docs/deployment.md)");
   config.def_readwrite("session_id", &Config::session_id,
                        "the job's id on the switch (0: rank 0 picks one)");
   config.def_readwrite("num_worker_threads", &Config::num_worker_threads, "worker threads");

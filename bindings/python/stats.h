@@ -27,6 +27,9 @@ inline pybind11::dict StatsDict(const ContextStats& s) {
   d["datagrams_received"] = s.datagrams_received;
   d["group_datagrams_received"] = s.group_datagrams_received;
   d["coalesced_receives"] = s.coalesced_receives;
+  d["switch_hosts_alive"] = s.switch_hosts_alive;
+  d["failovers"] = s.failovers;
+  d["blocks_repaired"] = s.blocks_repaired;
   return d;
 }
 

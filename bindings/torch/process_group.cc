@@ -180,8 +180,13 @@ ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>
     config.job_secret.assign(hex, 32);
   }
   Result<std::unique_ptr<Context>> ctx = Context::Create(config, rendezvous);
-  TORCH_CHECK(ctx.ok(), "switchml: cannot join the switch at ", config.switch_host, ":",
-              config.control_port, ": ", ctx.status().ToString());
+  std::string where = config.switch_host + ":" + std::to_string(config.control_port);
+  if (!config.switch_hosts.empty()) {
+    where.clear();
+    for (const std::string& h : config.switch_hosts) where += (where.empty() ? "" : ",") + h;
+  }
+  TORCH_CHECK(ctx.ok(), "switchml: cannot join the switch at ", where, ": ",
+              ctx.status().ToString());
   context_ = std::move(ctx).value();
   completer_ = std::thread([this] { CompletionLoop(); });
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "switchml/status.h"
 
@@ -17,6 +18,16 @@ struct Config {
   // The switch's control plane (gRPC); its data port comes back from the session setup.
   std::string switch_host = "127.0.0.1";
   uint16_t control_port = 50099;
+  // Striping (ours, beyond the reference; docs/deployment.md): the job's switch hosts, each
+  // "host" or "host:port" (port: control_port), in place of switch_host. The job runs on every
+  // host listed, each aggregating its own range of every worker thread's slots
+  // (docs/architecture.md, "Striping over several switches"), so that k switches on servers,
+  // each behind one link, carry a tensor's worth each instead of one carrying all n. When a host
+  // dies the workers move its share to the others and the all-reduce under way completes
+  // (docs/protocol.md, "Failover"). Every worker must list the same hosts in the same order;
+  // each worker thread's window needs a slot per host. Empty: switch_host alone.
+  std::vector<std::string> switch_hosts;
+  static constexpr size_t kMaxSwitchHosts = 64;
   // The job's identity on the switch; every worker of a job must use the same one and
   // concurrent jobs must differ. 0: rank 0 picks one and broadcasts it (the reference's way,
   // fine for one job at a time).

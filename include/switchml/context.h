@@ -68,6 +68,12 @@ struct ContextStats {
   uint64_t datagrams_received = 0;
   uint64_t group_datagrams_received = 0;
   uint64_t coalesced_receives = 0;
+  // A job striped over several switch hosts (Config::switch_hosts): the hosts still alive, the
+  // failovers off a host that died (per worker thread, the largest), and the blocks aggregated
+  // again because of them (summed over the threads).
+  uint32_t switch_hosts_alive = 0;
+  uint64_t failovers = 0;
+  uint64_t blocks_repaired = 0;
 };
 
 class Context {

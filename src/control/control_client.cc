@@ -241,6 +241,7 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   req.set_authenticate_data(args.authenticate_data);
   req.set_multicast_group_ipv4(args.multicast_group.ipv4);
   req.set_multicast_group_port(args.multicast_group.port);
+  req.set_switch_list(args.switch_list);
   switchml_proto::UdpSessionResponse resp;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);

@@ -45,6 +45,9 @@ struct UdpSessionArgs {
   bool authenticate_data = false;
   // The loopback multicast group this worker listens on (port: worker thread 0's); ipv4 0: none.
   Endpoint multicast_group;
+  // A job striped over several switch hosts: their control endpoints in the workers' order
+  // ("10.0.0.1:50099,10.0.0.2:50099"), which every worker must send alike; empty: one switch.
+  std::string switch_list;
 };
 
 // TLS for the control channel (PEM files). Empty ca_file: plaintext. cert_file + key_file: the

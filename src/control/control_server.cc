@@ -468,6 +468,7 @@ struct ControlServer::Impl {
     q.authenticate_data = req.authenticate_data();
     q.multicast_group_ipv4 = req.multicast_group_ipv4();
     q.multicast_group_port = req.multicast_group_port();
+    q.switch_list = req.switch_list();
     std::string data_key;
     bool multicast_group_kept = false;
     Status st = registry.Register(q, CallerOf(ctx), &data_key, &multicast_group_kept);

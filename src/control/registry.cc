@@ -23,6 +23,8 @@ constexpr size_t kMaxRanks = 256;
 using RankSet = std::bitset<kMaxRanks>;
 // Longest job secret accepted (our workers send 32 bytes).
 constexpr size_t kMaxSecretBytes = 64;
+// A striped job's list of switch hosts (64 hosts of "255.255.255.255:65535,").
+constexpr size_t kMaxSwitchListBytes = 64 * 22;
 // UDP ports (worker threads) one worker may register.
 constexpr uint32_t kMaxPortsPerWorker = 64;
 // Refusal lines logged per second at most; the rest are counted and summarized.
@@ -89,6 +91,8 @@ struct Registry::Job {
   dataplane::JobSpec spec;
   std::string secret;
   std::string data_key;  // the authenticated data plane's key; empty: the reference format
+  // A striped job's switch hosts as rank 0 listed them (RegisterRequest::switch_list).
+  std::string switch_list;
   struct Rank {
     bool registered = false;
     uint32_t ipv4 = 0;
@@ -217,6 +221,11 @@ Status Registry::ValidateRegistration(const RegisterRequest& r, const Caller& ca
     return InvalidArgumentError("job secret of " + std::to_string(r.secret.size()) +
                                 " bytes is too long (at most " + std::to_string(kMaxSecretBytes) +
                                 ")");
+  }
+  if (r.switch_list.size() > kMaxSwitchListBytes) {
+    return InvalidArgumentError("the list of switch hosts (" + std::to_string(r.switch_list.size()) +
+                                " bytes) is too long (at most " +
+                                std::to_string(kMaxSwitchListBytes) + ")");
   }
   if (options_.require_secret && r.secret.empty()) {
     return PermissionDeniedError(
@@ -545,6 +554,7 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
     RETURN_IF_ERROR(CreateJobLocked(spec, r.secret));
     job = jobs_[r.session_id].get();
     if (r.authenticate_data) job->data_key = NewDataKey();
+    job->switch_list = r.switch_list;
   } else {
     if (const Status* failure = FailureLocked(r.session_id, r.secret)) return *failure;
     if (job == nullptr) {
@@ -582,6 +592,11 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
       return mismatch("running_tsi", spec.running_tsi ? "true" : "false",
                       j.running_tsi ? "true" : "false",
                       "do not mix this project's workers with other clients in one job");
+    }
+    if (job->switch_list != r.switch_list) {
+      auto list = [](const std::string& l) { return l.empty() ? "one switch" : "[" + l + "]"; };
+      return mismatch("switch hosts", list(r.switch_list), list(job->switch_list),
+                      "start every worker with the same --switch list, in the same order");
     }
     if (job->data_key.empty() == r.authenticate_data) {
       return mismatch("authenticate_data", r.authenticate_data ? "true" : "false",

@@ -84,6 +84,8 @@ struct RegisterRequest {
   // The worker's loopback multicast group (UdpSessionRequest.multicast_group_*); ipv4 0: none.
   uint32_t multicast_group_ipv4 = 0;
   uint32_t multicast_group_port = 0;
+  // UdpSessionRequest.switch_list: a striped job's switch hosts; every rank must send rank 0's.
+  std::string switch_list;
 };
 
 // A Barrier (broadcast = false) or Broadcast call.

@@ -22,6 +22,61 @@
 #include "transport/udp.h"
 
 namespace switchml {
+namespace {
+
+// The slots a striped job asks of each host: the software switch's default pool
+// (dataplane::SwitchConfig::slots_per_job), which holds a slot range per failover.
+constexpr uint32_t kStripedJobSlots = 8192;
+
+// A switch host as the config names it.
+struct SwitchTarget {
+  std::string host;
+  uint16_t port = 0;
+  std::string name() const { return host + ":" + std::to_string(port); }
+};
+
+// The job's switch hosts (Config::switch_hosts, else switch_host): checked for syntax and
+// duplicates without resolving names (Validate must not block).
+Result<std::vector<SwitchTarget>> SwitchTargetsOf(const Config& config) {
+  std::vector<SwitchTarget> targets;
+  if (config.switch_hosts.empty()) {
+    targets.push_back(SwitchTarget{config.switch_host, config.control_port});
+    return targets;
+  }
+  if (config.switch_hosts.size() > Config::kMaxSwitchHosts) {
+    return InvalidArgumentError("switch_hosts names " + std::to_string(config.switch_hosts.size()) +
+                                " switch hosts; at most " +
+                                std::to_string(Config::kMaxSwitchHosts) + " are supported");
+  }
+  for (const std::string& text : config.switch_hosts) {
+    SwitchTarget t{text, config.control_port};
+    if (const size_t colon = text.rfind(':'); colon != std::string::npos) {
+      t.host = text.substr(0, colon);
+      const std::string port = text.substr(colon + 1);
+      const bool digits = !port.empty() && port.size() <= 5 &&
+                          port.find_first_not_of("0123456789") == std::string::npos;
+      const long value = digits ? std::stol(port) : 0;
+      if (value < 1 || value > 65535) {
+        return InvalidArgumentError("switch host '" + text +
+                                    "': the port must be a number in 1..65535");
+      }
+      t.port = static_cast<uint16_t>(value);
+    }
+    if (t.host.empty()) {
+      return InvalidArgumentError("switch host '" + text + "' has no host name or address");
+    }
+    for (const SwitchTarget& other : targets) {
+      if (other.name() == t.name()) {
+        return InvalidArgumentError("switch host " + t.name() +
+                                    " is listed twice: list each switch host once");
+      }
+    }
+    targets.push_back(t);
+  }
+  return targets;
+}
+
+}  // namespace
 
 Status Config::Validate() const {
   if (num_workers == 0) return InvalidArgumentError("num_workers must be at least 1");
@@ -30,9 +85,10 @@ Status Config::Validate() const {
                                 std::to_string(num_workers) + " workers use ranks 0 to " +
                                 std::to_string(num_workers - 1));
   }
-  if (switch_host.empty())
+  if (switch_host.empty() && switch_hosts.empty())
     return InvalidArgumentError("switch_host is empty: name the switch's host");
   if (control_port == 0) return InvalidArgumentError("control_port must not be 0");
+  RETURN_IF_ERROR(SwitchTargetsOf(*this).status());
   // Checked here too, not only when Setup binds: a bad address is refused by Validate (and so
   // by Python's Config.validate() and the torch backend's options) before anything starts.
   if (uint32_t ip = 0; !ParseIpv4(bind_address, &ip)) {
@@ -187,10 +243,12 @@ using transport::NetInterface;
 // Joins every worker thread's transport to the session's result group (Config::
 // loopback_multicast, Config::lan_multicast): on the loopback interface when the switch is on
 // this host (a loopback address), else, with lan_multicast, on the interface toward the switch.
+// A striped job has one group for all its switch hosts (each sends its slots' results there;
+// switch_ip and control_port are the first host's).
 // Sets *group (0: none) and *via. A group that cannot be joined is only logged (results then
 // come one per worker), unless it is a LAN group the user required (lan_multicast_required).
-Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint32_t bind_ip,
-                       uint64_t session_id,
+Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint16_t control_port,
+                       uint32_t bind_ip, uint64_t session_id,
                        std::vector<std::unique_ptr<transport::Transport>>& transports,
                        Endpoint* group, NetInterface* via) {
   *group = Endpoint{};
@@ -226,7 +284,7 @@ Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint32_t bind_i
                                   " has no multicast (IFF_MULTICAST); run without --multicast on"));
     }
   }
-  const Endpoint g = MulticastGroupOf(session_id, config.control_port, config.num_worker_threads);
+  const Endpoint g = MulticastGroupOf(session_id, control_port, config.num_worker_threads);
   Status joined;
   for (uint32_t t = 0; t < config.num_worker_threads && joined.ok(); ++t) {
     joined = transports[t]->JoinGroup(Endpoint{g.ipv4, static_cast<uint16_t>(g.port + t)},
@@ -247,24 +305,59 @@ Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint32_t bind_i
   return Status();
 }
 
-// The default Rendezvous: barriers and broadcasts through the switch's control plane. The
-// broadcast that picks the session id is unscoped (the reference's way: one such setup at a time
-// per switch); barriers are scoped by the session id once it is known.
+// One switch host of the job (one, or several for a striped job) as this worker knows it.
+struct SwitchHost {
+  std::string name;  // "host:port" as configured
+  Endpoint control;  // resolved
+  std::unique_ptr<control::ControlClient> client;
+  // This worker's stream to the host (liveness, tensor checks); null before registration.
+  std::unique_ptr<control::Attachment> attachment;
+  control::UdpSessionReply reply;
+  std::atomic<bool> alive{true};
+};
+using SwitchHosts = std::vector<std::unique_ptr<SwitchHost>>;
+
+// The default Rendezvous: barriers and broadcasts through the switches' control plane, on the
+// first switch host still alive (a striped job's rendezvous moves to the next host when the
+// first is gone). The broadcast that picks the session id is unscoped (the reference's way: one
+// such setup at a time per switch); barriers are scoped by the session id once it is known.
 class ControlPlaneRendezvous final : public Rendezvous {
  public:
-  ControlPlaneRendezvous(control::ControlClient* control, const Config& config)
-      : control_(control),
+  ControlPlaneRendezvous(const SwitchHosts* hosts, const Config& config)
+      : hosts_(hosts),
         rank_(config.rank),
         num_workers_(config.num_workers),
         secret_(config.job_secret) {}
   void set_scope(uint64_t session_id) { scope_ = session_id; }
-  Status Barrier() override { return control_->Barrier(scope_, num_workers_, secret_, rank_); }
+  Status Barrier() override {
+    return OnFirstAlive([&](control::ControlClient& c) {
+      return c.Barrier(scope_, num_workers_, secret_, rank_);
+    });
+  }
   Result<uint64_t> Broadcast(uint64_t value) override {
-    return control_->Broadcast(scope_, value, rank_, num_workers_, /*root=*/0, secret_);
+    Result<uint64_t> out = UnavailableError("no switch host is alive");
+    const Status st = OnFirstAlive([&](control::ControlClient& c) {
+      out = c.Broadcast(scope_, value, rank_, num_workers_, /*root=*/0, secret_);
+      return out.status();
+    });
+    if (!st.ok()) return st;
+    return out;
   }
 
  private:
-  control::ControlClient* control_;
+  // Calls `call` on the first host alive; on UNAVAILABLE (the host went away) on the next.
+  template <typename Call>
+  Status OnFirstAlive(Call call) {
+    Status st = UnavailableError("no switch host of the job is alive");
+    for (const auto& h : *hosts_) {
+      if (!h->alive.load()) continue;
+      st = call(*h->client);
+      if (st.code() != StatusCode::kUnavailable) return st;
+    }
+    return st;
+  }
+
+  const SwitchHosts* hosts_;
   const uint32_t rank_, num_workers_;
   const std::string secret_;
   std::atomic<uint64_t> scope_{0};
@@ -276,9 +369,9 @@ class Context::Impl {
  public:
   Config config;
   uint64_t session_id = 0;
-  std::unique_ptr<control::ControlClient> control;
-  // This worker's stream to the switch (liveness, tensor checks); null before registration.
-  std::unique_ptr<control::Attachment> attachment;
+  SwitchHosts hosts;
+  // Setup is over: from now on a switch host that goes away is failed over, not fatal.
+  std::atomic<bool> running{false};
   // How the workers meet: the caller's, or (null until Setup) one through the control plane.
   std::shared_ptr<Rendezvous> rendezvous;
   std::vector<std::unique_ptr<runtime::WorkerThread>> threads;
@@ -290,7 +383,12 @@ class Context::Impl {
   std::shared_ptr<runtime::FailureLatch> failure = std::make_shared<runtime::FailureLatch>();
 
   Status Setup();
-  Status Register(const control::UdpSessionArgs& args, control::UdpSessionReply* reply);
+  Status ConnectSwitches();
+  // Registers this worker on every switch host and attaches its streams.
+  Status Register(const control::UdpSessionArgs& args);
+  // A switch host's stream ended with `why`: a failed job, or (UNAVAILABLE) the host is gone.
+  void OnSwitchFailure(size_t host, const Status& why);
+  SwitchHost* FirstAlive() const;
   void Close();
   // Setup failed with `why` after this rank registered: fail the session at the switch with
   // the reason, so that the other ranks learn why this one left instead of only that its
@@ -299,15 +397,45 @@ class Context::Impl {
   Result<AllReduceHandle> Submit(const void* in, void* out, size_t count, DataType dtype);
 };
 
-Status Context::Impl::Setup() {
-  const std::string target = config.switch_host + ":" + std::to_string(config.control_port);
+Status Context::Impl::ConnectSwitches() {
+  ASSIGN_OR_RETURN(std::vector<SwitchTarget> targets, SwitchTargetsOf(config));
   control::ControlTlsOptions tls;
   tls.ca_file = config.tls_ca_file;
   tls.cert_file = config.tls_cert_file;
   tls.key_file = config.tls_key_file;
   tls.server_name = config.tls_server_name;
-  ASSIGN_OR_RETURN(control, control::ControlClient::Create(target, config.setup_timeout, tls));
-  ASSIGN_OR_RETURN(uint32_t switch_ip, transport::ResolveIpv4(config.switch_host));
+  for (const SwitchTarget& t : targets) {
+    auto h = std::make_unique<SwitchHost>();
+    h->name = t.name();
+    Result<uint32_t> ip = transport::ResolveIpv4(t.host);
+    if (!ip.ok()) {
+      return Status(ip.status().code(), "switch host " + h->name + ": " + ip.status().message());
+    }
+    h->control = Endpoint{*ip, t.port};
+    for (const auto& other : hosts) {
+      if (other->control == h->control) {
+        return InvalidArgumentError("switch hosts " + other->name + " and " + h->name +
+                                    " are the same switch (" + h->control.ToString() +
+                                    "): list each switch host once");
+      }
+    }
+    ASSIGN_OR_RETURN(h->client, control::ControlClient::Create(h->name, config.setup_timeout, tls));
+    hosts.push_back(std::move(h));
+  }
+  return Status();
+}
+
+SwitchHost* Context::Impl::FirstAlive() const {
+  for (const auto& h : hosts) {
+    if (h->alive.load()) return h.get();
+  }
+  return nullptr;
+}
+
+Status Context::Impl::Setup() {
+  RETURN_IF_ERROR(ConnectSwitches());
+  const uint32_t num_hosts = static_cast<uint32_t>(hosts.size());
+  const uint32_t switch_ip = hosts[0]->control.ipv4;
   uint32_t bind_ip = 0;
   if (!ParseIpv4(config.bind_address, &bind_ip)) {
     return InvalidArgumentError("bind_address '" + config.bind_address +
@@ -333,7 +461,7 @@ Status Context::Impl::Setup() {
   // Agree on the session id: given, or rank 0's pick broadcast to everyone (reference).
   ControlPlaneRendezvous* own_rendezvous = nullptr;
   if (rendezvous == nullptr) {
-    auto r = std::make_shared<ControlPlaneRendezvous>(control.get(), config);
+    auto r = std::make_shared<ControlPlaneRendezvous>(&hosts, config);
     own_rendezvous = r.get();
     rendezvous = std::move(r);
   }
@@ -347,6 +475,12 @@ Status Context::Impl::Setup() {
   if (own_rendezvous != nullptr) own_rendezvous->set_scope(session_id);
   proto::SizeCode size;
   proto::SizeCodeForNumel(config.packet_numel, &size);
+  const uint32_t window_total = config.OutstandingPackets();
+  // A striped job reserves on every host a slot range per failover it can survive (a host that
+  // dies moves every thread to a fresh range: StripedSession), as many as fit in the software
+  // switch's default pool.
+  const uint32_t generations =
+      num_hosts == 1 ? 1 : std::max<uint32_t>(1, std::min(num_hosts, kStripedJobSlots / window_total));
   control::UdpSessionArgs args;
   args.session_id = session_id;
   args.rank = config.rank;
@@ -354,31 +488,36 @@ Status Context::Impl::Setup() {
   args.ipv4 = bind_ip;  // 0: the switch uses the address our control connection comes from
   args.udp_port = base_port;
   args.num_udp_ports = config.num_worker_threads;
-  args.max_outstanding_packets = config.OutstandingPackets();
+  args.max_outstanding_packets = window_total * generations;
   args.size = size;
   args.job_secret = config.job_secret;
   args.authenticate_data = config.authenticate_data;
+  if (num_hosts > 1) {
+    // Every worker must stripe over the same hosts in the same order: each host compares.
+    for (const auto& h : hosts) {
+      args.switch_list += (args.switch_list.empty() ? "" : ",") + h->control.ToString();
+    }
+  }
   // Multicast results: every worker of the session derives the same group and ports from the
   // session id, listens there, and asks the switch to send results to it.
   NetInterface group_interface;
-  RETURN_IF_ERROR(JoinResultGroup(config, switch_ip, bind_ip, session_id, transports,
-                                  &args.multicast_group, &group_interface));
+  RETURN_IF_ERROR(JoinResultGroup(config, switch_ip, hosts[0]->control.port, bind_ip, session_id,
+                                  transports, &args.multicast_group, &group_interface));
   // Rank 0 (re)creates the job first; the others join after a barrier; all meet again.
-  control::UdpSessionReply reply;
   if (config.rank == 0) {
-    RETURN_IF_ERROR(Register(args, &reply));
+    RETURN_IF_ERROR(Register(args));
     RETURN_IF_ERROR(rendezvous->Barrier());
   } else {
     RETURN_IF_ERROR(rendezvous->Barrier());
-    RETURN_IF_ERROR(Register(args, &reply));
+    RETURN_IF_ERROR(Register(args));
   }
   RETURN_IF_ERROR(rendezvous->Barrier());
   // The stream may have been refused, or the job failed, meanwhile.
   if (failure->is_set()) return failure->Get();
-  if (args.multicast_group.ipv4 != 0 && !reply.multicast_group_kept) {
-    // The switch will not send to the group for this job (a reference switch, another job holds
-    // the group, or a transport without it): do not listen to it either.
-    for (auto& t : transports) t->LeaveGroup();
+  // Results to the group from the hosts that kept it; the others send one copy per worker.
+  size_t kept = 0;
+  for (const auto& h : hosts) kept += h->reply.multicast_group_kept ? 1 : 0;
+  if (args.multicast_group.ipv4 != 0 && kept < num_hosts) {
     if (!group_interface.loopback && config.lan_multicast_required) {
       return FailedPreconditionError(
           "the switch did not keep LAN multicast group " + args.multicast_group.ToString() +
@@ -389,39 +528,60 @@ Status Context::Impl::Setup() {
           "then come one copy per worker where the group cannot be had)");
     }
     if (!group_interface.loopback) {
-      LOG(kInfo, kRuntime) << "no LAN multicast (results come one copy per worker): the switch "
-                              "did not keep group "
+      LOG(kInfo, kRuntime) << "no LAN multicast from " << num_hosts - kept << " of " << num_hosts
+                           << " switch host(s) (results come one copy per worker): they did not "
+                              "keep group "
                            << args.multicast_group.ToString()
                            << " (bound to 0.0.0.0, --no-lan-multicast, a reference switch, or "
                               "another job holds it)";
     }
-    args.multicast_group = Endpoint{};
+    if (kept == 0) {
+      // No switch sends to the group for this job (a reference switch, another job holds the
+      // group, or a transport without it): do not listen to it either.
+      for (auto& t : transports) t->LeaveGroup();
+      args.multicast_group = Endpoint{};
+    }
   }
   // From now on a switch that went away fails a barrier at once instead of being waited for.
-  control->set_wait_for_ready(false);
-  // The switch's data plane: at the address it names, or (0) where its control plane is.
-  const Endpoint switch_data{reply.switch_ipv4 != 0 ? reply.switch_ipv4 : switch_ip,
-                             reply.data_port};
-  LOG(kInfo, kRuntime) << "rank " << config.rank << " joined session " << session_id
-                       << "; switch data plane at " << switch_data.ToString() << "; local ports "
-                       << base_port << ".." << base_port + config.num_worker_threads - 1;
+  for (const auto& h : hosts) h->client->set_wait_for_ready(false);
+  // Each switch's data plane: at the address it names, or (0) where its control plane is.
+  std::vector<Endpoint> data(num_hosts);
+  std::string where;
+  for (uint32_t i = 0; i < num_hosts; ++i) {
+    const SwitchHost& h = *hosts[i];
+    data[i] = Endpoint{h.reply.switch_ipv4 != 0 ? h.reply.switch_ipv4 : h.control.ipv4,
+                       h.reply.data_port};
+    where += (i == 0 ? "" : ", ") + data[i].ToString();
+  }
+  LOG(kInfo, kRuntime) << "rank " << config.rank << " joined session " << session_id << "; "
+                       << (num_hosts == 1 ? "switch data plane at "
+                                          : std::to_string(num_hosts) + " switch hosts, data at ")
+                       << where << "; local ports " << base_port << ".."
+                       << base_port + config.num_worker_threads - 1;
 
   if (config.authenticate_data) {
-    transport::AuthKey key;
-    if (!transport::AuthKeyFromBytes(reply.data_key, &key)) {  // the client checked the size
-      return InternalError("the switch's data-plane key is not 16 bytes");
+    std::vector<transport::AuthSwitch> keys;
+    for (uint32_t i = 0; i < num_hosts; ++i) {
+      transport::AuthSwitch k{data[i].ipv4, data[i].port, hosts[i]->reply.num_data_ports, {}};
+      if (!transport::AuthKeyFromBytes(hosts[i]->reply.data_key, &k.key)) {
+        return InternalError("switch host " + hosts[i]->name +
+                             ": its data-plane key is not 16 bytes");
+      }
+      keys.push_back(k);
     }
-    for (auto& t : transports)
-      t = transport::MakeAuthenticated(std::move(t), session_id, config.rank, key);
+    for (auto& t : transports) {
+      t = transport::MakeAuthenticated(std::move(t), session_id, config.rank, keys);
+    }
   }
 
-  const uint32_t window = args.max_outstanding_packets / config.num_worker_threads;
+  const uint32_t window = window_total / config.num_worker_threads;
   std::vector<int> cpus;  // Config::pin_threads: thread t runs on CpuOfThread(cpus, t)
   if (config.pin_threads) {
     ASSIGN_OR_RETURN(cpus, AllowedCpus());
   }
   for (uint32_t t = 0; t < config.num_worker_threads; ++t) {
-    worker::SessionConfig sc;
+    runtime::WorkerThreadOptions o;
+    worker::SessionConfig& sc = o.session.session;
     sc.num_workers = config.num_workers;
     sc.slot_start = t * window;
     sc.window = window;
@@ -433,68 +593,112 @@ Status Context::Impl::Setup() {
     sc.timeout_threshold = config.timeout_threshold;
     sc.timeout_threshold_increment = config.timeout_threshold_increment;
     sc.progress_timeout = config.peer_timeout;
-    RETURN_IF_ERROR(sc.Validate());
-    // Worker thread t talks to the switch's data-plane thread t mod (its threads).
-    const Endpoint shard{switch_data.ipv4,
-                         static_cast<uint16_t>(switch_data.port + t % reply.num_data_ports)};
-    runtime::WaitPolicy wait;
-    wait.busy_poll = config.busy_poll;
-    wait.wake_batch = config.wake_batch;
-    if (!cpus.empty()) wait.cpu = CpuOfThread(cpus, t);
-    std::string expected_group;  // checked for LAN groups only (a loopback one cannot fail)
-    if (args.multicast_group.ipv4 != 0 && !group_interface.loopback) {
-      expected_group =
+    o.session.num_hosts = num_hosts;
+    o.session.generations = generations;
+    o.session.generation_stride = window_total;
+    RETURN_IF_ERROR(o.session.Validate());
+    for (uint32_t i = 0; i < num_hosts; ++i) {
+      // Worker thread t talks to each switch's data-plane thread t mod (its threads).
+      const uint32_t ports = hosts[i]->reply.num_data_ports;
+      o.switches.push_back(runtime::SwitchRoute{
+          Endpoint{data[i].ipv4, static_cast<uint16_t>(data[i].port + t % ports)}, data[i].port,
+          ports, hosts[i]->name});
+    }
+    o.wait.busy_poll = config.busy_poll;
+    o.wait.wake_batch = config.wake_batch;
+    if (!cpus.empty()) o.wait.cpu = CpuOfThread(cpus, t);
+    // Checked for LAN groups only (a loopback one cannot fail), and only where every host sends
+    // to the group (else some results come as unicast by design).
+    if (args.multicast_group.ipv4 != 0 && !group_interface.loopback && kept == num_hosts) {
+      o.expected_group =
           Endpoint{args.multicast_group.ipv4, static_cast<uint16_t>(args.multicast_group.port + t)}
               .ToString() +
           " on " + group_interface.name;
     }
-    // (The threads stop before the control client goes: ~Context.)
-    auto explain_stall = [client = control.get(), id = session_id,
-                          secret = config.job_secret](uint64_t op) -> std::string {
-      Result<std::string> why = client->Diagnose(id, secret, op, std::chrono::seconds(1));
+    o.group_required = config.lan_multicast_required;
+    // (The threads stop before the control clients go: ~Context.)
+    o.explain_stall = [this, id = session_id, secret = config.job_secret](uint64_t op) {
+      SwitchHost* h = FirstAlive();
+      if (h == nullptr) return std::string();
+      Result<std::string> why = h->client->Diagnose(id, secret, op, std::chrono::seconds(1));
       return why.ok() ? *why : std::string();
     };
-    threads.push_back(std::make_unique<runtime::WorkerThread>(
-        sc, std::move(transports[t]), shard, failure, wait, switch_data.port, reply.num_data_ports,
-        std::move(expected_group), std::move(explain_stall), config.lan_multicast_required));
+    threads.push_back(
+        std::make_unique<runtime::WorkerThread>(std::move(o), std::move(transports[t]), failure));
+  }
+  running.store(true);
+  return Status();
+}
+
+// Registers this worker on every switch host and attaches its streams: from then on a host
+// notices at once when this worker dies (and fails the job, naming the rank), and this worker
+// when a host dies (OnSwitchFailure) or the job fails.
+Status Context::Impl::Register(const control::UdpSessionArgs& args) {
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    SwitchHost& h = *hosts[i];
+    Result<control::UdpSessionReply> reply = h.client->UdpSession(args);
+    if (!reply.ok()) {
+      if (hosts.size() == 1) return reply.status();
+      return Status(reply.status().code(),
+                    "switch host " + h.name + ": " + reply.status().message());
+    }
+    h.reply = *reply;
+    // (The stream ends before the control client is destroyed: the callback may use it.)
+    h.attachment = h.client->Attach(session_id, config.rank, config.job_secret,
+                                    [this, i](const Status& why) { OnSwitchFailure(i, why); });
   }
   return Status();
 }
 
-// Registers this worker and attaches its stream: from then on the switch notices at once when
-// this worker dies (and fails the job, naming the rank), and this worker when the switch dies
-// or the job fails.
-Status Context::Impl::Register(const control::UdpSessionArgs& args,
-                               control::UdpSessionReply* reply) {
-  ASSIGN_OR_RETURN(*reply, control->UdpSession(args));
-  // (The stream ends before the control client is destroyed: the callback may use it.)
-  attachment = control->Attach(session_id, config.rank, config.job_secret,
-                               [latch = failure, client = control.get()](const Status& why) {
-                                 latch->Set(why);
-                                 // A barrier under way ends too: its peers or the switch are
-                                 // not coming.
-                                 client->CancelCalls(why);
-                               });
-  return Status();
+void Context::Impl::OnSwitchFailure(size_t host, const Status& why) {
+  SwitchHost& h = *hosts[host];
+  if (hosts.size() == 1 || why.code() != StatusCode::kUnavailable || !running.load()) {
+    // The job failed (a peer died, a check failed), or its only switch went away.
+    failure->Set(why);
+    // A barrier under way ends too: its peers or the switch are not coming.
+    for (const auto& other : hosts) other->client->CancelCalls(why);
+    return;
+  }
+  if (!h.alive.exchange(false)) return;
+  size_t alive = 0;
+  for (const auto& other : hosts) alive += other->alive.load() ? 1 : 0;
+  if (alive == 0) {
+    const Status all = UnavailableError("every switch host of the job is gone (the last, " +
+                                        h.name + ": " + why.message() + ")");
+    failure->Set(all);
+    for (const auto& other : hosts) other->client->CancelCalls(all);
+    return;
+  }
+  LOG(kWarning, kRuntime) << "switch host " << h.name << " is gone (" << why.message()
+                          << "): moving its share of session " << session_id << " to the "
+                          << alive << " host(s) left";
+  for (auto& t : threads) t->MoveOff(static_cast<uint32_t>(host));
 }
 
 void Context::Impl::AbandonSetup(const Status& why) {
-  if (control == nullptr || attachment == nullptr || failure->is_set()) return;
-  control
-      ->Close(session_id, config.job_secret, std::nullopt, std::chrono::milliseconds(1000),
-              "session " + std::to_string(session_id) + " failed: rank " +
-                  std::to_string(config.rank) + " gave up joining it: " + why.message())
-      .IgnoreError();
-  attachment.reset();
+  if (failure->is_set()) return;
+  for (const auto& h : hosts) {
+    if (h->attachment == nullptr) continue;
+    h->client
+        ->Close(session_id, config.job_secret, std::nullopt, std::chrono::milliseconds(1000),
+                "session " + std::to_string(session_id) + " failed: rank " +
+                    std::to_string(config.rank) + " gave up joining it: " + why.message())
+        .IgnoreError();
+    h->attachment.reset();
+  }
 }
 
-// Tells the switch this rank is done (the job's slots are freed when every rank is), then ends
-// the stream. Best effort: the switch may be gone.
+// Tells every switch host alive that this rank is done (the job's slots are freed when every
+// rank is), then ends the streams. Best effort: a switch may be gone.
 void Context::Impl::Close() {
-  if (control == nullptr || attachment == nullptr) return;
-  control->Close(session_id, config.job_secret, config.rank, std::chrono::milliseconds(1000))
-      .IgnoreError();
-  attachment.reset();
+  for (const auto& h : hosts) {
+    if (h->attachment == nullptr) continue;
+    if (h->alive.load()) {
+      h->client->Close(session_id, config.job_secret, config.rank, std::chrono::milliseconds(1000))
+          .IgnoreError();
+    }
+    h->attachment.reset();
+  }
 }
 
 Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t count,
@@ -525,7 +729,13 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
   const size_t numel = config.packet_numel;
   const size_t packets = (count + numel - 1) / numel;
   const size_t nthreads = threads.size();
-  const bool check = config.check_tensors && attachment != nullptr;
+  std::vector<control::Attachment*> checkers;  // the streams of the switch hosts alive
+  if (config.check_tensors) {
+    for (const auto& h : hosts) {
+      if (h->alive.load() && h->attachment != nullptr) checkers.push_back(h->attachment.get());
+    }
+  }
+  const bool check = !checkers.empty();
   state->remaining = static_cast<int>(nthreads);
   state->check_pending = check;
   const uint64_t job_id = next_job++;
@@ -536,14 +746,31 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
     state->cv.notify_all();
   };
   // The switch compares every worker's count and type for this all-reduce; the result counts
-  // only once they agree.
+  // only once they agree. A striped job asks every host alive: the first verdict counts, but a
+  // host that went away (UNAVAILABLE) says nothing unless every host did.
   if (check) {
-    attachment->Announce(job_id, count, static_cast<uint32_t>(dtype), [state](const Status& st) {
-      std::lock_guard<std::mutex> l(state->mu);
-      if (state->status.ok() && !st.ok()) state->status = st;
-      state->check_pending = false;
-      state->cv.notify_all();
-    });
+    struct Verdict {
+      std::mutex mu;
+      size_t waiting;
+      bool given = false;
+    };
+    auto verdict = std::make_shared<Verdict>();
+    verdict->waiting = checkers.size();
+    for (control::Attachment* a : checkers) {
+      a->Announce(job_id, count, static_cast<uint32_t>(dtype),
+                  [state, verdict](const Status& st) {
+                    {
+                      std::lock_guard<std::mutex> v(verdict->mu);
+                      if (verdict->given) return;
+                      if (st.code() == StatusCode::kUnavailable && --verdict->waiting > 0) return;
+                      verdict->given = true;
+                    }
+                    std::lock_guard<std::mutex> l(state->mu);
+                    if (state->status.ok() && !st.ok()) state->status = st;
+                    state->check_pending = false;
+                    state->cv.notify_all();
+                  });
+    }
   }
   const size_t esize = DataTypeSize(dtype);
   for (size_t t = 0; t < nthreads; ++t) {
@@ -650,7 +877,11 @@ ContextStats Context::stats() const {
     s.datagrams_received += tc.datagrams_received;
     s.group_datagrams_received += tc.group_datagrams_received;
     s.coalesced_receives += tc.coalesced_receives;
+    const worker::FailoverCounters f = t->failover_counters();
+    s.failovers = std::max<uint64_t>(s.failovers, f.failovers);
+    s.blocks_repaired += f.blocks_staged + f.blocks_tail;
   }
+  for (const auto& h : impl_->hosts) s.switch_hosts_alive += h->alive.load() ? 1 : 0;
   return s;
 }
 

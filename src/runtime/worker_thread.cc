@@ -54,26 +54,22 @@ Status FailureLatch::Get() const {
   return failure_;
 }
 
-WorkerThread::WorkerThread(const worker::SessionConfig& config,
-                           std::unique_ptr<transport::Transport> transport, Endpoint switch_data,
-                           std::shared_ptr<FailureLatch> failure, WaitPolicy wait,
-                           uint16_t switch_ports_first, uint32_t switch_ports,
-                           std::string expected_group, ExplainStall explain_stall,
-                           bool group_required)
+WorkerThread::WorkerThread(WorkerThreadOptions options,
+                           std::unique_ptr<transport::Transport> transport,
+                           std::shared_ptr<FailureLatch> failure)
     : transport_(std::move(transport)),
-      switch_data_(switch_data),
-      switch_ports_first_(switch_ports == 0 ? switch_data.port : switch_ports_first),
-      switch_ports_(switch_ports == 0 ? 1 : switch_ports),
+      switches_(std::move(options.switches)),
       failure_(std::move(failure)),
-      session_(config),
-      wait_(wait),
-      expected_group_(std::move(expected_group)),
-      explain_stall_(std::move(explain_stall)),
-      group_required_(group_required),
+      session_(options.session),
+      wait_(options.wait),
+      expected_group_(std::move(options.expected_group)),
+      explain_stall_(std::move(options.explain_stall)),
+      group_required_(options.group_required),
       group_seen_(expected_group_.empty()),
       tx_(kTxBatch),
       rx_(kRxBatch) {
-  CHECK_LE(proto::DatagramBytes(config.size), transport_->max_datagram_bytes());
+  CHECK_EQ(switches_.size(), options.session.num_hosts);
+  CHECK_LE(proto::DatagramBytes(options.session.session.size), transport_->max_datagram_bytes());
   transport_->TxBuffer(0);  // the transport's transmit memory, allocated and touched now
   thread_ = std::thread([this] { Run(); });
 }
@@ -90,6 +86,40 @@ void WorkerThread::Submit(const worker::SliceJob& job, SliceDone done) {
     }
   }
   done(CancelledError("the context is shutting down"));
+}
+
+void WorkerThread::MoveOff(uint32_t host) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    moves_.push_back(host);
+  }
+  move_pending_.store(true, std::memory_order_release);
+  transport_->Wake();
+}
+
+void WorkerThread::ApplyMoves() {
+  std::vector<uint32_t> moves;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    moves.swap(moves_);
+    move_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (uint32_t host : moves) {
+    const size_t before = session_.live_hosts().size();
+    const Status st = session_.Failover(host, Now());
+    if (!st.ok()) {
+      LOG(kError, kWorker) << "cannot move off switch host " << switches_[host].name << ": "
+                           << st.message();
+      failure_->Set(st);
+      continue;
+    }
+    if (session_.live_hosts().size() == before) continue;  // off it already
+    move_started_ = Now();
+    LOG(kWarning, kWorker) << "switch host " << switches_[host].name
+                           << " is gone: moving this thread's share to the "
+                           << session_.live_hosts().size() << " hosts left (slot range "
+                           << session_.generation() << ")";
+  }
 }
 
 void WorkerThread::Stop() {
@@ -112,17 +142,27 @@ worker::SessionCounters WorkerThread::counters() const {
   return published_;
 }
 
+worker::FailoverCounters WorkerThread::failover_counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return published_failover_;
+}
+
 bool WorkerThread::FromSwitch(const Endpoint& source) const {
   // A switch bound to every address answers from whichever local address the kernel picks for
   // the route back: on one host that may be any loopback address (127.0.1.1 for the host name,
   // 127.0.0.1 for the reply). Loopback sources can only come from this host (the kernel drops
   // them arriving from outside), and this host's other processes cannot bind the switch's ports.
   constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
-  const bool loopback = (switch_data_.ipv4 & kLoopbackMask) == kLoopbackNet &&
-                        (source.ipv4 & kLoopbackMask) == kLoopbackNet;
-  if (switch_data_.ipv4 != 0 && source.ipv4 != switch_data_.ipv4 && !loopback) return false;
-  return source.port >= switch_ports_first_ &&
-         uint32_t{source.port} < uint32_t{switch_ports_first_} + switch_ports_;
+  for (uint32_t h : session_.live_hosts()) {
+    const SwitchRoute& r = switches_[h];
+    const bool loopback = (r.data.ipv4 & kLoopbackMask) == kLoopbackNet &&
+                          (source.ipv4 & kLoopbackMask) == kLoopbackNet;
+    if (r.data.ipv4 != 0 && source.ipv4 != r.data.ipv4 && !loopback) continue;
+    const uint32_t first = r.ports == 0 ? r.data.port : r.ports_first;
+    const uint32_t count = r.ports == 0 ? 1 : r.ports;
+    if (source.port >= first && source.port < first + count) return true;
+  }
+  return false;
 }
 
 void WorkerThread::MeasureArrivals(size_t received, worker::Nanos now) {
@@ -157,6 +197,15 @@ void WorkerThread::Run() {
   PinDataThread(wait_.cpu, LogSubsystem::kWorker);
   std::array<transport::RxDatagram, 1> idle_rx;
   while (!stop_.load()) {
+    if (move_pending_.load(std::memory_order_acquire)) {
+      // Failover while idle: the other workers may need this one's results (the agreement).
+      ApplyMoves();
+      if (session_.state() == worker::StripedSession::State::kRunning && !Pump()) return;
+      if (session_.state() == worker::StripedSession::State::kDone && !session_.status().ok()) {
+        failure_->Set(session_.status());
+      }
+      continue;
+    }
     Pending p;
     bool have = false;
     {
@@ -184,7 +233,7 @@ void WorkerThread::Run() {
       }
       if (*r > 0) {
         if (FromSwitch(idle_rx[0].source)) {
-          session_.HandleDatagram(Contents(idle_rx[0]), Now());
+          session_.HandleDatagram(Contents(idle_rx[0]), Now());  // (late: dropped as stale)
         } else {
           foreign_source_.fetch_add(1, std::memory_order_relaxed);
         }
@@ -249,18 +298,13 @@ void WorkerThread::CheckGroupDelivers() {
       "(docs/architecture.md, \"Multicast results\")"));
 }
 
-bool WorkerThread::RunSlice(const Pending& p) {
-  if (failure_->is_set()) {
-    p.done(failure_->Get());
-    return true;
-  }
+bool WorkerThread::Pump() {
   const size_t max_bytes = proto::DatagramBytes(session_.config().size);
   std::vector<transport::TxDatagram>& tx = tx_;
-  session_.Start(p.job, Now());
   period_start_ = last_arrival_ = Now();
   period_count_ = 0;
   bool stopping = false;
-  while (session_.state() == worker::WorkerSession::State::kRunning) {
+  while (session_.state() == worker::StripedSession::State::kRunning) {
     if (stop_.load()) {
       session_.Abort(CancelledError("the context was destroyed while this all-reduce ran"));
       stopping = true;
@@ -270,14 +314,32 @@ bool WorkerThread::RunSlice(const Pending& p) {
       session_.Abort(failure_->Get());
       break;
     }
+    if (move_pending_.load(std::memory_order_acquire)) {
+      ApplyMoves();
+      if (session_.state() != worker::StripedSession::State::kRunning) break;
+    }
+    if (move_started_.count() >= 0 && !session_.failing_over()) {
+      const worker::FailoverCounters f = session_.failover_counters();
+      LOG(kWarning, kWorker) << "moved off in "
+                             << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    Now() - move_started_)
+                                    .count()
+                             << " ms (" << f.blocks_staged << " blocks repaired, " << f.blocks_tail
+                             << " run again in place so far); going on with "
+                             << session_.live_hosts().size() << " switch hosts";
+      move_started_ = worker::Nanos{-1};
+    }
     worker::Nanos now = Now();
     size_t n = 0;
     while (n < kTxBatch) {
+      const std::optional<uint32_t> host = session_.NextTransmitHost();
+      if (!host) break;
+      const Endpoint& to = switches_[*host].data;
       // Where the transport lends the switch's own memory (shm), encoded straight into it.
-      std::span<uint8_t> buf = transport_->TxBufferTo(n, switch_data_).first(max_bytes);
+      std::span<uint8_t> buf = transport_->TxBufferTo(n, to).first(max_bytes);
       const size_t len = session_.PollTransmit(now, buf);
       if (len == 0) break;
-      tx[n] = transport::TxDatagram{switch_data_, buf.first(len)};
+      tx[n] = transport::TxDatagram{to, buf.first(len)};
       ++n;
     }
     size_t sent = 0;
@@ -292,7 +354,7 @@ bool WorkerThread::RunSlice(const Pending& p) {
       if (sent < n) std::this_thread::yield();  // socket buffer full: let the kernel drain it
     }
     // (Packets still unsent after that are recovered by the retransmission timeout.)
-    if (session_.state() != worker::WorkerSession::State::kRunning) break;
+    if (session_.state() != worker::StripedSession::State::kRunning) break;
     worker::Nanos wait{0};
     if (n < kTxBatch && !wait_.busy_poll) {
       // Everything the results freed is sent: wait for the next ones, handling several of the
@@ -311,7 +373,7 @@ bool WorkerThread::RunSlice(const Pending& p) {
       // a flood cannot hold the timers off.
       bool failed = false;
       for (size_t i = 0; i < kMaxDrainBatches; ++i) {
-        if (session_.state() != worker::WorkerSession::State::kRunning) break;
+        if (session_.state() != worker::StripedSession::State::kRunning) break;
         auto got = ReceiveBatch(worker::Nanos{0});
         if (!got.ok()) {
           failed = true;
@@ -323,10 +385,19 @@ bool WorkerThread::RunSlice(const Pending& p) {
       session_.HandleTimeout(Now());
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    published_ = session_.counters();
+  std::lock_guard<std::mutex> lock(mu_);
+  published_ = session_.counters();
+  published_failover_ = session_.failover_counters();
+  return !stopping;
+}
+
+bool WorkerThread::RunSlice(const Pending& p) {
+  if (failure_->is_set()) {
+    p.done(failure_->Get());
+    return true;
   }
+  session_.Start(p.job, Now());
+  const bool stopping = !Pump();
   Status st = session_.status();
   if (!stopping && st.code() == StatusCode::kDeadlineExceeded && explain_stall_) {
     // No result for the progress timeout: the switch may know which peer is missing.

@@ -11,12 +11,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "base/endpoint.h"
 #include "transport/transport.h"
-#include "worker/session.h"
+#include "worker/striped_session.h"
 
 namespace switchml::runtime {
 
@@ -48,42 +49,63 @@ struct WaitPolicy {
   int cpu = -1;
 };
 
+// One switch host as a worker thread sees it.
+struct SwitchRoute {
+  // Where the thread sends the packets of the host's slots (the host's data-plane thread for it).
+  Endpoint data;
+  // Results are accepted only from the host's data endpoints: source address data.ipv4 (any
+  // address when it is 0; any loopback address when it is one) and source port in [ports_first,
+  // ports_first + ports); ports 0 means data.port alone.
+  uint16_t ports_first = 0;
+  uint32_t ports = 0;
+  std::string name;  // how logs and errors name the host ("10.0.0.1:50099")
+};
+
+// What a WorkerThread runs: its protocol core and where it sends.
+struct WorkerThreadOptions {
+  // The thread's session; session.num_hosts == switches.size() (striping.h: one host for an
+  // ordinary job).
+  worker::StripedSessionConfig session;
+  std::vector<SwitchRoute> switches;
+  WaitPolicy wait;
+  // When not empty, the transport has joined a LAN multicast group where the switch sends every
+  // result (Config::lan_multicast), described so ("239.192.1.2:12000 on eth0"); if a window's
+  // worth of datagrams (and at least kGroupCheckDatagrams) arrive from the switch and none
+  // through the group, the network is not delivering it (only retransmission replies come, as
+  // unicast): with group_required the slice fails with FAILED_PRECONDITION naming the group,
+  // instead of crawling on retransmissions; without, a warning says so (the switch notices too
+  // and sends this worker's results to it alone: dataplane::JobCounters::group_demoted).
+  std::string expected_group;
+  bool group_required = true;
+  // When not empty and a slice fails because no result came for the progress timeout
+  // (DEADLINE_EXCEEDED), called with the slice's job id (the context's all-reduce number) for a
+  // sentence the error adds (the switch's account: which rank has not started it); it may block
+  // briefly and returns "" when it knows nothing.
+  std::function<std::string(uint64_t job_id)> explain_stall;
+};
+
 class WorkerThread {
  public:
   using SliceDone = std::function<void(const Status&)>;
 
-  // switch_data: where this thread sends its packets. Results are accepted only from the
-  // switch's data endpoints: source address switch_data.ipv4 (any address when it is 0; any
-  // loopback address when it is one) and
-  // source port in [switch_ports_first, switch_ports_first + switch_ports); every other datagram
-  // is dropped and counted (foreign_source_dropped()). switch_ports 0 means switch_data.port
-  // alone. wait: how to wait for results. expected_group: when not empty, the transport has
-  // joined a LAN multicast group where the switch sends every result (Config::lan_multicast),
-  // described so ("239.192.1.2:12000 on eth0"); if a window's worth of datagrams (and at least
-  // kGroupCheckDatagrams) arrive from the switch and none through the group, the network is
-  // not delivering it (only retransmission replies come, as unicast): with group_required the
-  // slice fails with FAILED_PRECONDITION naming the group, instead of crawling on
-  // retransmissions; without, a warning says so (the switch notices too and sends this worker's
-  // results to it alone: dataplane::JobCounters::group_demoted).
-  // explain_stall: when not empty and a slice fails because no result came for the progress
-  // timeout (DEADLINE_EXCEEDED), called with the slice's job id (the context's all-reduce
-  // number) for a sentence the error adds (the switch's account: which rank has not started
-  // it); it may block briefly and returns "" when it knows nothing.
-  using ExplainStall = std::function<std::string(uint64_t job_id)>;
-  WorkerThread(const worker::SessionConfig& config, std::unique_ptr<transport::Transport> transport,
-               Endpoint switch_data, std::shared_ptr<FailureLatch> failure, WaitPolicy wait = {},
-               uint16_t switch_ports_first = 0, uint32_t switch_ports = 0,
-               std::string expected_group = {}, ExplainStall explain_stall = {},
-               bool group_required = true);
+  // Starts the thread. Every datagram from anywhere but the job's live switch hosts is dropped
+  // and counted (foreign_source_dropped()).
+  WorkerThread(WorkerThreadOptions options, std::unique_ptr<transport::Transport> transport,
+               std::shared_ptr<FailureLatch> failure);
   static constexpr uint64_t kGroupCheckDatagrams = 64;
   ~WorkerThread();  // Stop()s
 
   // Queues a slice; after Stop() it is reported as CANCELLED at once.
   void Submit(const worker::SliceJob& job, SliceDone done);
+  // Switch host `host` (index into options.switches) died: the thread moves its slots off it
+  // (worker::StripedSession::Failover) as soon as it can; a failure to do so is latched.
+  // Thread-safe; does not block.
+  void MoveOff(uint32_t host);
   // Ends the thread; a running slice and the queued ones are reported as CANCELLED. Idempotent.
   void Stop();
 
   worker::SessionCounters counters() const;
+  worker::FailoverCounters failover_counters() const;
   // Datagrams dropped because their source was not one of the switch's data endpoints (a
   // stray or hostile sender: never handed to the session).
   uint64_t foreign_source_dropped() const {
@@ -99,6 +121,10 @@ class WorkerThread {
   void Run();
   // Runs one slice to its end and reports it; false when stopping.
   bool RunSlice(const Pending& p);
+  // Drives the session while it runs (a slice, or failover work); false when stopping.
+  bool Pump();
+  // Applies the MoveOff requests.
+  void ApplyMoves();
   // Whether a datagram from source may be a result of the switch.
   bool FromSwitch(const Endpoint& source) const;
   // Receives one batch, waiting up to `wait`, and feeds the switch's datagrams to the session;
@@ -113,16 +139,18 @@ class WorkerThread {
   void NapForBatch();
 
   std::unique_ptr<transport::Transport> transport_;
-  Endpoint switch_data_;
-  uint16_t switch_ports_first_;  // the switch's data ports: [first, first + count)
-  uint32_t switch_ports_;
+  const std::vector<SwitchRoute> switches_;
   std::atomic<uint64_t> foreign_source_{0};
   std::shared_ptr<FailureLatch> failure_;
-  worker::WorkerSession session_;
+  worker::StripedSession session_;
   const WaitPolicy wait_;
   const std::string expected_group_;
-  const ExplainStall explain_stall_;
+  const std::function<std::string(uint64_t)> explain_stall_;
   const bool group_required_;
+  // MoveOff requests (under mu_) and a flag the thread polls.
+  std::vector<uint32_t> moves_;
+  std::atomic<bool> move_pending_{false};
+  worker::Nanos move_started_{-1};  // the failover under way began (the thread's)
   bool group_seen_;  // a datagram came through expected_group_ (or none is expected)
   // Datagrams taken from the switch's data endpoints while slices ran (the thread's): until one
   // comes through the group, these are the unicast ones the group check counts. (The transport's
@@ -144,6 +172,7 @@ class WorkerThread {
   std::deque<Pending> queue_;          // under mu_
   bool stopped_ = false;               // under mu_: Submit() no longer queues
   worker::SessionCounters published_;  // a copy of the session's counters, under mu_
+  worker::FailoverCounters published_failover_;  // under mu_
   std::mutex stop_mu_;                 // serializes Stop()
   std::atomic<bool> stop_{false};
   std::thread thread_;

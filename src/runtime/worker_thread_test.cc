@@ -131,14 +131,22 @@ class EchoSwitch {
   std::thread thread_;
 };
 
-worker::SessionConfig OneWorker(uint32_t window, milliseconds rto) {
-  worker::SessionConfig c;
+// A thread of a one-worker job with one switch (kSwitch); results expected on `group` when it
+// is not empty.
+WorkerThreadOptions OneWorker(uint32_t window, milliseconds rto, WaitPolicy wait = {},
+                              std::string group = {}, bool group_required = true) {
+  WorkerThreadOptions o;
+  worker::SessionConfig& c = o.session.session;
   c.num_workers = 1;
   c.window = window;
   c.timeout = rto;
   c.min_timeout = rto;
   c.progress_timeout = std::chrono::seconds(10);
-  return c;
+  o.switches.push_back(SwitchRoute{kSwitch, 0, 0, "test switch"});
+  o.wait = wait;
+  o.expected_group = std::move(group);
+  o.group_required = group_required;
+  return o;
 }
 
 // Runs one int32 slice of in through the thread into out (of in's size); its status.
@@ -175,7 +183,7 @@ TEST(WorkerThreadTest, ResultsQueuedWhileNotScheduledAreNotRetransmitted) {
   constexpr uint32_t kWindow = 1024;
   EchoSwitch sw(&net, kWindow, std::chrono::nanoseconds(0));
   auto t = std::make_unique<SchedulerTransport>(net.Attach(kWorker), kWindow, milliseconds(600));
-  WorkerThread thread(OneWorker(kWindow, milliseconds(200)), std::move(t), kSwitch,
+  WorkerThread thread(OneWorker(kWindow, milliseconds(200)), std::move(t),
                       std::make_shared<FailureLatch>());
   ASSERT_TRUE(RunSlice(&thread, 2 * kWindow * 256).ok());
   const worker::SessionCounters c = thread.counters();
@@ -196,8 +204,8 @@ TEST(WorkerThreadTest, WakeBatchingTakesSeveralResultsPerWakeUp) {
   SchedulerTransport* t = owned.get();
   WaitPolicy wait;
   wait.wake_batch = 0.5;
-  WorkerThread thread(OneWorker(kWindow, milliseconds(10)), std::move(owned), kSwitch,
-                      std::make_shared<FailureLatch>(), wait);
+  WorkerThread thread(OneWorker(kWindow, milliseconds(10), wait), std::move(owned),
+                      std::make_shared<FailureLatch>());
   ASSERT_TRUE(RunSlice(&thread, 16 * kWindow * 256).ok());
   ASSERT_GT(t->nonempty_receives(), 0u);
   const double per_receive =
@@ -236,9 +244,9 @@ TEST(WorkerThreadTest, ResultsThatNeverComeThroughTheExpectedGroupFailTheSlice) 
     transport::MemoryNetwork net;
     EchoSwitch sw(&net, 0, std::chrono::nanoseconds(0));
     auto latch = std::make_shared<FailureLatch>();
-    WorkerThread thread(OneWorker(kWindow, milliseconds(10)),
+    WorkerThread thread(OneWorker(kWindow, milliseconds(10), {}, "239.192.1.2:12000 on eth0"),
                         std::make_unique<GroupCountingTransport>(net.Attach(kWorker), false),
-                        kSwitch, latch, {}, 0, 0, "239.192.1.2:12000 on eth0");
+                        latch);
     std::vector<int32_t> in(64 * kWindow * 256, 1), out(in.size());
     const Status st = SubmitSlice(&thread, in, &out);
     EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
@@ -249,20 +257,19 @@ TEST(WorkerThreadTest, ResultsThatNeverComeThroughTheExpectedGroupFailTheSlice) 
   {
     transport::MemoryNetwork net;
     EchoSwitch sw(&net, 0, std::chrono::nanoseconds(0));
-    WorkerThread thread(OneWorker(kWindow, milliseconds(10)),
+    WorkerThread thread(OneWorker(kWindow, milliseconds(10), {}, "239.192.1.2:12000 on eth0"),
                         std::make_unique<GroupCountingTransport>(net.Attach(kWorker), true),
-                        kSwitch, std::make_shared<FailureLatch>(), {}, 0, 0,
-                        "239.192.1.2:12000 on eth0");
+                        std::make_shared<FailureLatch>());
     EXPECT_TRUE(RunSlice(&thread, 8 * kWindow * 256).ok());
   }
   {
     transport::MemoryNetwork net;
     EchoSwitch sw(&net, 0, std::chrono::nanoseconds(0));
     auto latch = std::make_shared<FailureLatch>();
-    WorkerThread thread(OneWorker(kWindow, milliseconds(10)),
+    WorkerThread thread(OneWorker(kWindow, milliseconds(10), {}, "239.192.1.2:12000 on eth0",
+                                  /*group_required=*/false),
                         std::make_unique<GroupCountingTransport>(net.Attach(kWorker), false),
-                        kSwitch, latch, {}, 0, 0, "239.192.1.2:12000 on eth0", {},
-                        /*group_required=*/false);
+                        latch);
     const Status st = RunSlice(&thread, 64 * kWindow * 256);
     EXPECT_TRUE(st.ok()) << st.ToString();
     EXPECT_FALSE(latch->is_set());
@@ -302,9 +309,9 @@ TEST(WorkerThreadTest, AStrangersDatagramsDoNotFailTheGroupCheck) {
   constexpr uint32_t kWindow = 64;
   transport::MemoryNetwork net;
   EchoSwitch sw(&net, 0, std::chrono::nanoseconds(0), /*stray=*/600);
-  WorkerThread thread(OneWorker(kWindow, milliseconds(10)),
-                      std::make_unique<SwitchGroupTransport>(net.Attach(kWorker)), kSwitch,
-                      std::make_shared<FailureLatch>(), {}, 0, 0, "239.192.1.2:12000 on eth0");
+  WorkerThread thread(OneWorker(kWindow, milliseconds(10), {}, "239.192.1.2:12000 on eth0"),
+                      std::make_unique<SwitchGroupTransport>(net.Attach(kWorker)),
+                      std::make_shared<FailureLatch>());
   const Status st = RunSlice(&thread, 4 * kWindow * 256);
   EXPECT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(thread.foreign_source_dropped(), 600u);
@@ -335,7 +342,7 @@ TEST(WorkerThreadTest, AnIdleThreadDoesNotSpinOnAFailingReceive) {
   auto owned = std::make_unique<FailingReceiveTransport>(net.Attach(kWorker));
   FailingReceiveTransport* t = owned.get();
   {
-    WorkerThread thread(OneWorker(64, milliseconds(10)), std::move(owned), kSwitch,
+    WorkerThread thread(OneWorker(64, milliseconds(10)), std::move(owned),
                         std::make_shared<FailureLatch>());
     std::this_thread::sleep_for(milliseconds(300));
     EXPECT_LT(t->calls(), 100u);

@@ -48,10 +48,11 @@ void TagOf(const AuthPeer& peer, uint32_t sender, std::span<const uint8_t> d, ui
 
 class AuthTransport final : public Transport {
  public:
-  AuthTransport(std::unique_ptr<Transport> inner, std::optional<AuthPeer> fixed,
-                std::shared_ptr<const AuthKeyTable> table)
+  AuthTransport(std::unique_ptr<Transport> inner, std::vector<AuthSwitch> switches,
+                uint64_t session_id, uint32_t rank, std::shared_ptr<const AuthKeyTable> table)
       : inner_(std::move(inner)),
-        fixed_(fixed),
+        worker_(!switches.empty()),
+        rank_(rank),
         table_(std::move(table)),
         max_(inner_->max_datagram_bytes() - kAuthRoomBytes),
         lent_(kTxBuffers),
@@ -59,6 +60,9 @@ class AuthTransport final : public Transport {
         scratch_(inner_->max_datagram_bytes() + kAuthRoomBytes) {
     CHECK_LT(kAuthRoomBytes, inner_->max_datagram_bytes());
     InitSodium();
+    for (const AuthSwitch& sw : switches) {
+      switches_.push_back(SwitchPeer{sw, AuthPeer{session_id, sw.key, kAuthSwitchSender}});
+    }
   }
 
   Endpoint local_endpoint() const override { return inner_->local_endpoint(); }
@@ -162,7 +166,7 @@ class AuthTransport final : public Transport {
       const std::span<const uint8_t> body = d.data.first(d.data.size() - kAuthTagBytes);
       uint8_t tag[kAuthTagBytes];
       // A worker's datagram must be its rank's; the switch's, the switch's.
-      TagOf(*peer, fixed_ ? kAuthSwitchSender : peer->sender, body, scratch_.data(), tag);
+      TagOf(*peer, peer->sender, body, scratch_.data(), tag);
       if (sodium_memcmp(tag, d.data.data() + body.size(), kAuthTagBytes) != 0) {
         ++bad;
         continue;
@@ -195,15 +199,29 @@ class AuthTransport final : public Transport {
                          : std::span<uint8_t>();
   }
 
-  // Who this side is: a worker's rank (fixed_), or the switch.
-  uint32_t TxSender() const { return fixed_ ? fixed_->sender : kAuthSwitchSender; }
+  // Who this side is: a worker's rank, or the switch.
+  uint32_t TxSender() const { return worker_ ? rank_ : kAuthSwitchSender; }
 
   // Whether any peer is keyed (a worker's always is; the switch's, while some job is): kept
   // by Refresh, one flag for the per-datagram paths to read.
   bool keyed() const { return keyed_; }
 
+  // A worker's peers are its job's switch hosts: the one whose data endpoints `e` is (a loopback
+  // address stands for any: a switch bound to every address answers from the one the kernel
+  // picks), else the first, so that every datagram a worker takes must verify as a switch's.
   const AuthPeer* PeerFor(const Endpoint& e) const {
-    if (fixed_) return &*fixed_;
+    if (worker_) {
+      constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
+      for (const SwitchPeer& s : switches_) {
+        const bool loopback = (s.at.ipv4 & kLoopbackMask) == kLoopbackNet &&
+                              (e.ipv4 & kLoopbackMask) == kLoopbackNet;
+        if ((e.ipv4 == s.at.ipv4 || loopback) && e.port >= s.at.port &&
+            uint32_t{e.port} < uint32_t{s.at.port} + s.at.num_ports) {
+          return &s.peer;
+        }
+      }
+      return &switches_.front().peer;
+    }
     auto it = peers_.find(e);
     return it == peers_.end() ? nullptr : &it->second;
   }
@@ -227,12 +245,18 @@ class AuthTransport final : public Transport {
     for (Tagged& t : tagged_) t.valid = false;
   }
 
+  struct SwitchPeer {
+    AuthSwitch at;
+    AuthPeer peer;  // (sender: the switch)
+  };
   std::unique_ptr<Transport> inner_;
-  const std::optional<AuthPeer> fixed_;
+  const bool worker_;  // a worker's side (switches_), else the switch's (table_)
+  const uint32_t rank_;
+  std::vector<SwitchPeer> switches_;
   const std::shared_ptr<const AuthKeyTable> table_;
   const size_t max_;   // max_datagram_bytes(): the inner transport's less kAuthRoomBytes
   uint64_t seen_ = 0;  // the table's version peers_ reflects (the table starts at 0, empty)
-  bool keyed_ = fixed_.has_value();
+  bool keyed_ = worker_;
   std::unordered_map<Endpoint, AuthPeer> peers_;
   // Transmit buffers lent by index, their index by address, and how each is tagged.
   std::vector<std::span<uint8_t>> lent_;
@@ -303,14 +327,22 @@ size_t AuthKeyTable::size() const {
 
 std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t session_id,
                                              uint32_t rank, const AuthKey& key) {
-  return std::make_unique<AuthTransport>(std::move(inner), AuthPeer{session_id, key, rank},
+  return MakeAuthenticated(std::move(inner), session_id, rank,
+                           std::vector<AuthSwitch>{AuthSwitch{0, 0, 65536, key}});
+}
+
+std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t session_id,
+                                             uint32_t rank, std::vector<AuthSwitch> switches) {
+  CHECK(!switches.empty());
+  return std::make_unique<AuthTransport>(std::move(inner), std::move(switches), session_id, rank,
                                          nullptr);
 }
 
 std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner,
                                              std::shared_ptr<const AuthKeyTable> table) {
   CHECK(table != nullptr);
-  return std::make_unique<AuthTransport>(std::move(inner), std::nullopt, std::move(table));
+  return std::make_unique<AuthTransport>(std::move(inner), std::vector<AuthSwitch>{}, 0, 0,
+                                         std::move(table));
 }
 
 }  // namespace switchml::transport

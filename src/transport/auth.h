@@ -14,7 +14,8 @@
 //
 // Two sides:
 //   - a worker knows one peer (the switch) and one key: MakeAuthenticated(inner, session, key)
-//     tags everything it sends and accepts only datagrams that verify;
+//     tags everything it sends and accepts only datagrams that verify (a job striped over
+//     several switch hosts: one key per host, chosen by the host's data endpoints);
 //   - the switch keys each registered worker endpoint with its job's key in an AuthKeyTable,
 //     which the control plane changes when jobs come and go; each data-plane thread's wrapper
 //     keeps a copy that it refreshes when the table's version moves (the table's mutex is taken
@@ -38,6 +39,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "base/endpoint.h"
 #include "transport/transport.h"
@@ -98,6 +100,20 @@ class AuthKeyTable {
 // every datagram received must verify as the switch's.
 std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t session_id,
                                              uint32_t rank, const AuthKey& key);
+// One switch host of a striped job (docs/architecture.md, "Striping over several switches"), as
+// a worker's wrapper keys it: its data endpoints (ipv4, ports [port, port + num_ports); a
+// loopback ipv4 stands for every loopback address) and its key for the job.
+struct AuthSwitch {
+  uint32_t ipv4 = 0;
+  uint16_t port = 0;
+  uint32_t num_ports = 1;
+  AuthKey key{};
+};
+// The same with a key per switch host: a datagram to or from a host's data endpoints is tagged
+// or verified with its key; one from anywhere else must verify under the first host's (so it is
+// dropped and counted as every unverified datagram is).
+std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t session_id,
+                                             uint32_t rank, std::vector<AuthSwitch> switches);
 // The switch's side: keys by endpoint from `table` (shared; read by this transport's thread);
 // datagrams from an endpoint must verify as its rank's, datagrams to it are tagged as the
 // switch's.

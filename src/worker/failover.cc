@@ -9,87 +9,48 @@
 namespace switchml::worker {
 namespace {
 
-constexpr uint32_t kRanksPerWord = 32;
 constexpr uint32_t kResidues = 3;
 
-uint32_t WordsPerMask(uint32_t num_workers) {
-  return (num_workers + kRanksPerWord - 1) / kRanksPerWord;
-}
-
-// Words of one counter's three bitmaps.
-uint32_t WordsPerCounter(uint32_t num_workers) { return kResidues * WordsPerMask(num_workers); }
-
-void SetRankBit(std::span<int32_t> mask, uint32_t rank) {
-  mask[rank / kRanksPerWord] = static_cast<int32_t>(static_cast<uint32_t>(mask[rank / kRanksPerWord]) |
-                                                    (1u << (rank % kRanksPerWord)));
-}
-
-bool RankBit(std::span<const int32_t> mask, uint32_t rank) {
-  return (static_cast<uint32_t>(mask[rank / kRanksPerWord]) >> (rank % kRanksPerWord)) & 1u;
-}
-
 // What the agreement says of one counter (a slot's blocks, or the slices finished): whether
-// some workers are a round ahead of the others, whether this worker is, and the lowest rank
-// that is.
+// some workers are a round ahead of the others, and whether this worker is.
 struct Ahead {
   bool any = false;
   bool me = false;
-  uint32_t first = 0;
 };
 
-Result<Ahead> DecodeCounter(std::span<const int32_t> words, uint32_t rank, uint32_t num_workers,
+Result<Ahead> DecodeCounter(std::span<const int32_t> counts, uint32_t num_workers,
                             uint64_t own_count, const char* what) {
-  const uint32_t m = WordsPerMask(num_workers);
-  auto mask = [&](uint32_t residue) { return words.subspan(size_t{residue} * m, m); };
-  // Every rank in exactly one residue; no bits beyond the ranks.
-  bool populated[kResidues] = {false, false, false};
-  for (uint32_t r = 0; r < num_workers; ++r) {
-    int in = 0;
-    for (uint32_t c = 0; c < kResidues; ++c) {
-      if (RankBit(mask(c), r)) {
-        ++in;
-        populated[c] = true;
-      }
-    }
-    if (in != 1) {
-      return InternalError(std::string("failover agreement: rank ") + std::to_string(r) +
-                           " appears " + std::to_string(in) + " times in the " + what +
-                           " counts (a worker of another job or a corrupted aggregate)");
-    }
-  }
+  int64_t total = 0;
+  bool populated[kResidues];
   for (uint32_t c = 0; c < kResidues; ++c) {
-    for (uint32_t r = num_workers; r < m * kRanksPerWord; ++r) {
-      if (RankBit(mask(c), r)) {
-        return InternalError(std::string("failover agreement: a bit beyond the ") +
-                             std::to_string(num_workers) + " ranks in the " + what + " counts");
-      }
+    if (counts[c] < 0) {
+      return InternalError(std::string("failover agreement: a negative ") + what + " count");
     }
+    total += counts[c];
+    populated[c] = counts[c] > 0;
+  }
+  if (total != num_workers) {
+    return InternalError(std::string("failover agreement: ") + std::to_string(total) + " " +
+                         what + " counts from " + std::to_string(num_workers) +
+                         " workers (a worker of another job, or a corrupted aggregate)");
   }
   const uint32_t own = static_cast<uint32_t>(own_count % kResidues);
-  if (!RankBit(mask(own), rank)) {
-    return InternalError(std::string("failover agreement: this rank's own ") + what +
-                         " count is not where it put it");
+  if (!populated[own]) {
+    return InternalError(std::string("failover agreement: this worker's own ") + what +
+                         " count is missing");
   }
-  const int count = populated[0] + populated[1] + populated[2];
+  const int taken = populated[0] + populated[1] + populated[2];
   Ahead a;
-  if (count == 1) return a;
-  if (count == 3) {
+  if (taken == 1) return a;
+  if (taken == 3) {
     return InternalError(std::string("failover agreement: the workers' ") + what +
                          " counts are more than one round apart");
   }
-  // Two residues: the one whose predecessor (mod 3) is populated is a round ahead.
-  uint32_t ahead = 0;
+  // Two residues: the one whose predecessor (mod 3) is taken is a round ahead.
   for (uint32_t c = 0; c < kResidues; ++c) {
-    if (populated[c] && populated[(c + kResidues - 1) % kResidues]) ahead = c;
+    if (populated[c] && populated[(c + kResidues - 1) % kResidues]) a.me = own == c;
   }
   a.any = true;
-  a.me = own == ahead;
-  for (uint32_t r = 0; r < num_workers; ++r) {
-    if (RankBit(mask(ahead), r)) {
-      a.first = r;
-      break;
-    }
-  }
   return a;
 }
 
@@ -101,31 +62,25 @@ uint64_t BlocksOnSlot(const SliceLayout& slice, uint32_t window, uint32_t l) {
 
 }  // namespace
 
-size_t AgreementWords(uint32_t window, uint32_t num_workers) {
-  return size_t{WordsPerCounter(num_workers)} * (size_t{window} + 1);
-}
+size_t AgreementWords(uint32_t window) { return size_t{kResidues} * (size_t{window} + 1); }
 
-std::vector<int32_t> EncodeAgreement(const LaneProgress& progress, uint32_t rank,
-                                     uint32_t num_workers) {
-  const uint32_t per = WordsPerCounter(num_workers), m = WordsPerMask(num_workers);
-  std::vector<int32_t> words(AgreementWords(progress.window, num_workers), 0);
-  auto put = [&](size_t counter, uint64_t count) {
-    SetRankBit(std::span(words).subspan(counter * per + (count % kResidues) * m, m), rank);
-  };
-  for (uint32_t l = 0; l < progress.window; ++l) put(l, progress.blocks_done[l]);
-  put(progress.window, progress.slices_finished);
+std::vector<int32_t> EncodeAgreement(const LaneProgress& progress) {
+  std::vector<int32_t> words(AgreementWords(progress.window), 0);
+  for (uint32_t l = 0; l < progress.window; ++l) {
+    words[size_t{l} * kResidues + progress.blocks_done[l] % kResidues] = 1;
+  }
+  words[size_t{progress.window} * kResidues + progress.slices_finished % kResidues] = 1;
   return words;
 }
 
 Result<RepairPlan> PlanRepair(const LaneProgress& progress, std::span<const int32_t> agreement,
-                              uint32_t rank, uint32_t num_workers) {
-  const uint32_t w = progress.window, per = WordsPerCounter(num_workers);
-  if (agreement.size() != AgreementWords(w, num_workers) || progress.blocks_done.size() != w) {
+                              uint32_t num_workers) {
+  const uint32_t w = progress.window;
+  if (agreement.size() != AgreementWords(w) || progress.blocks_done.size() != w) {
     return InternalError("failover agreement: " + std::to_string(agreement.size()) +
-                         " words where " + std::to_string(AgreementWords(w, num_workers)) +
-                         " were expected");
+                         " words where " + std::to_string(AgreementWords(w)) + " were expected");
   }
-  ASSIGN_OR_RETURN(Ahead slices, DecodeCounter(agreement.subspan(size_t{w} * per, per), rank,
+  ASSIGN_OR_RETURN(Ahead slices, DecodeCounter(agreement.subspan(size_t{w} * kResidues, kResidues),
                                                num_workers, progress.slices_finished, "slice"));
   RepairPlan plan;
   const SliceLayout* slice = nullptr;
@@ -159,7 +114,7 @@ Result<RepairPlan> PlanRepair(const LaneProgress& progress, std::span<const int3
   std::vector<Ahead> ahead(w);
   uint64_t reach = 0;  // slot rounds below which some worker has a block
   for (uint32_t l = 0; l < w; ++l) {
-    ASSIGN_OR_RETURN(ahead[l], DecodeCounter(agreement.subspan(size_t{l} * per, per), rank,
+    ASSIGN_OR_RETURN(ahead[l], DecodeCounter(agreement.subspan(size_t{l} * kResidues, kResidues),
                                              num_workers, progress.blocks_done[l], "block"));
     if (slice == nullptr) {
       if (ahead[l].any) {
@@ -187,22 +142,16 @@ Result<RepairPlan> PlanRepair(const LaneProgress& progress, std::span<const int3
     if (j < all_done[l]) continue;  // every worker has it
     RepairBlock r;
     r.block = b;
-    if (j == all_done[l] && ahead[l].any) {
-      // Some workers have its result, the others not: the lowest of them contributes it.
-      if (ahead[l].first == rank) {
-        r.source = plan.slice == RepairPlan::Slice::kCurrent ? RepairBlock::Source::kOutput
-                                                              : RepairBlock::Source::kLastResult;
-      } else {
-        r.source = RepairBlock::Source::kZero;
-      }
-      r.write = !ahead[l].me;
-    } else {
-      if (plan.slice == RepairPlan::Slice::kPrevious) {
-        return InternalError("failover agreement: a block of a finished slice that no worker has");
-      }
-      r.source = RepairBlock::Source::kInput;
-      r.write = true;
+    // This worker's own last block on the slot, when it is a round ahead there: its input is
+    // in the buffer only while an out-of-place slice runs.
+    const bool mine = j == all_done[l] && ahead[l].me;
+    if (!mine && plan.slice == RepairPlan::Slice::kPrevious) {
+      return InternalError("failover agreement: a block of a finished slice that this worker has "
+                           "no result of");
     }
+    const bool in_buffer = plan.slice == RepairPlan::Slice::kCurrent && slice->in != slice->out;
+    r.source = mine && !in_buffer ? RepairBlock::Source::kLastInput : RepairBlock::Source::kInput;
+    r.write = !mine;
     plan.staged.push_back(r);
   }
   plan.current_completes = plan.slice == RepairPlan::Slice::kCurrent;
@@ -224,20 +173,11 @@ void FillStaging(const RepairPlan& plan, const LaneProgress& progress,
     uint8_t* dst = staging.data() + i * block_bytes;
     const size_t first = r.block * progress.numel;
     const size_t bytes = 4 * std::min<size_t>(progress.numel, s.count - first);
-    switch (r.source) {
-      case RepairBlock::Source::kInput:
-        std::memcpy(dst, static_cast<const uint8_t*>(s.in) + 4 * first, bytes);
-        break;
-      case RepairBlock::Source::kOutput:
-        std::memcpy(dst, static_cast<const uint8_t*>(s.out) + 4 * first, bytes);
-        break;
-      case RepairBlock::Source::kLastResult: {
-        const size_t l = (s.base + r.block) % progress.window;
-        std::memcpy(dst, progress.last_results.data() + l * block_bytes, bytes);
-        break;
-      }
-      case RepairBlock::Source::kZero:
-        break;
+    if (r.source == RepairBlock::Source::kInput) {
+      std::memcpy(dst, static_cast<const uint8_t*>(s.in) + 4 * first, bytes);
+    } else {
+      const size_t l = (s.base + r.block) % progress.window;
+      std::memcpy(dst, progress.last_inputs.data() + l * block_bytes, bytes);
     }
   }
 }

@@ -11,18 +11,20 @@
 // holds, since a worker starts a slice only after finishing the previous one.
 //
 // The recovery, run by every worker thread on a fresh slot range of the hosts still alive:
-//   1. agreement: an int32 all-reduce of EncodeAgreement(progress): per local slot, three rank
-//      bitmaps (ceil(n / 32) words each), bitmap (c mod 3) holding this worker's rank bit, where
-//      c counts the data blocks of the slot whose result this worker has written over the
-//      session's life; and the same for the number of slices finished. Bits of distinct ranks
-//      add without carries, so the sum tells every worker who is at which count modulo 3; with
-//      counts at most one apart that names the workers that are a round ahead, exactly.
+//   1. agreement: an int32 all-reduce of EncodeAgreement(progress): per local slot, three words,
+//      word (c mod 3) holding 1, where c counts the data blocks of the slot whose result this
+//      worker has written over the session's life; and the same for the number of slices
+//      finished (of those with blocks). The sum tells how many workers are at each count modulo
+//      3; with counts at most one apart, that tells each worker whether it is a round ahead of
+//      the others (the lower count's residue is the one whose successor is also taken).
 //   2. PlanRepair: the blocks of the oldest slice that some worker has not finished and that not
-//      every worker has: each is aggregated again. A block some workers have the result of and
-//      others not (one per slot at most) is contributed by the lowest such rank as its result,
-//      and by everyone else as zeros; a block no one has, by everyone as its input. The scattered
-//      blocks go through a staging buffer; a tail of the slice that no one has any block of runs
-//      in place.
+//      every worker has: each is aggregated again from every worker's input, so the result is
+//      the one the first aggregation gave (the same inputs, quantized alike). A worker a round
+//      ahead on a slot has its last block there in its output already, and in-place (or in a
+//      slice it finished) no longer in its input: the session keeps a copy of the input of each
+//      slot's last block for that (SessionConfig::keep_last_inputs), and the worker discards the
+//      aggregate. The scattered blocks go through a staging buffer; a tail of the slice that no
+//      one has any block of runs in place.
 //   3. the slice completes (or, for a worker that had finished it already, the next one starts
 //      over), and the job goes on with the remaining hosts.
 #pragma once
@@ -62,27 +64,27 @@ struct LaneProgress {
   std::optional<SliceLayout> current;
   std::vector<uint32_t> current_done;
   bool current_non_finite = false;  // float: a result of the slice was not finite
-  // The last finished slice with blocks, and (SessionConfig::keep_last_results) the result of the last
-  // block of each slot in it: numel elements (4 bytes each) per local slot, zero padded.
+  // The last finished slice with blocks.
   std::optional<SliceLayout> previous;
-  std::vector<uint8_t> last_results;
+  // (SessionConfig::keep_last_inputs) Per local slot, the input of the slot's last block with a
+  // result (of the current slice, else of the previous one): numel elements (4 bytes each) per
+  // slot, zero padded. Kept for in-place slices and finished ones; the input of an out-of-place
+  // slice still running is its input buffer.
+  std::vector<uint8_t> last_inputs;
 };
 
-// The agreement vector: 3 * ceil(n / 32) * (W + 1) int32 words (see the file comment).
-size_t AgreementWords(uint32_t window, uint32_t num_workers);
-std::vector<int32_t> EncodeAgreement(const LaneProgress& progress, uint32_t rank,
-                                     uint32_t num_workers);
+// The agreement vector: 3 * (W + 1) int32 words (see the file comment).
+size_t AgreementWords(uint32_t window);
+std::vector<int32_t> EncodeAgreement(const LaneProgress& progress);
 
 struct RepairBlock {
   enum class Source : uint8_t {
-    kInput,       // the block of the slice's input
-    kOutput,      // the block's result, in the slice's output (this worker has it)
-    kLastResult,  // the block's result, kept from the finished slice (LaneProgress::last_results)
-    kZero,        // zeros (another worker contributes the result)
+    kInput,      // the block of the slice's input buffer
+    kLastInput,  // the copy of the block's input kept for its slot (LaneProgress::last_inputs)
   };
   uint64_t block = 0;  // in the repaired slice
   Source source = Source::kInput;
-  bool write = false;  // the aggregate is this worker's result for the block
+  bool write = false;  // the aggregate is this worker's result for the block (it has none yet)
 };
 
 struct RepairPlan {
@@ -99,11 +101,11 @@ struct RepairPlan {
   bool current_completes = false;
 };
 
-// The plan from the agreement's sum (EncodeAgreement of every worker, added), the same on every
-// worker but for each one's sources and writes. Fails (INTERNAL) when the sum contradicts the
-// protocol's invariants (counts further apart than one round, a rank's bit missing or doubled).
+// The plan from the agreement's sum (EncodeAgreement of every worker, added), the same blocks on
+// every worker, each with its own sources and writes. Fails (INTERNAL) when the sum contradicts
+// the protocol's invariants (counts further apart than one round, not num_workers in all).
 Result<RepairPlan> PlanRepair(const LaneProgress& progress, std::span<const int32_t> agreement,
-                              uint32_t rank, uint32_t num_workers);
+                              uint32_t num_workers);
 
 // The staging buffer of plan.staged (numel elements of 4 bytes per block, in order): filled with
 // this worker's contributions, and, once aggregated, its results copied to the blocks this worker

@@ -40,9 +40,9 @@ LaneProgress InSlice(uint64_t blocks, std::vector<uint32_t> done, std::vector<in
 }
 
 std::vector<int32_t> Sum(const std::vector<LaneProgress>& ps) {
-  std::vector<int32_t> sum(AgreementWords(kW, kN), 0);
+  std::vector<int32_t> sum(AgreementWords(kW), 0);
   for (uint32_t r = 0; r < ps.size(); ++r) {
-    std::vector<int32_t> a = EncodeAgreement(ps[r], r, kN);
+    std::vector<int32_t> a = EncodeAgreement(ps[r]);
     EXPECT_EQ(a.size(), sum.size());
     for (size_t i = 0; i < a.size(); ++i) sum[i] += a[i];
   }
@@ -65,7 +65,7 @@ TEST(PlanRepairTest, EqualProgressStagesTheGapsAndRunsTheTailInPlace) {
   for (uint32_t r = 0; r < kN; ++r) ps.push_back(InSlice(10, {2, 1, 2, 0}, &in[r], &out[r]));
   const std::vector<int32_t> sum = Sum(ps);
   for (uint32_t r = 0; r < kN; ++r) {
-    Result<RepairPlan> plan = PlanRepair(ps[r], sum, r, kN);
+    Result<RepairPlan> plan = PlanRepair(ps[r], sum, kN);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     EXPECT_EQ(plan->slice, RepairPlan::Slice::kCurrent);
     EXPECT_EQ(Blocks(*plan), (std::vector<uint64_t>{3, 5, 7}));
@@ -78,42 +78,62 @@ TEST(PlanRepairTest, EqualProgressStagesTheGapsAndRunsTheTailInPlace) {
   }
 }
 
-// Given worker 1 a round ahead on slot 1 (it has block 5's result, the others do not) and worker
-// 2 a round ahead on slot 3 (block 3),
-// Expect those blocks staged with the ahead worker contributing its output and the others zeros,
-// written by those that lack them only; and the lowest ahead rank to contribute when several are.
-TEST(PlanRepairTest, AWorkerARoundAheadContributesItsResultAlone) {
+// Given worker 1 a round ahead on slot 1 (it has block 5's result, the others do not) and workers
+// 1 and 2 a round ahead on slot 3 (block 3), in an out-of-place slice,
+// Expect those blocks staged from every worker's input (the ahead ones' still in their buffers),
+// written only by the workers that lack them.
+TEST(PlanRepairTest, AWorkerARoundAheadContributesItsInputAndKeepsItsResult) {
   std::vector<std::vector<int32_t>> in(kN), out(kN);
   std::vector<LaneProgress> ps;
   ps.push_back(InSlice(10, {2, 1, 2, 0}, &in[0], &out[0]));
   ps.push_back(InSlice(10, {2, 2, 2, 1}, &in[1], &out[1]));
   ps.push_back(InSlice(10, {2, 1, 2, 1}, &in[2], &out[2]));
   const std::vector<int32_t> sum = Sum(ps);
-  using S = RepairBlock::Source;
-  // block -> (source, write) per rank
-  const std::vector<std::vector<std::pair<S, bool>>> want = {
-      // block 3 (slot 3: ranks 1 and 2 ahead; rank 1 contributes), 5 (slot 1: rank 1 ahead), 7
-      {{S::kZero, true}, {S::kZero, true}, {S::kInput, true}},
-      {{S::kOutput, false}, {S::kOutput, false}, {S::kInput, true}},
-      {{S::kZero, false}, {S::kZero, true}, {S::kInput, true}},
-  };
+  // Per rank, whether it writes blocks 3, 5, 7.
+  const std::vector<std::vector<bool>> writes = {
+      {true, true, true}, {false, false, true}, {false, true, true}};
   for (uint32_t r = 0; r < kN; ++r) {
-    Result<RepairPlan> plan = PlanRepair(ps[r], sum, r, kN);
+    Result<RepairPlan> plan = PlanRepair(ps[r], sum, kN);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     ASSERT_EQ(Blocks(*plan), (std::vector<uint64_t>{3, 5, 7})) << "rank " << r;
     for (size_t i = 0; i < 3; ++i) {
-      EXPECT_EQ(plan->staged[i].source, want[r][i].first) << "rank " << r << " block " << i;
-      EXPECT_EQ(plan->staged[i].write, want[r][i].second) << "rank " << r << " block " << i;
+      EXPECT_EQ(plan->staged[i].source, RepairBlock::Source::kInput) << "rank " << r;
+      EXPECT_EQ(plan->staged[i].write, writes[r][i]) << "rank " << r << " block " << i;
     }
     EXPECT_EQ(plan->tail_start, 8u);
   }
 }
 
+// Given the same in place (the ahead workers' inputs overwritten by their results),
+// Expect the ahead workers to contribute the inputs their sessions kept.
+TEST(PlanRepairTest, InPlaceTheKeptInputIsContributed) {
+  std::vector<std::vector<int32_t>> in(kN), out(kN);
+  std::vector<LaneProgress> ps;
+  ps.push_back(InSlice(10, {2, 1, 2, 0}, &in[0], &out[0]));
+  ps.push_back(InSlice(10, {2, 2, 2, 1}, &in[1], &out[1]));
+  ps.push_back(InSlice(10, {2, 1, 2, 1}, &in[2], &out[2]));
+  for (LaneProgress& p : ps) p.current->out = const_cast<void*>(p.current->in);
+  const std::vector<int32_t> sum = Sum(ps);
+  using S = RepairBlock::Source;
+  const std::vector<std::vector<S>> sources = {{S::kInput, S::kInput, S::kInput},
+                                               {S::kLastInput, S::kLastInput, S::kInput},
+                                               {S::kLastInput, S::kInput, S::kInput}};
+  for (uint32_t r = 0; r < kN; ++r) {
+    Result<RepairPlan> plan = PlanRepair(ps[r], sum, kN);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    ASSERT_EQ(plan->staged.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(plan->staged[i].source, sources[r][i]) << "rank " << r << " block " << i;
+    }
+  }
+}
+
 // Given worker 0 finished the slice (and started the next, with no result of it) while workers
 // 1 and 2 still lack the result of the slice's last block on slot 1 (block 9),
-// Expect every worker to repair the finished slice's block 9: worker 0 contributing the result it
-// kept, writing nothing; the others zeros, writing it; and worker 0 to start its slice over.
-TEST(PlanRepairTest, AWorkerASliceAheadContributesTheResultItKept) {
+// Expect every worker to repair the finished slice's block 9: worker 0 contributing the input it
+// kept, writing nothing; the others their inputs, writing it; and worker 0 to start its slice
+// over.
+TEST(PlanRepairTest, AWorkerASliceAheadContributesTheInputItKept) {
   std::vector<std::vector<int32_t>> in(kN), out(kN);
   std::vector<LaneProgress> ps;
   ps.push_back(InSlice(10, {3, 3, 2, 2}, &in[0], &out[0]));
@@ -123,14 +143,14 @@ TEST(PlanRepairTest, AWorkerASliceAheadContributesTheResultItKept) {
   ps[0].previous = ps[0].current;
   ps[0].previous->in = ps[0].previous->out = nullptr;
   ps[0].slices_finished += 1;
-  ps[0].last_results.assign(kW * kNumel * 4, 0);
-  const int32_t kept[kNumel] = {77, 78};
-  std::memcpy(ps[0].last_results.data() + 1 * kNumel * 4, kept, sizeof(kept));  // slot 1
+  ps[0].last_inputs.assign(kW * kNumel * 4, 0);
+  const int32_t kept[kNumel] = {77, 0};  // (block 9 is the slice's short last block)
+  std::memcpy(ps[0].last_inputs.data() + 1 * kNumel * 4, kept, sizeof(kept));  // slot 1
   ps[0].current->job_id = 10;
   ps[0].current_done.assign(kW, 0);
   const std::vector<int32_t> sum = Sum(ps);
   for (uint32_t r = 0; r < kN; ++r) {
-    Result<RepairPlan> plan = PlanRepair(ps[r], sum, r, kN);
+    Result<RepairPlan> plan = PlanRepair(ps[r], sum, kN);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     ASSERT_EQ(Blocks(*plan), (std::vector<uint64_t>{9})) << "rank " << r;
     EXPECT_EQ(plan->staged[0].write, r != 0);
@@ -142,22 +162,23 @@ TEST(PlanRepairTest, AWorkerASliceAheadContributesTheResultItKept) {
     FillStaging(*plan, ps[r], staging);
     std::vector<int32_t> values(staging.size() / 4);
     std::memcpy(values.data(), staging.data(), staging.size());
-    // (Block 9 is the slice's short last block: one element, then padding.)
-    const std::vector<int32_t> want = r == 0 ? std::vector<int32_t>{77, 0} : std::vector<int32_t>(2);
+    // Block 9 is one element (1018, the iota's 19th), then padding.
+    const std::vector<int32_t> want = r == 0 ? std::vector<int32_t>{77, 0}
+                                             : std::vector<int32_t>{1018, 0};
     EXPECT_EQ(values, want);
   }
   // The aggregate goes to the workers that lacked it, only within the slice (block 9 is short).
   std::vector<uint8_t> staging(kNumel * 4);
   const int32_t agg[kNumel] = {77, 78};
   std::memcpy(staging.data(), agg, sizeof(agg));
-  Result<RepairPlan> plan = PlanRepair(ps[1], sum, 1, kN);
+  Result<RepairPlan> plan = PlanRepair(ps[1], sum, kN);
   ASSERT_TRUE(plan.ok());
   ScatterStaging(*plan, ps[1], staging);
   EXPECT_EQ(out[1][18], 77);
   EXPECT_EQ(out[1].size(), 19u);
 }
 
-// Given counts two rounds apart on a slot (or a rank missing from the sum),
+// Given counts two rounds apart on a slot (or a worker missing from the sum),
 // Expect an INTERNAL error rather than a plan: the invariants the repair relies on do not hold.
 TEST(PlanRepairTest, CountsFurtherApartThanOneRoundAreRefused) {
   std::vector<std::vector<int32_t>> in(kN), out(kN);
@@ -166,14 +187,14 @@ TEST(PlanRepairTest, CountsFurtherApartThanOneRoundAreRefused) {
   ps.push_back(InSlice(10, {1, 1, 2, 0}, &in[1], &out[1]));
   ps.push_back(InSlice(10, {2, 1, 2, 0}, &in[2], &out[2]));
   std::vector<int32_t> sum = Sum(ps);
-  Result<RepairPlan> plan = PlanRepair(ps[0], sum, 0, kN);
+  Result<RepairPlan> plan = PlanRepair(ps[0], sum, kN);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kInternal);
   EXPECT_NE(plan.status().message().find("more than one round apart"), std::string::npos);
 
   ps[2] = ps[1];
-  sum = Sum({ps[0], ps[1]});  // rank 2's contribution lost
-  EXPECT_EQ(PlanRepair(ps[0], sum, 0, kN).status().code(), StatusCode::kInternal);
+  sum = Sum({ps[0], ps[1]});  // worker 2's contribution lost
+  EXPECT_EQ(PlanRepair(ps[0], sum, kN).status().code(), StatusCode::kInternal);
 }
 
 // Given every worker idle with equal counts, Expect nothing to repair.
@@ -186,16 +207,10 @@ TEST(PlanRepairTest, IdleWorkersRepairNothing) {
     p.blocks_done.assign(kW, 7);
   }
   const std::vector<int32_t> sum = Sum(ps);
-  Result<RepairPlan> plan = PlanRepair(ps[1], sum, 1, kN);
+  Result<RepairPlan> plan = PlanRepair(ps[1], sum, kN);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->slice, RepairPlan::Slice::kNone);
   EXPECT_TRUE(plan->staged.empty());
-}
-
-// The agreement has one rank bitmap per residue of ceil(n / 32) words: 33 workers take two.
-TEST(PlanRepairTest, AgreementWidensPast32Workers) {
-  EXPECT_EQ(AgreementWords(4, 32), 3u * 5);
-  EXPECT_EQ(AgreementWords(4, 33), 6u * 5);
 }
 
 TEST(StripingTest, SlotsSplitIntoContiguousNearlyEqualRanges) {

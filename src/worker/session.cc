@@ -94,7 +94,7 @@ WorkerSession::WorkerSession(const SessionConfig& config)
   timer_fifo_.resize(std::bit_ceil(std::max<size_t>(16, 4 * size_t{config.window})));
   scratch_.resize(numel_);
   blocks_done_.resize(config.window);
-  if (config.keep_last_results) last_results_.resize(size_t{config.window} * numel_ * 4);
+  if (config.keep_last_inputs) last_inputs_.resize(size_t{config.window} * numel_ * 4);
   current_timeout_ = ClampRto(config.timeout);
   next_threshold_ = config.timeout_threshold;
   counters_.rto = current_timeout_;
@@ -184,6 +184,20 @@ SliceLayout WorkerSession::Layout() const {
   return l;
 }
 
+void WorkerSession::KeepInput(uint32_t local, uint64_t block) {
+  const size_t e = block * numel_, n = std::min(numel_, job_.count - e);
+  uint8_t* dst = last_inputs_.data() + size_t{local} * numel_ * 4;
+  std::memcpy(dst, static_cast<const uint8_t*>(job_.in) + 4 * e, 4 * n);
+  std::memset(dst + 4 * n, 0, 4 * (numel_ - n));
+}
+
+void WorkerSession::OnBlockDone(uint32_t local, uint64_t block) {
+  ++slots_[local].blocks_done;
+  ++blocks_done_[local];
+  // In place, the result overwrites the input; an out-of-place slice's is kept when it ends.
+  if (config_.keep_last_inputs && job_.in == job_.out) KeepInput(local, block);
+}
+
 void WorkerSession::KeepFinishedSlice() {
   // (Only slices with blocks: an empty one finishes without the other workers, so counting it
   // would let workers drift more than a slice apart.)
@@ -191,16 +205,11 @@ void WorkerSession::KeepFinishedSlice() {
   previous_ = Layout();
   previous_->in = nullptr;  // the caller's again once the slice is reported
   previous_->out = nullptr;
-  if (!config_.keep_last_results) return;
-  // The last block of each slot used: blocks (W rounded) below the end, one per slot.
+  if (!config_.keep_last_inputs || job_.in == job_.out) return;
+  // The last block of each slot used: the last W blocks, one per slot.
   const uint64_t w = config_.window;
-  const uint64_t first = blocks_ > w ? blocks_ - w : 0;
-  for (uint64_t b = first; b < blocks_; ++b) {
-    const size_t l = (slice_base_ + b) % w;
-    const size_t e = b * numel_, n = std::min(numel_, job_.count - e);
-    uint8_t* dst = last_results_.data() + l * numel_ * 4;
-    std::memcpy(dst, static_cast<const uint8_t*>(job_.out) + 4 * e, 4 * n);
-    std::memset(dst + 4 * n, 0, 4 * (numel_ - n));
+  for (uint64_t b = blocks_ > w ? blocks_ - w : 0; b < blocks_; ++b) {
+    KeepInput(static_cast<uint32_t>((slice_base_ + b) % w), b);
   }
 }
 
@@ -217,7 +226,7 @@ LaneProgress WorkerSession::Progress() const {
     p.current_non_finite = first_non_finite_block_ != UINT64_MAX;
   }
   p.previous = previous_;
-  p.last_results = last_results_;
+  p.last_inputs = last_inputs_;
   return p;
 }
 
@@ -366,8 +375,8 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
     const size_t first = size_t{q} * numel_;
     const size_t n = std::min(numel_, job_.count - first);
     PrefetchBlock<true>(job_.out, uint64_t{q} + kPrefetchBlocks);
+    OnBlockDone(local, q);
     proto::LoadPayload(payload.first(4 * n), {static_cast<int32_t*>(job_.out) + first, n});
-    CountBlockDone(local);
   } else {
     float* out = static_cast<float*>(job_.out);
     if (q >= w) {
@@ -375,13 +384,13 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
       const size_t first = block * numel_;
       const size_t n = std::min(numel_, job_.count - first);
       PrefetchBlock<true>(out, block + kPrefetchBlocks);
+      OnBlockDone(local, block);
       if (s.data_non_finite) {
         std::fill(out + first, out + first + n, std::numeric_limits<float>::quiet_NaN());
         first_non_finite_block_ = std::min(first_non_finite_block_, block);
       } else {
         quant::DequantizeFromWire(payload, s.data_exponent, config_.num_workers, {out + first, n});
       }
-      CountBlockDone(local);
     }
     if (q < blocks_) {  // the reply carries the max exponent for block q's data, sent next
       s.data_exponent = h.e0;

@@ -81,9 +81,11 @@ struct SessionConfig {
   uint32_t early_retransmit_after = 0;
   // A slice fails with kDeadlineExceeded when no result at all arrives for this long.
   Nanos progress_timeout = std::chrono::seconds(10);
-  // Keep, when a slice finishes, the result of the last block of each slot (W blocks), for a
-  // failover of a striped job (failover.h: another worker may still lack it). Off by default.
-  bool keep_last_results = false;
+  // Keep a copy of the input of each slot's last block with a result (W blocks), for a failover
+  // of a striped job (failover.h: another worker may still lack the result, and the block is
+  // aggregated again): at each result of an in-place slice, and when an out-of-place slice
+  // finishes. Off by default.
+  bool keep_last_inputs = false;
   Status Validate() const;
 };
 
@@ -193,11 +195,11 @@ class WorkerSession {
   bool TimerLive(const Timer& t) const;
   // Drops the FIFO's front entries whose packet was answered.
   void TrimAnsweredTimers();
-  // A data block's result was written on local slot l.
-  void CountBlockDone(uint32_t local) {
-    ++slots_[local].blocks_done;
-    ++blocks_done_[local];
-  }
+  // Data block `block` of the slice, on local slot `local`, is about to get its result: counted,
+  // and its input kept when it is about to be overwritten (keep_last_inputs, in place).
+  void OnBlockDone(uint32_t local, uint64_t block);
+  // Copies the input of block `block` to local slot l's kept input.
+  void KeepInput(uint32_t local, uint64_t block);
   // A slice completed (its outputs are final): counts it and keeps what a failover needs.
   void KeepFinishedSlice();
   SliceLayout Layout() const;
@@ -285,12 +287,12 @@ class WorkerSession {
   std::vector<int32_t> scratch_;
   // Failover (failover.h): per local slot, data blocks with a result over the session's life;
   // slices finished; the packet id base of the running slice; the last finished slice and (with
-  // keep_last_results) the result of its last block of each slot.
+  // keep_last_inputs) the input of each slot's last block with a result.
   std::vector<uint64_t> blocks_done_;
   uint64_t slices_finished_ = 0;
   uint64_t slice_base_ = 0;
   std::optional<SliceLayout> previous_;
-  std::vector<uint8_t> last_results_;
+  std::vector<uint8_t> last_inputs_;
 };
 
 }  // namespace switchml::worker

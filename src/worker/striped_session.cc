@@ -36,7 +36,6 @@ Status StripedSessionConfig::Validate() const {
         " switch hosts: each host needs at least one slot of every thread (raise the window, or "
         "use fewer threads)");
   }
-  if (rank >= session.num_workers) return InvalidArgumentError("rank out of range");
   if (generations == 0) return InvalidArgumentError("generations must be at least 1");
   if (generations > 1) {
     if (generation_stride < session.window) {
@@ -54,7 +53,7 @@ Status StripedSessionConfig::Validate() const {
 StripedSession::StripedSession(const StripedSessionConfig& config) : config_(config) {
   Status st = config_.Validate();
   CHECK(st.ok()) << st.ToString();
-  config_.session.keep_last_results = config_.generations > 1;
+  config_.session.keep_last_inputs = config_.generations > 1;
   for (uint32_t h = 0; h < config_.num_hosts; ++h) live_.push_back(h);
   MakeInner();
 }
@@ -164,7 +163,7 @@ Status StripedSession::Failover(uint32_t host, Nanos now) {
   MakeInner();
   ++failover_counters_.failovers;
   status_ = Status();
-  agreement_ = EncodeAgreement(progress_, config_.rank, config_.session.num_workers);
+  agreement_ = EncodeAgreement(progress_);
   phase_ = Phase::kAgreement;
   SliceJob job;
   job.job_id = kAgreementJob;
@@ -192,8 +191,7 @@ void StripedSession::Advance(Nanos now) {
       user_active_ = false;
       return;
     case Phase::kAgreement: {
-      Result<RepairPlan> plan =
-          PlanRepair(progress_, agreement_, config_.rank, config_.session.num_workers);
+      Result<RepairPlan> plan = PlanRepair(progress_, agreement_, config_.session.num_workers);
       if (!plan.ok()) {
         Fail(plan.status());
         return;

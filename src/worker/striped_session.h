@@ -36,7 +36,6 @@ struct StripedSessionConfig {
   // The session of generation 0 (its slot_start); keep_last_results is set when failover is
   // possible.
   SessionConfig session;
-  uint32_t rank = 0;
   // The job's switch hosts (k); slot l of the window goes to live host StripeOfSlot(l, W, live).
   uint32_t num_hosts = 1;
   // Failover: the slot ranges available, one per generation (1: none), each `generation_stride`

@@ -9,7 +9,9 @@ served by a Gloo process group made on the same store. The switch and the worker
 from init_process_group(pg_options=switchml.torch.Options(...)) or, for what those leave unset,
 from the environment (switchml worker's flag in brackets):
 
-    SWITCHML_SWITCH=host[:port]    the switch's control plane (default 127.0.0.1:50099)
+    SWITCHML_SWITCH=host[:port]    the switch's control plane (default 127.0.0.1:50099); a
+                                   comma-separated list stripes the job over several switch
+                                   hosts (the same list on every process; docs/deployment.md)
     SWITCHML_THREADS=N             worker threads (UDP ports) per process (default 1) [--threads]
     SWITCHML_WINDOW=N              packets in flight per process (default: from the link rate and
                                    base round trip) [--window]
@@ -63,7 +65,7 @@ class Options:
 
     # The fields before session_id in the order they always had: Options is also built
     # positionally. Fields added later go after it, never between.
-    switch: Optional[str] = None  # "host[:port]"
+    switch: Optional[str] = None  # "host[:port]", or "host[:port],host[:port],..." (striped)
     threads: Optional[int] = None
     window: Optional[int] = None
     packet_numel: Optional[int] = None
@@ -154,11 +156,17 @@ def _resolve(options, group_timeout):
         return None if v is None else datetime.timedelta(seconds=v)
 
     switch = pick("switch", "SWITCHML_SWITCH", "127.0.0.1", str)
-    host, _, port = switch.rpartition(":") if ":" in switch else (switch, "", "")
-    if not host or (":" in switch and not (port.isascii() and port.isdigit()
-                                           and 1 <= int(port) <= 65535)):
-        raise ValueError(f"switchml: switch address {switch!r} is not host[:port] "
-                         "(port 1..65535)")
+    targets = []
+    for item in switch.split(","):
+        host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
+        if not host or (":" in item and not (port.isascii() and port.isdigit()
+                                             and 1 <= int(port) <= 65535)):
+            raise ValueError(f"switchml: switch address {item!r} (of {switch!r}) is not "
+                             "host[:port] (port 1..65535); several: host[:port],host[:port],...")
+        targets.append((host, int(port) if port else DEFAULT_CONTROL_PORT))
+    if len(set(targets)) != len(targets):
+        raise ValueError(f"switchml: switch list {switch!r} names a host twice: list each once")
+    host, port = targets[0]
     session_id = o.session_id
     if _of_kind(session_id, int) is None:
         raise TypeError(f"switchml: session_id={session_id!r} is of type "
@@ -170,7 +178,8 @@ def _resolve(options, group_timeout):
     group_seconds = group_timeout.total_seconds()
     kwargs = dict(
         switch_host=host,
-        control_port=int(port) if port else DEFAULT_CONTROL_PORT,
+        control_port=port,
+        switch_hosts=[f"{h}:{p}" for h, p in targets] if len(targets) > 1 else [],
         setup_timeout=datetime.timedelta(seconds=pick(
             "setup_timeout", "SWITCHML_SETUP_TIMEOUT", min(group_seconds, 60.0), float,
             lambda x: 0.001 <= x <= 86400, "seconds in [0.001, 86400]")),
