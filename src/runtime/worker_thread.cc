@@ -324,8 +324,8 @@ bool WorkerThread::Pump() {
                              << std::chrono::duration_cast<std::chrono::milliseconds>(
                                     Now() - move_started_)
                                     .count()
-                             << " ms (" << f.blocks_staged << " blocks repaired, " << f.blocks_tail
-                             << " run again in place so far); going on with "
+                             << " ms (blocks aggregated again so far: " << f.blocks_staged
+                             << " staged, " << f.blocks_tail << " in place); going on with "
                              << session_.live_hosts().size() << " switch hosts";
       move_started_ = worker::Nanos{-1};
     }
