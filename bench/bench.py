@@ -102,14 +102,26 @@ def rate_bps(rate):
     return int(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
 
 
-def link_limit_s(setting, system, n, nbytes):
+def link_limit_s(setting, system, n, nbytes, switch_hosts=0):
     """The least time the rack's cables allow: SwitchML moves each worker's tensor once each
     way (plus its 10-byte header per 1 KiB packet), a bandwidth-optimal all-reduce between
-    hosts 2(n-1)/n times. None on loopback."""
-    if not setting.startswith("rack:"):
+    hosts 2(n-1)/n times. On the server rack, each of the k switch hosts' cables carries n/k
+    tensors' worth in: SwitchML's time is the larger of the two. None on loopback."""
+    if not is_rack(setting):
         return None
     wire = nbytes * (1 + 10 / 1024) if system.startswith("switchml") else nbytes * 2 * (n - 1) / n
+    if system.startswith("switchml") and switch_hosts:
+        wire *= max(1.0, n / switch_hosts)
     return wire * 8 / rate_bps(setting.split(":", 1)[1])
+
+
+def is_rack(setting):
+    return setting.startswith("rack:") or setting.startswith("server-rack:")
+
+
+def switch_hosts_for(spec, n):
+    """The k of a --switch-hosts entry for n workers: a number, or n."""
+    return n if spec == "n" else int(spec)
 
 
 def percentile(values, p):
@@ -203,9 +215,9 @@ class TimedCpuWatch(threading.Thread):
     timed all-reduces and the barriers and tensor checks between them; the job's setup, the
     warm-up (which first touches the switch's memory) and the shutdown do not."""
 
-    def __init__(self, proc, rank0_err, warmup, iterations):
+    def __init__(self, procs, rank0_err, warmup, iterations):
         super().__init__(daemon=True)
-        self.proc, self.path = proc, rank0_err
+        self.procs, self.path = procs, rank0_err
         self.marks = [f"warm-up {warmup}/{warmup}:", f"iteration {iterations}/{iterations}:"]
         self.cpu = []
         self.done = threading.Event()
@@ -223,10 +235,10 @@ class TimedCpuWatch(threading.Thread):
             with open(self.path, errors="replace") as f:
                 text = f.read()
             while len(self.cpu) < 2 and self.marks[len(self.cpu)] in text:
-                cpu = self.proc.cpu_clock_s()
-                if cpu is None:
+                cpus = [p.cpu_clock_s() for p in self.procs]
+                if None in cpus:
                     return
-                self.cpu.append(cpu)
+                self.cpu.append(sum(cpus))
 
     def timed_cpu_s(self):
         """The CPU between the marks, or None where either was not seen."""
@@ -339,10 +351,16 @@ class Bench:
     # --- Commands of each system -------------------------------------------------------------
 
     def ns_prefix(self, where):
-        """argv prefix that runs a command in a rack namespace: where is 'sw' or a rank."""
+        """argv prefix that runs a command in a rack namespace: where is 'sw', a rank, or
+        ('host', j) for switch host j of the server rack."""
         if self.rack is None:
             return []
-        ns = self.rack["RACK_SWITCH_NS"] if where == "sw" else f"{self.rack['RACK_NAME']}-w{where}"
+        if where == "sw":
+            ns = self.rack["RACK_SWITCH_NS"]
+        elif isinstance(where, tuple):
+            ns = self.rack["RACK_SWITCH_HOST_NS"].split()[where[1]]
+        else:
+            ns = f"{self.rack['RACK_NAME']}-w{where}"
         return ["ip", "netns", "exec", ns]
 
     def host_ip(self, rank):
@@ -353,37 +371,52 @@ class Bench:
              str(self.args.iterations), "--warmup", str(self.args.warmup), "--report"]
         return a + (["--quiet"] if quiet else [])
 
-    def run_switchml(self, tag, n, elements, transport="udp", extra=(), switch_extra=()):
+    def run_switchml(self, tag, n, elements, transport="udp", extra=(), switch_extra=(),
+                     switch_hosts=0):
+        """switch_hosts k > 0 (the server rack): one switch on each of k switch hosts, the job
+        striped over them; else one switch, on the bridge (rack) or on loopback."""
         a = self.args
+        places = []  # (namespace where, bind address, data port, control port) per switch
         if self.rack is None:
-            bind, data_port, control_port = "127.0.0.1", "0", "0"
+            places.append(("sw", "127.0.0.1", "0", "0"))
+        elif switch_hosts:
+            ips = self.rack["RACK_SWITCH_HOST_IPS"].split()
+            places += [(("host", j), ips[j], "48864", "50099") for j in range(switch_hosts)]
         else:
-            bind, data_port, control_port = self.rack["RACK_SWITCH_IP"], "48864", "50099"
-        switch = self.runner.start(
-            self.ns_prefix("sw") + [a.switchml, "switch", "--bind", bind, "--data-port", data_port,
-                                    "--control-port", control_port, "--log-level", "warning",
-                                    "--transport", transport] + list(switch_extra)
-            + a.switch_args.split(),
-            f"{self.logs}/{tag}-switch.out", f"{self.logs}/{tag}-switch.err")
+            places.append(("sw", self.rack["RACK_SWITCH_IP"], "48864", "50099"))
+        switches = []
+        for j, (where, bind, data_port, control_port) in enumerate(places):
+            name = f"{tag}-switch" + (f"{j}" if len(places) > 1 else "")
+            switches.append(self.runner.start(
+                self.ns_prefix(where) + [a.switchml, "switch", "--bind", bind, "--data-port",
+                                         data_port, "--control-port", control_port, "--log-level",
+                                         "warning", "--transport", transport]
+                + list(switch_extra) + a.switch_args.split(),
+                f"{self.logs}/{name}.out", f"{self.logs}/{name}.err"))
         try:
-            # The switch says which ports it got once it listens.
+            # Each switch says which ports it got once it listens.
             deadline = time.monotonic() + 15
-            port = None
-            while port is None:
-                m = re.search(r"control port (\d+)", switch.output())
-                if m:
-                    port = m.group(1)
-                    # Its start-up (about 0.04 s: loading, gRPC, Highway's calibration) is no
-                    # part of any all-reduce, as the baselines' start-up is not: counted from here.
-                    switch.mark_start_cpu()
-                elif switch.poll() is not None or time.monotonic() > deadline:
-                    return {"error": "the switch did not start: " + switch.errors()}
-                else:
-                    time.sleep(0.02)
+            controls = []
+            for switch, (_, bind, _, _) in zip(switches, places):
+                port = None
+                while port is None:
+                    m = re.search(r"control port (\d+)", switch.output())
+                    if m:
+                        port = m.group(1)
+                        # Its start-up (about 0.04 s: loading, gRPC, Highway's calibration) is
+                        # no part of any all-reduce, as the baselines' start-up is not: counted
+                        # from here.
+                        switch.mark_start_cpu()
+                    elif switch.poll() is not None or time.monotonic() > deadline:
+                        return {"error": "the switch did not start: " + switch.errors()}
+                    else:
+                        time.sleep(0.02)
+                controls.append(f"{bind}:{port}")
+            switch_list = ",".join(controls)
             workers = []
             for r in range(n):
                 argv = self.ns_prefix(r) + [
-                    a.switchml, "worker", "--switch", f"{bind}:{port}", "--rank", str(r),
+                    a.switchml, "worker", "--switch", switch_list, "--rank", str(r),
                     "--workers", str(n), "--session", "1", "--setup-timeout-ms", "60000",
                     "--transport", transport]
                 if self.rack is not None:
@@ -396,28 +429,30 @@ class Bench:
             # is read twice, at the marks of rank 0's output (TimedCpuWatch).
             watch = None
             if a.warmup > 0:
-                watch = TimedCpuWatch(switch, workers[0].err_path, a.warmup, a.iterations)
+                watch = TimedCpuWatch(switches, workers[0].err_path, a.warmup, a.iterations)
                 watch.start()
             error = self.runner.wait(workers, a.run_timeout)
             switch_timed = watch.timed_cpu_s() if watch else None
         finally:
-            self.runner.stop(switch)
+            for switch in switches:
+                self.runner.stop(switch)
         if error:
             return {"error": error}
-        out = self.collect(workers, "SWITCHML_RESULT", n, [switch], switch_timed)
+        out = self.collect(workers, "SWITCHML_RESULT", n, switches, switch_timed)
         if "cpu_timed_s" not in out:
             # A worker that does not report its CPU (an older build): the timed iterations'
             # share of every process's life, set-up, filling and verifying included.
             share = a.iterations / (a.iterations + a.warmup)
             hosts = sum(w.cpu_s for w in workers)
-            out["cpu_timed_s"] = share * (hosts + switch.measured_cpu_s())
+            out["cpu_timed_s"] = share * (hosts + sum(sw.measured_cpu_s() for sw in switches))
             out["cpu_hosts_timed_s"] = share * hosts
             out["cpu_method"] = "share of the processes' lives"
         out["retransmitted"] = sum(int(r.get("retransmitted", 0))
                                    for r in result_lines(workers, "SWITCHML_RESULT"))
         # The switch's own CPU (from when it listens: the job's setup and warm-up included) per
         # all-reduce.
-        out["switch_cpu_s_per_allreduce"] = switch.measured_cpu_s() / (a.iterations + a.warmup)
+        out["switch_cpu_s_per_allreduce"] = (sum(sw.measured_cpu_s() for sw in switches)
+                                             / (a.iterations + a.warmup))
         return out
 
     def switchml_extra_args(self):
@@ -508,21 +543,23 @@ class Bench:
 
     # --- One measurement -------------------------------------------------------------------------
 
-    def measure(self, setting, system, n, nbytes):
+    def measure(self, setting, system, n, nbytes, switch_hosts=0):
         a = self.args
         elements = nbytes // 4
         # Unique per measurement (rounds repeat a row; sizes need not be whole MiB), so that
         # logs/ keeps every process's output.
         self.measured += 1
-        tag = (f"{self.measured:03d}-{setting}-{system}-{n}w-"
+        k = f"-k{switch_hosts}" if switch_hosts else ""
+        tag = (f"{self.measured:03d}-{setting}-{system}{k}-{n}w-"
                f"{size_label(nbytes).replace(' ', '')}").replace(":", "-")
-        log(f"{setting}: {system}, {n} workers, {size_label(nbytes)} {a.dtype} "
+        log(f"{setting}: {system}{f' on {switch_hosts} switch hosts' if switch_hosts else ''}, "
+            f"{n} workers, {size_label(nbytes)} {a.dtype} "
             f"({a.iterations} iterations after {a.warmup} warm-up)")
         load = os.getloadavg()[0]  # other work on the host skews every figure: recorded
         audit = self.start_audit(tag) if a.audit_kernel else None
         t0 = time.monotonic()
         if system == "switchml":
-            r = self.run_switchml(tag, n, elements)
+            r = self.run_switchml(tag, n, elements, switch_hosts=switch_hosts)
         elif system in ("switchml-mcast", "switchml-unicast"):
             r = self.run_switchml(tag, n, elements, "udp", *SYSTEM_FLAGS[system])
         elif system == "switchml-xdp":
@@ -543,6 +580,8 @@ class Bench:
                "elements": elements, "dtype": a.dtype, "iterations": a.iterations,
                "warmup": a.warmup, "wall_s": round(wall, 3),
                "loadavg_1m": round(load, 2), "logs": tag}
+        if switch_hosts:
+            row["switch_hosts"] = switch_hosts
         if "error" in r:
             row["error"] = r["error"]
             log(f"FAILED: {system}: {r['error']}")
@@ -559,7 +598,7 @@ class Bench:
             "cpu_lifetime_s_per_gib": r["cpu_lifetime_s"] / (nbytes * (a.iterations + a.warmup)
                                                              / GIB),
         })
-        limit = link_limit_s(setting, system, n, nbytes)
+        limit = link_limit_s(setting, system, n, nbytes, switch_hosts)
         if limit:
             row["link_limit_s"] = limit
             row["x_link_limit"] = med / limit
@@ -622,11 +661,11 @@ class Bench:
 
     # --- Settings --------------------------------------------------------------------------------
 
-    def rack_up(self, rate, workers):
+    def rack_up(self, rate, workers, switch_hosts=0):
         a = self.args
         name = self.rack_name = f"smlbench{os.getpid()}"
         argv = [a.rack_script, "up", "--name", name, "--workers", str(workers), "--rate", rate,
-                "--mtu", str(a.mtu)]
+                "--mtu", str(a.mtu), "--switch-hosts", str(switch_hosts)]
         argv += ["--bridge-netfilter", a.bridge_netfilter]
         if "switchml-xdp" in a.systems:
             # AF_XDP bypasses the sender's qdisc: every system of this run then has its uplink
@@ -640,8 +679,8 @@ class Bench:
         for line in p.stdout.splitlines():
             k, _, v = line.partition("=")
             self.rack[k] = v.strip('"')
-        log(f"rack {name}: {workers} workers, {rate} per cable each way, MTU {a.mtu}, "
-            f"bridge netfilter {a.bridge_netfilter}")
+        log(f"rack {name}: {workers} workers, {switch_hosts} switch hosts, {rate} per cable "
+            f"each way, MTU {a.mtu}, bridge netfilter {a.bridge_netfilter}")
 
     def rack_down(self):
         """Removes the rack, also one whose `up` was interrupted."""
@@ -663,9 +702,12 @@ class Bench:
         failed = 0
         for setting in a.settings:
             try:
-                if setting.startswith("rack:"):
+                server = setting.startswith("server-rack:")
+                if is_rack(setting):
+                    hosts = max(switch_hosts_for(k, n) for k in a.switch_hosts
+                                for n in a.workers) if server else 0
                     try:
-                        self.rack_up(setting.split(":", 1)[1], max(a.workers))
+                        self.rack_up(setting.split(":", 1)[1], max(a.workers), hosts)
                     except RuntimeError as e:
                         log(f"SKIPPED setting {setting}: {e.args[0]}")
                         rows.append({"setting": setting, "error": f"skipped: {e.args[0]}"})
@@ -686,10 +728,15 @@ class Bench:
                                 rows.append({"setting": setting, "system": system, "workers": n,
                                              "bytes": nbytes, "error": "mpi_allreduce not built"})
                                 continue
-                            row = self.measure(setting, system, n, nbytes)
-                            failed += "error" in row
-                            rows.append(row)
-                            write_outputs(report, a.out, a.docs_dir, plots=False)
+                            if server and system.startswith("switchml") and system != "switchml":
+                                continue  # the server rack measures plain switchml, per k
+                            ks = [switch_hosts_for(k, n) for k in a.switch_hosts] \
+                                if server and system == "switchml" else [0]
+                            for k in ks:
+                                row = self.measure(setting, system, n, nbytes, k)
+                                failed += "error" in row
+                                rows.append(row)
+                                write_outputs(report, a.out, a.docs_dir, plots=False)
             finally:
                 self.rack_down()
         write_outputs(report, a.out, a.docs_dir, plots=True)
@@ -730,12 +777,17 @@ def markdown(report):
                   "| workers | size | system | median s | p99 s | elements/s | algbw GB/s | "
                   "busbw GB/s | x link limit | CPU s/GiB | hosts CPU s/GiB | switchml speedup |",
                   "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        ref = {(r["workers"], r["bytes"]): r["median_s"] for r in rows
-               if r["setting"] == setting and r.get("system") == "switchml" and "median_s" in r}
+        # The speed-up's reference: switchml (on the server rack, on the most switch hosts).
+        ref = {}
+        for r in sorted((r for r in rows if r["setting"] == setting
+                         and r.get("system") == "switchml" and "median_s" in r),
+                        key=lambda r: r.get("switch_hosts", 0)):
+            ref[(r["workers"], r["bytes"])] = r["median_s"]
         for r in rows:
             if r["setting"] != setting or "system" not in r:
                 continue
-            head = f"| {r['workers']} | {size_label(r['bytes'])} | {r['system']} |"
+            label = r["system"] + (f" (k={r['switch_hosts']})" if r.get("switch_hosts") else "")
+            head = f"| {r['workers']} | {size_label(r['bytes'])} | {label} |"
             if "error" in r:
                 lines.append(head + f" failed: {r['error'].splitlines()[0][:80]}" + " |" * 9)
                 continue
@@ -744,7 +796,8 @@ def markdown(report):
             hosts = f"{r['cpu_hosts_s_per_gib']:.2f}" if "cpu_hosts_s_per_gib" in r else ""
             sw = ref.get((r["workers"], r["bytes"]))
             vs = f"{r['median_s'] / sw:.2f}" if sw else ""
-            limit = link_limit_s(setting, r["system"], r["workers"], r["bytes"])
+            limit = link_limit_s(setting, r["system"], r["workers"], r["bytes"],
+                                 r.get("switch_hosts", 0))
             link = f"{r['median_s'] / limit:.2f}" if limit else ""
             lines.append(head + f" {r['median_s']:.4f} | {r['p99_s']:.4f} | "
                          f"{r['elements_per_s']:.3g} | {r['algbw_GBps']:.3f} | "
@@ -763,9 +816,11 @@ def markdown(report):
         lines += [f"{r['error']}" for r in skipped]
         lines.append("")
     lines.append("switchml speedup = this system's median time / switchml's (> 1: switchml is "
-                 "faster). x link limit (rack) = median / the least time the cables allow: "
-                 "tensor bytes x (1 + 10/1024) / rate for switchml, tensor bytes x 2(n-1)/n / "
-                 "rate for the others. hosts CPU = the same CPU without the switch process "
+                 "faster; on the server rack, switchml on the most switch hosts k measured). "
+                 "x link limit (rack) = median / the least time the cables allow: "
+                 "tensor bytes x (1 + 10/1024) / rate for switchml (x n/k on the server rack "
+                 "when k < n: each switch host's cable carries n/k tensors), tensor bytes x "
+                 "2(n-1)/n / rate for the others. hosts CPU = the same CPU without the switch process "
                  "(the workers' hosts only; in the real design the switch is the rack's hardware): "
                  "a second figure, not a replacement; for Gloo and MPI every process is a host.")
     return "\n".join(lines) + "\n"
@@ -774,6 +829,10 @@ def markdown(report):
 def setting_title(setting):
     if setting == "loopback":
         return "Loopback (every process on this host, 127.0.0.1)"
+    if setting.startswith("server-rack:"):
+        return (f"Server rack at {setting.split(':', 1)[1]} per cable each way (scripts/rack.sh "
+                f"--switch-hosts: one namespace per worker, the switches on k servers, each "
+                f"behind its own cable; the job striped over them)")
     return (f"Emulated rack at {setting.split(':', 1)[1]} per cable each way "
             f"(scripts/rack.sh: one namespace per worker, the switch on the bridge)")
 
@@ -792,15 +851,18 @@ def plot(report, path_prefix):
         workers = sorted({r["workers"] for r in sub})
         fig, axes = plt.subplots(2, len(workers), figsize=(5.5 * len(workers), 8), squeeze=False)
         for col, n in enumerate(workers):
-            for system in SYSTEMS:
+            lines_of = sorted({(r["system"], r.get("switch_hosts", 0)) for r in sub
+                               if r["workers"] == n},
+                              key=lambda sk: (SYSTEMS.index(sk[0]), sk[1]))
+            for system, k in lines_of:
                 pts = sorted((r["bytes"], r["median_s"], r["elements_per_s"]) for r in sub
-                             if r["workers"] == n and r["system"] == system)
-                if not pts:
-                    continue
+                             if r["workers"] == n and r["system"] == system
+                             and r.get("switch_hosts", 0) == k)
                 x = [p[0] / (1 << 20) for p in pts]
                 style = {"marker": "o", "linewidth": 2.5 if system == "switchml" else 1.5}
-                axes[0][col].plot(x, [p[1] for p in pts], label=system, **style)
-                axes[1][col].plot(x, [p[2] for p in pts], label=system, **style)
+                label = system + (f" (k={k})" if k else "")
+                axes[0][col].plot(x, [p[1] for p in pts], label=label, **style)
+                axes[1][col].plot(x, [p[2] for p in pts], label=label, **style)
             sizes = sorted({r["bytes"] / (1 << 20) for r in sub if r["workers"] == n})
             for row, ylabel in ((0, "median time per all-reduce (s)"), (1, "elements/s")):
                 ax = axes[row][col]
@@ -853,7 +915,12 @@ def main():
         description=__doc__.split("\n\n")[0] + " See docs/benchmarks.md.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--settings", default="loopback,rack:1gbit",
-                   help="comma-separated: loopback and/or rack:RATE (e.g. rack:1gbit, rack:10gbit)")
+                   help="comma-separated: loopback, rack:RATE (the switch on the bridge, e.g. "
+                   "rack:1gbit, rack:10gbit) and/or server-rack:RATE (the switches on servers "
+                   "behind cables of their own, the job striped over --switch-hosts of them)")
+    p.add_argument("--switch-hosts", default="n",
+                   help="server-rack only: comma-separated switch host counts k to measure "
+                   "switchml on, each a number or n (as many as the workers)")
     p.add_argument("--workers", default="2,4", help="comma-separated worker counts")
     p.add_argument("--sizes", default="1M,4M,16M,64M,256M",
                    help="comma-separated tensor sizes in bytes (K, M, G = 2^10, 2^20, 2^30)")
@@ -915,8 +982,15 @@ def main():
     except (ValueError, argparse.ArgumentTypeError) as e:
         p.error(str(e))
     for s in a.settings:
-        if s != "loopback" and not re.fullmatch(r"rack:\d+[kmg]?bit", s):
-            p.error(f"--settings: '{s}' is neither loopback nor rack:RATE (e.g. rack:1gbit)")
+        if s != "loopback" and not re.fullmatch(r"(server-)?rack:\d+[kmg]?bit", s):
+            p.error(f"--settings: '{s}' is neither loopback, rack:RATE nor server-rack:RATE "
+                    "(e.g. rack:1gbit)")
+    a.switch_hosts = [k for k in a.switch_hosts.split(",") if k]
+    for k in a.switch_hosts:
+        if k != "n" and not (k.isdigit() and 1 <= int(k) <= 64):
+            p.error(f"--switch-hosts: '{k}' is neither a number in 1..64 nor n")
+    if not a.switch_hosts:
+        p.error("--switch-hosts needs at least one entry")
     if any(not 1 <= n <= 64 for n in a.workers):
         p.error("--workers must be in 1..64")
     if any(s % 4 or s < 4 for s in a.sizes):

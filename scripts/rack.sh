@@ -13,7 +13,10 @@ usage: scripts/rack.sh COMMAND [options] [-- command ...]
 
 An emulated rack: namespaces NAME-sw (the switch: bridge br0 with address 10.99.0.1/24) and
 NAME-w0 .. NAME-w<N-1> (worker i: eth0 with address 10.99.0.<10+i>/24), worker i's eth0
-joined by a veth pair to port p<i> of br0. Every cable is shaped with `tc qdisc ... tbf` in
+joined by a veth pair to port p<i> of br0. With --switch-hosts K, also K servers for software
+switches (aggregators): NAME-s0 .. NAME-s<K-1> (switch host j: eth0 with address
+10.99.0.<100+j>/24, joined to port q<j> of br0), each behind a cable of its own, shaped as the
+workers' are. Every cable is shaped with `tc qdisc ... tbf` in
 both directions (worker i's eth0 egress: worker to switch; port p<i> egress: switch and other
 workers to worker i). Traffic between workers crosses two cables, as in a rack. br0 snoops IGMP
 and is the querier: multicast groups go only to the ports that joined them.
@@ -31,6 +34,9 @@ Options:
   --name NAME      namespace prefix; must be unique per rack (default smlrack<pid>, so two
                    racks, e.g. CI and a developer, never collide). Letters, digits, '-', '_'.
   --workers N      worker namespaces, 1..64 (default 4)
+  --switch-hosts K switch host namespaces (servers that run `switchml switch`, each behind
+                   its own cable), 0..64 (default 0: the switch runs in NAME-sw, on the bridge,
+                   as a switch ASIC would)
   --rate R         tc rate of every cable in each direction, e.g. 1gbit, 10gbit, 500mbit
                    (default 1gbit; "none" = no shaping)
   --burst B        tbf bucket size (default: 6.4 ms at the rate, at least 64kb: 800kb at
@@ -48,11 +54,13 @@ Options:
                    shape the worker-to-switch direction at the switch end (port p<i>'s ingress,
                    through an ifb device) instead of at the worker's eth0 egress: for traffic
                    that bypasses the sender's qdisc, such as AF_XDP (switchml --transport xdp)
-  --in WHERE       for exec: sw (switch namespace) or a worker index
+  --in WHERE       for exec: sw (switch namespace), a worker index, or sJ (switch host J)
 
 Environment given to `run`'s command (and printed by `env`): RACK_NAME, RACK_WORKERS,
 RACK_SWITCH_NS, RACK_SWITCH_IP, RACK_WORKER_NS (space-separated), RACK_WORKER_IPS
-(space-separated), RACK_SUBNET, RACK_RATE, RACK_MTU, RACK_SCRIPT (this script).
+(space-separated), RACK_SWITCH_HOSTS (K), RACK_SWITCH_HOST_NS and RACK_SWITCH_HOST_IPS
+(space-separated; empty without switch hosts), RACK_SUBNET, RACK_RATE, RACK_MTU, RACK_SCRIPT
+(this script).
 
 Exit codes: 0 ok; 2 bad usage; 77 the rack cannot be made here (not root, no iproute2,
 `ip netns add` refused, e.g. in an unprivileged container, or no tbf qdisc); 1 any other
@@ -63,6 +71,7 @@ Examples:
   scripts/rack.sh up --name dev --workers 2 --rate 10gbit
   scripts/rack.sh exec --name dev --in 0 -- ping -c 1 10.99.0.1
   scripts/rack.sh down --name dev
+  scripts/rack.sh run --workers 4 --switch-hosts 4 -- bash -c 'echo $RACK_SWITCH_HOST_IPS'
 EOF
 }
 
@@ -74,6 +83,7 @@ die() {
 readonly kSubnet="10.99.0"
 switch_ip() { echo "$kSubnet.1"; }
 worker_ip() { echo "$kSubnet.$((10 + $1))"; }
+switch_host_ip() { echo "$kSubnet.$((100 + $1))"; }
 
 cmd="${1:-}"
 [ -n "$cmd" ] || {
@@ -92,6 +102,7 @@ esac
 
 name="smlrack$$"
 workers=4
+switch_hosts=0
 rate=1gbit
 burst=""
 latency=20ms
@@ -109,6 +120,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --name) name="$(value --name "${@:2}")"; shift 2 ;;
     --workers) workers="$(value --workers "${@:2}")"; shift 2 ;;
+    --switch-hosts) switch_hosts="$(value --switch-hosts "${@:2}")"; shift 2 ;;
     --rate) rate="$(value --rate "${@:2}")"; shift 2 ;;
     --burst) burst="$(value --burst "${@:2}")"; shift 2 ;;
     --latency) latency="$(value --latency "${@:2}")"; shift 2 ;;
@@ -132,6 +144,8 @@ done
 [[ "$name" =~ ^[A-Za-z0-9_-]{1,40}$ ]] || die "--name must be 1-40 letters, digits, '-' or '_', not '$name'"
 [[ "$workers" =~ ^[0-9]+$ ]] && [ "$workers" -ge 1 ] && [ "$workers" -le 64 ] ||
   die "--workers must be an integer in 1..64, not '$workers'"
+[[ "$switch_hosts" =~ ^[0-9]+$ ]] && [ "$switch_hosts" -le 64 ] ||
+  die "--switch-hosts must be an integer in 0..64, not '$switch_hosts'"
 [ "$bridge_netfilter" = on ] || [ "$bridge_netfilter" = off ] ||
   die "--bridge-netfilter must be on or off, not '$bridge_netfilter'"
 [[ "$mtu" =~ ^[0-9]+$ ]] && [ "$mtu" -ge 576 ] && [ "$mtu" -le 65000 ] ||
@@ -164,6 +178,7 @@ fi
 
 ns_sw="$name-sw"
 ns_w() { echo "$name-w$1"; }
+ns_s() { echo "$name-s$1"; }
 
 need_root() {
   if [ "$(id -u)" -ne 0 ]; then
@@ -178,7 +193,7 @@ need_root() {
 
 # Every namespace of rack $name that exists.
 rack_namespaces() {
-  ip netns list 2>/dev/null | awk '{ print $1 }' | grep -E "^$name-(sw|w[0-9]+)$" || true
+  ip netns list 2>/dev/null | awk '{ print $1 }' | grep -E "^$name-(sw|w[0-9]+|s[0-9]+)$" || true
 }
 
 rack_down() {
@@ -197,6 +212,45 @@ shape() {  # shape NS DEV: tbf on DEV's egress in namespace NS
     echo "rack: SKIP: cannot shape the cables (tc qdisc tbf failed; a kernel without sch_tbf?)" >&2
     exit "$kNoNamespaces"
   fi
+}
+
+# attach_host NS PORT IP TAG: a host namespace NS whose eth0 (address IP) is joined by a veth
+# pair, its cable, to bridge port PORT, shaped in both directions (TAG names its ifb device).
+attach_host() {
+  local ns=$1 port=$2 ip=$3 tag=$4
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+  # Both ends are created inside their namespaces: no name in the host's namespace at all.
+  ip -n "$ns" link add eth0 mtu "$mtu" type veth peer name "$port" netns "$ns_sw"
+  ip -n "$ns_sw" link set "$port" mtu "$mtu" master br0 up
+  ip -n "$ns" addr add "$ip/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  if [ "$ingress_shaping" = 1 ] && [ "$rate" != none ]; then
+    # The host's uplink is shaped where it enters the switch: the port's ingress, redirected
+    # through ifb<tag>, whose egress carries the tbf.
+    if ! ip -n "$ns_sw" link add "ifb$tag" type ifb 2>/dev/null; then
+      echo "rack: SKIP: --ingress-shaping needs ifb devices (modprobe ifb)" >&2
+      exit "$kNoNamespaces"
+    fi
+    ip -n "$ns_sw" link set "ifb$tag" up
+    shape "$ns_sw" "ifb$tag"
+    ip netns exec "$ns_sw" tc qdisc add dev "$port" handle ffff: ingress
+    ip netns exec "$ns_sw" tc filter add dev "$port" parent ffff: protocol all u32 \
+      match u32 0 0 action mirred egress redirect dev "ifb$tag"
+  else
+    shape "$ns" eth0
+  fi
+  shape "$ns_sw" "$port"
+}
+
+wait_cable() {  # wait_cable NS PORT: until both ends of the cable are up
+  local tries=0
+  until ip -n "$1" -o link show eth0 | grep -q "state UP" &&
+    ip -n "$ns_sw" -o link show "$2" | grep -q "state UP"; do
+    tries=$((tries + 1))
+    [ "$tries" -lt 50 ] || { echo "rack: cable $2 did not come up" >&2; exit 1; }
+    sleep 0.1
+  done
 }
 
 rack_up() {
@@ -233,43 +287,14 @@ rack_up() {
     mcast_querier 1
   ip -n "$ns_sw" addr add "$(switch_ip)/24" dev br0
   ip -n "$ns_sw" link set br0 up
-  local i ns
-  for ((i = 0; i < workers; i++)); do
-    ns=$(ns_w "$i")
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-    # Both ends are created inside their namespaces: no name in the host's namespace at all.
-    ip -n "$ns" link add eth0 mtu "$mtu" type veth peer name "p$i" netns "$ns_sw"
-    ip -n "$ns_sw" link set "p$i" mtu "$mtu" master br0 up
-    ip -n "$ns" addr add "$(worker_ip "$i")/24" dev eth0
-    ip -n "$ns" link set eth0 up
-    if [ "$ingress_shaping" = 1 ] && [ "$rate" != none ]; then
-      # Worker i's uplink is shaped where it enters the switch: p<i>'s ingress, redirected
-      # through ifb<i>, whose egress carries the tbf.
-      if ! ip -n "$ns_sw" link add "ifb$i" type ifb 2>/dev/null; then
-        echo "rack: SKIP: --ingress-shaping needs ifb devices (modprobe ifb)" >&2
-        exit "$kNoNamespaces"
-      fi
-      ip -n "$ns_sw" link set "ifb$i" up
-      shape "$ns_sw" "ifb$i"
-      ip netns exec "$ns_sw" tc qdisc add dev "p$i" handle ffff: ingress
-      ip netns exec "$ns_sw" tc filter add dev "p$i" parent ffff: protocol all u32 \
-        match u32 0 0 action mirred egress redirect dev "ifb$i"
-    else
-      shape "$ns" eth0
-    fi
-    shape "$ns_sw" "p$i"
+  local i
+  for ((i = 0; i < workers; i++)); do attach_host "$(ns_w "$i")" "p$i" "$(worker_ip "$i")" "$i"; done
+  for ((i = 0; i < switch_hosts; i++)); do
+    attach_host "$(ns_s "$i")" "q$i" "$(switch_host_ip "$i")" "s$i"
   done
   # Every cable is up at both ends before anyone uses the rack (no ping needed).
-  for ((i = 0; i < workers; i++)); do
-    local tries=0
-    until ip -n "$(ns_w "$i")" -o link show eth0 | grep -q "state UP" &&
-      ip -n "$ns_sw" -o link show "p$i" | grep -q "state UP"; do
-      tries=$((tries + 1))
-      [ "$tries" -lt 50 ] || { echo "rack: cable $i did not come up" >&2; exit 1; }
-      sleep 0.1
-    done
-  done
+  for ((i = 0; i < workers; i++)); do wait_cable "$(ns_w "$i")" "p$i"; done
+  for ((i = 0; i < switch_hosts; i++)); do wait_cable "$(ns_s "$i")" "q$i"; done
   # The bridge's querier counts as present a query response interval (1 s, above) after br0
   # came up. A job whose workers joined a LAN multicast group within that second lost the group
   # on some ports (bench.py, 8 workers, the first run on a fresh rack: a rank got every result
@@ -280,10 +305,14 @@ rack_up() {
 }
 
 print_env() {
-  local i wns="" wips=""
+  local i wns="" wips="" sns="" sips=""
   for ((i = 0; i < workers; i++)); do
     wns+="${wns:+ }$(ns_w "$i")"
     wips+="${wips:+ }$(worker_ip "$i")"
+  done
+  for ((i = 0; i < switch_hosts; i++)); do
+    sns+="${sns:+ }$(ns_s "$i")"
+    sips+="${sips:+ }$(switch_host_ip "$i")"
   done
   cat <<EOF
 RACK_NAME=$name
@@ -292,6 +321,9 @@ RACK_SWITCH_NS=$ns_sw
 RACK_SWITCH_IP=$(switch_ip)
 RACK_WORKER_NS="$wns"
 RACK_WORKER_IPS="$wips"
+RACK_SWITCH_HOSTS=$switch_hosts
+RACK_SWITCH_HOST_NS="$sns"
+RACK_SWITCH_HOST_IPS="$sips"
 RACK_SUBNET=$kSubnet.0/24
 RACK_RATE=$rate
 RACK_MTU=$mtu
@@ -309,6 +341,7 @@ existing_rack() {
     exit 1
   fi
   workers=$n
+  switch_hosts=$(rack_namespaces | grep -c -E -- '-s[0-9]+$' || true)
   # Port p0 is shaped in both modes (its egress; eth0 is not with --ingress-shaping).
   rate=$(ip netns exec "$ns_sw" tc qdisc show dev p0 | sed -n 's/.* rate \([^ ]*\).*/\1/p')
   rate=${rate:-none}
@@ -318,8 +351,9 @@ existing_rack() {
 case "$cmd" in
   up)
     rack_up
-    echo "rack: up: $name, $workers workers, rate ${rate}${burst:+ (burst $burst)}, MTU $mtu," \
-      "bridge netfilter $bridge_netfilter (scripts/rack.sh down --name $name removes it)" >&2
+    echo "rack: up: $name, $workers workers, $switch_hosts switch hosts, rate" \
+      "${rate}${burst:+ (burst $burst)}, MTU $mtu, bridge netfilter $bridge_netfilter" \
+      "(scripts/rack.sh down --name $name removes it)" >&2
     print_env
     ;;
   down)
@@ -344,7 +378,12 @@ case "$cmd" in
     existing_rack
     case "$where" in
       sw) ns="$ns_sw" ;;
-      "") die "exec needs --in sw or --in WORKER_INDEX" ;;
+      "") die "exec needs --in sw, --in WORKER_INDEX or --in sJ (switch host J)" ;;
+      s[0-9]*)
+        [[ "$where" =~ ^s([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -lt "$switch_hosts" ] ||
+          die "--in sJ names a switch host 0..$((switch_hosts - 1)), not '$where'"
+        ns=$(ns_s "${BASH_REMATCH[1]}")
+        ;;
       *)
         [[ "$where" =~ ^[0-9]+$ ]] && [ "$where" -lt "$workers" ] ||
           die "--in must be sw or a worker index 0..$((workers - 1)), not '$where'"
@@ -359,8 +398,8 @@ case "$cmd" in
     trap 'rack_down' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
-    echo "rack: up: $name, $workers workers, rate ${rate}${burst:+ (burst $burst)}, MTU $mtu," \
-      "bridge netfilter $bridge_netfilter" >&2
+    echo "rack: up: $name, $workers workers, $switch_hosts switch hosts, rate" \
+      "${rate}${burst:+ (burst $burst)}, MTU $mtu, bridge netfilter $bridge_netfilter" >&2
     set -a
     eval "$(print_env)"
     set +a
