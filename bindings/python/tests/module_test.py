@@ -415,5 +415,35 @@ class AuthenticatedDataTest(unittest.TestCase):
             sw.stop()
 
 
+class StripedTest(unittest.TestCase):
+    """A job striped over two in-process switches (Config.switch_hosts)."""
+
+    def test_striped_job_is_exact_and_reports_its_hosts(self):
+        switches = [switchml.Switch(), switchml.Switch()]
+        try:
+            hosts = [f"127.0.0.1:{sw.control_port}" for sw in switches]
+            n, count = 2, 20000
+
+            def body(ctx, r):
+                return ctx.allreduce(inputs(r, count, np.int32)), ctx.stats(), ctx.config
+
+            out = run_workers(switches[0], n, body, 601, switch_hosts=hosts)
+            expect = sum(inputs(r, count, np.int32) for r in range(n))
+            for result, stats, config in out:
+                np.testing.assert_array_equal(result, expect)
+                self.assertEqual(stats["switch_hosts_alive"], 2)
+                self.assertEqual(stats["failovers"], 0)
+                self.assertEqual(config.switch_hosts, hosts)
+        finally:
+            for sw in switches:
+                sw.stop()
+
+    def test_a_host_listed_twice_is_refused(self):
+        c = switchml.Config()
+        c.switch_hosts = ["127.0.0.1:50099", "127.0.0.1:50099"]
+        with self.assertRaisesRegex(switchml.SwitchMLError, "listed twice"):
+            c.validate()
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -44,9 +44,10 @@ def _seeded(rank, world, fn, *args):
 
 def run_job(test, world, fn, *args, env=None, timeout=90, switch_port=None, required=None):
     """Runs fn(rank, world, *args) in `world` processes of one switchml job against the test's
-    switch (or `switch_port`); returns results by rank; a failure fails the test."""
+    switch (or `switch_port`, or a SWITCHML_SWITCH of `env`); returns results by rank; a
+    failure fails the test."""
     port = switch_port if switch_port is not None else test.switch.control_port
-    env = dict(env or {}, SWITCHML_SWITCH=f"127.0.0.1:{port}")
+    env = dict({"SWITCHML_SWITCH": f"127.0.0.1:{port}"}, **(env or {}))
     try:
         return swtorch.run_local(world, _seeded, fn, *args, env=env, timeout=timeout,
                                  required=required)
@@ -230,6 +231,12 @@ def ddp_body(rank, world):
             "switch_calls": dist.group.WORLD.switch_calls}
 
 
+def striped_ddp_body(rank, world):
+    out = ddp_body(rank, world)
+    out["switch_hosts_alive"] = dist.group.WORLD.stats()["switch_hosts_alive"]
+    return out
+
+
 def concurrent_groups_body(rank, world):
     # The second group's options come from pg_options (two worker threads, a 64-packet window).
     second = dist.new_group(backend="switchml", pg_options=swtorch.Options(threads=2, window=64))
@@ -363,6 +370,20 @@ class TorchBackendTest(unittest.TestCase):
             # Five SGD steps: quantization error of the gradient sums, a few times 2^-30 relative.
             self.assertLessEqual(out["max_diff"], 1e-5 * out["scale"], out)
 
+    def test_ddp_step_striped_over_two_switches(self):
+        # SWITCHML_SWITCH=h1,h2: the job striped over two switches (docs/deployment.md).
+        second = switchml.Switch()
+        try:
+            hosts = f"127.0.0.1:{self.switch.control_port},127.0.0.1:{second.control_port}"
+            res = run_job(self, 2, striped_ddp_body, env={"SWITCHML_SWITCH": hosts})
+            counters = second.counters()
+        finally:
+            second.stop()
+        for out in res:
+            self.assertEqual(out["switch_hosts_alive"], 2)
+            self.assertLessEqual(out["max_diff"], 1e-5 * out["scale"], out)
+        self.assertGreater(counters["received"], 0, "the second switch aggregated a share")
+
     def test_concurrent_process_groups(self):
         res = run_job(self, 2, concurrent_groups_body)
         for out in res:
@@ -435,6 +456,12 @@ class TorchBackendTest(unittest.TestCase):
             resolve(SWITCHML_EARLY_RETRANSMIT="x")
         with self.assertRaisesRegex(ValueError, "SWITCHML_AUTH_DATA='yes'"):
             resolve(SWITCHML_AUTH_DATA="yes")
+        with self.assertRaisesRegex(ValueError, "names a host twice"):
+            resolve(SWITCHML_SWITCH="10.0.0.1:50099,10.0.0.2,10.0.0.1")
+        with self.assertRaisesRegex(ValueError, r"switch address '10.0.0.2:x' \(of"):
+            resolve(SWITCHML_SWITCH="10.0.0.1,10.0.0.2:x")
+        self.assertEqual(resolve(SWITCHML_SWITCH="10.0.0.1,10.0.0.2:7")["switch_hosts"],
+                         ["10.0.0.1:50099", "10.0.0.2:7"])
         bad_options = (
             (dict(transport="tcp"), "transport='tcp' is not valid: use one of udp, udp-plain, "
                                     "xdp, dpdk, shm"),
