@@ -62,10 +62,14 @@ def main():
     json_path = sys.argv[5] if len(sys.argv) > 5 else ""
     plot_path = sys.argv[6] if len(sys.argv) > 6 else ""
     multicast = sys.argv[7] if len(sys.argv) > 7 else "auto"
+    # The switch servers the job was striped over (rack_train.sh --switch-hosts; 0: the switch
+    # on the bridge).
+    switch_hosts = sys.argv[8] if len(sys.argv) > 8 else "0"
     rows, ok = [], True
     for workers in [int(w) for w in workers_list.split(",")]:
         res = load(out, workers)
-        row = {"workers": workers, "rate": rate, "script": script,
+        hosts = workers if switch_hosts == "n" else int(switch_hosts)
+        row = {"workers": workers, "rate": rate, "script": script, "switch_hosts": hosts,
                "parameters": res["gloo"].get("parameters")}
         for b, r in res.items():
             row[b] = {"step_s": statistics.median(r["step_seconds"]),
@@ -110,7 +114,7 @@ def main():
             extra += (f" gloo_allreduce_s={g['allreduce_s']:.4f} "
                       f"switchml_allreduce_s={s['allreduce_s']:.4f} "
                       f"allreduce_speedup={g['allreduce_s'] / s['allreduce_s']:.3f}")
-        print(f"RACK_TRAIN script={script} workers={workers} rate={rate} "
+        print(f"RACK_TRAIN script={script} workers={workers} rate={rate} switch_hosts={hosts} "
               f"parameters={row['parameters']} gloo_step_s={g['step_s']:.4f} "
               f"switchml_step_s={s['step_s']:.4f} speedup={row['speedup']:.3f}{extra} "
               f"accuracy_gloo={g['accuracy']:.2f} accuracy_switchml={s['accuracy']:.2f} "

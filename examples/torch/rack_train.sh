@@ -9,7 +9,12 @@
 #
 #   rack_train.sh BUILD_DIR [--workers 4,8] [--rate 1gbit] [--script train_rec.py]
 #                 [--json FILE] [--plot FILE.png] [--backends gloo,switchml] [--logs DIR]
-#                 [--multicast auto|on|off] [-- TRAINING_SCRIPT_FLAGS...]
+#                 [--multicast auto|on|off] [--switch-hosts K|n] [-- TRAINING_SCRIPT_FLAGS...]
+#
+# --switch-hosts: the server rack (scripts/rack.sh --switch-hosts; docs/deployment.md): K
+# switch servers (n: as many as the workers), each behind its own cable, a `switchml switch` on
+# each and switchml's job striped over them (SWITCHML_SWITCH=h1,h2,...). Default 0: one software
+# switch on the bridge, as a switch ASIC.
 #
 # --multicast: switchml's results (SWITCHML_MULTICAST, as `switchml worker --multicast`): auto
 # (the default) one datagram per worker from the switch, as the workers are on other hosts; on:
@@ -31,10 +36,25 @@ here="$(cd "$(dirname "$0")" && pwd)"
 if [ "${1:-}" = "--inside" ]; then
   build=$2 workers=$3 script=$4 out=$5 backends=$6
   shift 6
-  ip netns exec "$RACK_SWITCH_NS" "$build/tools/switchml" switch --bind "$RACK_SWITCH_IP" \
-    --log-level warning >"$out/switch-$workers.log" 2>&1 &
-  switch_pid=$!
-  trap 'kill "$switch_pid" 2>/dev/null || true' EXIT
+  switch_pids=()
+  trap 'kill "${switch_pids[@]}" 2>/dev/null || true' EXIT
+  switches=""
+  if [ "${RACK_SWITCH_HOSTS:-0}" -gt 0 ]; then
+    # The server rack: a switch on each switch server, the job striped over them.
+    read -r -a host_ips <<<"$RACK_SWITCH_HOST_IPS"
+    read -r -a host_ns <<<"$RACK_SWITCH_HOST_NS"
+    for ((j = 0; j < RACK_SWITCH_HOSTS; j++)); do
+      ip netns exec "${host_ns[$j]}" "$build/tools/switchml" switch --bind "${host_ips[$j]}" \
+        --log-level warning >"$out/switch-$workers-$j.log" 2>&1 &
+      switch_pids+=($!)
+      switches+="${switches:+,}${host_ips[$j]}:50099"
+    done
+  else
+    ip netns exec "$RACK_SWITCH_NS" "$build/tools/switchml" switch --bind "$RACK_SWITCH_IP" \
+      --log-level warning >"$out/switch-$workers.log" 2>&1 &
+    switch_pids+=($!)
+    switches="$RACK_SWITCH_IP:50099"
+  fi
   read -r -a ips <<<"$RACK_WORKER_IPS"
   port=29500
   for backend in ${backends//,/ }; do
@@ -43,7 +63,7 @@ if [ "${1:-}" = "--inside" ]; then
     for ((r = 0; r < workers; r++)); do
       ip netns exec "$RACK_NAME-w$r" env PYTHONPATH="$build/python" RANK=$r \
         WORLD_SIZE="$workers" MASTER_ADDR="${ips[0]}" MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 \
-        SWITCHML_SWITCH="$RACK_SWITCH_IP:50099" SWITCHML_MULTICAST="${SWITCHML_MULTICAST:-auto}" \
+        SWITCHML_SWITCH="$switches" SWITCHML_MULTICAST="${SWITCHML_MULTICAST:-auto}" \
         /usr/bin/python3 "$here/$script" \
         --backend "$backend" --out "$out/$backend-$workers.json" "$@" \
         >"$out/$backend-$workers-$r.log" 2>&1 &
@@ -61,7 +81,7 @@ if [ "${1:-}" = "--inside" ]; then
   exit 0
 fi
 
-usage="usage: rack_train.sh BUILD_DIR [--workers N[,N...]] [--rate R] [--script S] [--json F] [--plot F] [--backends B[,B]] [--logs DIR] [--multicast auto|on|off] [-- FLAGS...]"
+usage="usage: rack_train.sh BUILD_DIR [--workers N[,N...]] [--rate R] [--script S] [--json F] [--plot F] [--backends B[,B]] [--logs DIR] [--multicast auto|on|off] [--switch-hosts K|n] [-- FLAGS...]"
 case "${1:-}" in
   -h | --help)
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
@@ -76,7 +96,7 @@ esac
 build=$(cd "$1" && pwd)
 shift
 workers_list=4 rate=1gbit script=train_rec.py json="" plot="" backends=gloo,switchml logs=""
-multicast=auto
+multicast=auto switch_hosts=0
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   if [ $# -lt 2 ] || [[ "$2" == --* ]]; then
     echo "rack_train: $1 needs a value" >&2
@@ -92,6 +112,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     --backends) backends=$2 ;;
     --logs) logs=$2 ;;
     --multicast) multicast=$2 ;;
+    --switch-hosts) switch_hosts=$2 ;;
     *)
       echo "rack_train: unknown option '$1'" >&2
       echo "$usage" >&2
@@ -108,6 +129,10 @@ case "$multicast" in
     exit 2
     ;;
 esac
+[[ "$switch_hosts" =~ ^([0-9]+|n)$ ]] || {
+  echo "rack_train: --switch-hosts must be a number or n, not '$switch_hosts'" >&2
+  exit 2
+}
 # Read by --inside (below, through rack.sh) for the switchml runs' workers.
 export SWITCHML_MULTICAST=$multicast
 [ -f "$here/$script" ] || {
@@ -132,7 +157,9 @@ fi
 IFS=, read -r -a counts <<<"$workers_list"
 for workers in "${counts[@]}"; do
   rc=0
-  "$here/../../scripts/rack.sh" run --workers "$workers" --rate "$rate" -- \
+  hosts=$switch_hosts
+  [ "$hosts" = n ] && hosts=$workers
+  "$here/../../scripts/rack.sh" run --workers "$workers" --rate "$rate" --switch-hosts "$hosts" -- \
     bash "$0" --inside "$build" "$workers" "$script" "$out" "$backends" "$@" || rc=$?
   [ "$rc" = 77 ] && {
     echo "SKIPPED: the rack cannot be made here (needs root and iproute2)"
@@ -142,4 +169,4 @@ for workers in "${counts[@]}"; do
 done
 [ "$backends" = gloo,switchml ] || exit 0  # one backend (e.g. for profiling): no comparison
 /usr/bin/python3 "$here/rack_report.py" "$out" "$workers_list" "$rate" "$script" "$json" "$plot" \
-  "$multicast"
+  "$multicast" "$switch_hosts"
