@@ -52,8 +52,8 @@ struct Job {
 std::vector<std::unique_ptr<Process>> StartWorkers(const Job& j) {
   std::vector<std::unique_ptr<Process>> ps;
   for (uint32_t r = 0; r < j.workers; ++r) {
-    testing::WorkerCommand w{j.switches, r, j.workers, j.size, j.dtype, j.iterations,
-                             {"--job-secret", kSecret}};
+    testing::WorkerCommand w{
+        j.switches, r, j.workers, j.size, j.dtype, j.iterations, {"--job-secret", kSecret}};
     w.extra.insert(w.extra.end(), j.extra.begin(), j.extra.end());
     ps.push_back(testing::StartWorkerProcess(w));
   }
@@ -73,7 +73,8 @@ void ExpectAllVerified(std::vector<std::unique_ptr<Process>>& ps, seconds timeou
 TEST(StripingProcessTest, TwoSwitchesInt32ExactAndFloat32WithinTheBound) {
   Switches s = StartSwitches(2);
   for (const char* dtype : {"int32", "float32"}) {
-    Job j{s.list, 3, "300001", dtype, "3", {"--session", std::string(dtype) == "int32" ? "11" : "12"}};
+    Job j{s.list, 3,   "300001",
+          dtype,  "3", {"--session", std::string(dtype) == "int32" ? "11" : "12"}};
     auto ps = StartWorkers(j);
     ExpectAllVerified(ps, seconds(120));
   }
@@ -109,9 +110,10 @@ TEST(StripingProcessTest, AuthenticatedDataPlaneKeysEachSwitch) {
 }
 
 // Given 4 switches and 3 workers running 10 all-reduces of 16 MiB, When one switch is killed
-// with SIGKILL about the sixth (a moment after the fifth was verified), Expect every worker to move off it (each says so), the run to
-// complete with every result verified, and the next all-reduce to complete within the issue's
-// 2 s (asserted with room for a loaded machine; the time measured is printed).
+// with SIGKILL about the sixth (a moment after the fifth was verified), Expect every worker to move
+// off it (each says so), the run to complete with every result verified, and the next all-reduce to
+// complete within the 2 s (asserted with room for a loaded machine; the time measured is
+// printed).
 TEST(StripingProcessTest, AKilledSwitchIsFailedOverAndTheRunCompletes) {
   Switches s = StartSwitches(4);
   Job j{s.list, 3, "4M", "float32", "10", {"--session", "21"}};
@@ -175,13 +177,9 @@ TEST(StripingProcessTest, WorkersWithDifferentListsAreRefusedAtSetup) {
                     c = s.processes[2].control;
   std::vector<std::unique_ptr<Process>> ps;
   for (uint32_t r = 0; r < 2; ++r) {
-    testing::WorkerCommand w{r == 0 ? a + "," + b : a + "," + c,
-                             r,
-                             2,
-                             "1000",
-                             "int32",
-                             "1",
-                             {"--job-secret", kSecret, "--session", "31"}};
+    testing::WorkerCommand w{
+        r == 0 ? a + "," + b : a + "," + c,          r, 2, "1000", "int32", "1",
+        {"--job-secret", kSecret, "--session", "31"}};
     ps.push_back(testing::StartWorkerProcess(w));
   }
   for (auto& p : ps) {

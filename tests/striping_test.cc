@@ -48,8 +48,8 @@ struct StripingParams {
 
 void PrintTo(const StripingParams& p, std::ostream* os) {
   *os << p.workers << " workers, " << p.hosts << " hosts, loss " << p.faults.loss << ", dup "
-      << p.faults.duplicate << ", jitter " << p.faults.jitter.count() << " ns, host "
-      << p.dead_host << " dies at " << p.die_at << " of the run, seed " << p.seed;
+      << p.faults.duplicate << ", jitter " << p.faults.jitter.count() << " ns, host " << p.dead_host
+      << " dies at " << p.die_at << " of the run, seed " << p.seed;
 }
 
 class StripingTest : public ::testing::TestWithParam<StripingParams> {
@@ -116,9 +116,9 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
   void MakeOps(std::mt19937_64& rng) {
     const size_t n = workers_.size();
     const std::vector<std::pair<DataType, size_t>> shapes = {
-        {DataType::kInt32, 37 * kNumel + 5}, {DataType::kFloat32, 29 * kNumel + 3},
-        {DataType::kInt32, 3 * kNumel},      {DataType::kInt32, 61 * kNumel + 1},
-        {DataType::kFloat32, 7 * kNumel},    {DataType::kInt32, 0},
+        {DataType::kInt32, 37 * kNumel + 5},   {DataType::kFloat32, 29 * kNumel + 3},
+        {DataType::kInt32, 3 * kNumel},        {DataType::kInt32, 61 * kNumel + 1},
+        {DataType::kFloat32, 7 * kNumel},      {DataType::kInt32, 0},
         {DataType::kFloat32, 40 * kNumel + 1}, {DataType::kInt32, 45 * kNumel + 9}};
     bool float_in_place = false;
     std::uniform_int_distribution<int32_t> ints(-1000000, 1000000);
@@ -196,7 +196,8 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
     for (const Op& op : workers_[0].ops) {
       const uint64_t count = op.dtype == DataType::kInt32 ? op.int_in.size() : op.float_in.size();
       const uint64_t blocks = (count + kNumel - 1) / kNumel;
-      packets += blocks + (op.dtype == DataType::kFloat32 ? std::min<uint64_t>(blocks, kWindow) : 0);
+      packets +=
+          blocks + (op.dtype == DataType::kFloat32 ? std::min<uint64_t>(blocks, kWindow) : 0);
     }
     const uint64_t die_after =
         static_cast<uint64_t>(p.die_at * static_cast<double>(2 * packets * workers_.size()));

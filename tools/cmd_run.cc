@@ -193,7 +193,8 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   }
   std::string switch_list;
   for (const auto& d : daemons) {
-    switch_list += (switch_list.empty() ? "" : ",") + ("127.0.0.1:" + std::to_string(d->control_port()));
+    switch_list +=
+        (switch_list.empty() ? "" : ",") + ("127.0.0.1:" + std::to_string(d->control_port()));
   }
   job.transport = o.transport;       // the workers use the switch's
   ResolveAutomaticJobOptions(&job);  // --threads 0 and --window 0 for that transport
@@ -202,8 +203,9 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
         "switchml run: software switch on 127.0.0.1 (data port %u, control port %u), transport "
         "%s%s%s\n",
         d->data_port(), d->control_port(), o.transport.c_str(), why.c_str(),
-        o.loss > 0 ? (", dropping " + std::to_string(o.loss * 100) + "% of packets each way").c_str()
-                   : "");
+        o.loss > 0
+            ? (", dropping " + std::to_string(o.loss * 100) + "% of packets each way").c_str()
+            : "");
   }
   if (daemons.size() > 1) {
     std::printf("switchml run: the job is striped over the %zu switches\n", daemons.size());
@@ -345,7 +347,8 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
     dc.received += c.received;
     dc.auth_dropped += c.auth_dropped;
     if (daemons.size() > 1) switch_reports += "switch " + std::to_string(i + 1) + ":\n";
-    switch_reports += daemons[i]->FormatCounters(!failure.empty() ? false : flags.GetBool("per-slot"));
+    switch_reports +=
+        daemons[i]->FormatCounters(!failure.empty() ? false : flags.GetBool("per-slot"));
   }
   if (!failure.empty()) {
     std::fprintf(stderr, "switchml run: FAILED: %s\n%s", failure.c_str(), switch_reports.c_str());
@@ -411,8 +414,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       << ", \"iterations\": " << job.iterations << ", \"threads\": " << job.threads
       << ", \"pinned\": " << (job.pin_threads ? "true" : "false") << ", \"window\": " << job.window
       << ", \"packet_numel\": " << job.packet_numel << ", \"switches\": " << daemons.size()
-      << ", \"median_s\": " << med
-      << ", \"min_s\": " << *fastest << ", \"max_s\": " << *slowest
+      << ", \"median_s\": " << med << ", \"min_s\": " << *fastest << ", \"max_s\": " << *slowest
       << ", \"elements_per_s\": " << eps << ", \"algbw_gbps\": " << algbw
       << ", \"switch_rx_pps\": " << pps << ", \"retransmitted\": " << retransmitted
       << ", \"srtt_us\": " << srtt_us << ", \"rto_us\": " << rto_us

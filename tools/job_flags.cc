@@ -335,8 +335,9 @@ Result<std::vector<Endpoint>> ParseSwitchList(const std::string& text) {
     const size_t comma = text.find(',', start);
     const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
     if (item.empty()) {
-      return InvalidArgumentError("--switch '" + text +
-                                  "': an empty entry (use HOST[:PORT] or HOST[:PORT],HOST[:PORT],...)");
+      return InvalidArgumentError(
+          "--switch '" + text +
+          "': an empty entry (use HOST[:PORT] or HOST[:PORT],HOST[:PORT],...)");
     }
     ASSIGN_OR_RETURN(Endpoint e, transport::ParseHostPort(item, proto::kDefaultControlPort));
     for (const Endpoint& other : out) {

@@ -223,9 +223,9 @@ Status Registry::ValidateRegistration(const RegisterRequest& r, const Caller& ca
                                 ")");
   }
   if (r.switch_list.size() > kMaxSwitchListBytes) {
-    return InvalidArgumentError("the list of switch hosts (" + std::to_string(r.switch_list.size()) +
-                                " bytes) is too long (at most " +
-                                std::to_string(kMaxSwitchListBytes) + ")");
+    return InvalidArgumentError(
+        "the list of switch hosts (" + std::to_string(r.switch_list.size()) +
+        " bytes) is too long (at most " + std::to_string(kMaxSwitchListBytes) + ")");
   }
   if (options_.require_secret && r.secret.empty()) {
     return PermissionDeniedError(

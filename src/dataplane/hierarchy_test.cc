@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "dataplane/switch.h"
-#include "testing/virtual_network.h"
 #include "quant/quantizer.h"
+#include "testing/virtual_network.h"
 #include "worker/session.h"
 
 namespace switchml::dataplane {

@@ -330,9 +330,8 @@ class ControlPlaneRendezvous final : public Rendezvous {
         secret_(config.job_secret) {}
   void set_scope(uint64_t session_id) { scope_ = session_id; }
   Status Barrier() override {
-    return OnFirstAlive([&](control::ControlClient& c) {
-      return c.Barrier(scope_, num_workers_, secret_, rank_);
-    });
+    return OnFirstAlive(
+        [&](control::ControlClient& c) { return c.Barrier(scope_, num_workers_, secret_, rank_); });
   }
   Result<uint64_t> Broadcast(uint64_t value) override {
     Result<uint64_t> out = UnavailableError("no switch host is alive");
@@ -480,7 +479,8 @@ Status Context::Impl::Setup() {
   // dies moves every thread to a fresh range: StripedSession), as many as fit in the software
   // switch's default pool.
   const uint32_t generations =
-      num_hosts == 1 ? 1 : std::max<uint32_t>(1, std::min(num_hosts, kStripedJobSlots / window_total));
+      num_hosts == 1 ? 1
+                     : std::max<uint32_t>(1, std::min(num_hosts, kStripedJobSlots / window_total));
   control::UdpSessionArgs args;
   args.session_id = session_id;
   args.rank = config.rank;
@@ -670,8 +670,8 @@ void Context::Impl::OnSwitchFailure(size_t host, const Status& why) {
     return;
   }
   LOG(kWarning, kRuntime) << "switch host " << h.name << " is gone (" << why.message()
-                          << "): moving its share of session " << session_id << " to the "
-                          << alive << " host(s) left";
+                          << "): moving its share of session " << session_id << " to the " << alive
+                          << " host(s) left";
   for (auto& t : threads) t->MoveOff(static_cast<uint32_t>(host));
 }
 
@@ -757,19 +757,18 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
     auto verdict = std::make_shared<Verdict>();
     verdict->waiting = checkers.size();
     for (control::Attachment* a : checkers) {
-      a->Announce(job_id, count, static_cast<uint32_t>(dtype),
-                  [state, verdict](const Status& st) {
-                    {
-                      std::lock_guard<std::mutex> v(verdict->mu);
-                      if (verdict->given) return;
-                      if (st.code() == StatusCode::kUnavailable && --verdict->waiting > 0) return;
-                      verdict->given = true;
-                    }
-                    std::lock_guard<std::mutex> l(state->mu);
-                    if (state->status.ok() && !st.ok()) state->status = st;
-                    state->check_pending = false;
-                    state->cv.notify_all();
-                  });
+      a->Announce(job_id, count, static_cast<uint32_t>(dtype), [state, verdict](const Status& st) {
+        {
+          std::lock_guard<std::mutex> v(verdict->mu);
+          if (verdict->given) return;
+          if (st.code() == StatusCode::kUnavailable && --verdict->waiting > 0) return;
+          verdict->given = true;
+        }
+        std::lock_guard<std::mutex> l(state->mu);
+        if (state->status.ok() && !st.ok()) state->status = st;
+        state->check_pending = false;
+        state->cv.notify_all();
+      });
     }
   }
   const size_t esize = DataTypeSize(dtype);

@@ -320,13 +320,12 @@ bool WorkerThread::Pump() {
     }
     if (move_started_.count() >= 0 && !session_.failing_over()) {
       const worker::FailoverCounters f = session_.failover_counters();
-      LOG(kWarning, kWorker) << "moved off in "
-                             << std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    Now() - move_started_)
-                                    .count()
-                             << " ms (blocks aggregated again so far: " << f.blocks_staged
-                             << " staged, " << f.blocks_tail << " in place); going on with "
-                             << session_.live_hosts().size() << " switch hosts";
+      LOG(kWarning, kWorker)
+          << "moved off in "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(Now() - move_started_).count()
+          << " ms (blocks aggregated again so far: " << f.blocks_staged << " staged, "
+          << f.blocks_tail << " in place); going on with " << session_.live_hosts().size()
+          << " switch hosts";
       move_started_ = worker::Nanos{-1};
     }
     worker::Nanos now = Now();

@@ -151,7 +151,7 @@ class WorkerThread {
   std::vector<uint32_t> moves_;
   std::atomic<bool> move_pending_{false};
   worker::Nanos move_started_{-1};  // the failover under way began (the thread's)
-  bool group_seen_;  // a datagram came through expected_group_ (or none is expected)
+  bool group_seen_;                 // a datagram came through expected_group_ (or none is expected)
   // Datagrams taken from the switch's data endpoints while slices ran (the thread's): until one
   // comes through the group, these are the unicast ones the group check counts. (The transport's
   // own count also holds anyone else's datagrams, which say nothing about the group.)
@@ -169,11 +169,11 @@ class WorkerThread {
   std::vector<transport::TxDatagram> tx_;
   std::vector<transport::RxDatagram> rx_;
   mutable std::mutex mu_;
-  std::deque<Pending> queue_;          // under mu_
-  bool stopped_ = false;               // under mu_: Submit() no longer queues
-  worker::SessionCounters published_;  // a copy of the session's counters, under mu_
+  std::deque<Pending> queue_;                    // under mu_
+  bool stopped_ = false;                         // under mu_: Submit() no longer queues
+  worker::SessionCounters published_;            // a copy of the session's counters, under mu_
   worker::FailoverCounters published_failover_;  // under mu_
-  std::mutex stop_mu_;                 // serializes Stop()
+  std::mutex stop_mu_;                           // serializes Stop()
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

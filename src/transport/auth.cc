@@ -213,8 +213,8 @@ class AuthTransport final : public Transport {
     if (worker_) {
       constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
       for (const SwitchPeer& s : switches_) {
-        const bool loopback = (s.at.ipv4 & kLoopbackMask) == kLoopbackNet &&
-                              (e.ipv4 & kLoopbackMask) == kLoopbackNet;
+        const bool loopback =
+            (s.at.ipv4 & kLoopbackMask) == kLoopbackNet && (e.ipv4 & kLoopbackMask) == kLoopbackNet;
         if ((e.ipv4 == s.at.ipv4 || loopback) && e.port >= s.at.port &&
             uint32_t{e.port} < uint32_t{s.at.port} + s.at.num_ports) {
           return &s.peer;

@@ -30,8 +30,8 @@ Result<Ahead> DecodeCounter(std::span<const int32_t> counts, uint32_t num_worker
     populated[c] = counts[c] > 0;
   }
   if (total != num_workers) {
-    return InternalError(std::string("failover agreement: ") + std::to_string(total) + " " +
-                         what + " counts from " + std::to_string(num_workers) +
+    return InternalError(std::string("failover agreement: ") + std::to_string(total) + " " + what +
+                         " counts from " + std::to_string(num_workers) +
                          " workers (a worker of another job, or a corrupted aggregate)");
   }
   const uint32_t own = static_cast<uint32_t>(own_count % kResidues);
@@ -91,8 +91,7 @@ Result<RepairPlan> PlanRepair(const LaneProgress& progress, std::span<const int3
     if (!progress.previous) {
       return InternalError("failover agreement: this worker is a slice ahead but kept none");
     }
-    if (progress.current && std::any_of(progress.current_done.begin(),
-                                        progress.current_done.end(),
+    if (progress.current && std::any_of(progress.current_done.begin(), progress.current_done.end(),
                                         [](uint32_t d) { return d > 0; })) {
       return InternalError(
           "failover agreement: this worker has results of a slice that another worker has not "
@@ -146,8 +145,9 @@ Result<RepairPlan> PlanRepair(const LaneProgress& progress, std::span<const int3
     // in the buffer only while an out-of-place slice runs.
     const bool mine = j == all_done[l] && ahead[l].me;
     if (!mine && plan.slice == RepairPlan::Slice::kPrevious) {
-      return InternalError("failover agreement: a block of a finished slice that this worker has "
-                           "no result of");
+      return InternalError(
+          "failover agreement: a block of a finished slice that this worker has "
+          "no result of");
     }
     const bool in_buffer = plan.slice == RepairPlan::Slice::kCurrent && slice->in != slice->out;
     r.source = mine && !in_buffer ? RepairBlock::Source::kLastInput : RepairBlock::Source::kInput;
@@ -162,8 +162,7 @@ size_t StagingBytes(const RepairPlan& plan, const LaneProgress& progress) {
   return plan.staged.size() * size_t{progress.numel} * 4;
 }
 
-void FillStaging(const RepairPlan& plan, const LaneProgress& progress,
-                 std::span<uint8_t> staging) {
+void FillStaging(const RepairPlan& plan, const LaneProgress& progress, std::span<uint8_t> staging) {
   const SliceLayout& s =
       plan.slice == RepairPlan::Slice::kCurrent ? *progress.current : *progress.previous;
   const size_t block_bytes = size_t{progress.numel} * 4;

@@ -54,8 +54,8 @@ struct SliceLayout {
 
 // A worker thread's progress, as its WorkerSession knows it (WorkerSession::Progress()).
 struct LaneProgress {
-  uint32_t window = 0;  // W
-  uint32_t numel = 0;   // elements per block
+  uint32_t window = 0;           // W
+  uint32_t numel = 0;            // elements per block
   uint64_t slices_finished = 0;  // of those with at least one block
   // Per local slot: data blocks whose result this session wrote, over its life.
   std::vector<uint64_t> blocks_done;

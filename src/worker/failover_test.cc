@@ -154,8 +154,7 @@ TEST(PlanRepairTest, AWorkerASliceAheadContributesTheInputItKept) {
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     ASSERT_EQ(Blocks(*plan), (std::vector<uint64_t>{9})) << "rank " << r;
     EXPECT_EQ(plan->staged[0].write, r != 0);
-    EXPECT_EQ(plan->slice,
-              r == 0 ? RepairPlan::Slice::kPrevious : RepairPlan::Slice::kCurrent);
+    EXPECT_EQ(plan->slice, r == 0 ? RepairPlan::Slice::kPrevious : RepairPlan::Slice::kCurrent);
     EXPECT_EQ(plan->current_completes, r != 0);
     EXPECT_EQ(plan->tail_start, 10u);
     std::vector<uint8_t> staging(StagingBytes(*plan, ps[r]));
@@ -163,8 +162,8 @@ TEST(PlanRepairTest, AWorkerASliceAheadContributesTheInputItKept) {
     std::vector<int32_t> values(staging.size() / 4);
     std::memcpy(values.data(), staging.data(), staging.size());
     // Block 9 is one element (1018, the iota's 19th), then padding.
-    const std::vector<int32_t> want = r == 0 ? std::vector<int32_t>{77, 0}
-                                             : std::vector<int32_t>{1018, 0};
+    const std::vector<int32_t> want =
+        r == 0 ? std::vector<int32_t>{77, 0} : std::vector<int32_t>{1018, 0};
     EXPECT_EQ(values, want);
   }
   // The aggregate goes to the workers that lacked it, only within the slice (block 9 is short).

@@ -36,8 +36,8 @@
 
 #include "proto/wire.h"
 #include "switchml/status.h"
-#include "worker/failover.h"
 #include "switchml/types.h"
+#include "worker/failover.h"
 
 namespace switchml::worker {
 

@@ -136,7 +136,8 @@ Status StripedSession::Failover(uint32_t host, Nanos now) {
   };
   if (phase_ != Phase::kUser) {
     return refuse(UnavailableError(which + " died while this worker thread was still moving off " +
-                                   failed_host_ + ": the job cannot recover from two failures this "
+                                   failed_host_ +
+                                   ": the job cannot recover from two failures this "
                                    "close together"));
   }
   if (live_.size() == 1) {
@@ -144,9 +145,10 @@ Status StripedSession::Failover(uint32_t host, Nanos now) {
   }
   if (generation_ + 1 >= config_.generations) {
     return refuse(UnavailableError(
-        which + " died and the job has no unused slot range left to move to (each failover "
-                "takes a fresh range of the job's window on every host: a smaller window leaves "
-                "room for more)"));
+        which +
+        " died and the job has no unused slot range left to move to (each failover "
+        "takes a fresh range of the job's window on every host: a smaller window leaves "
+        "room for more)"));
   }
   live_.erase(it);
   failed_host_ = which;
@@ -178,9 +180,9 @@ void StripedSession::Advance(Nanos now) {
   const Status st = inner_->status();
   // Non-finite float values are the caller's, not a protocol failure: the slice completed.
   if (!st.ok() && !(st.code() == StatusCode::kInvalidArgument && phase_ != Phase::kAgreement)) {
-    Fail(phase_ == Phase::kUser ? st
-                                : Status(st.code(), "moving off " + failed_host_ +
-                                                        " failed: " + st.message()));
+    Fail(phase_ == Phase::kUser
+             ? st
+             : Status(st.code(), "moving off " + failed_host_ + " failed: " + st.message()));
     return;
   }
   if (!st.ok()) non_finite_ = true;
@@ -204,8 +206,8 @@ void StripedSession::Advance(Nanos now) {
       staging_.resize(StagingBytes(plan_, progress_));
       FillStaging(plan_, progress_, staging_);
       failover_counters_.blocks_staged += plan_.staged.size();
-      const SliceLayout& s = plan_.slice == RepairPlan::Slice::kCurrent ? *progress_.current
-                                                                        : *progress_.previous;
+      const SliceLayout& s =
+          plan_.slice == RepairPlan::Slice::kCurrent ? *progress_.current : *progress_.previous;
       SliceJob job;
       job.job_id = kStagingJob;
       job.dtype = s.dtype;
@@ -260,12 +262,13 @@ void StripedSession::AfterRepair(Nanos now) {
   if (completes) {
     state_ = State::kDone;
     user_active_ = false;
-    status_ = non_finite_ ? InvalidArgumentError(
-                                "input contains inf or NaN in elements [" +
-                                std::to_string(user_job_.element_offset) + ", " +
-                                std::to_string(user_job_.element_offset + user_job_.count) +
-                                ") on at least one worker; the affected outputs are set to NaN")
-                          : Status();
+    status_ =
+        non_finite_
+            ? InvalidArgumentError("input contains inf or NaN in elements [" +
+                                   std::to_string(user_job_.element_offset) + ", " +
+                                   std::to_string(user_job_.element_offset + user_job_.count) +
+                                   ") on at least one worker; the affected outputs are set to NaN")
+            : Status();
     return;
   }
   ++failover_counters_.slices_restarted;
