@@ -795,6 +795,7 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
 Context::Context(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Context::~Context() {
+  impl_->running.store(false);  // a switch host lost from here on is no failover
   for (auto& t : impl_->threads) t->Stop();
   impl_->Close();
 }
