@@ -81,7 +81,7 @@ class CollectTest(unittest.TestCase):
             clock = Clock()
             with open(err, "w") as f:
                 f.write("joined\n")
-            watch = bench.TimedCpuWatch(clock, err, 1, 3)
+            watch = bench.TimedCpuWatch([clock], err, 1, 3)
             watch.start()
             steps = [(1.0, "warm-up 1/1: 0.2 s\n"), (1.5, "iteration 1/3: 0.1 s\n"),
                      (1.7, "iteration 2/3: 0.1 s\n"), (2.25, "iteration 3/3: 0.1 s\n"),
@@ -100,7 +100,7 @@ class CollectTest(unittest.TestCase):
             # A run that never printed its last iteration: no figure, the caller falls back.
             with open(err, "w") as f:
                 f.write("warm-up 1/1: 0.2 s\n")
-            unfinished = bench.TimedCpuWatch(clock, err, 1, 3)
+            unfinished = bench.TimedCpuWatch([clock], err, 1, 3)
             unfinished.start()
             bench.time.sleep(0.05)
             self.assertIsNone(unfinished.timed_cpu_s())

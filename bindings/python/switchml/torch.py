@@ -161,8 +161,9 @@ def _resolve(options, group_timeout):
         host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
         if not host or (":" in item and not (port.isascii() and port.isdigit()
                                              and 1 <= int(port) <= 65535)):
-            raise ValueError(f"switchml: switch address {item!r} (of {switch!r}) is not "
-                             "host[:port] (port 1..65535); several: host[:port],host[:port],...")
+            of = f" (of {switch!r})" if "," in switch else ""
+            raise ValueError(f"switchml: switch address {item!r}{of} is not host[:port] (port "
+                             "1..65535); several: host[:port],host[:port],...")
         targets.append((host, int(port) if port else DEFAULT_CONTROL_PORT))
     if len(set(targets)) != len(targets):
         raise ValueError(f"switchml: switch list {switch!r} names a host twice: list each once")
