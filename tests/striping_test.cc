@@ -44,6 +44,7 @@ struct StripingParams {
   int dead_host;
   double die_at;
   uint64_t seed;
+  uint32_t early_retransmit = 0;  // SessionConfig::early_retransmit_after
 };
 
 void PrintTo(const StripingParams& p, std::ostream* os) {
@@ -96,6 +97,7 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
       c.session.timeout = c.session.min_timeout = std::chrono::microseconds(50);
       c.session.max_timeout = std::chrono::milliseconds(5);
       c.session.progress_timeout = std::chrono::seconds(5);
+      c.session.early_retransmit_after = p.early_retransmit;
       c.num_hosts = p.hosts;
       c.generations = p.hosts;
       c.generation_stride = kWindow;
@@ -387,6 +389,7 @@ std::vector<StripingParams> Sweep() {
     p.dead_host = static_cast<int>(rng() % p.hosts);
     p.die_at = std::uniform_real_distribution<double>(0, 1.05)(rng);
     p.seed = seed;
+    p.early_retransmit = rng() % 3 == 0 ? 2 : 0;
     v.push_back(p);
   }
   return v;

@@ -8,6 +8,7 @@
 
 #include "base/check.h"
 #include "quant/quantizer.h"
+#include "worker/striping.h"
 
 namespace switchml::worker {
 namespace {
@@ -79,6 +80,9 @@ Status SessionConfig::Validate() const {
   if (progress_timeout < timeout) {
     return InvalidArgumentError("progress timeout must be at least the retransmission timeout");
   }
+  if (stripes == 0 || stripes > window) {
+    return InvalidArgumentError("stripes must be in 1..window (a slot per switch host at least)");
+  }
   return Status();
 }
 
@@ -94,6 +98,11 @@ WorkerSession::WorkerSession(const SessionConfig& config)
   timer_fifo_.resize(std::bit_ceil(std::max<size_t>(16, 4 * size_t{config.window})));
   scratch_.resize(numel_);
   blocks_done_.resize(config.window);
+  first_order_.resize(config.stripes);
+  stripe_of_slot_.resize(config.window);
+  for (uint32_t l = 0; l < config.window; ++l) {
+    stripe_of_slot_[l] = StripeOfSlot(l, config.window, config.stripes);
+  }
   if (config.keep_last_inputs) last_inputs_.resize(size_t{config.window} * numel_ * 4);
   current_timeout_ = ClampRto(config.timeout);
   next_threshold_ = config.timeout_threshold;
@@ -156,7 +165,7 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
   last_progress_ = now;
   first_non_finite_block_ = UINT64_MAX;
   send_head_ = send_size_ = 0;
-  first_head_ = first_size_ = 0;
+  for (FirstOrder& f : first_order_) f.head = f.size = 0;
   ClearTimers();
   for (Slot& s : slots_) s = Slot{};
   for (uint64_t q = 0; q < w; ++q) {
@@ -310,16 +319,15 @@ size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
       s.first_sent = now;
       s.first_seq = next_send_seq_++;
       if (config_.early_retransmit_after > 0) {
-        if (first_size_ == first_order_.size()) {  // grow the ring (rarely: it holds ~W)
-          std::vector<uint32_t> bigger(std::max<size_t>(64, 2 * first_order_.size()));
-          for (size_t i = 0; i < first_size_; ++i) {
-            bigger[i] = first_order_[(first_head_ + i) % first_order_.size()];
-          }
-          first_order_ = std::move(bigger);
-          first_head_ = 0;
+        FirstOrder& f = first_order_[stripe_of_slot_[local]];
+        if (f.size == f.ring.size()) {  // grow the ring (rarely: it holds ~W)
+          std::vector<uint32_t> bigger(std::max<size_t>(64, 2 * f.ring.size()));
+          for (size_t i = 0; i < f.size; ++i) bigger[i] = f.ring[(f.head + i) % f.ring.size()];
+          f.ring = std::move(bigger);
+          f.head = 0;
         }
-        first_order_[(first_head_ + first_size_) % first_order_.size()] = q;
-        ++first_size_;
+        f.ring[(f.head + f.size) % f.ring.size()] = q;
+        ++f.size;
       }
     } else {
       ++counters_.retransmitted;
@@ -360,7 +368,7 @@ void WorkerSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now)
   }
   last_progress_ = now;
   OnResult(s, now);
-  if (config_.early_retransmit_after > 0) CountLaterResult(s.first_seq);
+  if (config_.early_retransmit_after > 0) CountLaterResult(s.first_seq, stripe_of_slot_[local]);
   Complete(local, h, datagram.subspan(proto::kPrefixBytes));
 }
 
@@ -524,8 +532,9 @@ void WorkerSession::OnTimeout(Nanos now) {
   }
 }
 
-void WorkerSession::CountLaterResult(uint64_t seq) {
-  const size_t cap = first_order_.size();
+void WorkerSession::CountLaterResult(uint64_t seq, uint32_t stripe) {
+  FirstOrder& f = first_order_[stripe];
+  const size_t cap = f.ring.size();
   // Entries are still waiting when their slot's outstanding packet is theirs and was sent once.
   auto waiting = [&](uint32_t q, Slot** slot) {
     Slot& e = slots_[LocalSlot(q)];
@@ -533,15 +542,15 @@ void WorkerSession::CountLaterResult(uint64_t seq) {
     return e.outstanding && e.packet == q && !e.early && e.transmissions == 1;
   };
   Slot* e = nullptr;
-  while (first_size_ > 0 && !waiting(first_order_[first_head_], &e)) {
-    first_head_ = (first_head_ + 1) % cap;
-    --first_size_;
+  while (f.size > 0 && !waiting(f.ring[f.head], &e)) {
+    f.head = (f.head + 1) % cap;
+    --f.size;
   }
   // Walk the packets first sent before `seq`. The walk is short: past the front it meets only
   // held-up packets (each counted at most early_retransmit_after times before it leaves) and
   // answered ones between them.
-  for (size_t i = 0; i < first_size_; ++i) {
-    const uint32_t q = first_order_[(first_head_ + i) % cap];
+  for (size_t i = 0; i < f.size; ++i) {
+    const uint32_t q = f.ring[(f.head + i) % cap];
     if (!waiting(q, &e)) continue;
     if (e->first_seq >= seq) break;
     if (++e->later_results >= config_.early_retransmit_after) {
@@ -628,7 +637,7 @@ void WorkerSession::Finish(Status status) {
   job_.out = nullptr;
   base_ += span_;
   send_head_ = send_size_ = 0;
-  first_head_ = first_size_ = 0;
+  for (FirstOrder& f : first_order_) f.head = f.size = 0;
   ClearTimers();
 }
 

@@ -79,6 +79,10 @@ struct SessionConfig {
   // retransmissions (counted in `retransmitted` too and in `early_retransmits`), not timeouts: they
   // do not back off. docs/architecture.md 4.3 and docs/simulator.md give the measurements.
   uint32_t early_retransmit_after = 0;
+  // The switch hosts the window is striped over (striping.h; 1: one switch). Early retransmission
+  // compares a result only with the packets sent to the same host: results of different hosts
+  // come back in no particular order relative to each other.
+  uint32_t stripes = 1;
   // A slice fails with kDeadlineExceeded when no result at all arrives for this long.
   Nanos progress_timeout = std::chrono::seconds(10);
   // Keep a copy of the input of each slot's last block with a result (W blocks), for a failover
@@ -227,7 +231,7 @@ class WorkerSession {
   // Early retransmission: a result of the packet first sent as number `seq` arrived; counts it
   // for the packets first sent before it that are still waiting, and re-sends those that reach
   // the threshold.
-  void CountLaterResult(uint64_t seq);
+  void CountLaterResult(uint64_t seq, uint32_t stripe);
 
   SessionConfig config_;
   size_t numel_;
@@ -278,10 +282,15 @@ class WorkerSession {
   // First block whose result was non-finite (float), or UINT64_MAX.
   uint64_t first_non_finite_block_ = UINT64_MAX;
   SessionCounters counters_;
-  // Early retransmission: the packets sent once and not yet answered or re-sent early, in the
-  // order of their first transmission (a ring; answered ones leave lazily from the front).
-  std::vector<uint32_t> first_order_;
-  size_t first_head_ = 0, first_size_ = 0;
+  // Early retransmission: per stripe (SessionConfig::stripes), the packets sent once and not yet
+  // answered or re-sent early, in the order of their first transmission (a ring; answered ones
+  // leave lazily from the front); and each local slot's stripe.
+  struct FirstOrder {
+    std::vector<uint32_t> ring;
+    size_t head = 0, size = 0;
+  };
+  std::vector<FirstOrder> first_order_;
+  std::vector<uint32_t> stripe_of_slot_;
   uint64_t next_send_seq_ = 0;
   // Scratch for one packet's host-order values.
   std::vector<int32_t> scratch_;

@@ -285,6 +285,30 @@ TEST(WorkerSessionTest, EarlyRetransmissionWhenLaterResultsArrive) {
 // timer stays"): one timeout and one re-send per RTO. The early re-send used to arm a second
 // timer for the same packet, so every RTO counted two timeouts and sent two re-sends of it (and
 // the back-off counted twice as fast).
+// Given a window of 4 striped over 2 switch hosts (slots 0-1 on host 0, 2-3 on host 1) and early
+// retransmission after 1 later result, When host 1 answers packets 2 and 3 before host 0
+// answers anything, Expect no early re-send of packets 0 and 1 (results of another host say
+// nothing about them); with one host the same answers re-send both.
+TEST(WorkerSessionTest, EarlyRetransmissionComparesResultsOfOneHostOnly) {
+  for (uint32_t stripes : {1u, 2u}) {
+    SCOPED_TRACE("stripes " + std::to_string(stripes));
+    SessionConfig c = SmallConfig(4);
+    c.slot_start = 0;
+    c.timeout = milliseconds(10);
+    c.early_retransmit_after = 1;
+    c.stripes = stripes;
+    WorkerSession s(c);
+    std::vector<int32_t> in(64 * 4, 1), out(64 * 4);
+    s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+    auto sent = DrainTransmit(s, kT0);
+    ASSERT_EQ(sent.size(), 4u);
+    const Nanos t1 = kT0 + milliseconds(1);
+    s.HandleDatagram(Echo(sent[2].packet), t1);
+    s.HandleDatagram(Echo(sent[3].packet), t1);
+    EXPECT_EQ(s.counters().early_retransmits, stripes == 1 ? 2u : 0u);
+  }
+}
+
 TEST(WorkerSessionTest, EarlyRetransmissionArmsNoSecondTimer) {
   SessionConfig c = SmallConfig(4);
   c.timeout = milliseconds(10);

@@ -61,6 +61,7 @@ StripedSession::StripedSession(const StripedSessionConfig& config) : config_(con
 void StripedSession::MakeInner() {
   SessionConfig sc = config_.session;
   sc.slot_start += generation_ * config_.generation_stride;
+  sc.stripes = static_cast<uint32_t>(live_.size());
   inner_ = std::make_unique<WorkerSession>(sc);
 }
 
