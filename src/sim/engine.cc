@@ -11,6 +11,7 @@
 #include "base/check.h"
 #include "base/status_macros.h"
 #include "testing/pattern.h"
+#include "worker/striping.h"
 
 namespace switchml::sim {
 
@@ -28,7 +29,10 @@ Status SimConfig::Validate() const {
   for (size_t j = 0; j < jobs.size(); ++j) {
     const JobConfig& job = jobs[j];
     const std::string what = "job " + std::to_string(j) + ": ";
-    if (job.switch_node >= nodes.size() || nodes[job.switch_node].kind != Node::Kind::kSwitch) {
+    auto is_switch = [&](uint32_t n) {
+      return n < nodes.size() && nodes[n].kind == Node::Kind::kSwitch;
+    };
+    if (job.stripes.empty() && !is_switch(job.switch_node)) {
       return InvalidArgumentError(what + "switch_node is not a switch");
     }
     if (job.hosts.empty()) return InvalidArgumentError(what + "no workers");
@@ -62,6 +66,30 @@ Status SimConfig::Validate() const {
     }
     if (job.window < job.threads || job.window % job.threads != 0) {
       return InvalidArgumentError(what + "window must be a positive multiple of threads");
+    }
+    if (!job.stripes.empty()) {
+      if (!job.tors.empty()) {
+        return InvalidArgumentError(what + "stripes and tors do not combine (one level only)");
+      }
+      if (job.stripes.size() > job.window / job.threads) {
+        return InvalidArgumentError(
+            what + std::to_string(job.stripes.size()) + " stripes exceed the " +
+            std::to_string(job.window / job.threads) +
+            " slots of a worker thread's window: each stripe needs a slot (raise the window)");
+      }
+      for (size_t s = 0; s < job.stripes.size(); ++s) {
+        if (!is_switch(job.stripes[s])) {
+          return InvalidArgumentError(what + "stripe " + std::to_string(s) + " (node " +
+                                      std::to_string(job.stripes[s]) + ") is not a switch");
+        }
+        for (size_t t = 0; t < s; ++t) {
+          if (job.stripes[t] == job.stripes[s]) {
+            return InvalidArgumentError(what + "node " + std::to_string(job.stripes[s]) +
+                                        " is stripe " + std::to_string(t) + " and " +
+                                        std::to_string(s) + ": stripes must be distinct");
+          }
+        }
+      }
     }
     if (job.window > switch_config.slots_per_job) {
       return InvalidArgumentError(what + "window " + std::to_string(job.window) +
@@ -235,6 +263,10 @@ struct SessionState {
   uint32_t host = 0;
   uint32_t uplink = 0;  // first link toward the job's switch
   Endpoint self, switch_ep;
+  // A striped job (JobConfig::stripes): the first link toward each stripe's switch (the
+  // stripe's endpoint is JobState::stripe_endpoints); empty otherwise.
+  std::vector<uint32_t> stripe_uplinks;
+  uint32_t slot_start = 0, window = 0;  // the session's slots, for StripeOfSlot
   Time timer_at = kNever;
   bool running = false;
   uint64_t slice_packets = 0;  // packets of the running slice (for progress)
@@ -249,6 +281,10 @@ struct RankState {
 struct JobState {
   JobConfig config;
   JobResult result;
+  // The switches the workers send to: {switch_node} (one level; the spine with two), or the
+  // stripes in order; and, when striped, their endpoints.
+  std::vector<uint32_t> switch_nodes;
+  std::vector<Endpoint> stripe_endpoints;
   std::vector<uint32_t> sessions;  // rank * threads + thread
   std::vector<RankState> ranks;
   std::vector<int32_t> shared_in, shared_out;  // kShared
@@ -374,9 +410,18 @@ Status Engine::Setup() {
     // its ToR and its place in the rack (two levels; the ToRs join the spine as its members).
     std::vector<uint32_t> rank_switch(n, jc.switch_node), rank_local(n);
     std::iota(rank_local.begin(), rank_local.end(), 0u);
+    job.switch_nodes = jc.stripes.empty() ? std::vector<uint32_t>{jc.switch_node} : jc.stripes;
     if (jc.tors.empty()) {
-      RETURN_IF_ERROR(switches_[jc.switch_node]->CreateJob(
-          {jc.session_id, n, jc.size, T, jc.window, /*running_tsi=*/true, /*multicast_group=*/{}}));
+      // Every stripe runs the whole job, as a switch host that knows nothing of the others.
+      for (uint32_t sw : job.switch_nodes) {
+        RETURN_IF_ERROR(switches_[sw]->CreateJob({jc.session_id, n, jc.size, T, jc.window,
+                                                  /*running_tsi=*/true, /*multicast_group=*/{}}));
+      }
+      if (!jc.stripes.empty()) {
+        for (uint32_t sw : jc.stripes) {
+          job.stripe_endpoints.push_back(Endpoint{Topology::Ip(sw), kSwitchPort});
+        }
+      }
     } else {
       std::vector<uint32_t> racks;  // ToR nodes in order of first appearance
       std::map<uint32_t, uint32_t> rack_size;
@@ -423,8 +468,14 @@ Status Engine::Setup() {
         }
       }
       jobs_on_host[host].push_back(j);
-      RETURN_IF_ERROR(switches_[rank_switch[r]]->AddWorker(jc.session_id, rank_local[r],
-                                                           {Topology::Ip(host), port}));
+      if (jc.stripes.empty()) {
+        RETURN_IF_ERROR(switches_[rank_switch[r]]->AddWorker(jc.session_id, rank_local[r],
+                                                             {Topology::Ip(host), port}));
+      } else {
+        for (uint32_t sw : jc.stripes) {
+          RETURN_IF_ERROR(switches_[sw]->AddWorker(jc.session_id, r, {Topology::Ip(host), port}));
+        }
+      }
       auto& table = port_table_[host];
       if (table.size() < (j + 1) * kPortsPerJob) table.resize((j + 1) * kPortsPerJob, kNoSession);
       for (uint32_t t = 0; t < T; ++t) {
@@ -443,6 +494,9 @@ Status Engine::Setup() {
         s.uplink = cfg_.topology.NextLink(host, rank_switch[r]);
         s.self = Endpoint{Topology::Ip(host), static_cast<uint16_t>(port + t)};
         s.switch_ep = Endpoint{Topology::Ip(rank_switch[r]), kSwitchPort};
+        for (uint32_t sw : jc.stripes) s.stripe_uplinks.push_back(cfg_.topology.NextLink(host, sw));
+        s.slot_start = wc.slot_start;
+        s.window = W;
         table[j * kPortsPerJob + t] = static_cast<uint32_t>(sessions_.size());
         job.sessions.push_back(static_cast<uint32_t>(sessions_.size()));
         sessions_.push_back(std::move(s));
@@ -621,7 +675,18 @@ void Engine::AfterSession(uint32_t s) {
     }
     pk.len = static_cast<uint16_t>(n);
     pk.source = ss.self;
-    Transmit(ss.uplink, p, ss.switch_ep, Later(now_, host_latency_));
+    if (ss.stripe_uplinks.empty()) {
+      Transmit(ss.uplink, p, ss.switch_ep, Later(now_, host_latency_));
+      continue;
+    }
+    // Striped: to the switch that serves the datagram's slot, read with the wire codec.
+    proto::Header h;
+    CHECK(proto::DecodeHeader({pk.data, pk.len}, &h) == proto::DecodeError::kOk);
+    CHECK(h.slot.index >= ss.slot_start && h.slot.index - ss.slot_start < ss.window);
+    const uint32_t stripe = worker::StripeOfSlot(h.slot.index - ss.slot_start, ss.window,
+                                                 static_cast<uint32_t>(ss.stripe_uplinks.size()));
+    Transmit(ss.stripe_uplinks[stripe], p, jobs_[ss.job].stripe_endpoints[stripe],
+             Later(now_, host_latency_));
   }
   if (session.state() != worker::WorkerSession::State::kRunning) {
     if (ss.running) SliceDone(s);
@@ -866,13 +931,27 @@ SimResult Engine::Run() {
       r.foreign_slot += c.foreign_slot;
       r.stale += c.stale;
     }
-    if (const dataplane::JobCounters* jc =
-            switches_[job.config.switch_node]->job_counters(job.config.session_id)) {
-      r.switch_unicasts = jc->retransmitted;
+    for (uint32_t node : job.switch_nodes) {
+      const dataplane::Switch& sw = *switches_[node];
+      const dataplane::JobCounters* jc = sw.job_counters(job.config.session_id);
+      if (jc == nullptr) continue;
       using dataplane::DropReason;
-      r.switch_duplicates_dropped = jc->dropped[static_cast<int>(DropReason::kDuplicate)];
-      r.switch_wrong_size = jc->dropped[static_cast<int>(DropReason::kWrongSize)];
-      r.switch_slot_out_of_range = jc->dropped[static_cast<int>(DropReason::kSlotOutOfRange)];
+      StripeResult sr;
+      sr.node = node;
+      sr.received = jc->received;
+      sr.aggregated = jc->aggregated;
+      sr.completed = jc->completed;
+      sr.unicasts = jc->retransmitted;
+      sr.duplicates_dropped = jc->dropped[static_cast<int>(DropReason::kDuplicate)];
+      const auto slots = sw.slot_counters(job.config.session_id);
+      for (size_t i = 0; i < slots.size(); ++i) {
+        if (slots[i].received > 0) sr.slots.push_back(static_cast<uint32_t>(i));
+      }
+      r.switch_unicasts += sr.unicasts;
+      r.switch_duplicates_dropped += sr.duplicates_dropped;
+      r.switch_wrong_size += jc->dropped[static_cast<int>(DropReason::kWrongSize)];
+      r.switch_slot_out_of_range += jc->dropped[static_cast<int>(DropReason::kSlotOutOfRange)];
+      r.stripes.push_back(std::move(sr));
     }
     std::vector<float>& rt = job.round_ns;
     StallStats& st = r.stalls;
