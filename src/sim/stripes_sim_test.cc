@@ -5,9 +5,8 @@
 // aggregator sees only its own slots; one aggregator is one link's worth for the whole job.
 #include <gtest/gtest.h>
 
-#include <set>
-
 #include "sim/engine.h"
+#include "sim/test_config.h"
 #include "worker/striping.h"
 
 namespace switchml::sim {
@@ -22,12 +21,7 @@ SimConfig AggregatorConfig(uint32_t workers, uint32_t aggregators, const LinkPar
   for (uint32_t a = 0; a < aggregators; ++a) j.stripes.push_back(workers + 1 + a);
   j.window = 64;
   c.jobs = {j};
-  c.switch_config.slots_per_job = 1024;
-  c.session.timeout = std::chrono::microseconds(200);
-  c.session.min_timeout = std::chrono::microseconds(100);
-  c.session.clock_granularity = std::chrono::microseconds(1);
-  c.session.progress_timeout = std::chrono::seconds(1);
-  c.payload = PayloadMode::kVerified;
+  UseTestTiming(&c);
   c.seed = 5;
   return c;
 }
