@@ -1,6 +1,7 @@
 // `switchml sim`: the discrete-event simulator (src/sim) from the command line: a job (or several
-// sharing one switch) on simulated links, running the real Switch and WorkerSession code, with
-// the ring and halving-doubling baselines on the same links. Output: a summary, and JSON and CSV.
+// sharing one switch, or one striped over server aggregators) on simulated links, running the real
+// Switch and WorkerSession code, with the ring and halving-doubling baselines on the same links.
+// Output: a summary, and JSON and CSV.
 //
 // The steps, one function each: the flags (DefineFlags, with --config files expanded first), the
 // options read and checked from them (ReadOptions: every message names its flag), the simulator's
@@ -91,6 +92,13 @@ void DefineFlags(Flags* flags) {
                    "star: every worker on one switch; two-level: --racks top-of-rack switches "
                    "under one spine, the workers spread evenly over them (docs/hierarchy.md)");
   flags->AddInt("racks", 2, "with --topology two-level: top-of-rack switches (racks)");
+  flags->AddInt("aggregators", 0,
+                "aggregation on servers (1..1024): the workers on a switch that only forwards, "
+                "and this many aggregators (each a switch on a server, on its own link to that "
+                "switch) over which every worker stripes its slots (docs/simulator.md); 0: the "
+                "star's one switch in the fabric aggregates");
+  flags->AddDouble("aggregator-gbps", 0,
+                   "with --aggregators: the rate of each aggregator's link (0 = --gbps)");
   flags->AddInt("workers", 8,
                 "workers per job (star: at most 256; two-level: up to 4096, 256 per rack)");
   flags->AddInt("jobs", 1, "concurrent jobs, each with its own workers, all on the one switch");
@@ -103,7 +111,8 @@ void DefineFlags(Flags* flags) {
                 "output buffer per link, KiB, tail drop beyond (0 = unbounded; at most 1048576)");
   flags->AddDouble("switch-latency-ns", 500, "switch pipeline latency per packet, ns");
   flags->AddDouble("switch-mpps", 0,
-                   "switch pipeline capacity, Mpackets/s (0 = unlimited; else 1e-9..1e9)");
+                   "switch pipeline capacity, Mpackets/s (0 = unlimited; else 1e-9..1e9; with "
+                   "--aggregators each aggregator's, the fabric forwarding at line rate)");
   flags->AddDouble("host-latency-ns", 0, "host (NIC, stack) latency per packet sent, ns");
   flags->AddDouble("timer-granularity-ns", 1000,
                    "host timer granularity: timeouts run at deadlines rounded up to this");
@@ -148,13 +157,15 @@ void DefineFlags(Flags* flags) {
   flags->AddString("log-level", "warning", "debug, info, warning, error or off");
 }
 
-enum class Shape : uint8_t { kStar, kTwoLevel };
+enum class Shape : uint8_t { kStar, kTwoLevel, kServerAggregators };
 const char* ShapeName(Shape s) {
   switch (s) {
     case Shape::kStar:
       return "star";
     case Shape::kTwoLevel:
       return "two-level";
+    case Shape::kServerAggregators:
+      return "server-aggregators";
   }
   return "?";
 }
@@ -163,26 +174,28 @@ const char* ShapeName(Shape s) {
 struct Options {
   Shape shape = Shape::kStar;
   int64_t workers = 0, jobs = 0;
-  int64_t racks = 1;  // two-level: top-of-rack switches; else 1
+  int64_t racks = 1;        // two-level: top-of-rack switches; else 1
+  int64_t aggregators = 0;  // server aggregators: K; else 0
   int64_t numel = 0, threads = 0, iterations = 0, slots = 0;
   int64_t window = 0;  // 0 until BuildConfig applies the rule
   std::string dtype_name;
   DataType dtype = DataType::kInt32;
   uint64_t size = 0, count = 0;  // the tensor: bytes, elements
   proto::SizeCode code = proto::SizeCode::k1024B;
-  sim::LinkParams link;  // every link
+  sim::LinkParams link;             // every link (the workers')
+  sim::LinkParams aggregator_link;  // server aggregators: each aggregator's
   int64_t baseline_mtu = 0;
   std::string payload;
 
   uint32_t hosts() const { return static_cast<uint32_t>(workers * jobs); }
-  // The node the star's switch is, or the two-level spine.
+  // The node the star's or the fabric's switch is, or the two-level spine.
   uint32_t hub() const {
     return shape == Shape::kTwoLevel ? hosts() + static_cast<uint32_t>(racks) : hosts();
   }
 };
 
-// The topology and the job's shape: workers, jobs, racks, packets, threads, window, element
-// type.
+// The topology and the job's shape: workers, jobs, racks or aggregators, packets, threads,
+// window, element type.
 Status ReadShape(const Flags& flags, Options* o) {
   o->workers = flags.GetInt("workers");
   o->jobs = flags.GetInt("jobs");
@@ -192,10 +205,13 @@ Status ReadShape(const Flags& flags, Options* o) {
   o->slots = flags.GetInt("slots");
   o->window = flags.GetInt("window");
   const std::string topology = flags.GetString("topology");
+  const int64_t aggregators = flags.GetInt("aggregators");
   if (topology == "two-level") {
     o->shape = Shape::kTwoLevel;
   } else if (topology != "star") {
     return InvalidArgumentError("--topology must be star or two-level");
+  } else if (aggregators != 0) {
+    o->shape = Shape::kServerAggregators;
   }
   if (o->shape == Shape::kTwoLevel) {
     o->racks = flags.GetInt("racks");
@@ -205,7 +221,16 @@ Status ReadShape(const Flags& flags, Options* o) {
       return InvalidArgumentError(
           "--racks must be in 1..256 and divide --workers into racks of at most 256");
     }
+    if (aggregators != 0) {
+      return InvalidArgumentError(
+          "--aggregators does not combine with --topology two-level (aggregators sit on a "
+          "star's fabric switch)");
+    }
   }
+  if (aggregators < 0 || aggregators > 1024) {
+    return InvalidArgumentError("--aggregators must be in 0..1024 (0: the switch in the fabric)");
+  }
+  o->aggregators = aggregators;
   if (o->workers < 1 || o->workers > 4096) {
     return InvalidArgumentError("--workers must be in 1..4096");
   }
@@ -216,7 +241,7 @@ Status ReadShape(const Flags& flags, Options* o) {
         " exceeds the 256 workers one switch aggregates (the worker bitmap's width): use "
         "--topology two-level --racks R for more");
   }
-  const int64_t switches = o->shape == Shape::kTwoLevel ? o->racks + 1 : 1;
+  const int64_t switches = o->shape == Shape::kTwoLevel ? o->racks + 1 : 1 + o->aggregators;
   if (o->jobs * o->workers + switches > sim::kMaxNodes) {  // was "cannot allocate ... --size"
     return InvalidArgumentError("--jobs x --workers is " + std::to_string(o->jobs * o->workers) +
                                 " hosts; with the switches the simulator takes at most " +
@@ -274,6 +299,13 @@ Status CheckBounds(const Flags& flags) {
       return InvalidArgumentError(m.str());
     }
   }
+  const double agg_gbps = flags.GetDouble("aggregator-gbps");
+  if (!(agg_gbps == 0 || (agg_gbps >= sim::kMinGbps && agg_gbps <= sim::kMaxGbps))) {
+    std::ostringstream m;
+    m << "--aggregator-gbps must be 0 (--gbps) or in [" << sim::kMinGbps << ", " << sim::kMaxGbps
+      << "], not " << agg_gbps;
+    return InvalidArgumentError(m.str());
+  }
   // 0, or a packet's service time (1e9 / pps ns) that is a delay like the others.
   const double mpps = flags.GetDouble("switch-mpps");
   if (!(mpps == 0 || (mpps >= 1e9 / sim::kMaxDelayNs / 1e6 && mpps <= 1e9))) {
@@ -317,23 +349,32 @@ Result<Options> ReadOptions(const Flags& flags) {
   o.link.reorder = flags.GetDouble("reorder");
   o.link.reorder_ns = flags.GetDouble("reorder-ns");
   RETURN_IF_ERROR(o.link.Validate());
+  o.aggregator_link = o.link;
+  if (flags.GetDouble("aggregator-gbps") > 0) {
+    o.aggregator_link.gbps = flags.GetDouble("aggregator-gbps");
+  }
   o.payload = flags.GetString("payload");
   return o;
 }
 
 // The window when --window is 0: the documented rule (docs/architecture.md 4.5), twice the
 // bandwidth-delay product of this network's base round trip (serialization and propagation of
-// each link each way, the switches' and the host's latencies), a multiple of 32, at least 64,
-// then a multiple of --threads.
+// each link each way, the switches' and the host's latencies), a multiple of 32, at least 64.
+// Striped over K aggregators, also at least 2K (two slots of each worker at every aggregator:
+// while one slot's round fills the aggregator's link, the other's result travels and comes
+// back; with one, 64 workers on 64 aggregators reach 60 % of the ceiling, docs/simulator.md
+// "Server aggregators") and K per thread (StripeOfSlot gives each aggregator a slot of each
+// thread's window). Then a multiple of --threads.
 int64_t RuleWindow(const Options& o, double switch_latency_ns, double host_latency_ns) {
   const double wire = static_cast<double>(proto::DatagramBytes(o.code) + sim::kWireOverheadBytes);
   const double ser_ns = wire * 8 / o.link.gbps;
-  // Hops each way: 1 (star) or 2 (host-ToR-spine).
+  // Hops each way: 1 (star) or 2 (host-ToR-spine, host-fabric-aggregator).
   const double levels = o.shape == Shape::kStar ? 1 : 2;
   const double rtt_ns =
       levels * (2 * (ser_ns + o.link.propagation_ns) + switch_latency_ns) + host_latency_ns;
   int64_t window = static_cast<int64_t>(std::ceil(2 * o.link.gbps * rtt_ns / 8 / wire));
   window = std::max<int64_t>(64, (window + 31) / 32 * 32);
+  window = std::max({window, 2 * o.aggregators, o.aggregators * o.threads});
   return (window + o.threads - 1) / o.threads * o.threads;
 }
 
@@ -371,6 +412,10 @@ Result<sim::SimConfig> BuildConfig(const Flags& flags, Options* o) {
       c.topology =
           sim::Topology::TwoLevel(static_cast<uint32_t>(o->racks), per_rack, o->link, o->link);
       break;
+    case Shape::kServerAggregators:
+      c.topology = sim::Topology::ServerAggregators(hosts, static_cast<uint32_t>(o->aggregators),
+                                                    o->link, o->aggregator_link);
+      break;
   }
   c.switch_latency_ns = flags.GetDouble("switch-latency-ns");
   c.switch_pps = flags.GetDouble("switch-mpps") * 1e6;
@@ -384,6 +429,13 @@ Result<sim::SimConfig> BuildConfig(const Flags& flags, Options* o) {
                       std::max<int64_t>(o->threads, o->slots / o->jobs / o->threads * o->threads));
   }
   if (window > o->slots) window = o->slots / o->threads * o->threads;
+  if (window / o->threads < o->aggregators) {
+    return InvalidArgumentError(
+        "--aggregators " + std::to_string(o->aggregators) + " needs at least one slot of each " +
+        "worker thread's window per aggregator: the window is " + std::to_string(window) +
+        " over --threads " + std::to_string(o->threads) +
+        "; raise --window (0: the rule's) or --slots, or lower --aggregators");
+  }
   for (int64_t j = 0; j < o->jobs; ++j) {
     sim::JobConfig job;
     job.session_id = static_cast<uint64_t>(j + 1);
@@ -393,6 +445,9 @@ Result<sim::SimConfig> BuildConfig(const Flags& flags, Options* o) {
       if (o->shape == Shape::kTwoLevel) {
         job.tors.push_back(hosts + static_cast<uint32_t>(r) / per_rack);
       }
+    }
+    for (int64_t a = 0; a < o->aggregators; ++a) {
+      job.stripes.push_back(hosts + 1 + static_cast<uint32_t>(a));
     }
     job.size = o->code;
     job.window = static_cast<uint32_t>(window);
@@ -497,28 +552,53 @@ struct LinkSummary {
 };
 
 // Link utilisation by direction: up (toward the aggregating switch: host -> switch, ToR ->
-// spine) and down.
+// spine) and down. With server aggregators, up and down are the workers' links, and the
+// aggregators' links (fabric -> aggregator in, aggregator -> fabric out) are summed apart.
 struct LinkSummaries {
-  LinkSummary up, down;
+  LinkSummary up, down, aggregator_in, aggregator_out;
 };
 
 LinkSummaries SummarizeLinks(const sim::SimResult& result, const Options& o) {
   LinkSummaries s;
   const uint32_t hosts = o.hosts(), hub = o.hub();
   for (const sim::LinkResult& l : result.links) {
-    if (l.from < hosts || (o.shape == Shape::kTwoLevel && l.to == hub)) {
+    if (o.shape == Shape::kServerAggregators && l.to > hub) {
+      s.aggregator_in.Add(l);
+    } else if (o.shape == Shape::kServerAggregators && l.from > hub) {
+      s.aggregator_out.Add(l);
+    } else if (l.from < hosts || (o.shape == Shape::kTwoLevel && l.to == hub)) {
       s.up.Add(l);
     } else {
       s.down.Add(l);
     }
   }
-  for (LinkSummary* x : {&s.up, &s.down}) x->Finish();
+  for (LinkSummary* x : {&s.up, &s.down, &s.aggregator_in, &s.aggregator_out}) x->Finish();
   return s;
 }
 
 json StallsJson(const sim::StallStats& s) {
   return {{"rounds", s.rounds}, {"mean_ns", s.mean_ns}, {"p50_ns", s.p50_ns},
           {"p99_ns", s.p99_ns}, {"max_ns", s.max_ns},   {"stalled_rounds", s.stalled}};
+}
+
+json StripesJson(const std::vector<sim::StripeResult>& stripes, const sim::SimResult& result) {
+  json out = json::array();
+  for (const sim::StripeResult& s : stripes) {
+    double in = 0, out_busy = 0;  // the aggregator's link, both ways
+    for (const sim::LinkResult& l : result.links) {
+      if (l.to == s.node) in = l.utilisation;
+      if (l.from == s.node) out_busy = l.utilisation;
+    }
+    out.push_back({{"node", s.node},
+                   {"received", s.received},
+                   {"completed_rounds", s.completed},
+                   {"unicasts", s.unicasts},
+                   {"duplicates_dropped", s.duplicates_dropped},
+                   {"slots", s.slots.size()},
+                   {"in_utilisation", in},
+                   {"out_utilisation", out_busy}});
+  }
+  return out;
 }
 
 // The one result document: the JSON output, and the source of the CSV and the summary.
@@ -528,6 +608,7 @@ json ResultJson(const Flags& flags, const Options& o, const sim::SimResult& resu
   json out;
   out["config"] = {{"topology", ShapeName(o.shape)},
                    {"racks", o.racks},
+                   {"aggregators", o.aggregators},
                    {"workers", o.workers},
                    {"jobs", o.jobs},
                    {"gbps", o.link.gbps},
@@ -544,6 +625,9 @@ json ResultJson(const Flags& flags, const Options& o, const sim::SimResult& resu
                    {"min_timeout_us", flags.GetDouble("min-timeout-us")},
                    {"early_retransmit", flags.GetInt("early-retransmit")},
                    {"seed", flags.GetInt("seed")}};
+  if (o.shape == Shape::kServerAggregators) {
+    out["config"]["aggregator_gbps"] = o.aggregator_link.gbps;
+  }
   out["goodput_ceiling_elements_per_second"] = ceiling;
   out["sim_seconds"] = result.sim_seconds;
   out["events"] = result.events;
@@ -570,6 +654,7 @@ json ResultJson(const Flags& flags, const Options& o, const sim::SimResult& resu
                 {"switch_unicasts", j.switch_unicasts},
                 {"switch_duplicates_dropped", j.switch_duplicates_dropped},
                 {"slot_rounds", StallsJson(j.stalls)}};
+    if (o.shape == Shape::kServerAggregators) job["aggregators"] = StripesJson(j.stripes, result);
     out["jobs"].push_back(std::move(job));
   }
   out["aggregated_elements_per_second"] = total_eps;
@@ -579,6 +664,16 @@ json ResultJson(const Flags& flags, const Options& o, const sim::SimResult& resu
       {"up_mean_utilisation", up.mean},     {"up_max_utilisation", up.max},
       {"down_mean_utilisation", down.mean}, {"down_max_utilisation", down.max},
       {"lost", up.lost + down.lost},        {"tail_dropped", up.tail_dropped + down.tail_dropped}};
+  if (o.shape == Shape::kServerAggregators) {
+    const LinkSummary &in = links.aggregator_in, &agg_out = links.aggregator_out;
+    json& l = out["links"];
+    l["aggregator_in_mean_utilisation"] = in.mean;
+    l["aggregator_in_max_utilisation"] = in.max;
+    l["aggregator_out_mean_utilisation"] = agg_out.mean;
+    l["aggregator_out_max_utilisation"] = agg_out.max;
+    l["lost"] = l["lost"].get<uint64_t>() + in.lost + agg_out.lost;
+    l["tail_dropped"] = l["tail_dropped"].get<uint64_t>() + in.tail_dropped + agg_out.tail_dropped;
+  }
   for (const BaselineRow& b : baselines) {
     out["baselines"][b.name] = {{"seconds", b.r.seconds},
                                 {"elements_per_second", static_cast<double>(o.count) / b.r.seconds},
@@ -638,12 +733,15 @@ void PrintSummary(const json& out) {
   const json& cfg = out["config"];
   const double ceiling = out["goodput_ceiling_elements_per_second"].get<double>();
   const uint64_t size = cfg["size_bytes"].get<uint64_t>(), count = size / 4;
+  const int64_t aggregators = cfg["aggregators"].get<int64_t>();
+  const std::string over =
+      aggregators > 0 ? " over " + std::to_string(aggregators) + " server aggregator(s)" : "";
   std::printf(
-      "switchml sim: %lld job(s) x %lld workers, %.0f Gbit/s, %lld-element packets, "
+      "switchml sim: %lld job(s) x %lld workers%s, %.0f Gbit/s, %lld-element packets, "
       "window %lld, %llu bytes (%llu %s elements), loss %g\n",
       static_cast<long long>(cfg["jobs"].get<int64_t>()),
-      static_cast<long long>(cfg["workers"].get<int64_t>()), cfg["gbps"].get<double>(),
-      static_cast<long long>(cfg["packet_numel"].get<int64_t>()),
+      static_cast<long long>(cfg["workers"].get<int64_t>()), over.c_str(),
+      cfg["gbps"].get<double>(), static_cast<long long>(cfg["packet_numel"].get<int64_t>()),
       static_cast<long long>(cfg["window"].get<int64_t>()), static_cast<unsigned long long>(size),
       static_cast<unsigned long long>(count), cfg["dtype"].get<std::string>().c_str(),
       cfg["loss"].get<double>());
@@ -678,6 +776,13 @@ void PrintSummary(const json& out) {
               100 * l["up_max_utilisation"].get<double>(),
               100 * l["down_mean_utilisation"].get<double>(),
               100 * l["down_max_utilisation"].get<double>());
+  if (aggregators > 0) {
+    std::printf("  aggregator links: in %.1f%% mean / %.1f%% max busy, out %.1f%% / %.1f%%\n",
+                100 * l["aggregator_in_mean_utilisation"].get<double>(),
+                100 * l["aggregator_in_max_utilisation"].get<double>(),
+                100 * l["aggregator_out_mean_utilisation"].get<double>(),
+                100 * l["aggregator_out_max_utilisation"].get<double>());
+  }
 }
 
 // Writes text to path ("-": stdout; empty: nowhere).
