@@ -6,12 +6,13 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <queue>
 
 #include "base/check.h"
 #include "base/status_macros.h"
 #include "testing/pattern.h"
-#include "worker/striping.h"
+#include "worker/striped_session.h"
 
 namespace switchml::sim {
 
@@ -258,7 +259,9 @@ struct Event {
 };
 
 struct SessionState {
-  std::unique_ptr<worker::WorkerSession> session;
+  // The worker library's striped session (one host but for striped jobs: then exactly a
+  // WorkerSession), which names the host of each datagram before PollTransmit writes it.
+  std::unique_ptr<worker::StripedSession> session;
   uint32_t job = 0, rank = 0, thread = 0;
   uint32_t host = 0;
   uint32_t uplink = 0;  // first link toward the job's switch
@@ -266,7 +269,6 @@ struct SessionState {
   // A striped job (JobConfig::stripes): the first link toward each stripe's switch (the
   // stripe's endpoint is JobState::stripe_endpoints); empty otherwise.
   std::vector<uint32_t> stripe_uplinks;
-  uint32_t slot_start = 0, window = 0;  // the session's slots, for StripeOfSlot
   Time timer_at = kNever;
   bool running = false;
   uint64_t slice_packets = 0;  // packets of the running slice (for progress)
@@ -484,9 +486,12 @@ Status Engine::Setup() {
         wc.window = W;
         wc.slot_start = t * W;
         wc.size = jc.size;
-        RETURN_IF_ERROR(wc.Validate());
+        worker::StripedSessionConfig sc;
+        sc.session = wc;
+        sc.num_hosts = static_cast<uint32_t>(job.switch_nodes.size());
+        RETURN_IF_ERROR(sc.Validate());
         SessionState s;
-        s.session = std::make_unique<worker::WorkerSession>(wc);
+        s.session = std::make_unique<worker::StripedSession>(sc);
         s.job = j;
         s.rank = r;
         s.thread = t;
@@ -495,8 +500,6 @@ Status Engine::Setup() {
         s.self = Endpoint{Topology::Ip(host), static_cast<uint16_t>(port + t)};
         s.switch_ep = Endpoint{Topology::Ip(rank_switch[r]), kSwitchPort};
         for (uint32_t sw : jc.stripes) s.stripe_uplinks.push_back(cfg_.topology.NextLink(host, sw));
-        s.slot_start = wc.slot_start;
-        s.window = W;
         table[j * kPortsPerJob + t] = static_cast<uint32_t>(sessions_.size());
         job.sessions.push_back(static_cast<uint32_t>(sessions_.size()));
         sessions_.push_back(std::move(s));
@@ -663,9 +666,16 @@ void Engine::SwitchReceive(uint32_t node, uint32_t p) {
 
 void Engine::AfterSession(uint32_t s) {
   SessionState& ss = sessions_[s];
-  worker::WorkerSession& session = *ss.session;
+  worker::StripedSession& session = *ss.session;
   const worker::Nanos now = NowNanos();
   for (;;) {
+    // Striped: the switch that serves the next datagram's slot, as the worker library says.
+    uint32_t stripe = 0;
+    if (!ss.stripe_uplinks.empty()) {
+      const std::optional<uint32_t> host = session.NextTransmitHost();
+      if (!host) break;
+      stripe = *host;
+    }
     const uint32_t p = pool_.Alloc();
     Packet& pk = pool_.Get(p);
     const size_t n = session.PollTransmit(now, pk.data);
@@ -679,16 +689,10 @@ void Engine::AfterSession(uint32_t s) {
       Transmit(ss.uplink, p, ss.switch_ep, Later(now_, host_latency_));
       continue;
     }
-    // Striped: to the switch that serves the datagram's slot, read with the wire codec.
-    proto::Header h;
-    CHECK(proto::DecodeHeader({pk.data, pk.len}, &h) == proto::DecodeError::kOk);
-    CHECK(h.slot.index >= ss.slot_start && h.slot.index - ss.slot_start < ss.window);
-    const uint32_t stripe = worker::StripeOfSlot(h.slot.index - ss.slot_start, ss.window,
-                                                 static_cast<uint32_t>(ss.stripe_uplinks.size()));
     Transmit(ss.stripe_uplinks[stripe], p, jobs_[ss.job].stripe_endpoints[stripe],
              Later(now_, host_latency_));
   }
-  if (session.state() != worker::WorkerSession::State::kRunning) {
+  if (session.state() != worker::StripedSession::State::kRunning) {
     if (ss.running) SliceDone(s);
     return;
   }
@@ -921,7 +925,7 @@ SimResult Engine::Run() {
   for (JobState& job : jobs_) {
     JobResult& r = job.result;
     for (uint32_t s : job.sessions) {
-      const worker::SessionCounters& c = sessions_[s].session->counters();
+      const worker::SessionCounters c = sessions_[s].session->counters();
       r.sent += c.sent;
       r.retransmitted += c.retransmitted;
       r.timeouts += c.timeouts;

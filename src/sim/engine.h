@@ -1,5 +1,7 @@
 // A discrete-event simulator of SwitchML jobs on a simulated network, running the real data plane
-// (dataplane::Switch) and the real worker protocol (worker::WorkerSession) for every packet: the
+// (dataplane::Switch) and the real worker protocol (worker::WorkerSession, inside the worker
+// library's worker::StripedSession, which also stripes a job over several switches) for every
+// packet: the
 // simulator only moves their datagrams over links in virtual time. Pure: no sockets, threads or
 // wall clocks; the same configuration and seed give the same result bit for bit.
 //
@@ -64,7 +66,8 @@ struct JobConfig {
   // Striping (issue 26, docs/simulator.md "Server aggregators"): the switch nodes that serve the
   // job, each its share of every worker thread's slots: local slot l of a thread's window W
   // (the slot index minus the thread's slot_start) goes to stripes[worker::StripeOfSlot(l, W,
-  // stripes.size())], read from each datagram's header. Each runs the whole job (one JobSpec,
+  // stripes.size())], as the sessions' worker::StripedSession::NextTransmitHost names it. Each
+  // runs the whole job (one JobSpec,
   // every worker registered) and sees only the packets of its slots; the results come from it.
   // At most W entries, distinct; not with tors. Empty: switch_node serves every slot.
   std::vector<uint32_t> stripes;

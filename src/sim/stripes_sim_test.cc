@@ -1,6 +1,6 @@
 // Striping in the simulator (issue 26, docs/simulator.md "Server aggregators"): one job's slots
 // spread over K aggregators, each a plain dataplane::Switch on its own link behind a forwarding
-// fabric, the workers' real WorkerSessions routing each datagram by its slot
+// fabric, the workers' real StripedSessions naming each datagram's aggregator by its slot
 // (worker::StripeOfSlot). Results exact (int32) or within the bound (float32) with loss; each
 // aggregator sees only its own slots; one aggregator is one link's worth for the whole job.
 #include <gtest/gtest.h>
