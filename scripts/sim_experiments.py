@@ -6,6 +6,9 @@ Runs `switchml sim` (build/tools/switchml, or --binary) for each experiment, one
            switchml vs ring vs halving-doubling
   two_level  aggregated elements/s vs workers (256..4096, racks of 64 on ToR switches under one
            spine; docs/hierarchy.md) at 10 and 100 Gbit/s, switchml vs ring vs halving-doubling
+  aggregators  aggregation on servers: aggregated elements/s vs K aggregators (1..64, each on its
+           own link) for 64 workers at 100 Gbit/s, switchml vs ring vs halving-doubling; and
+           issue 26's rack settings (4 and 8 workers, 1 and 10 Gbit/s)
   loss     all-reduce time vs loss rate (0, 0.01 %, 0.1 %, 1 %) of a 100 MB tensor, with and
            without early retransmission
   pool     throughput vs pool size (window) for several round-trip times, and the window the
@@ -19,11 +22,13 @@ usage: /usr/bin/python3 scripts/sim_experiments.py [--quick] [--only scaling,los
 import argparse
 import csv
 import io
+import json
 import os
 import re
 import statistics
 import subprocess
 import sys
+import tempfile
 
 import matplotlib
 
@@ -34,9 +39,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "docs", "sim")
 
 
-def run_sim(binary, flags):
-    """Runs one simulation; returns (CSV rows as dicts, the stderr speed line's numbers)."""
+def run_sim(binary, flags, json_path=None):
+    """Runs one simulation; returns (CSV rows as dicts, the stderr speed line's numbers).
+
+    With json_path, the run also writes its JSON there."""
     args = [binary, "sim", "--csv", "-", "--quiet"]
+    if json_path:
+        args.append("--json=" + json_path)
     for k, v in flags.items():
         if v is True:
             args.append("--" + k)
@@ -183,6 +192,113 @@ def two_level(binary, quick):
     fig.savefig(os.path.join(OUT, "two_level.png"), dpi=110)
     md += md_table(["Gbit/s", "workers", "racks", "switchml el/s", "of ceiling", "retransmitted",
                     "ring el/s", "halving-doubling el/s", "vs ring", "vs h-d"], table)
+    return md
+
+
+def run_sim_json(binary, flags):
+    """run_sim, plus the run's JSON document (a dict)."""
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        rows, _ = run_sim(binary, flags, json_path=path)
+        with open(path) as f:
+            return rows, json.load(f)
+    finally:
+        os.unlink(path)
+
+
+def aggregators(binary, quick):
+    size = "16M" if quick else "64M"
+    n = 64
+    ks = [1, 2, 4, 8, 16, 32, 64]
+    c = ceiling(100)
+    rows, table, pts = [], [], {"switchml": [], "ring": [], "halving-doubling": []}
+    for k in ks:
+        r, doc = run_sim_json(binary, {"workers": n, "aggregators": k, "size": size,
+                                       "baselines": True})
+        by = {x["algorithm"]: x for x in r}
+        for x in r:
+            x["aggregators"] = k
+        rows += r
+        for alg in pts:
+            pts[alg].append(float(by[alg]["elements_per_second"]))
+        s, ring, hd = (float(by[a]["elements_per_second"]) for a in
+                       ("switchml", "ring", "halving-doubling"))
+        links = doc["links"]
+        bound = min(1.0, k / n) * c  # the aggregators' links: n tensors in over k links
+        table.append([k, by["switchml"]["window"], "%.3g" % s, "%.1f %%" % (100 * s / c),
+                      "%.1f %%" % (100 * s / bound), by["switchml"]["retransmitted"],
+                      "%.1f %%" % (100 * links["aggregator_in_mean_utilisation"]),
+                      "%.1f %%" % (100 * links["up_mean_utilisation"]),
+                      "%.3g" % ring, "%.3g" % hd, "%.2fx" % (s / ring), "%.2fx" % (s / hd)])
+    write_csv("aggregators", rows)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for alg, style in (("switchml", "o-"), ("ring", "s-"), ("halving-doubling", "^-")):
+        ax.plot(ks, [p / 1e9 for p in pts[alg]], style, label=alg if alg != "switchml" else
+                "switchml, striped over K aggregators")
+    ax.plot(ks, [min(1.0, k / n) * c / 1e9 for k in ks], "k:", lw=1,
+            label="aggregator links' bound min(1, K/n) x ceiling")
+    ax.axhline(c / 1e9, color="gray", ls="--", label="SwitchML format ceiling")
+    ax.axhline(0.9 * c / 1e9, color="gray", ls=":", label="90 % of the ceiling")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ks)
+    ax.set_xticklabels([str(k) for k in ks])
+    ax.set_xlabel("K aggregators (servers, one 100 Gbit/s link each)")
+    ax.set_ylabel("aggregated elements/s (billions, log)")
+    ax.set_title("Aggregation on servers: %d workers, %s int32, 100 Gbit/s" % (n, size))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, "aggregators.png"), dpi=110)
+    md = "### Aggregation on servers: elements/s vs K aggregators (%d workers, %s int32)\n\n" % (
+        n, size)
+    md += ("`switchml sim --workers %d --aggregators K --size %s --baselines` (100 Gbit/s links, "
+           "500 ns propagation, 500 ns per switch; window from the rule: at least 2K). The "
+           "workers sit on a switch that only forwards; each of the K aggregators is a switch on "
+           "a server behind its own 100 Gbit/s link, and every worker stripes its slots over them "
+           "(worker::StripeOfSlot). Percentages: of the packet format's goodput ceiling, and of "
+           "the bound the aggregators' links set (n tensors in and n out over K links: "
+           "min(1, K/n) x ceiling). Busy: mean utilisation of the links into the aggregators and "
+           "of the workers' uplinks. Ring and halving-doubling run on the workers' links "
+           "(flow-level), which the aggregators do not touch.\n\n" % (n, size))
+    md += md_table(["K", "window", "switchml el/s", "of ceiling", "of K/n bound",
+                    "retransmitted", "aggregator links busy", "worker uplinks busy", "ring el/s",
+                    "halving-doubling el/s", "vs ring", "vs h-d"], table)
+    # The settings of issue 26's rack targets (its emulated rack has 1 Gbit/s cables and Gloo's
+    # TCP; here the links are ideal and the baselines flow-level, so these are upper bounds).
+    rack = []
+    for gbps, workers, k in ((1, 4, 1), (1, 4, 4), (1, 8, 1), (1, 8, 4), (1, 8, 8), (10, 4, 4)):
+        r, _ = run_sim(binary, {"workers": workers, "aggregators": k, "gbps": gbps,
+                                "size": size, "dtype": "float32", "baselines": True})
+        by = {x["algorithm"]: x for x in r}
+        s, hd = (float(by[a]["seconds"]) for a in ("switchml", "halving-doubling"))
+        rack.append([gbps, workers, k, "%.1f ms" % (1e3 * s), "%.1f ms" % (1e3 * hd),
+                     "%.2fx" % (hd / s)])
+    md += ("\n#### Issue 26's rack settings in the simulator\n\n"
+           "`switchml sim --workers N --aggregators K --gbps G --size %s --dtype float32 "
+           "--baselines`: the all-reduce time against halving-doubling's on the same links. The "
+           "issue's targets are for its emulated rack (Gloo over TCP), not these ideal links.\n\n"
+           % size)
+    md += md_table(["Gbit/s", "workers", "K", "switchml", "halving-doubling",
+                    "speed-up vs h-d"], rack)
+    # K = n with loss, larger windows, and early retransmission (whose premise, results in send
+    # order, striping breaks: results from different aggregators overtake each other).
+    lossy = []
+    for p, window, early in ((0, 0, 0), (0.0001, 0, 0), (0.0001, 256, 0), (0.001, 0, 0),
+                             (0.001, 256, 0), (0, 0, 1)):
+        r, _ = run_sim(binary, {"workers": n, "aggregators": n, "size": size, "loss": p,
+                                "window": window, "early-retransmit": early})
+        x = r[0]
+        lossy.append(["%g %%" % (100 * p), x["window"], early or "off",
+                      "%.1f %%" % (100 * float(x["fraction_of_ceiling"])), x["retransmitted"],
+                      x["timeouts"], x["round_p99_ns"]])
+    md += ("\n#### K = n = %d with loss, larger windows, early retransmission\n\n"
+           "`switchml sim --workers %d --aggregators %d --size %s --loss P [--window W] "
+           "[--early-retransmit 1]` (loss on every link, both directions: a packet crosses four "
+           "links per round trip here, two in the star).\n\n" % (n, n, n, size))
+    md += md_table(["loss", "window", "early retransmit", "of ceiling", "retransmitted",
+                    "timeouts", "round p99 ns"], lossy)
     return md
 
 
@@ -347,7 +463,7 @@ def speed(binary, quick):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    names = ["scaling", "two_level", "loss", "pool", "jobs", "speed"]
+    names = ["scaling", "two_level", "aggregators", "loss", "pool", "jobs", "speed"]
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "tools", "switchml"),
                     help="the switchml binary (default: build/tools/switchml)")
     ap.add_argument("--quick", action="store_true", help="smaller tensors (a smoke run)")

@@ -123,6 +123,15 @@ expect "--buffer-kb must be in 0..1048576" sim --buffer-kb 9007199254740992 --si
 expect "--baseline-mtu must be in 1..1048576, not 4294967297" sim --baseline-mtu 4294967297 --size 1M
 expect "--timeout-threshold must be in 1..4294967295" sim --timeout-threshold 4294967297 --size 1M
 expect "--early-retransmit must be in 0..1000000" sim --early-retransmit 4294967296 --size 1M
+# switchml sim --aggregators (server aggregators): contradictions and windows too small to give
+# each aggregator a slot of every worker thread's window are refused by name, not run.
+expect "--aggregators does not combine with --topology two-level" \
+  sim --topology two-level --racks 2 --aggregators 2 --size 1M
+expect "--aggregators must be in 0..1024" sim --aggregators -1 --size 1M
+expect "--aggregators 8 needs at least one slot of each worker thread's window per aggregator" \
+  sim --aggregators 8 --window 16 --threads 4 --size 1M
+expect "--aggregator-gbps must be 0 (--gbps) or in [0.001, 1e+06], not 1e-09" \
+  sim --aggregators 2 --aggregator-gbps 1e-9 --size 1M
 # The AF_XDP transport's environment (docs/xdp.md): "abc" was queue 0, "yes" meant zero-copy.
 # Needs root and a build with AF_XDP (the loopback interface serves); skipped, saying so, else.
 xdp_out=$(SWITCHML_XDP_QUEUE=abc timeout 10 "$bin" "${sw[@]}" --transport xdp 2>&1)

@@ -1,6 +1,13 @@
 // `switchml sim`: the discrete-event simulator (src/sim) from the command line: a job (or several
-// sharing one switch) on simulated links, running the real Switch and WorkerSession code, with
-// the ring and halving-doubling baselines on the same links. Output: a summary, and JSON and CSV.
+// sharing one switch, or one striped over server aggregators) on simulated links, running the real
+// Switch and WorkerSession code, with the ring and halving-doubling baselines on the same links.
+// Output: a summary, and JSON and CSV.
+//
+// The steps, one function each: the flags (DefineFlags, with --config files expanded first), the
+// options read and checked from them (ReadOptions: every message names its flag), the simulator's
+// configuration (BuildConfig, with the window rule), the run (RunSimulation) and the baselines,
+// then one result document (ResultJson, nlohmann) from which the JSON, the CSV and the summary are
+// all written.
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +19,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "base/status_macros.h"
 #include "commands.h"
 #include "flags.h"
 #include "sim/baselines.h"
@@ -60,88 +68,8 @@ Status ConfigFileArgs(const std::string& path, std::vector<std::string>* out) {
   return Status();
 }
 
-json StallsJson(const sim::StallStats& s) {
-  return {{"rounds", s.rounds}, {"mean_ns", s.mean_ns}, {"p50_ns", s.p50_ns},
-          {"p99_ns", s.p99_ns}, {"max_ns", s.max_ns},   {"stalled_rounds", s.stalled}};
-}
-
-struct LinkSummary {
-  double mean = 0, max = 0;
-  uint64_t lost = 0, tail_dropped = 0;
-};
-
-}  // namespace
-
-int SimCommand(const std::vector<std::string>& raw_args) {
-  Flags flags(
-      "sim",
-      "Simulates SwitchML jobs on a simulated network in virtual time (discrete events), running\n"
-      "the real switch data plane and worker protocol for every packet, and the ring and\n"
-      "halving-doubling all-reduces on the same links. Deterministic: the same flags and seed\n"
-      "give the same output. Flags may also come from a JSON file (--config), which the command\n"
-      "line overrides. See docs/simulator.md.");
-  flags.AddString("config", "", "JSON file of flag values, e.g. {\"workers\": 64, \"loss\": 0.01}");
-  flags.AddString("topology", "star",
-                  "star: every worker on one switch; two-level: --racks top-of-rack switches "
-                  "under one spine, the workers spread evenly over them (docs/hierarchy.md)");
-  flags.AddInt("racks", 2, "with --topology two-level: top-of-rack switches (racks)");
-  flags.AddInt("workers", 8,
-               "workers per job (star: at most 256; two-level: up to 4096, 256 per rack)");
-  flags.AddInt("jobs", 1, "concurrent jobs, each with its own workers, all on the one switch");
-  flags.AddBool("share-pool",
-                "split --slots among the jobs: each job's window is at most slots / jobs");
-  flags.AddDouble("gbps", 100, "link rate, Gbit/s (every link; 0.001..1e6)");
-  flags.AddDouble("propagation-ns", 500,
-                  "one-way propagation delay of each link, ns (at most 1e12, as every delay)");
-  flags.AddInt("buffer-kb", 0,
-               "output buffer per link, KiB, tail drop beyond (0 = unbounded; at most 1048576)");
-  flags.AddDouble("switch-latency-ns", 500, "switch pipeline latency per packet, ns");
-  flags.AddDouble("switch-mpps", 0,
-                  "switch pipeline capacity, Mpackets/s (0 = unlimited; else 1e-9..1e9)");
-  flags.AddDouble("host-latency-ns", 0, "host (NIC, stack) latency per packet sent, ns");
-  flags.AddDouble("timer-granularity-ns", 1000,
-                  "host timer granularity: timeouts run at deadlines rounded up to this");
-  flags.AddInt("packet-numel", 256, "elements per packet: 64 or 256");
-  flags.AddInt("slots", 8192, "switch slots per job (the most any window may use)");
-  flags.AddInt("window", 0,
-               "outstanding packets per worker, at most --slots (0 = from the bandwidth-delay "
-               "product, docs/architecture.md 4.5, capped at --slots)");
-  flags.AddInt("threads", 1, "worker threads (sessions, slot ranges) per worker");
-  flags.AddSize("size", 64 << 20,
-                "tensor size in BYTES (4 per element; run's and worker's --size count elements), "
-                "suffix K, M, G = 2^10, 2^20, 2^30: 100M is 100 MiB, 26214400 elements");
-  flags.AddString("dtype", "int32", "int32 or float32");
-  flags.AddInt("iterations", 1, "all-reduces back to back per job");
-  flags.AddDouble("loss", 0, "loss rate per link and packet, e.g. 0.0001 (every link)");
-  flags.AddDouble("duplicate", 0, "duplication rate per link and packet");
-  flags.AddDouble("reorder", 0, "rate of packets delayed by up to --reorder-ns (reordered)");
-  flags.AddDouble("reorder-ns", 10000, "the largest extra delay of a reordered packet, ns");
-  flags.AddDouble(
-      "timeout-us", 100,
-      "retransmission timeout before the first RTT sample, us (0.001..1e9, as its bounds)");
-  flags.AddDouble("min-timeout-us", 20, "RTO floor, us");
-  flags.AddDouble("max-timeout-us", 100000, "RTO ceiling, us");
-  flags.AddDouble("clock-granularity-ns", 1000, "RTO = SRTT + max(this, 4 RTTVAR)");
-  flags.AddInt("early-retransmit", 0,
-               "re-send a packet once the results of this many packets sent after it arrived "
-               "(0 = off: only timeouts)");
-  flags.AddInt("timeout-threshold", 100, "timeouts (since the last RTT sample) before back-off");
-  flags.AddDouble("progress-timeout-ms", 1000,
-                  "a slice fails after this long without a result (at most 1e9)");
-  flags.AddString("payload", "shared",
-                  "shared: one tensor shared by a job's workers (memory of one tensor, output "
-                  "checked); verified: each worker its own (memory x workers, every result "
-                  "checked)");
-  flags.AddInt("seed", 1, "seed of the faults and the tensors (0..2^63-1)");
-  flags.AddDouble("max-sim-seconds", 600, "virtual-time limit (at most 1e6)");
-  flags.AddBool("baselines", "also run ring and halving-doubling (flow-level) on the same links");
-  flags.AddInt("baseline-mtu", 4096, "payload bytes per packet of the baselines (1..1048576)");
-  flags.AddString("json", "", "write the results as JSON to this file (- for stdout)");
-  flags.AddString("csv", "", "write the results as CSV to this file (- for stdout)");
-  flags.AddBool("quiet", "no progress line");
-  flags.AddString("log-level", "warning", "debug, info, warning, error or off");
-
-  std::vector<std::string> args;
+// The command line with the flags of each --config file in front of it.
+Status ExpandConfigFiles(const std::vector<std::string>& raw_args, std::vector<std::string>* out) {
   for (size_t i = 0; i < raw_args.size(); ++i) {
     std::string path;
     if (raw_args[i] == "--config" && i + 1 < raw_args.size()) {
@@ -151,65 +79,203 @@ int SimCommand(const std::vector<std::string>& raw_args) {
     } else {
       continue;
     }
-    Status st = ConfigFileArgs(path, &args);
-    if (!st.ok()) {
-      std::cerr << "switchml sim: " << st.message() << "\n";
-      return 2;
-    }
+    RETURN_IF_ERROR(ConfigFileArgs(path, out));
   }
-  args.insert(args.end(), raw_args.begin(), raw_args.end());
-  if (int code = ParseCommandLine("sim", args, &flags, nullptr); code >= 0) return code;
+  out->insert(out->end(), raw_args.begin(), raw_args.end());
+  return Status();
+}
 
-  auto fail = [](const std::string& m) {
-    std::cerr << "switchml sim: " << m << "\n";
-    return 2;
-  };
-  const int64_t workers = flags.GetInt("workers"), jobs = flags.GetInt("jobs");
-  const int64_t numel = flags.GetInt("packet-numel"), threads = flags.GetInt("threads");
-  const int64_t iterations = flags.GetInt("iterations"), slots = flags.GetInt("slots");
-  int64_t window = flags.GetInt("window");
-  const std::string topology_name = flags.GetString("topology");
-  const bool two_level = topology_name == "two-level";
-  if (topology_name != "star" && !two_level) return fail("--topology must be star or two-level");
-  const int64_t racks = two_level ? flags.GetInt("racks") : 1;
-  if (two_level) {
-    if (jobs != 1) return fail("--topology two-level runs one job (--jobs 1)");
-    if (racks < 1 || racks > 256 || workers % racks != 0 || workers / racks > 256) {
-      return fail("--racks must be in 1..256 and divide --workers into racks of at most 256");
+void DefineFlags(Flags* flags) {
+  flags->AddString("config", "",
+                   "JSON file of flag values, e.g. {\"workers\": 64, \"loss\": 0.01}");
+  flags->AddString("topology", "star",
+                   "star: every worker on one switch; two-level: --racks top-of-rack switches "
+                   "under one spine, the workers spread evenly over them (docs/hierarchy.md)");
+  flags->AddInt("racks", 2, "with --topology two-level: top-of-rack switches (racks)");
+  flags->AddInt("aggregators", 0,
+                "aggregation on servers (1..1024): the workers on a switch that only forwards, "
+                "and this many aggregators (each a switch on a server, on its own link to that "
+                "switch) over which every worker stripes its slots (docs/simulator.md); 0: the "
+                "star's one switch in the fabric aggregates");
+  flags->AddDouble("aggregator-gbps", 0,
+                   "with --aggregators: the rate of each aggregator's link (0 = --gbps)");
+  flags->AddInt("workers", 8,
+                "workers per job (star: at most 256; two-level: up to 4096, 256 per rack)");
+  flags->AddInt("jobs", 1, "concurrent jobs, each with its own workers, all on the one switch");
+  flags->AddBool("share-pool",
+                 "split --slots among the jobs: each job's window is at most slots / jobs");
+  flags->AddDouble("gbps", 100, "link rate, Gbit/s (every link; 0.001..1e6)");
+  flags->AddDouble("propagation-ns", 500,
+                   "one-way propagation delay of each link, ns (at most 1e12, as every delay)");
+  flags->AddInt("buffer-kb", 0,
+                "output buffer per link, KiB, tail drop beyond (0 = unbounded; at most 1048576)");
+  flags->AddDouble("switch-latency-ns", 500, "switch pipeline latency per packet, ns");
+  flags->AddDouble("switch-mpps", 0,
+                   "switch pipeline capacity, Mpackets/s (0 = unlimited; else 1e-9..1e9; with "
+                   "--aggregators each aggregator's, the fabric forwarding at line rate)");
+  flags->AddDouble("host-latency-ns", 0, "host (NIC, stack) latency per packet sent, ns");
+  flags->AddDouble("timer-granularity-ns", 1000,
+                   "host timer granularity: timeouts run at deadlines rounded up to this");
+  flags->AddInt("packet-numel", 256, "elements per packet: 64 or 256");
+  flags->AddInt("slots", 8192, "switch slots per job (the most any window may use)");
+  flags->AddInt("window", 0,
+                "outstanding packets per worker, at most --slots (0 = from the bandwidth-delay "
+                "product, docs/architecture.md 4.5, capped at --slots)");
+  flags->AddInt("threads", 1, "worker threads (sessions, slot ranges) per worker");
+  flags->AddSize("size", 64 << 20,
+                 "tensor size in BYTES (4 per element; run's and worker's --size count elements), "
+                 "suffix K, M, G = 2^10, 2^20, 2^30: 100M is 100 MiB, 26214400 elements");
+  flags->AddString("dtype", "int32", "int32 or float32");
+  flags->AddInt("iterations", 1, "all-reduces back to back per job");
+  flags->AddDouble("loss", 0, "loss rate per link and packet, e.g. 0.0001 (every link)");
+  flags->AddDouble("duplicate", 0, "duplication rate per link and packet");
+  flags->AddDouble("reorder", 0, "rate of packets delayed by up to --reorder-ns (reordered)");
+  flags->AddDouble("reorder-ns", 10000, "the largest extra delay of a reordered packet, ns");
+  flags->AddDouble(
+      "timeout-us", 100,
+      "retransmission timeout before the first RTT sample, us (0.001..1e9, as its bounds)");
+  flags->AddDouble("min-timeout-us", 20, "RTO floor, us");
+  flags->AddDouble("max-timeout-us", 100000, "RTO ceiling, us");
+  flags->AddDouble("clock-granularity-ns", 1000, "RTO = SRTT + max(this, 4 RTTVAR)");
+  flags->AddInt("early-retransmit", 0,
+                "re-send a packet once the results of this many packets sent after it arrived "
+                "(0 = off: only timeouts)");
+  flags->AddInt("timeout-threshold", 100, "timeouts (since the last RTT sample) before back-off");
+  flags->AddDouble("progress-timeout-ms", 1000,
+                   "a slice fails after this long without a result (at most 1e9)");
+  flags->AddString("payload", "shared",
+                   "shared: one tensor shared by a job's workers (memory of one tensor, output "
+                   "checked); verified: each worker its own (memory x workers, every result "
+                   "checked)");
+  flags->AddInt("seed", 1, "seed of the faults and the tensors (0..2^63-1)");
+  flags->AddDouble("max-sim-seconds", 600, "virtual-time limit (at most 1e6)");
+  flags->AddBool("baselines", "also run ring and halving-doubling (flow-level) on the same links");
+  flags->AddInt("baseline-mtu", 4096, "payload bytes per packet of the baselines (1..1048576)");
+  flags->AddString("json", "", "write the results as JSON to this file (- for stdout)");
+  flags->AddString("csv", "", "write the results as CSV to this file (- for stdout)");
+  flags->AddBool("quiet", "no progress line");
+  flags->AddString("log-level", "warning", "debug, info, warning, error or off");
+}
+
+enum class Shape : uint8_t { kStar, kTwoLevel, kServerAggregators };
+const char* ShapeName(Shape s) {
+  switch (s) {
+    case Shape::kStar:
+      return "star";
+    case Shape::kTwoLevel:
+      return "two-level";
+    case Shape::kServerAggregators:
+      return "server-aggregators";
+  }
+  return "?";
+}
+
+// The command's options, read from its flags and checked.
+struct Options {
+  Shape shape = Shape::kStar;
+  int64_t workers = 0, jobs = 0;
+  int64_t racks = 1;        // two-level: top-of-rack switches; else 1
+  int64_t aggregators = 0;  // server aggregators: K; else 0
+  int64_t numel = 0, threads = 0, iterations = 0, slots = 0;
+  int64_t window = 0;  // 0 until BuildConfig applies the rule
+  std::string dtype_name;
+  DataType dtype = DataType::kInt32;
+  uint64_t size = 0, count = 0;  // the tensor: bytes, elements
+  proto::SizeCode code = proto::SizeCode::k1024B;
+  sim::LinkParams link;             // every link (the workers')
+  sim::LinkParams aggregator_link;  // server aggregators: each aggregator's
+  int64_t baseline_mtu = 0;
+  std::string payload;
+
+  uint32_t hosts() const { return static_cast<uint32_t>(workers * jobs); }
+  // The node the star's or the fabric's switch is, or the two-level spine.
+  uint32_t hub() const {
+    return shape == Shape::kTwoLevel ? hosts() + static_cast<uint32_t>(racks) : hosts();
+  }
+};
+
+// The topology and the job's shape: workers, jobs, racks or aggregators, packets, threads,
+// window, element type.
+Status ReadShape(const Flags& flags, Options* o) {
+  o->workers = flags.GetInt("workers");
+  o->jobs = flags.GetInt("jobs");
+  o->numel = flags.GetInt("packet-numel");
+  o->threads = flags.GetInt("threads");
+  o->iterations = flags.GetInt("iterations");
+  o->slots = flags.GetInt("slots");
+  o->window = flags.GetInt("window");
+  const std::string topology = flags.GetString("topology");
+  const int64_t aggregators = flags.GetInt("aggregators");
+  if (topology == "two-level") {
+    o->shape = Shape::kTwoLevel;
+  } else if (topology != "star") {
+    return InvalidArgumentError("--topology must be star or two-level");
+  } else if (aggregators != 0) {
+    o->shape = Shape::kServerAggregators;
+  }
+  if (o->shape == Shape::kTwoLevel) {
+    o->racks = flags.GetInt("racks");
+    if (o->jobs != 1) return InvalidArgumentError("--topology two-level runs one job (--jobs 1)");
+    if (o->racks < 1 || o->racks > 256 || o->workers % o->racks != 0 ||
+        o->workers / o->racks > 256) {
+      return InvalidArgumentError(
+          "--racks must be in 1..256 and divide --workers into racks of at most 256");
+    }
+    if (aggregators != 0) {
+      return InvalidArgumentError(
+          "--aggregators does not combine with --topology two-level (aggregators sit on a "
+          "star's fabric switch)");
     }
   }
-  if (workers < 1 || workers > 4096) return fail("--workers must be in 1..4096");
-  if (jobs < 1 || jobs > 200) return fail("--jobs must be in 1..200");
-  if (!two_level && workers > 256) {  // failed later naming max_workers_per_job, not a flag
-    return fail("--workers " + std::to_string(workers) +
-                " exceeds the 256 workers one switch aggregates (the worker bitmap's width): use "
-                "--topology two-level --racks R for more");
+  if (aggregators < 0 || aggregators > 1024) {
+    return InvalidArgumentError("--aggregators must be in 0..1024 (0: the switch in the fabric)");
   }
-  const int64_t switches = two_level ? racks + 1 : 1;
-  if (jobs * workers + switches > sim::kMaxNodes) {  // was "cannot allocate ... --size"
-    return fail("--jobs x --workers is " + std::to_string(jobs * workers) +
-                " hosts; with the switches the simulator takes at most " +
-                std::to_string(sim::kMaxNodes) + " nodes (docs/simulator.md)");
+  o->aggregators = aggregators;
+  if (o->workers < 1 || o->workers > 4096) {
+    return InvalidArgumentError("--workers must be in 1..4096");
   }
-  if (numel != 64 && numel != 256) return fail("--packet-numel must be 64 or 256");
-  if (threads < 1 || threads > 64) return fail("--threads must be in 1..64");
-  if (iterations < 1 || iterations > 1000) return fail("--iterations must be in 1..1000");
-  if (slots < 1 || slots > 16384) return fail("--slots must be in 1..16384");
-  if (window < 0) return fail("--window must be >= 0");
-  if (window > slots) {  // was clamped to --slots without a word
-    return fail("--window " + std::to_string(window) + " exceeds --slots " + std::to_string(slots) +
-                ": raise --slots or lower --window");
+  if (o->jobs < 1 || o->jobs > 200) return InvalidArgumentError("--jobs must be in 1..200");
+  if (o->shape != Shape::kTwoLevel && o->workers > 256) {  // else refused naming no flag
+    return InvalidArgumentError(
+        "--workers " + std::to_string(o->workers) +
+        " exceeds the 256 workers one switch aggregates (the worker bitmap's width): use "
+        "--topology two-level --racks R for more");
   }
-  DataType dtype;
-  if (flags.GetString("dtype") == "int32") {
-    dtype = DataType::kInt32;
-  } else if (flags.GetString("dtype") == "float32") {
-    dtype = DataType::kFloat32;
+  const int64_t switches = o->shape == Shape::kTwoLevel ? o->racks + 1 : 1 + o->aggregators;
+  if (o->jobs * o->workers + switches > sim::kMaxNodes) {  // was "cannot allocate ... --size"
+    return InvalidArgumentError("--jobs x --workers is " + std::to_string(o->jobs * o->workers) +
+                                " hosts; with the switches the simulator takes at most " +
+                                std::to_string(sim::kMaxNodes) + " nodes (docs/simulator.md)");
+  }
+  if (o->numel != 64 && o->numel != 256) {
+    return InvalidArgumentError("--packet-numel must be 64 or 256");
+  }
+  if (o->threads < 1 || o->threads > 64) return InvalidArgumentError("--threads must be in 1..64");
+  if (o->iterations < 1 || o->iterations > 1000) {
+    return InvalidArgumentError("--iterations must be in 1..1000");
+  }
+  if (o->slots < 1 || o->slots > 16384) return InvalidArgumentError("--slots must be in 1..16384");
+  if (o->window < 0) return InvalidArgumentError("--window must be >= 0");
+  if (o->window > o->slots) {  // was clamped to --slots without a word
+    return InvalidArgumentError("--window " + std::to_string(o->window) + " exceeds --slots " +
+                                std::to_string(o->slots) + ": raise --slots or lower --window");
+  }
+  o->dtype_name = flags.GetString("dtype");
+  if (o->dtype_name == "int32") {
+    o->dtype = DataType::kInt32;
+  } else if (o->dtype_name == "float32") {
+    o->dtype = DataType::kFloat32;
   } else {
-    return fail("--dtype must be int32 or float32");
+    return InvalidArgumentError("--dtype must be int32 or float32");
   }
-  // The timing flags, each checked by name against the simulator's bounds (sim/topology.h)
-  // before it is converted: picosecond times wrapped to negative values beyond them.
+  o->code = o->numel == 64 ? proto::SizeCode::k256B : proto::SizeCode::k1024B;
+  return Status();
+}
+
+// The timing and size flags, each checked by name against the simulator's bounds
+// (sim/topology.h) before it is converted: picosecond times wrapped to negative values beyond
+// them.
+Status CheckBounds(const Flags& flags) {
   struct Range {
     const char* flag;
     double lo, hi;
@@ -230,8 +296,15 @@ int SimCommand(const std::vector<std::string>& raw_args) {
     if (!(v >= r.lo && v <= r.hi)) {
       std::ostringstream m;
       m << "--" << r.flag << " must be in [" << r.lo << ", " << r.hi << "], not " << v;
-      return fail(m.str());
+      return InvalidArgumentError(m.str());
     }
+  }
+  const double agg_gbps = flags.GetDouble("aggregator-gbps");
+  if (!(agg_gbps == 0 || (agg_gbps >= sim::kMinGbps && agg_gbps <= sim::kMaxGbps))) {
+    std::ostringstream m;
+    m << "--aggregator-gbps must be 0 (--gbps) or in [" << sim::kMinGbps << ", " << sim::kMaxGbps
+      << "], not " << agg_gbps;
+    return InvalidArgumentError(m.str());
   }
   // 0, or a packet's service time (1e9 / pps ns) that is a delay like the others.
   const double mpps = flags.GetDouble("switch-mpps");
@@ -239,109 +312,170 @@ int SimCommand(const std::vector<std::string>& raw_args) {
     std::ostringstream m;
     m << "--switch-mpps must be 0 (unlimited) or in [" << 1e9 / sim::kMaxDelayNs / 1e6
       << ", 1e+09], not " << mpps;
-    return fail(m.str());
+    return InvalidArgumentError(m.str());
   }
   const int64_t buffer_kb = flags.GetInt("buffer-kb");
   if (buffer_kb < 0 || static_cast<uint64_t>(buffer_kb) > sim::kMaxBufferBytes / 1024) {
-    return fail("--buffer-kb must be in 0.." + std::to_string(sim::kMaxBufferBytes / 1024) +
-                " (0 = unbounded), not " + std::to_string(buffer_kb));  // was * 1024, wrapped
+    return InvalidArgumentError("--buffer-kb must be in 0.." +
+                                std::to_string(sim::kMaxBufferBytes / 1024) +
+                                " (0 = unbounded), not " + std::to_string(buffer_kb));
   }
   const int64_t baseline_mtu = flags.GetInt("baseline-mtu");
   if (baseline_mtu < 1 || baseline_mtu > 1048576) {  // was checked after the run, >= 1 only
-    return fail("--baseline-mtu must be in 1..1048576, not " + std::to_string(baseline_mtu));
+    return InvalidArgumentError("--baseline-mtu must be in 1..1048576, not " +
+                                std::to_string(baseline_mtu));
   }
-  const uint64_t size = flags.GetSize("size");
-  if (size % 4 != 0) return fail("--size must be a multiple of 4 bytes");
-  const uint64_t count = size / 4;
+  return Status();
+}
+
+Result<Options> ReadOptions(const Flags& flags) {
+  Options o;
+  RETURN_IF_ERROR(ReadShape(flags, &o));
+  RETURN_IF_ERROR(CheckBounds(flags));
+  o.baseline_mtu = flags.GetInt("baseline-mtu");
+  o.size = flags.GetSize("size");
+  if (o.size % 4 != 0) return InvalidArgumentError("--size must be a multiple of 4 bytes");
+  o.count = o.size / 4;
   // Refused before the simulation, which may run for minutes, rather than after it.
   for (const char* out : {"json", "csv"}) {
     if (flags.GetString(out).empty()) continue;
-    if (Status st = CheckOutputPath(out, flags.GetString(out), /*allow_stdout=*/true); !st.ok()) {
-      return fail(st.message());
-    }
+    RETURN_IF_ERROR(CheckOutputPath(out, flags.GetString(out), /*allow_stdout=*/true));
   }
-  const proto::SizeCode code = numel == 64 ? proto::SizeCode::k256B : proto::SizeCode::k1024B;
+  o.link.gbps = flags.GetDouble("gbps");
+  o.link.propagation_ns = flags.GetDouble("propagation-ns");
+  o.link.buffer_bytes = static_cast<uint64_t>(flags.GetInt("buffer-kb")) * 1024;
+  o.link.loss = flags.GetDouble("loss");
+  o.link.duplicate = flags.GetDouble("duplicate");
+  o.link.reorder = flags.GetDouble("reorder");
+  o.link.reorder_ns = flags.GetDouble("reorder-ns");
+  RETURN_IF_ERROR(o.link.Validate());
+  o.aggregator_link = o.link;
+  if (flags.GetDouble("aggregator-gbps") > 0) {
+    o.aggregator_link.gbps = flags.GetDouble("aggregator-gbps");
+  }
+  o.payload = flags.GetString("payload");
+  return o;
+}
 
-  sim::LinkParams lp;
-  lp.gbps = flags.GetDouble("gbps");
-  lp.propagation_ns = flags.GetDouble("propagation-ns");
-  lp.buffer_bytes = static_cast<uint64_t>(buffer_kb) * 1024;
-  lp.loss = flags.GetDouble("loss");
-  lp.duplicate = flags.GetDouble("duplicate");
-  lp.reorder = flags.GetDouble("reorder");
-  lp.reorder_ns = flags.GetDouble("reorder-ns");
-  if (Status st = lp.Validate(); !st.ok()) return fail(st.message());
+// The window when --window is 0: the documented rule (docs/architecture.md 4.5), twice the
+// bandwidth-delay product of this network's base round trip (serialization and propagation of
+// each link each way, the switches' and the host's latencies), a multiple of 32, at least 64.
+// Striped over K aggregators, also at least 2K (two slots of each worker at every aggregator:
+// while one slot's round fills the aggregator's link, the other's result travels and comes
+// back; with one, 64 workers on 64 aggregators reach 60 % of the ceiling, docs/simulator.md
+// "Server aggregators") and K per thread (StripeOfSlot gives each aggregator a slot of each
+// thread's window). Then a multiple of --threads.
+int64_t RuleWindow(const Options& o, double switch_latency_ns, double host_latency_ns) {
+  const double wire = static_cast<double>(proto::DatagramBytes(o.code) + sim::kWireOverheadBytes);
+  const double ser_ns = wire * 8 / o.link.gbps;
+  // Hops each way: 1 (star) or 2 (host-ToR-spine, host-fabric-aggregator).
+  const double levels = o.shape == Shape::kStar ? 1 : 2;
+  const double rtt_ns =
+      levels * (2 * (ser_ns + o.link.propagation_ns) + switch_latency_ns) + host_latency_ns;
+  int64_t window = static_cast<int64_t>(std::ceil(2 * o.link.gbps * rtt_ns / 8 / wire));
+  window = std::max<int64_t>(64, (window + 31) / 32 * 32);
+  window = std::max({window, 2 * o.aggregators, o.aggregators * o.threads});
+  return (window + o.threads - 1) / o.threads * o.threads;
+}
 
+// The sessions' timing from the timeout flags.
+Status ReadSessionConfig(const Flags& flags, worker::SessionConfig* s) {
+  auto us = [](double v) { return worker::Nanos{static_cast<int64_t>(std::llround(v * 1000))}; };
+  s->timeout = us(flags.GetDouble("timeout-us"));
+  s->min_timeout = us(flags.GetDouble("min-timeout-us"));
+  s->max_timeout = us(flags.GetDouble("max-timeout-us"));
+  s->clock_granularity =
+      worker::Nanos{static_cast<int64_t>(flags.GetDouble("clock-granularity-ns"))};
+  // Both checked before they narrow to 32 bits (4294967297 read as 1).
+  if (flags.GetInt("timeout-threshold") < 1 || flags.GetInt("timeout-threshold") > UINT32_MAX) {
+    return InvalidArgumentError("--timeout-threshold must be in 1..4294967295");
+  }
+  s->timeout_threshold = static_cast<uint32_t>(flags.GetInt("timeout-threshold"));
+  if (flags.GetInt("early-retransmit") < 0 || flags.GetInt("early-retransmit") > 1000000) {
+    return InvalidArgumentError("--early-retransmit must be in 0..1000000");
+  }
+  s->early_retransmit_after = static_cast<uint32_t>(flags.GetInt("early-retransmit"));
+  s->progress_timeout = us(flags.GetDouble("progress-timeout-ms") * 1000);
+  return s->Validate();
+}
+
+// The simulator's configuration; settles o->window (the rule's when --window is 0).
+Result<sim::SimConfig> BuildConfig(const Flags& flags, Options* o) {
   sim::SimConfig c;
-  const uint32_t hosts = static_cast<uint32_t>(workers * jobs);
-  const uint32_t per_rack = static_cast<uint32_t>(hosts / racks);
-  const uint32_t spine = hosts + static_cast<uint32_t>(racks);  // two-level only
-  c.topology = two_level ? sim::Topology::TwoLevel(static_cast<uint32_t>(racks), per_rack, lp, lp)
-                         : sim::Topology::Star(hosts, lp);
+  const uint32_t hosts = o->hosts();
+  const uint32_t per_rack = static_cast<uint32_t>(hosts / o->racks);
+  switch (o->shape) {
+    case Shape::kStar:
+      c.topology = sim::Topology::Star(hosts, o->link);
+      break;
+    case Shape::kTwoLevel:
+      c.topology =
+          sim::Topology::TwoLevel(static_cast<uint32_t>(o->racks), per_rack, o->link, o->link);
+      break;
+    case Shape::kServerAggregators:
+      c.topology = sim::Topology::ServerAggregators(hosts, static_cast<uint32_t>(o->aggregators),
+                                                    o->link, o->aggregator_link);
+      break;
+  }
   c.switch_latency_ns = flags.GetDouble("switch-latency-ns");
   c.switch_pps = flags.GetDouble("switch-mpps") * 1e6;
   c.host_latency_ns = flags.GetDouble("host-latency-ns");
   c.timer_granularity_ns = flags.GetDouble("timer-granularity-ns");
-  c.switch_config.slots_per_job = static_cast<uint32_t>(slots);
-  if (window == 0) {
-    // The documented rule (docs/architecture.md 4.5) with this network's base round trip: two
-    // links each way (serialization and propagation), the switch and the host latencies.
-    const double wire = static_cast<double>(proto::DatagramBytes(code) + sim::kWireOverheadBytes);
-    const double ser_ns = wire * 8 / lp.gbps;
-    const double levels = two_level ? 2 : 1;  // hops each way: 1 (star) or 2 (host-ToR-spine)
-    const double rtt_ns =
-        levels * (2 * (ser_ns + lp.propagation_ns) + c.switch_latency_ns) + c.host_latency_ns;
-    window = static_cast<int64_t>(std::ceil(2 * lp.gbps * rtt_ns / 8 / wire));
-    window = std::max<int64_t>(64, (window + 31) / 32 * 32);
-    window = (window + threads - 1) / threads * threads;
-  }
+  c.switch_config.slots_per_job = static_cast<uint32_t>(o->slots);
+  int64_t& window = o->window;
+  if (window == 0) window = RuleWindow(*o, c.switch_latency_ns, c.host_latency_ns);
   if (flags.GetBool("share-pool")) {
-    window = std::min(window, std::max<int64_t>(threads, slots / jobs / threads * threads));
+    window = std::min(window,
+                      std::max<int64_t>(o->threads, o->slots / o->jobs / o->threads * o->threads));
   }
-  if (window > slots) window = slots / threads * threads;
-  for (int64_t j = 0; j < jobs; ++j) {
+  if (window > o->slots) window = o->slots / o->threads * o->threads;
+  if (window / o->threads < o->aggregators) {
+    return InvalidArgumentError(
+        "--aggregators " + std::to_string(o->aggregators) + " needs at least one slot of each " +
+        "worker thread's window per aggregator: the window is " + std::to_string(window) +
+        " over --threads " + std::to_string(o->threads) +
+        "; raise --window (0: the rule's) or --slots, or lower --aggregators");
+  }
+  for (int64_t j = 0; j < o->jobs; ++j) {
     sim::JobConfig job;
     job.session_id = static_cast<uint64_t>(j + 1);
-    job.switch_node = two_level ? spine : hosts;
-    for (int64_t r = 0; r < workers; ++r) {
-      job.hosts.push_back(static_cast<uint32_t>(j * workers + r));
-      if (two_level) job.tors.push_back(hosts + static_cast<uint32_t>(r) / per_rack);
+    job.switch_node = o->hub();
+    for (int64_t r = 0; r < o->workers; ++r) {
+      job.hosts.push_back(static_cast<uint32_t>(j * o->workers + r));
+      if (o->shape == Shape::kTwoLevel) {
+        job.tors.push_back(hosts + static_cast<uint32_t>(r) / per_rack);
+      }
     }
-    job.size = code;
+    for (int64_t a = 0; a < o->aggregators; ++a) {
+      job.stripes.push_back(hosts + 1 + static_cast<uint32_t>(a));
+    }
+    job.size = o->code;
     job.window = static_cast<uint32_t>(window);
-    job.threads = static_cast<uint32_t>(threads);
-    job.collectives.assign(static_cast<size_t>(iterations), sim::Collective{dtype, count});
+    job.threads = static_cast<uint32_t>(o->threads);
+    job.collectives.assign(static_cast<size_t>(o->iterations), sim::Collective{o->dtype, o->count});
     c.jobs.push_back(job);
   }
-  auto us = [](double v) { return worker::Nanos{static_cast<int64_t>(std::llround(v * 1000))}; };
-  c.session.timeout = us(flags.GetDouble("timeout-us"));
-  c.session.min_timeout = us(flags.GetDouble("min-timeout-us"));
-  c.session.max_timeout = us(flags.GetDouble("max-timeout-us"));
-  c.session.clock_granularity =
-      worker::Nanos{static_cast<int64_t>(flags.GetDouble("clock-granularity-ns"))};
-  // Both checked before they narrow to 32 bits (4294967297 read as 1).
-  if (flags.GetInt("timeout-threshold") < 1 || flags.GetInt("timeout-threshold") > UINT32_MAX) {
-    return fail("--timeout-threshold must be in 1..4294967295");
-  }
-  c.session.timeout_threshold = static_cast<uint32_t>(flags.GetInt("timeout-threshold"));
-  if (flags.GetInt("early-retransmit") < 0 || flags.GetInt("early-retransmit") > 1000000) {
-    return fail("--early-retransmit must be in 0..1000000");
-  }
-  c.session.early_retransmit_after = static_cast<uint32_t>(flags.GetInt("early-retransmit"));
-  c.session.progress_timeout = us(flags.GetDouble("progress-timeout-ms") * 1000);
-  if (Status st = c.session.Validate(); !st.ok()) return fail(st.message());
-  const std::string payload = flags.GetString("payload");
-  if (payload == "shared") {
+  RETURN_IF_ERROR(ReadSessionConfig(flags, &c.session));
+  if (o->payload == "shared") {
     c.payload = sim::PayloadMode::kShared;
-  } else if (payload == "verified") {
+  } else if (o->payload == "verified") {
     c.payload = sim::PayloadMode::kVerified;
   } else {
-    return fail("--payload must be shared or verified");
+    return InvalidArgumentError("--payload must be shared or verified");
   }
-  if (Status st = ReadSeed(flags, &c.seed); !st.ok()) return fail(st.message());
+  RETURN_IF_ERROR(ReadSeed(flags, &c.seed));
   c.max_sim_seconds = flags.GetDouble("max-sim-seconds");
+  return c;
+}
 
-  const bool quiet = flags.GetBool("quiet");
+// The run's own cost (stderr only: the JSON and CSV stay identical across runs).
+struct RunCost {
+  double wall = 0, cpu = 0;
+};
+
+// Runs the simulation with a progress line on stderr (unless quiet).
+Result<sim::SimResult> RunSimulation(sim::SimConfig c, const Options& o, bool quiet,
+                                     RunCost* cost) {
   const auto wall0 = std::chrono::steady_clock::now();
   const double cpu0 = testing::ProcessCpuSeconds();
   auto last_print = wall0;
@@ -358,204 +492,363 @@ int SimCommand(const std::vector<std::string>& raw_args) {
       std::fflush(stderr);
     };
   }
-  const sim::Topology topology = c.topology;
-  const std::vector<uint32_t> job0_hosts = c.jobs[0].hosts;
   // The tensors are allocated inside Simulate: a --size this host cannot hold aborted the
   // command with std::bad_alloc (or std::length_error beyond a vector's max_size()).
-  auto too_large = [&] {
-    return fail("cannot allocate the simulated tensors of --size " + std::to_string(size) +
-                " bytes (--payload " + payload + "): use a smaller --size");
-  };
+  const Status too_large = InvalidArgumentError("cannot allocate the simulated tensors of --size " +
+                                                std::to_string(o.size) + " bytes (--payload " +
+                                                o.payload + "): use a smaller --size");
   Result<sim::SimResult> result = InternalError("not run");
   try {
     result = sim::Simulate(std::move(c));
   } catch (const std::bad_alloc&) {
-    return too_large();
+    return too_large;
   } catch (const std::length_error&) {
-    return too_large();
+    return too_large;
   }
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  const double cpu = testing::ProcessCpuSeconds() - cpu0;
+  cost->wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  cost->cpu = testing::ProcessCpuSeconds() - cpu0;
   if (printed) std::fprintf(stderr, "\n");
-  if (!result.ok()) return fail(result.status().message());
+  return result;
+}
 
-  // Baselines on the same links (job 0's workers).
-  struct BaselineRow {
-    std::string name;
-    sim::BaselineResult r;
-  };
-  std::vector<BaselineRow> baselines;
-  if (flags.GetBool("baselines")) {
-    sim::Topology t = topology;
-    if (Status st = t.Finalize(); !st.ok()) return fail(st.message());
-    sim::BaselineConfig bc;
-    bc.hosts = job0_hosts;
-    bc.bytes = size;
-    bc.mtu_payload = static_cast<uint32_t>(baseline_mtu);
-    bc.switch_latency_ns = flags.GetDouble("switch-latency-ns");
-    bc.host_latency_ns = flags.GetDouble("host-latency-ns");
-    for (sim::Baseline b : {sim::Baseline::kRing, sim::Baseline::kHalvingDoubling}) {
-      auto r = sim::SimulateBaseline(b, t, bc);
-      if (!r.ok()) return fail(r.status().message());
-      baselines.push_back({sim::BaselineName(b), *r});
+struct BaselineRow {
+  std::string name;
+  sim::BaselineResult r;
+};
+
+// Ring and halving-doubling on the same links, among job 0's workers.
+Result<std::vector<BaselineRow>> RunBaselines(sim::Topology t, const Options& o,
+                                              const Flags& flags) {
+  RETURN_IF_ERROR(t.Finalize());
+  sim::BaselineConfig bc;
+  for (int64_t r = 0; r < o.workers; ++r) bc.hosts.push_back(static_cast<uint32_t>(r));
+  bc.bytes = o.size;
+  bc.mtu_payload = static_cast<uint32_t>(o.baseline_mtu);
+  bc.switch_latency_ns = flags.GetDouble("switch-latency-ns");
+  bc.host_latency_ns = flags.GetDouble("host-latency-ns");
+  std::vector<BaselineRow> rows;
+  for (sim::Baseline b : {sim::Baseline::kRing, sim::Baseline::kHalvingDoubling}) {
+    Result<sim::BaselineResult> r = sim::SimulateBaseline(b, t, bc);
+    if (!r.ok()) return r.status();
+    rows.push_back({sim::BaselineName(b), *r});
+  }
+  return rows;
+}
+
+struct LinkSummary {
+  double mean = 0, max = 0;
+  uint64_t lost = 0, tail_dropped = 0;
+  size_t links = 0;
+  void Add(const sim::LinkResult& l) {
+    ++links;
+    mean += l.utilisation;
+    max = std::max(max, l.utilisation);
+    lost += l.lost;
+    tail_dropped += l.tail_dropped;
+  }
+  void Finish() {
+    if (links > 0) mean /= static_cast<double>(links);
+  }
+};
+
+// Link utilisation by direction: up (toward the aggregating switch: host -> switch, ToR ->
+// spine) and down. With server aggregators, up and down are the workers' links, and the
+// aggregators' links (fabric -> aggregator in, aggregator -> fabric out) are summed apart.
+struct LinkSummaries {
+  LinkSummary up, down, aggregator_in, aggregator_out;
+};
+
+LinkSummaries SummarizeLinks(const sim::SimResult& result, const Options& o) {
+  LinkSummaries s;
+  const uint32_t hosts = o.hosts(), hub = o.hub();
+  for (const sim::LinkResult& l : result.links) {
+    if (o.shape == Shape::kServerAggregators && l.to > hub) {
+      s.aggregator_in.Add(l);
+    } else if (o.shape == Shape::kServerAggregators && l.from > hub) {
+      s.aggregator_out.Add(l);
+    } else if (l.from < hosts || (o.shape == Shape::kTwoLevel && l.to == hub)) {
+      s.up.Add(l);
+    } else {
+      s.down.Add(l);
     }
   }
+  for (LinkSummary* x : {&s.up, &s.down, &s.aggregator_in, &s.aggregator_out}) x->Finish();
+  return s;
+}
 
-  const double ceiling = sim::GoodputCeilingElementsPerSecond(lp.gbps, code);
-  // Link utilisation by direction: host -> switch (up) and switch -> host (down).
-  LinkSummary up, down;
-  size_t nup = 0, ndown = 0;
-  for (const sim::LinkResult& l : result->links) {
-    const bool is_up = l.from < hosts || (two_level && l.to == spine);  // toward the aggregator
-    LinkSummary& s = is_up ? up : down;
-    (is_up ? nup : ndown)++;
-    s.mean += l.utilisation;
-    s.max = std::max(s.max, l.utilisation);
-    s.lost += l.lost;
-    s.tail_dropped += l.tail_dropped;
+json StallsJson(const sim::StallStats& s) {
+  return {{"rounds", s.rounds}, {"mean_ns", s.mean_ns}, {"p50_ns", s.p50_ns},
+          {"p99_ns", s.p99_ns}, {"max_ns", s.max_ns},   {"stalled_rounds", s.stalled}};
+}
+
+json StripesJson(const std::vector<sim::StripeResult>& stripes, const sim::SimResult& result) {
+  json out = json::array();
+  for (const sim::StripeResult& s : stripes) {
+    double in = 0, out_busy = 0;  // the aggregator's link, both ways
+    for (const sim::LinkResult& l : result.links) {
+      if (l.to == s.node) in = l.utilisation;
+      if (l.from == s.node) out_busy = l.utilisation;
+    }
+    out.push_back({{"node", s.node},
+                   {"received", s.received},
+                   {"completed_rounds", s.completed},
+                   {"unicasts", s.unicasts},
+                   {"duplicates_dropped", s.duplicates_dropped},
+                   {"slots", s.slots.size()},
+                   {"in_utilisation", in},
+                   {"out_utilisation", out_busy}});
   }
-  if (nup > 0) up.mean /= static_cast<double>(nup);
-  if (ndown > 0) down.mean /= static_cast<double>(ndown);
+  return out;
+}
 
+// The one result document: the JSON output, and the source of the CSV and the summary.
+json ResultJson(const Flags& flags, const Options& o, const sim::SimResult& result,
+                const std::vector<BaselineRow>& baselines) {
+  const double ceiling = sim::GoodputCeilingElementsPerSecond(o.link.gbps, o.code);
   json out;
-  out["config"] = {{"topology", topology_name},
-                   {"racks", racks},
-                   {"workers", workers},
-                   {"jobs", jobs},
-                   {"gbps", lp.gbps},
-                   {"propagation_ns", lp.propagation_ns},
+  out["config"] = {{"topology", ShapeName(o.shape)},
+                   {"racks", o.racks},
+                   {"aggregators", o.aggregators},
+                   {"workers", o.workers},
+                   {"jobs", o.jobs},
+                   {"gbps", o.link.gbps},
+                   {"propagation_ns", o.link.propagation_ns},
                    {"switch_latency_ns", flags.GetDouble("switch-latency-ns")},
-                   {"packet_numel", numel},
-                   {"slots", slots},
-                   {"window", window},
-                   {"threads", threads},
-                   {"size_bytes", size},
-                   {"dtype", flags.GetString("dtype")},
-                   {"iterations", iterations},
-                   {"loss", lp.loss},
+                   {"packet_numel", o.numel},
+                   {"slots", o.slots},
+                   {"window", o.window},
+                   {"threads", o.threads},
+                   {"size_bytes", o.size},
+                   {"dtype", o.dtype_name},
+                   {"iterations", o.iterations},
+                   {"loss", o.link.loss},
                    {"min_timeout_us", flags.GetDouble("min-timeout-us")},
                    {"early_retransmit", flags.GetInt("early-retransmit")},
                    {"seed", flags.GetInt("seed")}};
+  if (o.shape == Shape::kServerAggregators) {
+    out["config"]["aggregator_gbps"] = o.aggregator_link.gbps;
+  }
   out["goodput_ceiling_elements_per_second"] = ceiling;
-  out["sim_seconds"] = result->sim_seconds;
-  out["events"] = result->events;
-  out["packets_delivered"] = result->packets_delivered;
+  out["sim_seconds"] = result.sim_seconds;
+  out["events"] = result.events;
+  out["packets_delivered"] = result.packets_delivered;
   double total_eps = 0;
-  bool all_ok = true;
-  for (const sim::JobResult& j : result->jobs) {
-    all_ok = all_ok && j.status.ok() && j.verified;
+  for (const sim::JobResult& j : result.jobs) {
     total_eps += j.elements_per_second;
-    out["jobs"].push_back({{"session_id", j.session_id},
-                           {"workers", j.workers},
-                           {"ok", j.status.ok()},
-                           {"status", j.status.ok() ? "OK" : j.status.ToString()},
-                           {"verified", j.verified},
-                           {"verify_error", j.verify_error},
-                           {"seconds", j.seconds},
-                           {"allreduce_seconds", j.collective_seconds},
-                           {"elements", j.elements},
-                           {"elements_per_second", j.elements_per_second},
-                           {"fraction_of_ceiling", j.elements_per_second / ceiling},
-                           {"sent", j.sent},
-                           {"retransmitted", j.retransmitted},
-                           {"timeouts", j.timeouts},
-                           {"early_retransmits", j.early_retransmits},
-                           {"duplicate_results", j.duplicates},
-                           {"switch_unicasts", j.switch_unicasts},
-                           {"switch_duplicates_dropped", j.switch_duplicates_dropped},
-                           {"slot_rounds", StallsJson(j.stalls)}});
+    json job = {{"session_id", j.session_id},
+                {"workers", j.workers},
+                {"ok", j.status.ok()},
+                {"status", j.status.ok() ? "OK" : j.status.ToString()},
+                {"verified", j.verified},
+                {"verify_error", j.verify_error},
+                {"seconds", j.seconds},
+                {"allreduce_seconds", j.collective_seconds},
+                {"elements", j.elements},
+                {"elements_per_second", j.elements_per_second},
+                {"fraction_of_ceiling", j.elements_per_second / ceiling},
+                {"sent", j.sent},
+                {"retransmitted", j.retransmitted},
+                {"timeouts", j.timeouts},
+                {"early_retransmits", j.early_retransmits},
+                {"duplicate_results", j.duplicates},
+                {"switch_unicasts", j.switch_unicasts},
+                {"switch_duplicates_dropped", j.switch_duplicates_dropped},
+                {"slot_rounds", StallsJson(j.stalls)}};
+    if (o.shape == Shape::kServerAggregators) job["aggregators"] = StripesJson(j.stripes, result);
+    out["jobs"].push_back(std::move(job));
   }
   out["aggregated_elements_per_second"] = total_eps;
+  const LinkSummaries links = SummarizeLinks(result, o);
+  const LinkSummary &up = links.up, &down = links.down;
   out["links"] = {
       {"up_mean_utilisation", up.mean},     {"up_max_utilisation", up.max},
       {"down_mean_utilisation", down.mean}, {"down_max_utilisation", down.max},
       {"lost", up.lost + down.lost},        {"tail_dropped", up.tail_dropped + down.tail_dropped}};
+  if (o.shape == Shape::kServerAggregators) {
+    const LinkSummary &in = links.aggregator_in, &agg_out = links.aggregator_out;
+    json& l = out["links"];
+    l["aggregator_in_mean_utilisation"] = in.mean;
+    l["aggregator_in_max_utilisation"] = in.max;
+    l["aggregator_out_mean_utilisation"] = agg_out.mean;
+    l["aggregator_out_max_utilisation"] = agg_out.max;
+    l["lost"] = l["lost"].get<uint64_t>() + in.lost + agg_out.lost;
+    l["tail_dropped"] = l["tail_dropped"].get<uint64_t>() + in.tail_dropped + agg_out.tail_dropped;
+  }
   for (const BaselineRow& b : baselines) {
     out["baselines"][b.name] = {{"seconds", b.r.seconds},
-                                {"elements_per_second", static_cast<double>(count) / b.r.seconds},
+                                {"elements_per_second", static_cast<double>(o.count) / b.r.seconds},
                                 {"steps", b.r.steps},
                                 {"bytes_sent_per_worker", b.r.bytes_sent_per_worker},
                                 {"max_link_utilisation", b.r.max_link_utilisation}};
   }
+  return out;
+}
 
-  auto write = [&](const std::string& path, const std::string& text) -> bool {
-    if (path.empty()) return true;
-    if (path == "-") {
-      std::cout << text;
-      return true;
-    }
-    std::ofstream f(path);
-    f << text;
-    if (!f) {
-      std::cerr << "switchml sim: cannot write " << path << "\n";
-      return false;
-    }
-    return true;
-  };
+// The baselines of the result document in the order they ran (its object sorts them by name).
+std::vector<std::pair<std::string, const json*>> BaselinesOf(const json& out) {
+  std::vector<std::pair<std::string, const json*>> rows;
+  if (!out.contains("baselines")) return rows;
+  for (sim::Baseline b : {sim::Baseline::kRing, sim::Baseline::kHalvingDoubling}) {
+    const char* name = sim::BaselineName(b);
+    if (out["baselines"].contains(name)) rows.emplace_back(name, &out["baselines"][name]);
+  }
+  return rows;
+}
+
+// CSV: one row per job, then one per baseline.
+std::string CsvText(const json& out) {
+  const json& cfg = out["config"];
+  const double ceiling = out["goodput_ceiling_elements_per_second"].get<double>();
   std::ostringstream csv;
   csv.precision(10);
   csv << "algorithm,job,workers,jobs,gbps,packet_numel,window,size_bytes,dtype,loss,seed,"
          "seconds,elements_per_second,fraction_of_ceiling,retransmitted,timeouts,"
          "stalled_rounds,round_p50_ns,round_p99_ns,ok\n";
-  auto row_prefix = [&](const std::string& alg, int64_t job) {
-    csv << alg << "," << job << "," << workers << "," << jobs << "," << lp.gbps << "," << numel
-        << "," << window << "," << size << "," << flags.GetString("dtype") << "," << lp.loss << ","
-        << flags.GetInt("seed") << ",";
+  auto row_prefix = [&](const std::string& alg, size_t job) {
+    csv << alg << "," << job << "," << cfg["workers"].get<int64_t>() << ","
+        << cfg["jobs"].get<int64_t>() << "," << cfg["gbps"].get<double>() << ","
+        << cfg["packet_numel"].get<int64_t>() << "," << cfg["window"].get<int64_t>() << ","
+        << cfg["size_bytes"].get<uint64_t>() << "," << cfg["dtype"].get<std::string>() << ","
+        << cfg["loss"].get<double>() << "," << cfg["seed"].get<int64_t>() << ",";
   };
-  for (size_t i = 0; i < result->jobs.size(); ++i) {
-    const sim::JobResult& j = result->jobs[i];
-    row_prefix("switchml", static_cast<int64_t>(i));
-    csv << j.seconds << "," << j.elements_per_second << "," << j.elements_per_second / ceiling
-        << "," << j.retransmitted << "," << j.timeouts << "," << j.stalls.stalled << ","
-        << j.stalls.p50_ns << "," << j.stalls.p99_ns << "," << (j.status.ok() && j.verified)
-        << "\n";
+  for (size_t i = 0; i < out["jobs"].size(); ++i) {
+    const json& j = out["jobs"][i];
+    const json& rounds = j["slot_rounds"];
+    row_prefix("switchml", i);
+    csv << j["seconds"].get<double>() << "," << j["elements_per_second"].get<double>() << ","
+        << j["fraction_of_ceiling"].get<double>() << "," << j["retransmitted"].get<uint64_t>()
+        << "," << j["timeouts"].get<uint64_t>() << "," << rounds["stalled_rounds"].get<uint64_t>()
+        << "," << rounds["p50_ns"].get<double>() << "," << rounds["p99_ns"].get<double>() << ","
+        << (j["ok"].get<bool>() && j["verified"].get<bool>()) << "\n";
   }
-  for (const BaselineRow& b : baselines) {
-    row_prefix(b.name, 0);
-    const double eps = static_cast<double>(count) / b.r.seconds;
-    csv << b.r.seconds << "," << eps << "," << eps / ceiling << ",0,0,0,0,0,1\n";
+  for (const auto& [name, b] : BaselinesOf(out)) {
+    row_prefix(name, 0);
+    const double eps = (*b)["elements_per_second"].get<double>();
+    csv << (*b)["seconds"].get<double>() << "," << eps << "," << eps / ceiling << ",0,0,0,0,0,1\n";
   }
-  if (!write(flags.GetString("json"), out.dump(2) + "\n")) return 2;
-  if (!write(flags.GetString("csv"), csv.str())) return 2;
+  return csv.str();
+}
 
-  if (flags.GetString("json") != "-" && flags.GetString("csv") != "-") {
+void PrintSummary(const json& out) {
+  const json& cfg = out["config"];
+  const double ceiling = out["goodput_ceiling_elements_per_second"].get<double>();
+  const uint64_t size = cfg["size_bytes"].get<uint64_t>(), count = size / 4;
+  const int64_t aggregators = cfg["aggregators"].get<int64_t>();
+  const std::string over =
+      aggregators > 0 ? " over " + std::to_string(aggregators) + " server aggregator(s)" : "";
+  std::printf(
+      "switchml sim: %lld job(s) x %lld workers%s, %.0f Gbit/s, %lld-element packets, "
+      "window %lld, %llu bytes (%llu %s elements), loss %g\n",
+      static_cast<long long>(cfg["jobs"].get<int64_t>()),
+      static_cast<long long>(cfg["workers"].get<int64_t>()), over.c_str(),
+      cfg["gbps"].get<double>(), static_cast<long long>(cfg["packet_numel"].get<int64_t>()),
+      static_cast<long long>(cfg["window"].get<int64_t>()), static_cast<unsigned long long>(size),
+      static_cast<unsigned long long>(count), cfg["dtype"].get<std::string>().c_str(),
+      cfg["loss"].get<double>());
+  for (size_t i = 0; i < out["jobs"].size(); ++i) {
+    const json& j = out["jobs"][i];
+    const json& rounds = j["slot_rounds"];
+    const bool ok = j["ok"].get<bool>();
+    const double eps = j["elements_per_second"].get<double>();
     std::printf(
-        "switchml sim: %lld job(s) x %lld workers, %.0f Gbit/s, %lld-element packets, "
-        "window %lld, %llu bytes (%llu %s elements), loss %g\n",
-        static_cast<long long>(jobs), static_cast<long long>(workers), lp.gbps,
-        static_cast<long long>(numel), static_cast<long long>(window),
-        static_cast<unsigned long long>(size), static_cast<unsigned long long>(count),
-        flags.GetString("dtype").c_str(), lp.loss);
-    for (size_t i = 0; i < result->jobs.size(); ++i) {
-      const sim::JobResult& j = result->jobs[i];
-      std::printf(
-          "  job %zu: %s, %.6f s, %.4g elements/s (%.1f%% of the packet format's "
-          "ceiling), %llu retransmissions, %llu timeouts, slot rounds p50 %.0f ns p99 "
-          "%.0f ns, %llu stalled%s\n",
-          i, j.status.ok() ? (j.verified ? "OK (verified)" : "WRONG RESULT") : "FAILED", j.seconds,
-          j.elements_per_second, 100 * j.elements_per_second / ceiling,
-          static_cast<unsigned long long>(j.retransmitted),
-          static_cast<unsigned long long>(j.timeouts), j.stalls.p50_ns, j.stalls.p99_ns,
-          static_cast<unsigned long long>(j.stalls.stalled),
-          j.status.ok() ? "" : (": " + j.status.ToString()).c_str());
-      if (!j.verify_error.empty()) std::printf("    %s\n", j.verify_error.c_str());
-    }
-    for (const BaselineRow& b : baselines) {
-      std::printf("  %s: %.6f s, %.4g elements/s (%.1f%% of the SwitchML ceiling)\n",
-                  b.name.c_str(), b.r.seconds, static_cast<double>(count) / b.r.seconds,
-                  100 * static_cast<double>(count) / b.r.seconds / ceiling);
-    }
-    std::printf("  links: up %.1f%% mean / %.1f%% max busy, down %.1f%% / %.1f%%\n", 100 * up.mean,
-                100 * up.max, 100 * down.mean, 100 * down.max);
+        "  job %zu: %s, %.6f s, %.4g elements/s (%.1f%% of the packet format's "
+        "ceiling), %llu retransmissions, %llu timeouts, slot rounds p50 %.0f ns p99 "
+        "%.0f ns, %llu stalled%s\n",
+        i, ok ? (j["verified"].get<bool>() ? "OK (verified)" : "WRONG RESULT") : "FAILED",
+        j["seconds"].get<double>(), eps, 100 * eps / ceiling,
+        static_cast<unsigned long long>(j["retransmitted"].get<uint64_t>()),
+        static_cast<unsigned long long>(j["timeouts"].get<uint64_t>()),
+        rounds["p50_ns"].get<double>(), rounds["p99_ns"].get<double>(),
+        static_cast<unsigned long long>(rounds["stalled_rounds"].get<uint64_t>()),
+        ok ? "" : (": " + j["status"].get<std::string>()).c_str());
+    const std::string verify_error = j["verify_error"].get<std::string>();
+    if (!verify_error.empty()) std::printf("    %s\n", verify_error.c_str());
   }
+  for (const auto& [name, b] : BaselinesOf(out)) {
+    const double seconds = (*b)["seconds"].get<double>();
+    std::printf("  %s: %.6f s, %.4g elements/s (%.1f%% of the SwitchML ceiling)\n", name.c_str(),
+                seconds, static_cast<double>(count) / seconds,
+                100 * static_cast<double>(count) / seconds / ceiling);
+  }
+  const json& l = out["links"];
+  std::printf("  links: up %.1f%% mean / %.1f%% max busy, down %.1f%% / %.1f%%\n",
+              100 * l["up_mean_utilisation"].get<double>(),
+              100 * l["up_max_utilisation"].get<double>(),
+              100 * l["down_mean_utilisation"].get<double>(),
+              100 * l["down_max_utilisation"].get<double>());
+  if (aggregators > 0) {
+    std::printf("  aggregator links: in %.1f%% mean / %.1f%% max busy, out %.1f%% / %.1f%%\n",
+                100 * l["aggregator_in_mean_utilisation"].get<double>(),
+                100 * l["aggregator_in_max_utilisation"].get<double>(),
+                100 * l["aggregator_out_mean_utilisation"].get<double>(),
+                100 * l["aggregator_out_max_utilisation"].get<double>());
+  }
+}
+
+// Writes text to path ("-": stdout; empty: nowhere).
+bool WriteOutput(const std::string& path, const std::string& text) {
+  if (path.empty()) return true;
+  if (path == "-") {
+    std::cout << text;
+    return true;
+  }
+  std::ofstream f(path);
+  f << text;
+  if (!f) {
+    std::cerr << "switchml sim: cannot write " << path << "\n";
+    return false;
+  }
+  return true;
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "switchml sim: " << message << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int SimCommand(const std::vector<std::string>& raw_args) {
+  Flags flags(
+      "sim",
+      "Simulates SwitchML jobs on a simulated network in virtual time (discrete events), running\n"
+      "the real switch data plane and worker protocol for every packet, and the ring and\n"
+      "halving-doubling all-reduces on the same links. Deterministic: the same flags and seed\n"
+      "give the same output. Flags may also come from a JSON file (--config), which the command\n"
+      "line overrides. See docs/simulator.md.");
+  DefineFlags(&flags);
+  std::vector<std::string> args;
+  if (Status st = ExpandConfigFiles(raw_args, &args); !st.ok()) return Fail(st.message());
+  if (int code = ParseCommandLine("sim", args, &flags, nullptr); code >= 0) return code;
+
+  Result<Options> options = ReadOptions(flags);
+  if (!options.ok()) return Fail(options.status().message());
+  Options& o = *options;
+  Result<sim::SimConfig> config = BuildConfig(flags, &o);
+  if (!config.ok()) return Fail(config.status().message());
+  const sim::Topology topology = config->topology;  // for the baselines
+  RunCost cost;
+  Result<sim::SimResult> result =
+      RunSimulation(std::move(*config), o, flags.GetBool("quiet"), &cost);
+  if (!result.ok()) return Fail(result.status().message());
+
+  std::vector<BaselineRow> baselines;
+  if (flags.GetBool("baselines")) {
+    Result<std::vector<BaselineRow>> rows = RunBaselines(topology, o, flags);
+    if (!rows.ok()) return Fail(rows.status().message());
+    baselines = std::move(*rows);
+  }
+  const json out = ResultJson(flags, o, *result, baselines);
+  if (!WriteOutput(flags.GetString("json"), out.dump(2) + "\n")) return 2;
+  if (!WriteOutput(flags.GetString("csv"), CsvText(out))) return 2;
+  if (flags.GetString("json") != "-" && flags.GetString("csv") != "-") PrintSummary(out);
   std::fflush(stdout);
   std::fprintf(stderr,
                "sim: %.6f s simulated, %llu events in %.2f s wall, %.2f s CPU (%.2fM events per "
                "CPU second)\n",
-               result->sim_seconds, static_cast<unsigned long long>(result->events), wall, cpu,
-               static_cast<double>(result->events) / cpu / 1e6);
-  return all_ok ? 0 : 1;
+               result->sim_seconds, static_cast<unsigned long long>(result->events), cost.wall,
+               cost.cpu, static_cast<double>(result->events) / cost.cpu / 1e6);
+  return result->ok() ? 0 : 1;
 }
 
 }  // namespace switchml::tools

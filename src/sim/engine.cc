@@ -6,11 +6,13 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <queue>
 
 #include "base/check.h"
 #include "base/status_macros.h"
 #include "testing/pattern.h"
+#include "worker/striped_session.h"
 
 namespace switchml::sim {
 
@@ -28,7 +30,10 @@ Status SimConfig::Validate() const {
   for (size_t j = 0; j < jobs.size(); ++j) {
     const JobConfig& job = jobs[j];
     const std::string what = "job " + std::to_string(j) + ": ";
-    if (job.switch_node >= nodes.size() || nodes[job.switch_node].kind != Node::Kind::kSwitch) {
+    auto is_switch = [&](uint32_t n) {
+      return n < nodes.size() && nodes[n].kind == Node::Kind::kSwitch;
+    };
+    if (job.stripes.empty() && !is_switch(job.switch_node)) {
       return InvalidArgumentError(what + "switch_node is not a switch");
     }
     if (job.hosts.empty()) return InvalidArgumentError(what + "no workers");
@@ -62,6 +67,30 @@ Status SimConfig::Validate() const {
     }
     if (job.window < job.threads || job.window % job.threads != 0) {
       return InvalidArgumentError(what + "window must be a positive multiple of threads");
+    }
+    if (!job.stripes.empty()) {
+      if (!job.tors.empty()) {
+        return InvalidArgumentError(what + "stripes and tors do not combine (one level only)");
+      }
+      if (job.stripes.size() > job.window / job.threads) {
+        return InvalidArgumentError(
+            what + std::to_string(job.stripes.size()) + " stripes exceed the " +
+            std::to_string(job.window / job.threads) +
+            " slots of a worker thread's window: each stripe needs a slot (raise the window)");
+      }
+      for (size_t s = 0; s < job.stripes.size(); ++s) {
+        if (!is_switch(job.stripes[s])) {
+          return InvalidArgumentError(what + "stripe " + std::to_string(s) + " (node " +
+                                      std::to_string(job.stripes[s]) + ") is not a switch");
+        }
+        for (size_t t = 0; t < s; ++t) {
+          if (job.stripes[t] == job.stripes[s]) {
+            return InvalidArgumentError(what + "node " + std::to_string(job.stripes[s]) +
+                                        " is stripe " + std::to_string(t) + " and " +
+                                        std::to_string(s) + ": stripes must be distinct");
+          }
+        }
+      }
     }
     if (job.window > switch_config.slots_per_job) {
       return InvalidArgumentError(what + "window " + std::to_string(job.window) +
@@ -230,11 +259,16 @@ struct Event {
 };
 
 struct SessionState {
-  std::unique_ptr<worker::WorkerSession> session;
+  // The worker library's striped session (one host but for striped jobs: then exactly a
+  // WorkerSession), which names the host of each datagram before PollTransmit writes it.
+  std::unique_ptr<worker::StripedSession> session;
   uint32_t job = 0, rank = 0, thread = 0;
   uint32_t host = 0;
   uint32_t uplink = 0;  // first link toward the job's switch
   Endpoint self, switch_ep;
+  // A striped job (JobConfig::stripes): the first link toward each stripe's switch (the
+  // stripe's endpoint is JobState::stripe_endpoints); empty otherwise.
+  std::vector<uint32_t> stripe_uplinks;
   Time timer_at = kNever;
   bool running = false;
   uint64_t slice_packets = 0;  // packets of the running slice (for progress)
@@ -249,6 +283,10 @@ struct RankState {
 struct JobState {
   JobConfig config;
   JobResult result;
+  // The switches the workers send to: {switch_node} (one level; the spine with two), or the
+  // stripes in order; and, when striped, their endpoints.
+  std::vector<uint32_t> switch_nodes;
+  std::vector<Endpoint> stripe_endpoints;
   std::vector<uint32_t> sessions;  // rank * threads + thread
   std::vector<RankState> ranks;
   std::vector<int32_t> shared_in, shared_out;  // kShared
@@ -374,9 +412,18 @@ Status Engine::Setup() {
     // its ToR and its place in the rack (two levels; the ToRs join the spine as its members).
     std::vector<uint32_t> rank_switch(n, jc.switch_node), rank_local(n);
     std::iota(rank_local.begin(), rank_local.end(), 0u);
+    job.switch_nodes = jc.stripes.empty() ? std::vector<uint32_t>{jc.switch_node} : jc.stripes;
     if (jc.tors.empty()) {
-      RETURN_IF_ERROR(switches_[jc.switch_node]->CreateJob(
-          {jc.session_id, n, jc.size, T, jc.window, /*running_tsi=*/true, /*multicast_group=*/{}}));
+      // Every stripe runs the whole job, as a switch host that knows nothing of the others.
+      for (uint32_t sw : job.switch_nodes) {
+        RETURN_IF_ERROR(switches_[sw]->CreateJob({jc.session_id, n, jc.size, T, jc.window,
+                                                  /*running_tsi=*/true, /*multicast_group=*/{}}));
+      }
+      if (!jc.stripes.empty()) {
+        for (uint32_t sw : jc.stripes) {
+          job.stripe_endpoints.push_back(Endpoint{Topology::Ip(sw), kSwitchPort});
+        }
+      }
     } else {
       std::vector<uint32_t> racks;  // ToR nodes in order of first appearance
       std::map<uint32_t, uint32_t> rack_size;
@@ -423,8 +470,14 @@ Status Engine::Setup() {
         }
       }
       jobs_on_host[host].push_back(j);
-      RETURN_IF_ERROR(switches_[rank_switch[r]]->AddWorker(jc.session_id, rank_local[r],
-                                                           {Topology::Ip(host), port}));
+      if (jc.stripes.empty()) {
+        RETURN_IF_ERROR(switches_[rank_switch[r]]->AddWorker(jc.session_id, rank_local[r],
+                                                             {Topology::Ip(host), port}));
+      } else {
+        for (uint32_t sw : jc.stripes) {
+          RETURN_IF_ERROR(switches_[sw]->AddWorker(jc.session_id, r, {Topology::Ip(host), port}));
+        }
+      }
       auto& table = port_table_[host];
       if (table.size() < (j + 1) * kPortsPerJob) table.resize((j + 1) * kPortsPerJob, kNoSession);
       for (uint32_t t = 0; t < T; ++t) {
@@ -433,9 +486,12 @@ Status Engine::Setup() {
         wc.window = W;
         wc.slot_start = t * W;
         wc.size = jc.size;
-        RETURN_IF_ERROR(wc.Validate());
+        worker::StripedSessionConfig sc;
+        sc.session = wc;
+        sc.num_hosts = static_cast<uint32_t>(job.switch_nodes.size());
+        RETURN_IF_ERROR(sc.Validate());
         SessionState s;
-        s.session = std::make_unique<worker::WorkerSession>(wc);
+        s.session = std::make_unique<worker::StripedSession>(sc);
         s.job = j;
         s.rank = r;
         s.thread = t;
@@ -443,6 +499,7 @@ Status Engine::Setup() {
         s.uplink = cfg_.topology.NextLink(host, rank_switch[r]);
         s.self = Endpoint{Topology::Ip(host), static_cast<uint16_t>(port + t)};
         s.switch_ep = Endpoint{Topology::Ip(rank_switch[r]), kSwitchPort};
+        for (uint32_t sw : jc.stripes) s.stripe_uplinks.push_back(cfg_.topology.NextLink(host, sw));
         table[j * kPortsPerJob + t] = static_cast<uint32_t>(sessions_.size());
         job.sessions.push_back(static_cast<uint32_t>(sessions_.size()));
         sessions_.push_back(std::move(s));
@@ -609,9 +666,16 @@ void Engine::SwitchReceive(uint32_t node, uint32_t p) {
 
 void Engine::AfterSession(uint32_t s) {
   SessionState& ss = sessions_[s];
-  worker::WorkerSession& session = *ss.session;
+  worker::StripedSession& session = *ss.session;
   const worker::Nanos now = NowNanos();
   for (;;) {
+    // Striped: the switch that serves the next datagram's slot, as the worker library says.
+    uint32_t stripe = 0;
+    if (!ss.stripe_uplinks.empty()) {
+      const std::optional<uint32_t> host = session.NextTransmitHost();
+      if (!host) break;
+      stripe = *host;
+    }
     const uint32_t p = pool_.Alloc();
     Packet& pk = pool_.Get(p);
     const size_t n = session.PollTransmit(now, pk.data);
@@ -621,9 +685,14 @@ void Engine::AfterSession(uint32_t s) {
     }
     pk.len = static_cast<uint16_t>(n);
     pk.source = ss.self;
-    Transmit(ss.uplink, p, ss.switch_ep, Later(now_, host_latency_));
+    if (ss.stripe_uplinks.empty()) {
+      Transmit(ss.uplink, p, ss.switch_ep, Later(now_, host_latency_));
+      continue;
+    }
+    Transmit(ss.stripe_uplinks[stripe], p, jobs_[ss.job].stripe_endpoints[stripe],
+             Later(now_, host_latency_));
   }
-  if (session.state() != worker::WorkerSession::State::kRunning) {
+  if (session.state() != worker::StripedSession::State::kRunning) {
     if (ss.running) SliceDone(s);
     return;
   }
@@ -856,7 +925,7 @@ SimResult Engine::Run() {
   for (JobState& job : jobs_) {
     JobResult& r = job.result;
     for (uint32_t s : job.sessions) {
-      const worker::SessionCounters& c = sessions_[s].session->counters();
+      const worker::SessionCounters c = sessions_[s].session->counters();
       r.sent += c.sent;
       r.retransmitted += c.retransmitted;
       r.timeouts += c.timeouts;
@@ -866,13 +935,27 @@ SimResult Engine::Run() {
       r.foreign_slot += c.foreign_slot;
       r.stale += c.stale;
     }
-    if (const dataplane::JobCounters* jc =
-            switches_[job.config.switch_node]->job_counters(job.config.session_id)) {
-      r.switch_unicasts = jc->retransmitted;
+    for (uint32_t node : job.switch_nodes) {
+      const dataplane::Switch& sw = *switches_[node];
+      const dataplane::JobCounters* jc = sw.job_counters(job.config.session_id);
+      if (jc == nullptr) continue;
       using dataplane::DropReason;
-      r.switch_duplicates_dropped = jc->dropped[static_cast<int>(DropReason::kDuplicate)];
-      r.switch_wrong_size = jc->dropped[static_cast<int>(DropReason::kWrongSize)];
-      r.switch_slot_out_of_range = jc->dropped[static_cast<int>(DropReason::kSlotOutOfRange)];
+      StripeResult sr;
+      sr.node = node;
+      sr.received = jc->received;
+      sr.aggregated = jc->aggregated;
+      sr.completed = jc->completed;
+      sr.unicasts = jc->retransmitted;
+      sr.duplicates_dropped = jc->dropped[static_cast<int>(DropReason::kDuplicate)];
+      const auto slots = sw.slot_counters(job.config.session_id);
+      for (size_t i = 0; i < slots.size(); ++i) {
+        if (slots[i].received > 0) sr.slots.push_back(static_cast<uint32_t>(i));
+      }
+      r.switch_unicasts += sr.unicasts;
+      r.switch_duplicates_dropped += sr.duplicates_dropped;
+      r.switch_wrong_size += jc->dropped[static_cast<int>(DropReason::kWrongSize)];
+      r.switch_slot_out_of_range += jc->dropped[static_cast<int>(DropReason::kSlotOutOfRange)];
+      r.stripes.push_back(std::move(sr));
     }
     std::vector<float>& rt = job.round_ns;
     StallStats& st = r.stalls;

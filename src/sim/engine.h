@@ -1,5 +1,7 @@
 // A discrete-event simulator of SwitchML jobs on a simulated network, running the real data plane
-// (dataplane::Switch) and the real worker protocol (worker::WorkerSession) for every packet: the
+// (dataplane::Switch) and the real worker protocol (worker::WorkerSession, inside the worker
+// library's worker::StripedSession, which also stripes a job over several switches) for every
+// packet: the
 // simulator only moves their datagrams over links in virtual time. Pure: no sockets, threads or
 // wall clocks; the same configuration and seed give the same result bit for bit.
 //
@@ -13,9 +15,11 @@
 //     another node is forwarded on the shortest path after switch_latency_ns.
 //   - A host node runs the WorkerSessions of its workers (one per worker thread, each with its own
 //     UDP port and slot range, as runtime::WorkerThread). A session's datagrams enter the host's
-//     link host_latency_ns after PollTransmit gives them; datagrams are handed to HandleDatagram
-//     on arrival (plus host_latency_ns of the receive path, folded into the link's delay); its
-//     HandleTimeout runs at the time PollTimeout asks for. The host CPU is otherwise free.
+//     link host_latency_ns after PollTransmit gives them, addressed to the job's switch or, when
+//     the job is striped over several switches, to the one that serves the datagram's slot;
+//     datagrams are handed to HandleDatagram on arrival (plus host_latency_ns of the receive path,
+//     folded into the link's delay); its HandleTimeout runs at the time PollTimeout asks for. The
+//     host CPU is otherwise free.
 //   - Events: one heap of (time, sequence) entries holding each link's head-of-line arrival, each
 //     session's next timer, and out-of-order (reordered) deliveries. Packet buffers come from a
 //     pool: no allocation per packet in steady state.
@@ -51,7 +55,7 @@ struct Collective {
 
 struct JobConfig {
   uint64_t session_id = 1;
-  uint32_t switch_node = 0;     // the switch the job's workers send to
+  uint32_t switch_node = 0;     // the switch the job's workers send to (unused with stripes)
   std::vector<uint32_t> hosts;  // rank r runs on hosts[r]
   // Two levels (docs/hierarchy.md): rank r sends to the top-of-rack switch tors[r], whose
   // job (the ranks with that ToR, in rank order) has switch_node, the spine, as its upstream; the
@@ -59,6 +63,14 @@ struct JobConfig {
   // worker quantizes for the global worker count. Empty: one level, every rank on switch_node.
   // (A ToR-spine pair carries one two-level job at a time: dataplane::Switch::SetUpstream.)
   std::vector<uint32_t> tors;
+  // Striping (issue 26, docs/simulator.md "Server aggregators"): the switch nodes that serve the
+  // job, each its share of every worker thread's slots: local slot l of a thread's window W
+  // (the slot index minus the thread's slot_start) goes to stripes[worker::StripeOfSlot(l, W,
+  // stripes.size())], as the sessions' worker::StripedSession::NextTransmitHost names it. Each
+  // runs the whole job (one JobSpec,
+  // every worker registered) and sees only the packets of its slots; the results come from it.
+  // At most W entries, distinct; not with tors. Empty: switch_node serves every slot.
+  std::vector<uint32_t> stripes;
   proto::SizeCode size = proto::SizeCode::k1024B;
   uint32_t window = 256;                // outstanding packets per worker, all threads together
   uint32_t threads = 1;                 // sessions (ports, slot ranges) per worker
@@ -118,6 +130,17 @@ struct StallStats {
   uint64_t stalled = 0;
 };
 
+// One switch's view of a job (its JobCounters), for each switch the job's workers send to.
+struct StripeResult {
+  uint32_t node = 0;
+  uint64_t received = 0;    // datagrams of the job
+  uint64_t aggregated = 0;  // fresh contributions
+  uint64_t completed = 0;   // slot rounds completed
+  uint64_t unicasts = 0;    // stored results re-sent to one worker
+  uint64_t duplicates_dropped = 0;
+  std::vector<uint32_t> slots;  // the slots that received datagrams, ascending
+};
+
 struct JobResult {
   uint64_t session_id = 0;
   uint32_t workers = 0;
@@ -132,9 +155,12 @@ struct JobResult {
   uint64_t sent = 0, retransmitted = 0, timeouts = 0, results = 0, duplicates = 0;
   uint64_t early_retransmits = 0;
   uint64_t foreign_slot = 0, stale = 0;  // results a session dropped: not its slot, other job
-  // From the switch's job counters.
+  // From the switches' job counters.
   uint64_t switch_unicasts = 0, switch_duplicates_dropped = 0;
   uint64_t switch_wrong_size = 0, switch_slot_out_of_range = 0;
+  // The switches the workers send to: switch_node, or each of the stripes in order. (The
+  // switch_* sums above are over them.)
+  std::vector<StripeResult> stripes;
   StallStats stalls;
 };
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "sim/baselines.h"
+#include "sim/test_config.h"
 
 namespace switchml::sim {
 namespace {
@@ -25,14 +26,7 @@ SimConfig StarConfig(uint32_t workers, uint64_t count, DataType dtype, double lo
   j.window = 128;
   j.collectives = {{dtype, count}};
   c.jobs = {j};
-  c.switch_config.slots_per_job = 1024;
-  c.session.timeout = std::chrono::microseconds(200);
-  // A floor well above the round trip (about 12 us with the window's queue): no spurious
-  // retransmissions without loss.
-  c.session.min_timeout = std::chrono::microseconds(100);
-  c.session.clock_granularity = std::chrono::microseconds(1);
-  c.session.progress_timeout = std::chrono::seconds(1);
-  c.payload = PayloadMode::kVerified;
+  UseTestTiming(&c);
   c.seed = 7;
   return c;
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "sim/engine.h"
+#include "sim/test_config.h"
 
 namespace switchml::sim {
 namespace {
@@ -19,12 +20,7 @@ SimConfig TwoLevelConfig(uint32_t racks, uint32_t per_rack, const LinkParams& lp
   }
   j.window = 128;
   c.jobs = {j};
-  c.switch_config.slots_per_job = 1024;
-  c.session.timeout = std::chrono::microseconds(200);
-  c.session.min_timeout = std::chrono::microseconds(100);
-  c.session.clock_granularity = std::chrono::microseconds(1);
-  c.session.progress_timeout = std::chrono::seconds(1);
-  c.payload = PayloadMode::kVerified;
+  UseTestTiming(&c);
   c.seed = 11;
   return c;
 }

@@ -73,6 +73,16 @@ Topology Topology::TwoLevel(uint32_t racks, uint32_t hosts_per_rack, const LinkP
   return t;
 }
 
+Topology Topology::ServerAggregators(uint32_t hosts, uint32_t aggregators, const LinkParams& host,
+                                     const LinkParams& aggregator) {
+  Topology t = Star(hosts, host);
+  t.nodes_[hosts].name = "fabric";
+  for (uint32_t a = 0; a < aggregators; ++a) {
+    t.Connect(t.AddSwitch("aggregator" + std::to_string(a)), hosts, aggregator);
+  }
+  return t;
+}
+
 Status Topology::Finalize() {
   const size_t n = nodes_.size();
   if (n > kMaxNodes) {  // its route table would not fit (it ended in std::bad_alloc)

@@ -1,7 +1,8 @@
 // The simulated network: nodes (worker hosts and switches) joined by directed links, each with a
 // rate, a propagation delay, a buffer and seeded faults. A link graph, not a hard-wired star:
-// switches may connect to switches (a two-level fabric is hosts -> ToR -> spine), and packets
-// follow shortest paths (fewest hops; ties to the lowest link id), computed once.
+// switches may connect to switches (a two-level fabric is hosts -> ToR -> spine; aggregators on
+// servers are switches behind one link each), and packets follow shortest paths (fewest hops; ties
+// to the lowest link id), computed once.
 //
 // Addresses: node i has IPv4 address kNodeIpBase + i; a switch node's data plane listens on
 // kSwitchPort. Pure data; no I/O.
@@ -77,6 +78,13 @@ class Topology {
   // links, every ToR on one spine (the last node) by an `uplink` link.
   static Topology TwoLevel(uint32_t racks, uint32_t hosts_per_rack, const LinkParams& host,
                            const LinkParams& uplink);
+  // Aggregation on servers (issue 26): `hosts` hosts (nodes 0 .. hosts-1) on a switch that only
+  // forwards, the fabric (node `hosts`), by `host` links, and `aggregators` switches that stand
+  // for software switches on servers (nodes hosts+1 .. hosts+aggregators), each on the fabric by
+  // its own `aggregator` link: a job striped over them (JobConfig::stripes) sends each packet
+  // through the fabric to the aggregator of its slot, and every result comes back that way.
+  static Topology ServerAggregators(uint32_t hosts, uint32_t aggregators, const LinkParams& host,
+                                    const LinkParams& aggregator);
 
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<Link>& links() const { return links_; }
