@@ -730,7 +730,7 @@ class Bench:
                                 continue
                             if server and system.startswith("switchml") and system != "switchml":
                                 continue  # the server rack measures plain switchml, per k
-                            ks = [switch_hosts_for(k, n) for k in a.switch_hosts] \
+                            ks = sorted({switch_hosts_for(k, n) for k in a.switch_hosts}) \
                                 if server and system == "switchml" else [0]
                             for k in ks:
                                 row = self.measure(setting, system, n, nbytes, k)
