@@ -149,9 +149,9 @@ class SwitchCollector final : public prometheus::Collectable {
     auto resends = Counter("switchml_job_retransmissions_answered_total",
                            "Retransmissions into a completed slot answered with the result.");
     auto drops = Counter("switchml_job_packets_dropped_total",
-                         "The job's packets dropped, by cause (causes seen so far).");
+                         "The job's packets dropped, by cause.");
     for (const control::Registry::JobSummary& j : jobs) {
-      const Labels l = {{"job", std::to_string(j.session_id)}};
+      const Labels l = {{"session", std::to_string(j.session_id)}};
       workers.Add(j.num_workers, l);
       registered.Add(j.registered, l);
       attached.Add(j.attached, l);
@@ -169,7 +169,6 @@ class SwitchCollector final : public prometheus::Collectable {
       bytes.Add(static_cast<double>(c.received) * d.payload_bytes, l);
       resends.Add(static_cast<double>(c.retransmitted), l);
       for (int r = 1; r < dataplane::kNumDropReasons; ++r) {
-        if (c.dropped[r] == 0) continue;
         Labels lr = l;
         lr.push_back({"reason", dataplane::DropReasonName(static_cast<dataplane::DropReason>(r))});
         drops.Add(static_cast<double>(c.dropped[r]), lr);
