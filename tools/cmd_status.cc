@@ -298,13 +298,14 @@ nlohmann::json ToJson(const std::string& address, const switchml_proto::StatusRe
 }
 
 Flags StatusFlags() {
-  Flags flags("status",
-              "usage: switchml status [HOST[:PORT]] [flags]\n"
-              "Shows what the switch whose control plane is at HOST:PORT (default "
-              "127.0.0.1:50099) is doing now: its data-plane threads and their load, the jobs\n"
-              "you may see (those without a secret and those of --job-secret) with their "
-              "workers, progress and rates, the other jobs as a count, and the control\n"
-              "plane's refusals. Rates are the change between two answers --interval apart.");
+  Flags flags(
+      "status",
+      "Shows what the switch whose control plane is at HOST:PORT (default "
+      "127.0.0.1:50099) is doing now: its data-plane threads and their load, the jobs\n"
+      "you may see (those without a secret and those of --job-secret) with their "
+      "workers, progress and rates, the other jobs as a count, and the control\n"
+      "plane's refusals. Rates are the change between two answers --interval apart.\n"
+      "Give the switch as the first argument (switchml status HOST[:PORT]) or as --switch.");
   flags.AddString("switch", "", "the switch's control plane, HOST[:PORT] (or as the argument)");
   flags.AddBool("json", "print JSON (one object per answer, one per line with --watch)");
   flags.AddBool("watch", "refresh every --interval until interrupted (or --count answers)");
