@@ -654,6 +654,8 @@ class Bench:
         if "retransmitted" in r:
             row["retransmitted"] = r["retransmitted"]
             row["switch_cpu_s_per_allreduce"] = r["switch_cpu_s_per_allreduce"]
+            if "scrapes" in r:
+                row["metrics_scrapes"] = r["scrapes"]  # switchml-scraped
             extra, switch_extra = SYSTEM_FLAGS.get(system, ([], []))
             row["switchml_args"] = " ".join(extra + self.switchml_extra_args())
             row["switch_args"] = " ".join(switch_extra + a.switch_args.split())
