@@ -148,8 +148,8 @@ class SwitchCollector final : public prometheus::Collectable {
                          "Payload bytes of the job's packets received.");
     auto resends = Counter("switchml_job_retransmissions_answered_total",
                            "Retransmissions into a completed slot answered with the result.");
-    auto drops = Counter("switchml_job_packets_dropped_total",
-                         "The job's packets dropped, by cause.");
+    auto drops =
+        Counter("switchml_job_packets_dropped_total", "The job's packets dropped, by cause.");
     for (const control::Registry::JobSummary& j : jobs) {
       const Labels l = {{"session", std::to_string(j.session_id)}};
       workers.Add(j.num_workers, l);
