@@ -26,9 +26,10 @@ import threading
 import time
 
 SYSTEMS = ["switchml", "switchml-mcast", "switchml-unicast", "switchml-xdp", "switchml-shm",
-           "switchml-shm-unpinned", "gloo-ring", "gloo-hd", "mpi-tcp", "mpi-shm"]
-# What --systems runs by default: all but the A/B variant of switchml-shm.
-DEFAULT_SYSTEMS = [s for s in SYSTEMS if s != "switchml-shm-unpinned"]
+           "switchml-shm-unpinned", "switchml-scraped", "gloo-ring", "gloo-hd", "mpi-tcp",
+           "mpi-shm"]
+# What --systems runs by default: all but the A/B variants of switchml-shm and switchml.
+DEFAULT_SYSTEMS = [s for s in SYSTEMS if s not in ("switchml-shm-unpinned", "switchml-scraped")]
 SYSTEM_LABELS = {
     "switchml": "SwitchML (software switch, UDP; in the rack each result sent once to the job's "
                 "LAN multicast group, replicated by the bridge: --multicast auto, the default)",
@@ -41,6 +42,9 @@ SYSTEM_LABELS = {
                     "at the switch and the workers as `switchml run` picks; loopback only)",
     "switchml-shm-unpinned": "switchml-shm without --pin-threads, for an A/B of the pinning "
                              "(loopback only; not run by default)",
+    "switchml-scraped": "switchml with its Prometheus metrics scraped every second (switch "
+                        "--metrics-port; a scraper in the switch's namespace), for an A/B "
+                        "against switchml (not run by default)",
     "gloo-ring": "Gloo ring (TCP)",
     "gloo-hd": "Gloo halving-doubling (TCP)",
     "mpi-tcp": "Open MPI MPI_Allreduce (btl tcp)",
@@ -63,6 +67,20 @@ SYSTEM_FLAGS = {"switchml-mcast": (MCAST_ARGS, []), "switchml-unicast": (UNICAST
                 "switchml-shm": (SHM_ARGS, SHM_ARGS),
                 "switchml-shm-unpinned": (SHM_UNPINNED_ARGS, SHM_UNPINNED_ARGS)}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# switchml-scraped's scraper: GETs the switch's /metrics every second (as a Prometheus server
+# would) and prints one line per scrape with its size.
+SCRAPER = """
+import sys, time, urllib.request
+url = sys.argv[1]
+while True:
+    t = time.monotonic()
+    try:
+        body = urllib.request.urlopen(url, timeout=5).read()
+        print(len(body), flush=True)
+    except OSError as e:
+        print("error", e, flush=True)
+    time.sleep(max(0.0, 1.0 - (time.monotonic() - t)))
+"""
 GIB = float(1 << 30)
 # --audit-kernel: perf's system-wide sampling rate (per CPU) and the softirq handlers whose
 # presence in a sample's call chain marks network work (the bridge, veth, tbf, IP, UDP, TCP).
@@ -372,10 +390,14 @@ class Bench:
         return a + (["--quiet"] if quiet else [])
 
     def run_switchml(self, tag, n, elements, transport="udp", extra=(), switch_extra=(),
-                     switch_hosts=0):
+                     switch_hosts=0, scrape=False):
         """switch_hosts k > 0 (the server rack): one switch on each of k switch hosts, the job
-        striped over them; else one switch, on the bridge (rack) or on loopback."""
+        striped over them; else one switch, on the bridge (rack) or on loopback. scrape: the
+        (first) switch serves its metrics, GET every second by a scraper in its namespace."""
         a = self.args
+        if scrape:
+            switch_extra = list(switch_extra) + ["--metrics-port", "0"]
+        scraper = None
         places = []  # (namespace where, bind address, data port, control port) per switch
         if self.rack is None:
             places.append(("sw", "127.0.0.1", "0", "0"))
@@ -401,6 +423,8 @@ class Bench:
                 port = None
                 while port is None:
                     m = re.search(r"control port (\d+)", switch.output())
+                    if m and scrape and "metrics on" not in switch.output():
+                        m = None  # (printed just after the ports)
                     if m:
                         port = m.group(1)
                         # Its start-up (about 0.04 s: loading, gRPC, Highway's calibration) is
@@ -413,6 +437,11 @@ class Bench:
                         time.sleep(0.02)
                 controls.append(f"{bind}:{port}")
             switch_list = ",".join(controls)
+            if scrape:
+                url = re.search(r"metrics on (http://\S+)", switches[0].output()).group(1)
+                scraper = self.runner.start(
+                    self.ns_prefix(places[0][0]) + [sys.executable, "-c", SCRAPER, url],
+                    f"{self.logs}/{tag}-scraper.out", f"{self.logs}/{tag}-scraper.err")
             workers = []
             for r in range(n):
                 argv = self.ns_prefix(r) + [
@@ -434,6 +463,8 @@ class Bench:
             error = self.runner.wait(workers, a.run_timeout)
             switch_timed = watch.timed_cpu_s() if watch else None
         finally:
+            if scraper is not None:
+                self.runner.stop(scraper)
             for switch in switches:
                 self.runner.stop(switch)
         if error:
@@ -447,6 +478,11 @@ class Bench:
             out["cpu_timed_s"] = share * (hosts + sum(sw.measured_cpu_s() for sw in switches))
             out["cpu_hosts_timed_s"] = share * hosts
             out["cpu_method"] = "share of the processes' lives"
+        if scraper is not None:
+            lines = scraper.output().split()
+            out["scrapes"] = sum(1 for x in lines if x.isdigit())
+            if out["scrapes"] == 0 or "error" in lines:
+                return {"error": "the metrics scraper failed: " + scraper.output()[-300:]}
         out["retransmitted"] = sum(int(r.get("retransmitted", 0))
                                    for r in result_lines(workers, "SWITCHML_RESULT"))
         # The switch's own CPU (from when it listens: the job's setup and warm-up included) per
@@ -560,6 +596,8 @@ class Bench:
         t0 = time.monotonic()
         if system == "switchml":
             r = self.run_switchml(tag, n, elements, switch_hosts=switch_hosts)
+        elif system == "switchml-scraped":
+            r = self.run_switchml(tag, n, elements, scrape=True)
         elif system in ("switchml-mcast", "switchml-unicast"):
             r = self.run_switchml(tag, n, elements, "udp", *SYSTEM_FLAGS[system])
         elif system == "switchml-xdp":
@@ -616,6 +654,8 @@ class Bench:
         if "retransmitted" in r:
             row["retransmitted"] = r["retransmitted"]
             row["switch_cpu_s_per_allreduce"] = r["switch_cpu_s_per_allreduce"]
+            if "scrapes" in r:
+                row["metrics_scrapes"] = r["scrapes"]  # switchml-scraped
             extra, switch_extra = SYSTEM_FLAGS.get(system, ([], []))
             row["switchml_args"] = " ".join(extra + self.switchml_extra_args())
             row["switch_args"] = " ".join(switch_extra + a.switch_args.split())

@@ -19,6 +19,9 @@ packages=(
   libopenblas0-openmp  # an optimized BLAS for torch and numpy (the default libblas3 is the reference one, ~7x slower)
   libdpdk-dev libsystemd-dev  # the DPDK transport; its static pkg-config libs name -lsystemd (install_test)
   openssl  # a throw-away CA for the control plane's TLS test (control_tls_test)
+  prometheus-cpp-dev  # the switch's and worker's /metrics (src/metrics/)
+  prometheus curl  # the real Prometheus server scraping a switch in metrics_prometheus_test
+  help2man  # the man pages made from --help (packaging/, scripts/package.sh)
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
 )
 

@@ -4,19 +4,33 @@
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <memory>
 #include <utility>
 
 #include "base/logging.h"
 #include "commands.h"
 #include "flags.h"
+#include "metrics/metrics_server.h"
 #include "proto/wire.h"
 #include "runtime/switch_daemon.h"
+#include "runtime/switch_metrics.h"
 #include "transport/address.h"
 #include "transport/factory.h"
 
 namespace switchml::tools {
 
-int SwitchCommand(const std::vector<std::string>& args) {
+namespace {
+
+// Exit code of a flag refused after printing why (ParseCommandLine's convention: -1 goes on).
+constexpr int kGoOn = -1;
+constexpr int kBadUsage = 2;
+
+int BadFlag(const std::string& what) {
+  std::cerr << "switchml switch: " << what << "\n";
+  return kBadUsage;
+}
+
+Flags SwitchFlags() {
   Flags flags("switch",
               "Runs the SwitchML software switch: aggregates workers' packets on the data port\n"
               "(UDP) and serves session setup, barriers and broadcasts on the control port\n"
@@ -72,9 +86,18 @@ int SwitchCommand(const std::vector<std::string>& args) {
   flags.AddString("tls-key", "", "PEM private key of --tls-cert");
   flags.AddString("tls-client-ca", "",
                   "PEM CA: require client certificates signed by it (mutual TLS)");
+  flags.AddInt("metrics-port", -1,
+               "serve Prometheus metrics on http://METRICS-BIND:N/metrics (0 = pick a free port, "
+               "printed at start; -1 = off; docs/operations.md lists the metrics)");
+  flags.AddString("metrics-bind", "127.0.0.1",
+                  "IPv4 address of the metrics endpoint (0.0.0.0 for every interface: a "
+                  "Prometheus server on another host)");
   flags.AddString("log-level", "info", "debug, info, warning, error or off");
-  if (int code = ParseCommandLine("switch", args, &flags, nullptr); code >= 0) return code;
-  runtime::SwitchDaemonOptions o;
+  return flags;
+}
+// The data plane's flags: ports, sizes, threads, transport, coalescing, multicast, loss.
+int ReadDataPlaneFlags(const Flags& flags, runtime::SwitchDaemonOptions* out) {
+  runtime::SwitchDaemonOptions& o = *out;
   o.bind_address = flags.GetString("bind");
   const int64_t dport = flags.GetInt("data-port"), cport = flags.GetInt("control-port");
   for (const auto& [name, port] : {std::pair{"data-port", dport}, {"control-port", cport}}) {
@@ -142,6 +165,12 @@ int SwitchCommand(const std::vector<std::string>& args) {
     return 2;
   }
   o.multicast_ttl = static_cast<int>(ttl);
+  return kGoOn;
+}
+
+// The control plane's flags: secrets, leases, TLS.
+int ReadControlFlags(const Flags& flags, runtime::SwitchDaemonOptions* out) {
+  runtime::SwitchDaemonOptions& o = *out;
   o.control.registry.require_secret = flags.GetBool("require-secret");
   o.control.registry.allow_foreign_address = flags.GetBool("allow-foreign-address");
   o.control.registry.require_authenticated_data = flags.GetBool("require-auth-data");
@@ -154,6 +183,12 @@ int SwitchCommand(const std::vector<std::string>& args) {
   o.control.tls_cert_file = flags.GetString("tls-cert");
   o.control.tls_key_file = flags.GetString("tls-key");
   o.control.tls_client_ca_file = flags.GetString("tls-client-ca");
+  return kGoOn;
+}
+
+// Hierarchical aggregation: --upstream, --racks, --rack-index.
+int ReadHierarchyFlags(const Flags& flags, runtime::SwitchDaemonOptions* out) {
+  runtime::SwitchDaemonOptions& o = *out;
   o.upstream = flags.GetString("upstream");
   const int64_t racks = flags.GetInt("racks"), rack_index = flags.GetInt("rack-index");
   if (!o.upstream.empty() &&
@@ -180,6 +215,66 @@ int SwitchCommand(const std::vector<std::string>& args) {
   }
   o.racks = static_cast<uint32_t>(racks);
   o.rack_index = static_cast<uint32_t>(rack_index);
+  return kGoOn;
+}
+
+// The metrics flags: *port -1 when off.
+int ReadMetricsFlags(const Flags& flags, metrics::MetricsServerOptions* out, int64_t* port) {
+  *port = flags.GetInt("metrics-port");
+  if (*port < -1 || *port > 65535) {
+    return BadFlag("--metrics-port must be in 0..65535 (0 = pick a free one) or -1 (off), not " +
+                   std::to_string(*port));
+  }
+  out->bind_address = flags.GetString("metrics-bind");
+  out->port = static_cast<uint16_t>(std::max<int64_t>(*port, 0));
+  if (Status st = out->Validate(); !st.ok()) return BadFlag("--metrics-bind: " + st.message());
+  return kGoOn;
+}
+
+void PrintStarted(const runtime::SwitchDaemonOptions& o, const runtime::SwitchDaemon& daemon) {
+  const uint32_t first = daemon.data_port();
+  const std::string ports =
+      o.threads > 1 ? std::to_string(first) + "-" + std::to_string(first + o.threads - 1)
+                    : std::to_string(first);
+  std::printf(
+      "switchml switch: data port%s %s (UDP, transport %s, %u thread%s), control port %u (gRPC) "
+      "on %s; max %u workers and %u slots per job%s\n",
+      o.threads > 1 ? "s" : "", ports.c_str(), o.transport.c_str(), o.threads,
+      o.threads > 1 ? "s" : "", daemon.control_port(), o.bind_address.c_str(),
+      o.switch_config.max_workers_per_job, o.switch_config.slots_per_job,
+      o.loss > 0 ? ", loss simulator on" : "");
+  if (!o.upstream.empty()) {
+    std::printf("switchml switch: top of rack %u of %u under the upstream switch %s\n",
+                o.rack_index, o.racks, o.upstream.c_str());
+  }
+}
+
+// Prints the counters on SIGUSR1 and every `interval` seconds (0: never) until SIGINT/SIGTERM.
+void WaitForTheEnd(const sigset_t& signals, const runtime::SwitchDaemon& daemon, bool per_slot,
+                   int64_t interval) {
+  timespec wait{interval > 0 ? interval : 3600, 0};
+  while (true) {
+    int sig = sigtimedwait(&signals, nullptr, &wait);
+    if (sig == SIGINT || sig == SIGTERM) break;
+    if (sig == SIGUSR1 || (sig < 0 && interval > 0)) {
+      std::printf("%s", daemon.FormatCounters(per_slot).c_str());
+      std::fflush(stdout);
+    }
+  }
+}
+
+}  // namespace
+
+int SwitchCommand(const std::vector<std::string>& args) {
+  Flags flags = SwitchFlags();
+  if (int code = ParseCommandLine("switch", args, &flags, nullptr); code >= 0) return code;
+  runtime::SwitchDaemonOptions o;
+  metrics::MetricsServerOptions mo;
+  int64_t metrics_port = -1;
+  for (auto read : {ReadDataPlaneFlags, ReadControlFlags, ReadHierarchyFlags}) {
+    if (int code = read(flags, &o); code != kGoOn) return code;
+  }
+  if (int code = ReadMetricsFlags(flags, &mo, &metrics_port); code != kGoOn) return code;
   ApplyDpdkFlags(flags);
 
   // Signals are taken synchronously by this thread; block them before any thread starts.
@@ -195,33 +290,22 @@ int SwitchCommand(const std::vector<std::string>& args) {
     std::cerr << "switchml switch: cannot start: " << daemon.status().message() << "\n";
     return 2;
   }
-  const uint32_t first = (*daemon)->data_port();
-  const std::string ports =
-      o.threads > 1 ? std::to_string(first) + "-" + std::to_string(first + o.threads - 1)
-                    : std::to_string(first);
-  std::printf(
-      "switchml switch: data port%s %s (UDP, transport %s, %u thread%s), control port %u (gRPC) "
-      "on %s; max %u workers and %u slots per job%s\n",
-      o.threads > 1 ? "s" : "", ports.c_str(), o.transport.c_str(), o.threads,
-      o.threads > 1 ? "s" : "", (*daemon)->control_port(), o.bind_address.c_str(),
-      o.switch_config.max_workers_per_job, o.switch_config.slots_per_job,
-      o.loss > 0 ? ", loss simulator on" : "");
-  if (!o.upstream.empty()) {
-    std::printf("switchml switch: top of rack %u of %u under the upstream switch %s\n",
-                o.rack_index, o.racks, o.upstream.c_str());
+  PrintStarted(o, **daemon);
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (metrics_port >= 0) {
+    auto m = metrics::MetricsServer::Start(
+        mo, {runtime::SwitchMetricsCollector(daemon->get()), metrics::ProcessCollector()});
+    if (!m.ok()) {
+      std::cerr << "switchml switch: cannot start: " << m.status().message() << "\n";
+      return 2;
+    }
+    metrics_server = std::move(m).value();
+    std::printf("switchml switch: metrics on %s\n", metrics_server->url().c_str());
   }
   std::fflush(stdout);
   const bool per_slot = flags.GetBool("per-slot");
-  const int64_t interval = flags.GetInt("stats-interval");
-  timespec wait{interval > 0 ? interval : 3600, 0};
-  while (true) {
-    int sig = sigtimedwait(&set, nullptr, &wait);
-    if (sig == SIGINT || sig == SIGTERM) break;
-    if (sig == SIGUSR1 || (sig < 0 && interval > 0)) {
-      std::printf("%s", (*daemon)->FormatCounters(per_slot).c_str());
-      std::fflush(stdout);
-    }
-  }
+  WaitForTheEnd(set, **daemon, per_slot, flags.GetInt("stats-interval"));
+  metrics_server.reset();  // no scrape may read the daemon once it stops
   (*daemon)->Stop();
   std::printf("switchml switch: shutting down\n%s", (*daemon)->FormatCounters(per_slot).c_str());
   return 0;

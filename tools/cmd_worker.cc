@@ -22,6 +22,8 @@
 #include "base/logging.h"
 #include "commands.h"
 #include "flags.h"
+#include "metrics/context_metrics.h"
+#include "metrics/metrics_server.h"
 #include "proto/wire.h"
 #include "switchml/context.h"
 #include "testing/measure.h"
@@ -108,6 +110,10 @@ int WorkerCommand(const std::vector<std::string>& args) {
   flags.AddString("tls-key", "", "PEM private key of --tls-cert");
   flags.AddString("tls-server-name", "",
                   "the name in the switch's certificate (default: its host)");
+  flags.AddInt("metrics-port", -1,
+               "serve this worker's counters as Prometheus metrics on "
+               "http://METRICS-BIND:N/metrics while the job runs (0 = pick a port; -1 = off)");
+  flags.AddString("metrics-bind", "127.0.0.1", "IPv4 address of the metrics endpoint");
   flags.AddBool("report", "print a machine-readable SWITCHML_RESULT line on stdout");
   flags.AddBool("quiet", "no progress output");
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
@@ -203,6 +209,20 @@ int WorkerCommand(const std::vector<std::string>& args) {
                                     config.transport == "shm");
   auto ctx = Context::Create(config);
   if (!ctx.ok()) return fail("setup failed", ctx.status());
+  std::unique_ptr<metrics::MetricsServer> metrics_server;  // (destroyed before the context)
+  if (const int64_t port = flags.GetInt("metrics-port"); port >= 0) {
+    auto m = port <= 65535
+                 ? metrics::MetricsServer::Start(
+                       {flags.GetString("metrics-bind"), static_cast<uint16_t>(port)},
+                       {metrics::ContextStatsCollector([c = ctx->get()] { return c->stats(); }),
+                        metrics::ProcessCollector()})
+                 : Result<std::unique_ptr<metrics::MetricsServer>>(
+                       InvalidArgumentError("--metrics-port must be in 0..65535"));
+    if (!m.ok()) return fail("cannot serve metrics", m.status());
+    metrics_server = std::move(m).value();
+    if (!quiet)
+      std::fprintf(stderr, "%s: metrics on %s\n", who.c_str(), metrics_server->url().c_str());
+  }
   if (!quiet) {
     std::fprintf(stderr,
                  "%s: joined session %llu with %u workers; %llu %s elements per all-reduce\n",

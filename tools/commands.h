@@ -11,6 +11,7 @@ int SwitchCommand(const std::vector<std::string>& args);
 int WorkerCommand(const std::vector<std::string>& args);
 int RunCommand(const std::vector<std::string>& args, const std::string& self_exe);
 int SimCommand(const std::vector<std::string>& args);
+int StatusCommand(const std::vector<std::string>& args);
 
 }  // namespace switchml::tools
 

@@ -21,6 +21,7 @@ const char kUsage[] =
     "           loopback, results verified, throughput printed\n"
     "  switch   the software switch daemon (UDP data plane, gRPC control plane)\n"
     "  worker   one worker of a job against a switch (one per host)\n"
+    "  status   what a running switch is doing now: threads, jobs, rates, refusals\n"
     "  sim      simulate jobs at datacenter scale in virtual time (the real switch and worker\n"
     "           code on simulated links), with ring and halving-doubling baselines\n"
     "\n"
@@ -47,12 +48,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "--version") {
-    std::cout << "switchml 0.1.0\n";
+    std::cout << "switchml " SWITCHML_VERSION_STRING "\n";
     return 0;
   }
   if (cmd == "switch") return switchml::tools::SwitchCommand(args);
   if (cmd == "worker") return switchml::tools::WorkerCommand(args);
   if (cmd == "sim") return switchml::tools::SimCommand(args);
+  if (cmd == "status") return switchml::tools::StatusCommand(args);
   if (cmd == "run") return switchml::tools::RunCommand(args, SelfExe(argv[0]));
   std::cerr << "switchml: unknown command '" << cmd << "'\n\n" << kUsage;
   return 2;

@@ -16,6 +16,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -26,6 +27,7 @@
 #include "base/status_macros.h"
 #include "control/keepalive.h"
 #include "control/session_hooks.h"
+#include "control/status_service.h"
 #include "control/switchml.grpc.pb.h"
 #include "control/switchml.pb.h"
 #include "control/tls_files.h"
@@ -161,7 +163,8 @@ struct ControlServer::Impl {
       : options(o),
         registry(o.registry, sw, {}, o.registry_hooks),
         session_service(this),
-        sync_service(this) {
+        sync_service(this),
+        monitor_service(this) {
     if (o.job_activity) registry.set_activity(o.job_activity);
   }
 
@@ -395,6 +398,25 @@ struct ControlServer::Impl {
     Impl* impl_;
   };
 
+  // Monitor.Status: read-only (status_service.h).
+  class MonitorService final : public switchml_proto::Monitor::CallbackService {
+   public:
+    explicit MonitorService(Impl* impl) : impl_(impl) {}
+    grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
+                                     const switchml_proto::StatusRequest* req,
+                                     switchml_proto::StatusResponse* resp) override {
+      auto* reactor = ctx->DefaultReactor();
+      std::optional<SwitchSnapshot> snapshot;
+      if (impl_->options.snapshot) snapshot = impl_->options.snapshot();
+      reactor->Finish(AnswerStatus(impl_->registry, impl_->call_stats,
+                                   snapshot ? &*snapshot : nullptr, *req, resp));
+      return reactor;
+    }
+
+   private:
+    Impl* impl_;
+  };
+
   class SyncService final : public switchml_proto::Sync::CallbackService {
    public:
     explicit SyncService(Impl* impl) : impl_(impl) {}
@@ -580,6 +602,8 @@ struct ControlServer::Impl {
   Registry registry;
   SessionService session_service;
   SyncService sync_service;
+  MonitorService monitor_service;
+  CallStats call_stats;  // filled by the interceptor installed in Start
   std::unique_ptr<grpc::Server> server;
   uint16_t port = 0;
   std::mutex shutdown_mu;
@@ -611,6 +635,10 @@ uint32_t ControlServer::waiting_sync_calls() const { return impl_->registry.wait
 uint32_t ControlServer::attached_streams() const { return impl_->registry.attached_streams(); }
 
 Registry& ControlServer::registry() { return impl_->registry; }
+
+const Registry& ControlServer::registry() const { return impl_->registry; }
+
+const CallStats& ControlServer::call_stats() const { return impl_->call_stats; }
 
 namespace {
 // Whether a plaintext gRPC listener can be opened on `address` (closed again at once).
@@ -674,6 +702,12 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerO
   builder.SetMaxReceiveMessageSize(64 << 10);
   builder.RegisterService(&impl->session_service);
   builder.RegisterService(&impl->sync_service);
+  builder.RegisterService(&impl->monitor_service);
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counting;
+    counting.push_back(MakeCallStatsInterceptor(&impl->call_stats));
+    builder.experimental().SetInterceptorCreators(std::move(counting));
+  }
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || selected_port == 0) {
     if (impl->server != nullptr) impl->server->Shutdown();

@@ -14,10 +14,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "control/call_stats.h"
 #include "control/registry.h"
+#include "control/switch_snapshot.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
 
@@ -51,6 +54,9 @@ struct ControlServerOptions {
   // Hierarchical aggregation: a top-of-rack switch's hooks (session_hooks.h); not owned, must
   // outlive the server. nullptr: a plain switch.
   SessionHooks* hooks = nullptr;
+  // Monitor.Status (status_service.h): the data plane's state now; may be empty (the answer then
+  // has the control plane's part only).
+  std::function<SwitchSnapshot()> snapshot;
   Status Validate() const;
 };
 
@@ -79,6 +85,9 @@ class ControlServer {
   // Worker streams attached (Session.Attach).
   uint32_t attached_streams() const;
   Registry& registry();
+  const Registry& registry() const;
+  // Every call answered so far, by method and status code (call_stats.h).
+  const CallStats& call_stats() const;
 
  private:
   struct Impl;

@@ -112,6 +112,8 @@ struct Registry::Job {
   };
   std::map<uint64_t, Check> checks;
   uint64_t newest_agreed_op = 0;  // the highest op every rank announced alike
+  // When the job was created (JobSummaries: its age).
+  std::chrono::steady_clock::time_point created{};
 };
 
 struct Registry::Round {
@@ -182,6 +184,35 @@ uint32_t Registry::waiting_calls() const {
 uint32_t Registry::attached_streams() const {
   std::lock_guard lock(mu_);
   return static_cast<uint32_t>(streams_.size());
+}
+
+std::vector<Registry::JobSummary> Registry::JobSummaries(const std::string* secret,
+                                                         uint32_t* hidden) const {
+  std::lock_guard lock(mu_);
+  const auto now = Now();
+  std::vector<JobSummary> out;
+  if (hidden != nullptr) *hidden = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (secret != nullptr && !job->secret.empty() && !SameSecret(job->secret, *secret)) {
+      if (hidden != nullptr) ++*hidden;
+      continue;
+    }
+    JobSummary& s = out.emplace_back();
+    s.session_id = id;
+    s.num_workers = job->spec.num_workers;
+    for (const Job::Rank& r : job->ranks) {
+      s.registered += r.registered;
+      s.attached += r.stream != 0;
+      s.closed += r.closed;
+    }
+    s.age = now - job->created;
+    s.allreduces = job->newest_agreed_op;
+    s.has_secret = !job->secret.empty();
+    s.authenticated_data = !job->data_key.empty();
+  }
+  std::sort(out.begin(), out.end(),
+            [](const JobSummary& a, const JobSummary& b) { return a.session_id < b.session_id; });
+  return out;
 }
 
 bool Registry::HasJob(uint64_t session_id) const {
@@ -383,7 +414,7 @@ Status Registry::CreateJobLocked(const dataplane::JobSpec& spec, const std::stri
   job->spec = spec;
   job->secret = secret;
   job->ranks.resize(spec.num_workers);
-  job->last_activity = Now();
+  job->last_activity = job->created = Now();
   jobs_[spec.session_id] = std::move(job);
   if (hooks_.job_created) hooks_.job_created(spec.session_id);
   return Status::Ok();

@@ -219,6 +219,23 @@ class Registry {
   // Fails every wait and stream with UNAVAILABLE; later calls fail the same way. Idempotent.
   void Shutdown();
 
+  // A job as `switchml status` and the metrics show it (Monitor.Status).
+  struct JobSummary {
+    uint64_t session_id = 0;
+    uint32_t num_workers = 0;
+    uint32_t registered = 0, attached = 0, closed = 0;  // ranks
+    std::chrono::steady_clock::duration age{};
+    uint64_t allreduces = 0;  // the newest all-reduce every rank announced alike
+    bool has_secret = false;
+    bool authenticated_data = false;
+  };
+  // Every job (secret null), by session id; or only those a caller holding `secret` may see in
+  // full: the jobs created without a secret and those created with this one. *hidden (when not
+  // null) counts the others.
+  std::vector<JobSummary> JobSummaries(const std::string* secret = nullptr,
+                                       uint32_t* hidden = nullptr) const;
+  const RegistryOptions& options() const { return options_; }
+
   // For tests and status pages.
   uint32_t waiting_calls() const;
   uint32_t attached_streams() const;

@@ -1,5 +1,8 @@
 #include "runtime/switch_daemon.h"
 
+#include <pthread.h>
+#include <time.h>
+
 #include <array>
 #include <cstring>
 #include <mutex>
@@ -25,6 +28,12 @@ static_assert(kBatch <= transport::Transport::kTxBuffers);
 constexpr size_t kMaxBuckets = 4096;
 // Data-plane threads at most.
 constexpr uint32_t kMaxThreads = 64;
+
+// A counter only its shard's thread writes: a plain load and store (no locked read-modify-write
+// on the packet path), read by others with a relaxed load.
+void Bump(std::atomic<uint64_t>& counter, uint64_t n = 1) {
+  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
 
 void Add(dataplane::JobCounters& sum, const dataplane::JobCounters& c) {
   sum.received += c.received;
@@ -114,6 +123,13 @@ struct SwitchDaemon::Shard {
   dataplane::Switch sw;
   uint64_t mirrored = UINT64_MAX;  // the master's mutations() the replica reflects
   std::atomic<uint64_t> received{0}, sent{0}, truncated{0}, naps{0};
+  // Datagrams the pipeline dropped, by dataplane::DropReason, and stored results re-sent to one
+  // worker (written by the shard's thread alone: Bump).
+  std::array<std::atomic<uint64_t>, dataplane::kNumDropReasons> dropped{};
+  std::atomic<uint64_t> unicast_resends{0};
+  // The thread's CPU clock (pthread_getcpuclockid), valid while it runs; set before it starts.
+  clockid_t cpu_clock{};
+  std::atomic<bool> has_cpu_clock{false};
   // Scratch of the thread, sized once: the batch's replies and their grouping.
   std::vector<transport::TxDatagram> tx, sorted;
   std::vector<uint32_t> tx_bucket;                 // tx[i]'s destination bucket
@@ -264,6 +280,7 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
     auto c = p->job_counters(session_id);
     return c ? c->received : 0;
   };
+  copts.snapshot = [p = d.get()] { return p->Snapshot(); };
   copts.bind_address = options.bind_address;
   copts.port = options.control_port;
   copts.data_port = d->data_port_;
@@ -320,6 +337,10 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
       PinDataThread(cpu, LogSubsystem::kDataplane);
       p->Run(*s);
     });
+    Shard& shard = *d->shards_[t];
+    if (pthread_getcpuclockid(shard.thread.native_handle(), &shard.cpu_clock) == 0) {
+      shard.has_cpu_clock.store(true, std::memory_order_release);
+    }
   }
   return d;
 }
@@ -381,7 +402,13 @@ void SwitchDaemon::Run(Shard& shard) {
           reply = transport.TxBuffer(replies);
         }
         const dataplane::Action& a = shard.sw.Process(rx[i].source, rx[i].data, reply);
-        if (a.kind == dataplane::Action::Kind::kDrop) continue;
+        if (a.kind == dataplane::Action::Kind::kDrop) {
+          if (a.reason != dataplane::DropReason::kNone) {  // (kNone: aggregated, no reply)
+            Bump(shard.dropped[static_cast<size_t>(a.reason)]);
+          }
+          continue;
+        }
+        if (a.kind == dataplane::Action::Kind::kUnicast) Bump(shard.unicast_resends);
         std::span<const uint8_t> data = a.reply;
         if (to_group) {
           data = shard.KeepGroupMemoryForTheGroup(a, replies);
@@ -483,6 +510,60 @@ std::optional<dataplane::JobCounters> SwitchDaemon::job_counters(uint64_t sessio
     }
   }
   return sum;
+}
+
+control::SwitchSnapshot SwitchDaemon::Snapshot() const {
+  control::SwitchSnapshot snap;
+  snap.transport = options_.transport;
+  snap.data_port = data_port_;
+  snap.started = started_;
+  snap.uptime = std::chrono::steady_clock::now() - started_steady_;
+  snap.config = options_.switch_config;
+  snap.upstream = options_.upstream;
+  const std::vector<DaemonCounters> counters = shard_counters();
+  for (size_t k = 0; k < shards_.size(); ++k) {
+    const Shard& s = *shards_[k];
+    const DaemonCounters& c = counters[k];
+    control::ThreadSnapshot& t = snap.threads.emplace_back();
+    t.port = static_cast<uint16_t>(data_port_ + k);
+    t.received = c.received;
+    t.sent = c.sent;
+    t.receive_calls = c.receive_calls;
+    t.send_calls = c.send_calls;
+    t.truncated = c.truncated;
+    t.auth_dropped = c.auth_dropped;
+    t.loss_dropped_in = c.loss_dropped_in;
+    t.loss_dropped_out = c.loss_dropped_out;
+    t.send_errors = c.send_errors;
+    for (int r = 0; r < dataplane::kNumDropReasons; ++r) {
+      t.dropped[r] = s.dropped[r].load(std::memory_order_relaxed);
+    }
+    t.unicast_resends = s.unicast_resends.load(std::memory_order_relaxed);
+    timespec ts{};
+    if (!stop_.load() && s.has_cpu_clock.load(std::memory_order_acquire) &&
+        clock_gettime(s.cpu_clock, &ts) == 0) {
+      t.cpu_seconds = static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(switch_->mu);
+    snap.jobs_evicted = switch_->sw.counters().jobs_evicted;
+    for (uint64_t id : switch_->sw.job_ids()) {
+      const dataplane::JobSpec* spec = switch_->sw.FindJob(id);
+      if (spec == nullptr) continue;
+      control::JobDataSnapshot& j = snap.jobs[id];
+      j.spec = *spec;
+      j.elements_per_packet = static_cast<uint32_t>(proto::NumelOf(spec->size));
+      j.payload_bytes = j.elements_per_packet * 4;
+    }
+  }
+  for (const auto& s : shards_) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    for (auto& [id, j] : snap.jobs) {
+      if (const dataplane::JobCounters* c = s->sw.job_counters(id)) Add(j.counters, *c);
+    }
+  }
+  return snap;
 }
 
 std::string SwitchDaemon::FormatCounters(bool per_slot) const {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "control/control_server.h"
+#include "control/switch_snapshot.h"
 #include "dataplane/switch.h"
 #include "runtime/uplink.h"
 #include "switchml/status.h"
@@ -130,6 +131,14 @@ class SwitchDaemon {
   const std::string& upstream() const { return options_.upstream; }
   // The control plane's master switch (jobs and workers; its data counters stay zero).
   dataplane::LockedSwitch& locked_switch() { return *switch_; }
+  // What the data plane is doing now (control/switch_snapshot.h): each thread's counters, read
+  // without a lock (atomics the thread alone writes), and each job's, summed over the threads
+  // under each thread's own lock (the one it holds per batch: a reader delays one batch of one
+  // thread at most, as the lease ticker's reads of job activity do once a second). For
+  // Monitor.Status and the Prometheus collector (runtime/switch_metrics.h).
+  control::SwitchSnapshot Snapshot() const;
+  // The control plane (its registry and call counters), for the metrics.
+  const control::ControlServer& control_server() const { return *control_; }
 
  private:
   struct Shard;
@@ -145,6 +154,8 @@ class SwitchDaemon {
   std::unique_ptr<Uplink> uplink_;  // the control server's hooks: declared (destroyed) before it
   std::unique_ptr<control::ControlServer> control_;
   uint16_t data_port_ = 0;
+  std::chrono::system_clock::time_point started_ = std::chrono::system_clock::now();
+  std::chrono::steady_clock::time_point started_steady_ = std::chrono::steady_clock::now();
   std::atomic<bool> stop_{false};
 };
 
