@@ -381,8 +381,27 @@ class Context::Impl {
   // agree, so every later operation, and every queued one, fails at once with it.
   std::shared_ptr<runtime::FailureLatch> failure = std::make_shared<runtime::FailureLatch>();
 
+  using Transports = std::vector<std::unique_ptr<transport::Transport>>;
+  // What setup learned of the job's multicast results.
+  struct ResultGroup {
+    Endpoint group;  // where results may come (ipv4 0: none)
+    NetInterface via;
+    size_t kept = 0;  // hosts that send to it
+  };
+
+  // Setup and its steps, in order (each says what it does).
   Status Setup();
   Status ConnectSwitches();
+  Result<Transports> OpenDataTransports(uint32_t bind_ip) const;
+  Status AgreeSessionId();
+  uint32_t Generations() const;
+  control::UdpSessionArgs Registration(uint32_t bind_ip, uint16_t base_port) const;
+  Status JoinJob(const control::UdpSessionArgs& args);
+  Status SettleResultGroup(const Endpoint& asked, Transports& transports, ResultGroup* group) const;
+  std::vector<Endpoint> DataEndpoints(uint16_t base_port) const;
+  Status Authenticate(const std::vector<Endpoint>& data, Transports& transports) const;
+  Status StartThreads(const std::vector<Endpoint>& data, const ResultGroup& group,
+                      Transports& transports);
   // Registers this worker on every switch host and attaches its streams.
   Status Register(const control::UdpSessionArgs& args);
   // A switch host's stream ended with `why`: a failed job, or (UNAVAILABLE) the host is gone.
@@ -431,15 +450,35 @@ SwitchHost* Context::Impl::FirstAlive() const {
   return nullptr;
 }
 
+// Setup's steps, in order.
 Status Context::Impl::Setup() {
   RETURN_IF_ERROR(ConnectSwitches());
-  const uint32_t num_hosts = static_cast<uint32_t>(hosts.size());
-  const uint32_t switch_ip = hosts[0]->control.ipv4;
   uint32_t bind_ip = 0;
   if (!ParseIpv4(config.bind_address, &bind_ip)) {
     return InvalidArgumentError("bind_address '" + config.bind_address +
                                 "' is not an IPv4 address (use 0.0.0.0 for any)");
   }
+  ASSIGN_OR_RETURN(Transports transports, OpenDataTransports(bind_ip));
+  const uint16_t base_port = transports[0]->local_endpoint().port;
+  RETURN_IF_ERROR(AgreeSessionId());
+  control::UdpSessionArgs args = Registration(bind_ip, base_port);
+  // Multicast results: every worker of the session derives the same group and ports from the
+  // session id, listens there, and asks the switch to send results to it.
+  ResultGroup group;
+  RETURN_IF_ERROR(JoinResultGroup(config, hosts[0]->control.ipv4, hosts[0]->control.port, bind_ip,
+                                  session_id, transports, &args.multicast_group, &group.via));
+  RETURN_IF_ERROR(JoinJob(args));
+  RETURN_IF_ERROR(SettleResultGroup(args.multicast_group, transports, &group));
+  // From now on a switch that went away fails a barrier at once instead of being waited for.
+  for (const auto& h : hosts) h->client->set_wait_for_ready(false);
+  const std::vector<Endpoint> data = DataEndpoints(base_port);
+  if (config.authenticate_data) RETURN_IF_ERROR(Authenticate(data, transports));
+  RETURN_IF_ERROR(StartThreads(data, group, transports));
+  running.store(true);
+  return Status();
+}
+
+Result<Context::Impl::Transports> Context::Impl::OpenDataTransports(uint32_t bind_ip) const {
   transport::TransportOptions topts;
   topts.kind = config.transport;
   topts.bind_ipv4 = bind_ip;
@@ -454,10 +493,11 @@ Status Context::Impl::Setup() {
     while (slots < 2 * window && slots < 65536) slots *= 2;
     topts.shm_ring_slots = slots;
   }
-  ASSIGN_OR_RETURN(auto transports, transport::OpenTransports(topts, config.num_worker_threads));
-  const uint16_t base_port = transports[0]->local_endpoint().port;
+  return transport::OpenTransports(topts, config.num_worker_threads);
+}
 
-  // Agree on the session id: given, or rank 0's pick broadcast to everyone (reference).
+// The session id: given, or rank 0's pick broadcast to everyone (the reference's way).
+Status Context::Impl::AgreeSessionId() {
   ControlPlaneRendezvous* own_rendezvous = nullptr;
   if (rendezvous == nullptr) {
     auto r = std::make_shared<ControlPlaneRendezvous>(&hosts, config);
@@ -472,15 +512,19 @@ Status Context::Impl::Setup() {
     if (session_id == 0) session_id = 1;
   }
   if (own_rendezvous != nullptr) own_rendezvous->set_scope(session_id);
-  proto::SizeCode size;
-  proto::SizeCodeForNumel(config.packet_numel, &size);
-  const uint32_t window_total = config.OutstandingPackets();
-  // A striped job reserves on every host a slot range per failover it can survive (a host that
-  // dies moves every thread to a fresh range: StripedSession), as many as fit in the software
-  // switch's default pool.
-  const uint32_t generations =
-      num_hosts == 1 ? 1
-                     : std::max<uint32_t>(1, std::min(num_hosts, kStripedJobSlots / window_total));
+  return Status();
+}
+
+// A striped job reserves on every host a slot range per failover it can survive (a host that
+// dies moves every thread to a fresh range: StripedSession), as many as fit in the software
+// switch's default pool.
+uint32_t Context::Impl::Generations() const {
+  if (hosts.size() == 1) return 1;
+  return std::max<uint32_t>(1, std::min(static_cast<uint32_t>(hosts.size()),
+                                        kStripedJobSlots / config.OutstandingPackets()));
+}
+
+control::UdpSessionArgs Context::Impl::Registration(uint32_t bind_ip, uint16_t base_port) const {
   control::UdpSessionArgs args;
   args.session_id = session_id;
   args.rank = config.rank;
@@ -488,22 +532,21 @@ Status Context::Impl::Setup() {
   args.ipv4 = bind_ip;  // 0: the switch uses the address our control connection comes from
   args.udp_port = base_port;
   args.num_udp_ports = config.num_worker_threads;
-  args.max_outstanding_packets = window_total * generations;
-  args.size = size;
+  args.max_outstanding_packets = config.OutstandingPackets() * Generations();
+  proto::SizeCodeForNumel(config.packet_numel, &args.size);
   args.job_secret = config.job_secret;
   args.authenticate_data = config.authenticate_data;
-  if (num_hosts > 1) {
+  if (hosts.size() > 1) {
     // Every worker must stripe over the same hosts in the same order: each host compares.
     for (const auto& h : hosts) {
       args.switch_list += (args.switch_list.empty() ? "" : ",") + h->control.ToString();
     }
   }
-  // Multicast results: every worker of the session derives the same group and ports from the
-  // session id, listens there, and asks the switch to send results to it.
-  NetInterface group_interface;
-  RETURN_IF_ERROR(JoinResultGroup(config, switch_ip, hosts[0]->control.port, bind_ip, session_id,
-                                  transports, &args.multicast_group, &group_interface));
-  // Rank 0 (re)creates the job first; the others join after a barrier; all meet again.
+  return args;
+}
+
+// Rank 0 (re)creates the job first; the others join after a barrier; all meet again.
+Status Context::Impl::JoinJob(const control::UdpSessionArgs& args) {
   if (config.rank == 0) {
     RETURN_IF_ERROR(Register(args));
     RETURN_IF_ERROR(rendezvous->Barrier());
@@ -514,66 +557,86 @@ Status Context::Impl::Setup() {
   RETURN_IF_ERROR(rendezvous->Barrier());
   // The stream may have been refused, or the job failed, meanwhile.
   if (failure->is_set()) return failure->Get();
-  // Results to the group from the hosts that kept it; the others send one copy per worker.
-  size_t kept = 0;
-  for (const auto& h : hosts) kept += h->reply.multicast_group_kept ? 1 : 0;
-  if (args.multicast_group.ipv4 != 0 && kept < num_hosts) {
-    if (!group_interface.loopback && config.lan_multicast_required) {
-      return FailedPreconditionError(
-          "the switch did not keep LAN multicast group " + args.multicast_group.ToString() +
-          " for this job (rank 0 ran with --multicast local or off, or the switch runs with "
-          "--no-lan-multicast, is bound to 0.0.0.0 rather than the address of the interface the "
-          "workers reach (--bind), uses a transport other than kernel UDP, holds the group for "
-          "another job, or is a reference switch); run the workers with --multicast auto (results "
-          "then come one copy per worker where the group cannot be had)");
-    }
-    if (!group_interface.loopback) {
-      LOG(kInfo, kRuntime) << "no LAN multicast from " << num_hosts - kept << " of " << num_hosts
-                           << " switch host(s) (results come one copy per worker): they did not "
-                              "keep group "
-                           << args.multicast_group.ToString()
-                           << " (bound to 0.0.0.0, --no-lan-multicast, a reference switch, or "
-                              "another job holds it)";
-    }
-    if (kept == 0) {
-      // No switch sends to the group for this job (a reference switch, another job holds the
-      // group, or a transport without it): do not listen to it either.
-      for (auto& t : transports) t->LeaveGroup();
-      args.multicast_group = Endpoint{};
-    }
+  return Status();
+}
+
+// Results come to the group from the hosts that kept it (the others send one copy per worker);
+// without any, this worker leaves the group.
+Status Context::Impl::SettleResultGroup(const Endpoint& asked, Transports& transports,
+                                        ResultGroup* group) const {
+  group->group = asked;
+  if (asked.ipv4 == 0) return Status();
+  for (const auto& h : hosts) group->kept += h->reply.multicast_group_kept ? 1 : 0;
+  if (group->kept == hosts.size()) return Status();
+  if (!group->via.loopback && config.lan_multicast_required) {
+    return FailedPreconditionError(
+        "the switch did not keep LAN multicast group " + asked.ToString() +
+        " for this job (rank 0 ran with --multicast local or off, or the switch runs with "
+        "--no-lan-multicast, is bound to 0.0.0.0 rather than the address of the interface the "
+        "workers reach (--bind), uses a transport other than kernel UDP, holds the group for "
+        "another job, or is a reference switch); run the workers with --multicast auto (results "
+        "then come one copy per worker where the group cannot be had)");
   }
-  // From now on a switch that went away fails a barrier at once instead of being waited for.
-  for (const auto& h : hosts) h->client->set_wait_for_ready(false);
-  // Each switch's data plane: at the address it names, or (0) where its control plane is.
-  std::vector<Endpoint> data(num_hosts);
+  if (!group->via.loopback) {
+    LOG(kInfo, kRuntime) << "no LAN multicast from " << hosts.size() - group->kept << " of "
+                         << hosts.size()
+                         << " switch host(s) (results come one copy per worker): they did not "
+                            "keep group "
+                         << asked.ToString()
+                         << " (bound to 0.0.0.0, --no-lan-multicast, a reference switch, or "
+                            "another job holds it)";
+  }
+  if (group->kept == 0) {
+    // No switch sends to the group for this job (a reference switch, another job holds the
+    // group, or a transport without it): do not listen to it either.
+    for (auto& t : transports) t->LeaveGroup();
+    group->group = Endpoint{};
+  }
+  return Status();
+}
+
+// Each switch's data plane: at the address it names, or (0) where its control plane is.
+std::vector<Endpoint> Context::Impl::DataEndpoints(uint16_t base_port) const {
+  std::vector<Endpoint> data;
   std::string where;
-  for (uint32_t i = 0; i < num_hosts; ++i) {
-    const SwitchHost& h = *hosts[i];
-    data[i] = Endpoint{h.reply.switch_ipv4 != 0 ? h.reply.switch_ipv4 : h.control.ipv4,
-                       h.reply.data_port};
-    where += (i == 0 ? "" : ", ") + data[i].ToString();
+  for (const auto& h : hosts) {
+    data.push_back(Endpoint{h->reply.switch_ipv4 != 0 ? h->reply.switch_ipv4 : h->control.ipv4,
+                            h->reply.data_port});
+    where += (where.empty() ? "" : ", ") + data.back().ToString();
   }
   LOG(kInfo, kRuntime) << "rank " << config.rank << " joined session " << session_id << "; "
-                       << (num_hosts == 1 ? "switch data plane at "
-                                          : std::to_string(num_hosts) + " switch hosts, data at ")
+                       << (hosts.size() == 1
+                               ? "switch data plane at "
+                               : std::to_string(hosts.size()) + " switch hosts, data at ")
                        << where << "; local ports " << base_port << ".."
                        << base_port + config.num_worker_threads - 1;
+  return data;
+}
 
-  if (config.authenticate_data) {
-    std::vector<transport::AuthSwitch> keys;
-    for (uint32_t i = 0; i < num_hosts; ++i) {
-      transport::AuthSwitch k{data[i].ipv4, data[i].port, hosts[i]->reply.num_data_ports, {}};
-      if (!transport::AuthKeyFromBytes(hosts[i]->reply.data_key, &k.key)) {
-        return InternalError("switch host " + hosts[i]->name +
-                             ": its data-plane key is not 16 bytes");
-      }
-      keys.push_back(k);
+// The authenticated data plane: each host's datagrams tagged and verified with its key.
+Status Context::Impl::Authenticate(const std::vector<Endpoint>& data,
+                                   Transports& transports) const {
+  std::vector<transport::AuthSwitch> keys;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    transport::AuthSwitch k{data[i].ipv4, data[i].port, hosts[i]->reply.num_data_ports, {}};
+    if (!transport::AuthKeyFromBytes(hosts[i]->reply.data_key, &k.key)) {
+      return InternalError("switch host " + hosts[i]->name +
+                           ": its data-plane key is not 16 bytes");
     }
-    for (auto& t : transports) {
-      t = transport::MakeAuthenticated(std::move(t), session_id, config.rank, keys);
-    }
+    keys.push_back(k);
   }
+  for (auto& t : transports) {
+    t = transport::MakeAuthenticated(std::move(t), session_id, config.rank, keys);
+  }
+  return Status();
+}
 
+// A WorkerThread per worker thread, each with its slots, its routes to every host and its
+// transport.
+Status Context::Impl::StartThreads(const std::vector<Endpoint>& data, const ResultGroup& group,
+                                   Transports& transports) {
+  const uint32_t num_hosts = static_cast<uint32_t>(hosts.size());
+  const uint32_t window_total = config.OutstandingPackets();
   const uint32_t window = window_total / config.num_worker_threads;
   std::vector<int> cpus;  // Config::pin_threads: thread t runs on CpuOfThread(cpus, t)
   if (config.pin_threads) {
@@ -585,7 +648,7 @@ Status Context::Impl::Setup() {
     sc.num_workers = config.num_workers;
     sc.slot_start = t * window;
     sc.window = window;
-    sc.size = size;
+    proto::SizeCodeForNumel(config.packet_numel, &sc.size);
     sc.timeout = config.timeout;
     sc.min_timeout = config.min_timeout;
     sc.max_timeout = config.max_timeout;
@@ -594,7 +657,7 @@ Status Context::Impl::Setup() {
     sc.timeout_threshold_increment = config.timeout_threshold_increment;
     sc.progress_timeout = config.peer_timeout;
     o.session.num_hosts = num_hosts;
-    o.session.generations = generations;
+    o.session.generations = Generations();
     o.session.generation_stride = window_total;
     RETURN_IF_ERROR(o.session.Validate());
     for (uint32_t i = 0; i < num_hosts; ++i) {
@@ -609,11 +672,10 @@ Status Context::Impl::Setup() {
     if (!cpus.empty()) o.wait.cpu = CpuOfThread(cpus, t);
     // Checked for LAN groups only (a loopback one cannot fail), and only where every host sends
     // to the group (else some results come as unicast by design).
-    if (args.multicast_group.ipv4 != 0 && !group_interface.loopback && kept == num_hosts) {
+    if (group.group.ipv4 != 0 && !group.via.loopback && group.kept == num_hosts) {
       o.expected_group =
-          Endpoint{args.multicast_group.ipv4, static_cast<uint16_t>(args.multicast_group.port + t)}
-              .ToString() +
-          " on " + group_interface.name;
+          Endpoint{group.group.ipv4, static_cast<uint16_t>(group.group.port + t)}.ToString() +
+          " on " + group.via.name;
     }
     o.group_required = config.lan_multicast_required;
     // (The threads stop before the control clients go: ~Context.)
@@ -626,7 +688,6 @@ Status Context::Impl::Setup() {
     threads.push_back(
         std::make_unique<runtime::WorkerThread>(std::move(o), std::move(transports[t]), failure));
   }
-  running.store(true);
   return Status();
 }
 
