@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -94,46 +95,21 @@ std::vector<double> ParseTimes(const std::string& csv) {
 volatile sig_atomic_t g_interrupted = 0;
 void OnSignal(int) { g_interrupted = 1; }
 
-}  // namespace
+// The software switches `run` starts: one, or several for a striped job, all over the transport
+// the workers will use.
+struct RunSwitches {
+  std::vector<std::unique_ptr<runtime::SwitchDaemon>> daemons;
+  runtime::SwitchDaemonOptions options;
+  std::string why;   // how the transport was chosen (" (auto)", or why shm could not be used)
+  std::string list;  // the workers' --switch: "127.0.0.1:p1,127.0.0.1:p2,..."
+};
 
-int RunCommand(const std::vector<std::string>& args, const std::string& self_exe) {
-  Flags flags("run",
-              "Runs the main job on this machine: starts a software switch and --workers worker\n"
-              "processes (over shared memory by default, --transport udp for loopback UDP),\n"
-              "all-reduces a --size tensor --iterations times, verifies every result against an\n"
-              "exact float64/int64 sum and prints the median tensor aggregation time, aggregated\n"
-              "elements/s and algorithm bandwidth.");
-  AddJobFlags(&flags, /*auto_transport=*/true);
-  flags.AddDouble("loss", 0, "the switch drops this fraction of packets in each direction");
-  flags.AddInt("switch-threads", 0,
-               "the switch's data-plane threads, 1..64 (worker thread t uses switch thread t mod "
-               "this); 0: as many as the workers' --threads (with --threads 0: " +
-                   std::to_string(kShmRunThreads) + " where shm is tried on a host with at least " +
-                   std::to_string(kShmRunThreads) + " cores, else 1)");
-  flags.AddInt("switches", 1,
-               "software switches to start, 1..8; with more than one the job is striped over "
-               "them (as over switch hosts: docs/deployment.md; on one machine this shows "
-               "striping, it adds no bandwidth)");
-  flags.AddString("json", "", "also write the summary as JSON to this file");
-  flags.AddBool("per-slot", "print per-slot switch counters at the end");
-  flags.AddString("log-level", "warning", "debug, info, warning, error or off");
-  JobOptions job;
-  if (int code = ParseCommandLine("run", args, &flags, &job); code >= 0) return code;
-  if (!flags.GetString("json").empty()) {  // refused now, not after the run
-    if (Status st = CheckOutputPath("json", flags.GetString("json"), /*allow_stdout=*/false);
-        !st.ok()) {
-      std::cerr << "switchml run: " << st.message() << "\n";
-      return 2;
-    }
-  }
-  if (job.transport == "xdp") {
-    std::cerr << "switchml run: --transport xdp is not available here: run's switch and worker "
-                 "processes share loopback, and AF_XDP takes one process per interface queue. Run "
-                 "`switchml switch` and `switchml worker` with --transport xdp on interfaces of "
-                 "their own (network namespaces: scripts/rack.sh, tests/netns_test.sh)\n";
-    return 2;
-  }
-  runtime::SwitchDaemonOptions o;
+// Starts `count` switches as the flags ask. --transport auto (the default): every process of
+// this job is on this host, so shared memory (the fastest path here, docs/benchmarks.md) unless
+// this host's cannot be used; then kernel UDP.
+Result<RunSwitches> StartSwitches(const Flags& flags, const JobOptions& job, uint32_t count) {
+  RunSwitches s;
+  runtime::SwitchDaemonOptions& o = s.options;
   o.bind_address = "127.0.0.1";
   o.data_port = 0;
   o.control_port = 0;
@@ -142,73 +118,60 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   o.loss = flags.GetDouble("loss");
   o.seed = job.seed;
   o.busy_poll = job.busy_poll;
-  const int64_t num_switches = flags.GetInt("switches");
-  if (num_switches < 1 || num_switches > 8) {
-    std::cerr << "switchml run: --switches must be in 1..8\n";
-    return 2;
-  }
-  if (flags.GetInt("switch-threads") < 0 || flags.GetInt("switch-threads") > 64) {
-    // Checked before it narrows to 32 bits (4294967297 read as 1).
-    std::cerr << "switchml run: --switch-threads must be 0 (automatic) or in 1..64\n";
-    return 2;
-  }
-  // --transport auto (the default): every process of this job is on this host, so shared memory
-  // (the fastest path here, docs/benchmarks.md) unless this host's cannot be used.
   const bool automatic = job.transport == kAutoTransport;
-  const bool switch_threads_automatic = flags.GetInt("switch-threads") == 0;
+  const bool threads_automatic = flags.GetInt("switch-threads") == 0;
   // The switch over `transport`: automatic threads as many as the workers' over it, pinned
   // where theirs are (--pin-threads), both as the workers' options resolve for it.
-  auto switch_over = [&](const std::string& transport) {
+  auto over = [&](const std::string& transport) {
     JobOptions j = job;
     j.transport = transport;
     ResolveAutomaticJobOptions(&j);
     o.transport = transport;
-    o.threads = switch_threads_automatic ? j.threads
-                                         : static_cast<uint32_t>(flags.GetInt("switch-threads"));
+    o.threads =
+        threads_automatic ? j.threads : static_cast<uint32_t>(flags.GetInt("switch-threads"));
     o.pin_threads = j.pin_threads;
   };
-  std::string why = automatic ? " (auto)" : "";
-  switch_over(automatic ? "shm" : job.transport);
-  auto daemon = runtime::SwitchDaemon::Start(o);
-  if (!daemon.ok() && automatic) {
-    why = " (auto: shm cannot be used here: " + daemon.status().message() + ")";
-    switch_over(transport::kDefaultTransportKind);
-    daemon = runtime::SwitchDaemon::Start(o);
+  s.why = automatic ? " (auto)" : "";
+  over(automatic ? "shm" : job.transport);
+  auto first = runtime::SwitchDaemon::Start(o);
+  if (!first.ok() && automatic) {
+    s.why = " (auto: shm cannot be used here: " + first.status().message() + ")";
+    over(transport::kDefaultTransportKind);
+    first = runtime::SwitchDaemon::Start(o);
   }
-  if (!daemon.ok()) {
-    std::cerr << "switchml run: cannot start the switch: " << daemon.status().message() << "\n";
-    return 2;
+  if (!first.ok()) {
+    return Status(first.status().code(), "cannot start the switch: " + first.status().message());
   }
+  s.daemons.push_back(std::move(*first));
   // More switches for a striped job, like the first.
-  std::vector<std::unique_ptr<runtime::SwitchDaemon>> daemons;
-  daemons.push_back(std::move(*daemon));
-  while (daemons.size() < static_cast<size_t>(num_switches)) {
+  while (s.daemons.size() < count) {
     auto more = runtime::SwitchDaemon::Start(o);
     if (!more.ok()) {
-      std::cerr << "switchml run: cannot start switch " << daemons.size() + 1 << ": "
-                << more.status().message() << "\n";
-      return 2;
+      return Status(more.status().code(), "cannot start switch " +
+                                              std::to_string(s.daemons.size() + 1) + ": " +
+                                              more.status().message());
     }
-    daemons.push_back(std::move(*more));
+    s.daemons.push_back(std::move(*more));
   }
-  std::string switch_list;
-  for (const auto& d : daemons) {
-    switch_list +=
-        (switch_list.empty() ? "" : ",") + ("127.0.0.1:" + std::to_string(d->control_port()));
+  for (const auto& d : s.daemons) {
+    s.list += (s.list.empty() ? "" : ",") + ("127.0.0.1:" + std::to_string(d->control_port()));
   }
-  job.transport = o.transport;       // the workers use the switch's
-  ResolveAutomaticJobOptions(&job);  // --threads 0 and --window 0 for that transport
-  for (const auto& d : daemons) {
+  return s;
+}
+
+void PrintSetup(const RunSwitches& s, const JobOptions& job) {
+  const runtime::SwitchDaemonOptions& o = s.options;
+  for (const auto& d : s.daemons) {
     std::printf(
         "switchml run: software switch on 127.0.0.1 (data port %u, control port %u), transport "
         "%s%s%s\n",
-        d->data_port(), d->control_port(), o.transport.c_str(), why.c_str(),
+        d->data_port(), d->control_port(), o.transport.c_str(), s.why.c_str(),
         o.loss > 0
             ? (", dropping " + std::to_string(o.loss * 100) + "% of packets each way").c_str()
             : "");
   }
-  if (daemons.size() > 1) {
-    std::printf("switchml run: the job is striped over the %zu switches\n", daemons.size());
+  if (s.daemons.size() > 1) {
+    std::printf("switchml run: the job is striped over the %zu switches\n", s.daemons.size());
   }
   std::printf(
       "switchml run: %u workers x %u threads%s, %llu %s elements, %u iterations after %u "
@@ -217,52 +180,51 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       static_cast<unsigned long long>(job.size), DataTypeName(job.dtype), job.iterations,
       job.warmup, job.window, job.packet_numel);
   std::fflush(stdout);
+}
 
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-
+// Starts the job's worker processes (`self_exe worker ...`), one per rank, each with a fresh
+// session id and the job's secret in its environment (docs/security.md; not on the command
+// line, which other users can read). On failure kills those started and says why.
+Status SpawnWorkers(const std::string& self_exe, const JobOptions& job, const std::string& switches,
+                    const std::string& log_level, std::vector<Child>* children) {
   const uint64_t session =
       (static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
        (static_cast<uint64_t>(getpid()) << 32)) |
       1;
-  // The job's secret (docs/security.md), handed to the workers through the environment (not the
-  // command line, which other users can read).
   {
     std::random_device rd;
     char secret[33];
     for (int i = 0; i < 4; ++i) std::snprintf(secret + 8 * i, 9, "%08x", rd());
     setenv("SWITCHML_JOB_SECRET", secret, 1);
   }
-  std::vector<Child> children(job.workers);
+  children->assign(job.workers, Child{});
   for (uint32_t r = 0; r < job.workers; ++r) {
-    std::vector<std::string> a = {"switchml",
-                                  "worker",
-                                  "--switch",
-                                  switch_list,
-                                  "--rank",
-                                  std::to_string(r),
-                                  "--session",
-                                  std::to_string(session),
-                                  "--report",
-                                  "--log-level",
-                                  flags.GetString("log-level")};
+    std::vector<std::string> a = {
+        "switchml", "worker",          "--switch",  switches,
+        "--rank",   std::to_string(r), "--session", std::to_string(session),
+        "--report", "--log-level",     log_level};
     auto j = JobFlagArgs(job);
     a.insert(a.end(), j.begin(), j.end());
     if (r != 0) a.push_back("--quiet");
-    children[r].rank = r;
-    children[r].pid = Spawn(self_exe, a, &children[r].out_fd);
-    if (children[r].pid < 0) {
-      std::cerr << "switchml run: cannot start worker " << r << ": " << std::strerror(errno)
-                << "\n";
-      for (auto& c : children)
-        if (c.pid > 0) kill(c.pid, SIGKILL);
-      return 2;
+    Child& c = (*children)[r];
+    c.rank = r;
+    c.pid = Spawn(self_exe, a, &c.out_fd);
+    if (c.pid < 0) {
+      const Status st =
+          InternalError("cannot start worker " + std::to_string(r) + ": " + std::strerror(errno));
+      for (auto& other : *children)
+        if (other.pid > 0) kill(other.pid, SIGKILL);
+      return st;
     }
   }
+  return Status();
+}
 
-  const auto start = std::chrono::steady_clock::now();
+// Forwards the workers' output, keeps their result lines, and waits until every one has exited
+// and every pipe is drained to its end (a child may exit right after writing its result line,
+// before it is read). The first worker to fail (or an interruption) ends the others; returns
+// what failed, or "".
+std::string SuperviseWorkers(std::vector<Child>& children) {
   std::string failure;
   size_t running = children.size();
   auto any_open = [&] {
@@ -275,8 +237,6 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
     else
       std::printf("%s\n", line.c_str());
   };
-  // Until every child has exited and every pipe is drained to its end (a child may exit right
-  // after writing its result line, before this loop reads it).
   while (running > 0 || any_open()) {
     std::vector<pollfd> pfds;
     for (auto& c : children) {
@@ -326,9 +286,124 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
         if (!c.exited) kill(c.pid, SIGTERM);
     }
   }
+  return failure;
+}
+
+// What the workers reported: per iteration the slowest worker's time, and their counters.
+struct WorkerTotals {
+  std::vector<double> per_iteration;
+  uint64_t retransmitted = 0, auth_dropped = 0;
+  double srtt_us = 0, rto_us = 0;  // the largest over the workers
+};
+
+Result<WorkerTotals> ReadResults(const std::vector<Child>& children, uint32_t iterations) {
+  WorkerTotals w;
+  w.per_iteration.assign(iterations, 0);
+  for (const Child& c : children) {
+    auto kv = ParseResult(c.result_line);
+    if (kv["status"] != "ok") {
+      return InternalError("worker " + std::to_string(c.rank) + " reported no result");
+    }
+    auto t = ParseTimes(kv["times"]);
+    for (size_t i = 0; i < t.size() && i < w.per_iteration.size(); ++i) {
+      w.per_iteration[i] = std::max(w.per_iteration[i], t[i]);
+    }
+    w.retransmitted += std::strtoull(kv["retransmitted"].c_str(), nullptr, 10);
+    w.auth_dropped += std::strtoull(kv["auth_dropped"].c_str(), nullptr, 10);
+    w.srtt_us = std::max(w.srtt_us, std::strtod(kv["srtt_us"].c_str(), nullptr));
+    w.rto_us = std::max(w.rto_us, std::strtod(kv["rto_us"].c_str(), nullptr));
+  }
+  return w;
+}
+
+// The switches' counters, summed, and each one's report.
+runtime::DaemonCounters SwitchTotals(const RunSwitches& s, bool per_slot, std::string* reports) {
+  runtime::DaemonCounters dc;
+  for (size_t i = 0; i < s.daemons.size(); ++i) {
+    const runtime::DaemonCounters c = s.daemons[i]->counters();
+    dc.received += c.received;
+    dc.auth_dropped += c.auth_dropped;
+    if (s.daemons.size() > 1) *reports += "switch " + std::to_string(i + 1) + ":\n";
+    *reports += s.daemons[i]->FormatCounters(per_slot);
+  }
+  return dc;
+}
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& args, const std::string& self_exe) {
+  Flags flags("run",
+              "Runs the main job on this machine: starts a software switch and --workers worker\n"
+              "processes (over shared memory by default, --transport udp for loopback UDP),\n"
+              "all-reduces a --size tensor --iterations times, verifies every result against an\n"
+              "exact float64/int64 sum and prints the median tensor aggregation time, aggregated\n"
+              "elements/s and algorithm bandwidth.");
+  AddJobFlags(&flags, /*auto_transport=*/true);
+  flags.AddDouble("loss", 0, "the switch drops this fraction of packets in each direction");
+  flags.AddInt("switch-threads", 0,
+               "the switch's data-plane threads, 1..64 (worker thread t uses switch thread t mod "
+               "this); 0: as many as the workers' --threads (with --threads 0: " +
+                   std::to_string(kShmRunThreads) + " where shm is tried on a host with at least " +
+                   std::to_string(kShmRunThreads) + " cores, else 1)");
+  flags.AddInt("switches", 1,
+               "software switches to start, 1..8; with more than one the job is striped over "
+               "them (as over switch hosts: docs/deployment.md; on one machine this shows "
+               "striping, it adds no bandwidth)");
+  flags.AddString("json", "", "also write the summary as JSON to this file");
+  flags.AddBool("per-slot", "print per-slot switch counters at the end");
+  flags.AddString("log-level", "warning", "debug, info, warning, error or off");
+  JobOptions job;
+  if (int code = ParseCommandLine("run", args, &flags, &job); code >= 0) return code;
+  const std::string json = flags.GetString("json");
+  if (!json.empty()) {  // refused now, not after the run
+    if (Status st = CheckOutputPath("json", json, /*allow_stdout=*/false); !st.ok()) {
+      std::cerr << "switchml run: " << st.message() << "\n";
+      return 2;
+    }
+  }
+  if (job.transport == "xdp") {
+    std::cerr << "switchml run: --transport xdp is not available here: run's switch and worker "
+                 "processes share loopback, and AF_XDP takes one process per interface queue. Run "
+                 "`switchml switch` and `switchml worker` with --transport xdp on interfaces of "
+                 "their own (network namespaces: scripts/rack.sh, tests/netns_test.sh)\n";
+    return 2;
+  }
+  const int64_t num_switches = flags.GetInt("switches");
+  if (num_switches < 1 || num_switches > 8) {
+    std::cerr << "switchml run: --switches must be in 1..8\n";
+    return 2;
+  }
+  if (flags.GetInt("switch-threads") < 0 || flags.GetInt("switch-threads") > 64) {
+    // Checked before it narrows to 32 bits (4294967297 read as 1).
+    std::cerr << "switchml run: --switch-threads must be 0 (automatic) or in 1..64\n";
+    return 2;
+  }
+  Result<RunSwitches> switches = StartSwitches(flags, job, static_cast<uint32_t>(num_switches));
+  if (!switches.ok()) {
+    std::cerr << "switchml run: " << switches.status().message() << "\n";
+    return 2;
+  }
+  const runtime::SwitchDaemonOptions& o = switches->options;
+  job.transport = o.transport;       // the workers use the switch's
+  ResolveAutomaticJobOptions(&job);  // --threads 0 and --window 0 for that transport
+  PrintSetup(*switches, job);
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::vector<Child> children;
+  if (Status st =
+          SpawnWorkers(self_exe, job, switches->list, flags.GetString("log-level"), &children);
+      !st.ok()) {
+    std::cerr << "switchml run: " << st.message() << "\n";
+    return 2;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::string failure = SuperviseWorkers(children);
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (auto& d : daemons) d->Stop();
+  for (auto& d : switches->daemons) d->Stop();
   if (o.transport == "shm") {
     // Workers that did not close their transports (killed: after a failure or Ctrl-C) left
     // their inboxes and groups in the shm directory; nothing else would remove them.
@@ -339,42 +414,20 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       LOG(kInfo, kTransport) << "removed " << removed << " shm files the workers left behind";
     }
   }
-  // The switches' counters, summed (and each one's report).
-  runtime::DaemonCounters dc;
   std::string switch_reports;
-  for (size_t i = 0; i < daemons.size(); ++i) {
-    const runtime::DaemonCounters c = daemons[i]->counters();
-    dc.received += c.received;
-    dc.auth_dropped += c.auth_dropped;
-    if (daemons.size() > 1) switch_reports += "switch " + std::to_string(i + 1) + ":\n";
-    switch_reports +=
-        daemons[i]->FormatCounters(!failure.empty() ? false : flags.GetBool("per-slot"));
-  }
+  const runtime::DaemonCounters dc =
+      SwitchTotals(*switches, failure.empty() && flags.GetBool("per-slot"), &switch_reports);
   if (!failure.empty()) {
     std::fprintf(stderr, "switchml run: FAILED: %s\n%s", failure.c_str(), switch_reports.c_str());
     return 1;
   }
-
-  // Per iteration, the slowest worker's time; then the median over iterations.
-  std::vector<double> per_iteration(job.iterations, 0);
-  uint64_t retransmitted = 0, auth_dropped = 0;
-  double srtt_us = 0, rto_us = 0;  // the largest over the workers
-  for (auto& c : children) {
-    auto kv = ParseResult(c.result_line);
-    if (kv["status"] != "ok") {
-      std::fprintf(stderr, "switchml run: FAILED: worker %u reported no result\n", c.rank);
-      return 1;
-    }
-    auto t = ParseTimes(kv["times"]);
-    for (size_t i = 0; i < t.size() && i < per_iteration.size(); ++i) {
-      per_iteration[i] = std::max(per_iteration[i], t[i]);
-    }
-    retransmitted += std::strtoull(kv["retransmitted"].c_str(), nullptr, 10);
-    auth_dropped += std::strtoull(kv["auth_dropped"].c_str(), nullptr, 10);
-    srtt_us = std::max(srtt_us, std::strtod(kv["srtt_us"].c_str(), nullptr));
-    rto_us = std::max(rto_us, std::strtod(kv["rto_us"].c_str(), nullptr));
+  Result<WorkerTotals> totals = ReadResults(children, job.iterations);
+  if (!totals.ok()) {
+    std::fprintf(stderr, "switchml run: FAILED: %s\n", totals.status().message().c_str());
+    return 1;
   }
-  const double med = testing::Median(per_iteration);
+  const WorkerTotals& w = *totals;
+  const double med = testing::Median(w.per_iteration);
   const double elems = static_cast<double>(job.size);
   const double per_allreduce = static_cast<double>(dc.received) / (job.warmup + job.iterations);
   const double eps = med > 0 ? elems / med : 0;
@@ -384,7 +437,8 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   std::printf("\nswitchml run: OK: %u workers, %llu %s elements, every result %s\n", job.workers,
               static_cast<unsigned long long>(job.size), DataTypeName(job.dtype),
               job.verify ? "verified against the exact sum" : "NOT verified (--no-verify)");
-  const auto [fastest, slowest] = std::minmax_element(per_iteration.begin(), per_iteration.end());
+  const auto [fastest, slowest] =
+      std::minmax_element(w.per_iteration.begin(), w.per_iteration.end());
   std::printf("  tensor aggregation time (median of %u): %.6f s (min %.6f, max %.6f)\n",
               job.iterations, med, *fastest, *slowest);
   std::printf("  aggregated elements/s:                  %.4g\n", eps);
@@ -393,35 +447,45 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   std::printf("  switch packets received/s:              %.4g (%.0f per all-reduce)\n", pps,
               per_allreduce);
   std::printf("  retransmissions:                        %llu (all workers, all iterations)\n",
-              static_cast<unsigned long long>(retransmitted));
+              static_cast<unsigned long long>(w.retransmitted));
   std::printf(
       "  round trip (smoothed), timeout:         %.0f us, %.0f us (the largest of any "
       "worker at the end)\n",
-      srtt_us, rto_us);
+      w.srtt_us, w.rto_us);
   if (job.auth_data) {
     std::printf(
         "  authenticated data plane:               on; tags that failed: %llu at the "
         "switch, %llu at the workers\n",
         static_cast<unsigned long long>(dc.auth_dropped),
-        static_cast<unsigned long long>(auth_dropped));
+        static_cast<unsigned long long>(w.auth_dropped));
   }
   std::printf("  wall time:                              %.2f s\n", wall);
-  const std::string json = flags.GetString("json");
   if (!json.empty()) {
+    const nlohmann::json summary = {{"workers", job.workers},
+                                    {"size", job.size},
+                                    {"dtype", DataTypeName(job.dtype)},
+                                    {"loss", o.loss},
+                                    {"iterations", job.iterations},
+                                    {"threads", job.threads},
+                                    {"pinned", job.pin_threads},
+                                    {"window", job.window},
+                                    {"packet_numel", job.packet_numel},
+                                    {"switches", switches->daemons.size()},
+                                    {"median_s", med},
+                                    {"min_s", *fastest},
+                                    {"max_s", *slowest},
+                                    {"elements_per_s", eps},
+                                    {"algbw_gbps", algbw},
+                                    {"switch_rx_pps", pps},
+                                    {"retransmitted", w.retransmitted},
+                                    {"srtt_us", w.srtt_us},
+                                    {"rto_us", w.rto_us},
+                                    {"auth_data", job.auth_data},
+                                    {"auth_dropped_switch", dc.auth_dropped},
+                                    {"auth_dropped_workers", w.auth_dropped},
+                                    {"verified", job.verify}};
     std::ofstream f(json);
-    f << "{\"workers\": " << job.workers << ", \"size\": " << job.size << ", \"dtype\": \""
-      << DataTypeName(job.dtype) << "\", \"loss\": " << o.loss
-      << ", \"iterations\": " << job.iterations << ", \"threads\": " << job.threads
-      << ", \"pinned\": " << (job.pin_threads ? "true" : "false") << ", \"window\": " << job.window
-      << ", \"packet_numel\": " << job.packet_numel << ", \"switches\": " << daemons.size()
-      << ", \"median_s\": " << med << ", \"min_s\": " << *fastest << ", \"max_s\": " << *slowest
-      << ", \"elements_per_s\": " << eps << ", \"algbw_gbps\": " << algbw
-      << ", \"switch_rx_pps\": " << pps << ", \"retransmitted\": " << retransmitted
-      << ", \"srtt_us\": " << srtt_us << ", \"rto_us\": " << rto_us
-      << ", \"auth_data\": " << (job.auth_data ? "true" : "false")
-      << ", \"auth_dropped_switch\": " << dc.auth_dropped
-      << ", \"auth_dropped_workers\": " << auth_dropped
-      << ", \"verified\": " << (job.verify ? "true" : "false") << "}\n";
+    f << summary.dump() << "\n";
     if (!f) {
       std::cerr << "switchml run: cannot write " << json << "\n";
       return 1;
