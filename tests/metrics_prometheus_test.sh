@@ -86,12 +86,21 @@ worker() {
   "$bin" worker --switch "127.0.0.1:$control_port" --workers 2 --session 7 --size 1M \
     --iterations $iterations --warmup 1 --quiet --report "$@"
 }
-worker --rank 0 --metrics-port "$worker_metrics_port" >"$tmp/w0.out" 2>"$tmp/w0.log" &
+# Rank 0 serves its metrics until Prometheus has scraped them after the job (a job on a fast
+# machine is shorter than the scrape interval).
+worker --rank 0 --metrics-port "$worker_metrics_port" --metrics-linger 60 >"$tmp/w0.out" \
+  2>"$tmp/w0.log" &
 w0=$!
 pids+=($w0)
 wait_for 'switchml_job_workers_registered{session="7"} == 1' 30
 worker --rank 1 >"$tmp/w1.out" 2>"$tmp/w1.log" || fail "rank 1 failed"
 wait "$w0" || fail "rank 0 failed"
+wait_for 'last_over_time(switchml_worker_packets_sent_total[5m])' 30
+# Its last scrape came after the job: the packets sent read back as rank 0 reports them.
+scraped_sent="$(query 'last_over_time(switchml_worker_packets_sent_total[5m])')"
+reported_sent="$(grep -o ' sent=[0-9]*' "$tmp/w0.out" | grep -o '[0-9]*$')"
+[ -n "$reported_sent" ] && [ "${scraped_sent%.*}" = "$reported_sent" ] ||
+  fail "Prometheus has rank 0 sending '$scraped_sent' packets; rank 0 says '$reported_sent'"
 
 # After the job: let Prometheus scrape the idle switch once more, then stop the switch, which
 # prints its counters.

@@ -83,6 +83,18 @@ class StopOnSignal {
   std::thread thread_;
 };
 
+// --metrics-linger: after the job, waits until the counters have been scraped once more than
+// `scrapes` counted at the call, or `max_seconds` have passed.
+void LingerForScrape(const std::atomic<uint64_t>& scrapes, int64_t max_seconds) {
+  if (max_seconds <= 0) return;
+  const uint64_t seen = scrapes.load(std::memory_order_relaxed);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(max_seconds);
+  while (scrapes.load(std::memory_order_relaxed) == seen &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 }  // namespace
 
 int WorkerCommand(const std::vector<std::string>& args) {
@@ -114,6 +126,9 @@ int WorkerCommand(const std::vector<std::string>& args) {
                "serve this worker's counters as Prometheus metrics on "
                "http://METRICS-BIND:N/metrics while the job runs (0 = pick a port; -1 = off)");
   flags.AddString("metrics-bind", "127.0.0.1", "IPv4 address of the metrics endpoint");
+  flags.AddInt("metrics-linger", 0,
+               "after the job, keep serving the metrics until they have been scraped once more, "
+               "at most this many seconds (so a scraper sees a short job's final counters)");
   flags.AddBool("report", "print a machine-readable SWITCHML_RESULT line on stdout");
   flags.AddBool("quiet", "no progress output");
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
@@ -210,14 +225,18 @@ int WorkerCommand(const std::vector<std::string>& args) {
   auto ctx = Context::Create(config);
   if (!ctx.ok()) return fail("setup failed", ctx.status());
   std::unique_ptr<metrics::MetricsServer> metrics_server;  // (destroyed before the context)
+  // Scrapes of this worker's counters so far (for --metrics-linger).
+  auto scrapes = std::make_shared<std::atomic<uint64_t>>(0);
   if (const int64_t port = flags.GetInt("metrics-port"); port >= 0) {
-    auto m = port <= 65535
-                 ? metrics::MetricsServer::Start(
-                       {flags.GetString("metrics-bind"), static_cast<uint16_t>(port)},
-                       {metrics::ContextStatsCollector([c = ctx->get()] { return c->stats(); }),
-                        metrics::ProcessCollector()})
-                 : Result<std::unique_ptr<metrics::MetricsServer>>(
-                       InvalidArgumentError("--metrics-port must be in 0..65535"));
+    auto m = port <= 65535 ? metrics::MetricsServer::Start(
+                                 {flags.GetString("metrics-bind"), static_cast<uint16_t>(port)},
+                                 {metrics::ContextStatsCollector([c = ctx->get(), scrapes] {
+                                    scrapes->fetch_add(1, std::memory_order_relaxed);
+                                    return c->stats();
+                                  }),
+                                  metrics::ProcessCollector()})
+                           : Result<std::unique_ptr<metrics::MetricsServer>>(
+                                 InvalidArgumentError("--metrics-port must be in 0..65535"));
     if (!m.ok()) return fail("cannot serve metrics", m.status());
     metrics_server = std::move(m).value();
     if (!quiet)
@@ -298,6 +317,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
     std::printf("%s\n", line.str().c_str());
     std::fflush(stdout);
   }
+  if (metrics_server != nullptr) LingerForScrape(*scrapes, flags.GetInt("metrics-linger"));
   return 0;
 }
 
