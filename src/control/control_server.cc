@@ -231,6 +231,15 @@ struct ControlServer::Impl {
           ticket_(impl->registry.NewTicket()),
           shared_(std::make_shared<Shared>()) {
       shared_->reactor = this;
+      // Counted from now on, not from its first message: a stream that never sends one is a
+      // stranger's call until it is evicted or times out (Registry::OpenStream).
+      if (Status st = impl->registry.OpenStream(
+              ticket_, caller_,
+              [shared = shared_](const Status& why) { shared->Finish(ToGrpc(why)); });
+          !st.ok()) {
+        shared_->Finish(ToGrpc(st));
+        return;
+      }
       StartSendInitialMetadata();
       StartRead(&request_);
     }
@@ -252,6 +261,7 @@ struct ControlServer::Impl {
         q.rank = request_.rank();
         q.secret = request_.job_secret();
         q.label = request_.member();
+        q.opened = true;
         std::weak_ptr<Shared> weak = shared_;
         Status st = impl_->registry.Attach(
             ticket_, q, caller_,
@@ -352,7 +362,8 @@ struct ControlServer::Impl {
                                          switchml_proto::UdpSessionResponse* resp) override {
       if (impl_->options.hooks != nullptr) {  // the hooks may block
         return impl_->RunBlocking(
-            ctx, [impl = impl_, ctx, req, resp] { return impl->UdpSession(ctx, *req, resp); });
+            ctx, req->session_id(), req->job_secret(), /*upstream=*/false,
+            [impl = impl_, ctx, req, resp] { return impl->UdpSession(ctx, *req, resp); });
       }
       auto* reactor = ctx->DefaultReactor();
       reactor->Finish(impl_->UdpSession(ctx, *req, resp));
@@ -425,7 +436,8 @@ struct ControlServer::Impl {
                                       switchml_proto::BarrierResponse*) override {
       if (SessionHooks* hooks = impl_->options.hooks; hooks != nullptr && hooks->ForwardsSync()) {
         return impl_->RunBlocking(
-            ctx, [hooks, ctx, req] { return ToGrpc(hooks->Barrier(*req, ctx->deadline())); });
+            ctx, req->session_id(), req->job_secret(), /*upstream=*/true,
+            [hooks, ctx, req] { return ToGrpc(hooks->Barrier(*req, ctx->deadline())); });
       }
       SyncRequest q;
       q.session_id = req->session_id();
@@ -439,11 +451,12 @@ struct ControlServer::Impl {
                                         const switchml_proto::BroadcastRequest* req,
                                         switchml_proto::BroadcastResponse* resp) override {
       if (SessionHooks* hooks = impl_->options.hooks; hooks != nullptr && hooks->ForwardsSync()) {
-        return impl_->RunBlocking(ctx, [hooks, ctx, req, resp] {
-          Result<uint64_t> r = hooks->Broadcast(*req, ctx->deadline());
-          if (r.ok()) resp->set_value(r.value());
-          return ToGrpc(r.status());
-        });
+        return impl_->RunBlocking(ctx, req->session_id(), req->job_secret(), /*upstream=*/true,
+                                  [hooks, ctx, req, resp] {
+                                    Result<uint64_t> r = hooks->Broadcast(*req, ctx->deadline());
+                                    if (r.ok()) resp->set_value(r.value());
+                                    return ToGrpc(r.status());
+                                  });
       }
       SyncRequest q;
       q.broadcast = true;
@@ -526,11 +539,21 @@ struct ControlServer::Impl {
   // on a 2-core host) that also serve every other call: a handler that waits there (a forwarded
   // barrier waits for the whole job at the upstream switch) would hold one, and a few such
   // waits would stop the control plane, the waits' own peers included (a rack's third worker's
-  // barrier was never read). At most kMaxBlockingCalls at once (RESOURCE_EXHAUSTED beyond);
-  // Shutdown joins them once gRPC is done with the calls.
-  grpc::ServerUnaryReactor* RunBlocking(grpc::CallbackServerContext* ctx,
+  // barrier was never read). Each is admitted by the registry first, as a member's call of the
+  // job of session_id when it carries that job's secret, else as a stranger's
+  // (Registry::AdmitForwarded: the threads and this switch's calls upstream stay bounded); and
+  // at most kMaxBlockingCalls at once (RESOURCE_EXHAUSTED beyond). Shutdown joins them once gRPC
+  // is done with the calls.
+  grpc::ServerUnaryReactor* RunBlocking(grpc::CallbackServerContext* ctx, uint64_t session_id,
+                                        const std::string& secret, bool upstream,
                                         std::function<grpc::Status()> work) {
     auto* reactor = ctx->DefaultReactor();
+    const uint64_t ticket = registry.NewTicket();
+    if (Status st = registry.AdmitForwarded(ticket, CallerOf(ctx), session_id, secret, upstream);
+        !st.ok()) {
+      reactor->Finish(ToGrpc(st));
+      return reactor;
+    }
     std::lock_guard lock(blocking_mu);
     // Join the threads that are done (each holds a stack until joined).
     for (auto it = blocking_threads.begin(); it != blocking_threads.end();) {
@@ -542,11 +565,13 @@ struct ControlServer::Impl {
       }
     }
     if (blocking_closed) {
+      registry.ReleaseForwarded(ticket);
       reactor->Finish(
           grpc::Status(grpc::StatusCode::UNAVAILABLE, "the switch control plane is shutting down"));
       return reactor;
     }
     if (blocking_threads.size() >= kMaxBlockingCalls) {
+      registry.ReleaseForwarded(ticket);
       reactor->Finish(grpc::Status(
           grpc::StatusCode::RESOURCE_EXHAUSTED,
           "the switch already has " + std::to_string(kMaxBlockingCalls) +
@@ -555,8 +580,10 @@ struct ControlServer::Impl {
     }
     auto done = std::make_shared<std::atomic<bool>>(false);
     blocking_threads.push_back(
-        BlockingThread{std::thread([reactor, work = std::move(work), done] {
-                         reactor->Finish(work());  // (the call, and ctx, may be gone after this)
+        BlockingThread{std::thread([this, reactor, work = std::move(work), done, ticket] {
+                         grpc::Status status = work();
+                         registry.ReleaseForwarded(ticket);
+                         reactor->Finish(status);  // (the call, and ctx, may be gone after this)
                          done->store(true);
                        }),
                        done});

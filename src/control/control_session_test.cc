@@ -2,6 +2,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <set>
@@ -383,6 +384,75 @@ TEST_F(ControlSessionTest, ZeroIpv4MeansThePeerAddress) {
   EXPECT_EQ(reply.status().code(), StatusCode::kAlreadyExists) << reply.status().ToString();
   EXPECT_NE(reply.status().message().find("127.0.0.1"), std::string::npos)
       << reply.status().message();
+}
+
+// Issue 28, found 6, second part: Attach streams that never sent their first message were not
+// counted in any limit (20,000 from one address were accepted; the switch's memory grew from
+// 25 MB to 395 MB). Given a switch that allows 8 calls per client, Expect a client's 20 silent
+// streams to be 8 open and 12 ended at once with RESOURCE_EXHAUSTED; and a silent stream to end
+// after first_message_timeout.
+TEST(ControlAbuseTest, StreamsWithoutAFirstMessageAreCountedAndEnded) {
+  dataplane::LockedSwitch sw{dataplane::SwitchConfig{}};
+  ControlServerOptions o;
+  o.bind_address = "127.0.0.1";
+  o.port = 0;
+  o.registry.max_calls_per_client = 8;
+  o.registry.first_message_timeout = 1s;
+  auto server = ControlServer::Start(o, &sw);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = switchml_proto::Session::NewStub(channel);
+  struct Silent {
+    grpc::ClientContext ctx;
+    std::unique_ptr<
+        grpc::ClientReaderWriter<switchml_proto::AttachRequest, switchml_proto::AttachEvent>>
+        stream;
+    std::thread reader;
+    std::atomic<bool> ended{false};
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Silent>> silent;
+  for (int i = 0; i < 20; ++i) {
+    auto s = std::make_unique<Silent>();
+    s->ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+    s->stream = stub->Attach(&s->ctx);
+    s->reader = std::thread([p = s.get()] {
+      switchml_proto::AttachEvent event;
+      while (p->stream->Read(&event)) {
+      }
+      p->status = p->stream->Finish();
+      p->ended = true;
+    });
+    silent.push_back(std::move(s));
+  }
+  auto ended = [&] {
+    int n = 0;
+    for (auto& s : silent) n += s->ended.load();
+    return n;
+  };
+  // The 12 over the limit end at once; the 8 others after the first-message timeout (1 s, at
+  // the next once-a-second tick).
+  const auto start = std::chrono::steady_clock::now();
+  while (ended() < 12 && std::chrono::steady_clock::now() - start < 30s) {
+    std::this_thread::sleep_for(10ms);
+  }
+  int exhausted = 0;
+  for (auto& s : silent) {
+    exhausted += s->ended && s->status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+  }
+  EXPECT_EQ(exhausted, 12);
+  while (ended() < 20 && std::chrono::steady_clock::now() - start < 30s) {
+    std::this_thread::sleep_for(10ms);
+  }
+  int timed_out = 0;
+  for (auto& s : silent) {
+    if (!s->ended) s->ctx.TryCancel();
+    s->reader.join();
+    timed_out += s->status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+                 s->status.error_message().find("no first message") != std::string::npos;
+  }
+  EXPECT_EQ(timed_out, 8);
 }
 
 TEST(ParsePeerIpv4Test, Forms) {

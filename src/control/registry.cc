@@ -133,7 +133,7 @@ struct Registry::Wait {
   std::shared_ptr<Round> round;
   bool has_rank = false;
   uint32_t rank = 0;
-  std::string client;
+  Charge charge;
   SyncDone done;
   std::string scope;  // "barrier of session 7", as the registry's errors name the round
   std::chrono::steady_clock::time_point since;
@@ -143,15 +143,26 @@ struct Registry::Stream {
   uint64_t session_id = 0;
   uint32_t rank = 0;
   std::string name;  // how errors name its worker
-  std::string client;
+  Charge charge;
   StreamEnd end;
   Checked checked;
+};
+
+struct Registry::PendingStream {
+  Charge charge;
+  StreamEnd end;
+  std::chrono::steady_clock::time_point since;
 };
 
 Status RegistryOptions::Validate() const {
   if (lease.count() <= 0) return InvalidArgumentError("the job lease must be positive");
   if (max_calls_per_client == 0 || max_calls_total == 0) {
     return InvalidArgumentError("the limits on outstanding calls must be at least 1");
+  }
+  if (idle_reclaim.count() <= 0 || first_message_timeout.count() <= 0) {
+    return InvalidArgumentError(
+        "the idle reclaim time and the first-message timeout must be "
+        "positive");
   }
   return Status::Ok();
 }
@@ -213,6 +224,27 @@ std::vector<Registry::JobSummary> Registry::JobSummaries(const std::string* secr
   std::sort(out.begin(), out.end(),
             [](const JobSummary& a, const JobSummary& b) { return a.session_id < b.session_id; });
   return out;
+}
+
+uint32_t Registry::pending_streams() const {
+  std::lock_guard lock(mu_);
+  return static_cast<uint32_t>(pending_.size());
+}
+
+uint32_t Registry::forwarded_calls() const {
+  std::lock_guard lock(mu_);
+  return static_cast<uint32_t>(forwarded_.size());
+}
+
+uint32_t Registry::stranger_calls() const {
+  std::lock_guard lock(mu_);
+  return stranger_calls_;
+}
+
+uint32_t Registry::member_calls(uint64_t session_id) const {
+  std::lock_guard lock(mu_);
+  auto it = member_calls_.find(session_id);
+  return it == member_calls_.end() ? 0 : it->second;
 }
 
 bool Registry::HasJob(uint64_t session_id) const {
@@ -437,7 +469,7 @@ void Registry::RemoveJobLocked(uint64_t session_id, const Status& why, Deferred&
     if (r.stream == 0) continue;
     auto s = streams_.find(r.stream);
     if (s == streams_.end()) continue;
-    ReleaseLocked(s->second->client);
+    ReleaseLocked(s->second->charge, s->first);
     deferred.push_back([end = std::move(s->second->end), why] { end(why); });
     streams_.erase(s);
   }
@@ -458,11 +490,34 @@ Status Registry::MakeRoomLocked(uint64_t session_id, Deferred& deferred) {
                     Ending::kClean);
   }
   if (jobs_.size() < max_jobs) return Status::Ok();
+  // Still full: the job idle the longest, if it has been idle for idle_reclaim (its workers may
+  // be attached: they fail, told why). One is enough.
+  const auto now = Now();
+  const Job* idlest = nullptr;
+  for (const auto& [id, job] : jobs_) {
+    if (now - job->last_activity >= options_.idle_reclaim &&
+        (idlest == nullptr || job->last_activity < idlest->last_activity)) {
+      idlest = job.get();
+    }
+  }
+  if (idlest != nullptr) {
+    const uint64_t id = idlest->spec.session_id;
+    const std::string secret = idlest->secret;
+    const std::string why = SessionName(id) +
+                            " was removed to make room for a new job: no activity (all-reduces, " +
+                            "barriers, tensor checks) for " + FormatTimeout(options_.idle_reclaim) +
+                            " while the switch's job table was full (its --max-jobs of " +
+                            std::to_string(max_jobs) + ")";
+    LOG(kWarning, kControl) << why;
+    FailSessionLocked(id, secret, FailedPreconditionError(why), deferred);
+    return Status::Ok();
+  }
   return ResourceExhaustedError(
       "the switch already runs its maximum of " + std::to_string(max_jobs) +
       " jobs, all of them live (a worker attached or active within the last " +
-      std::to_string(options_.lease.count() / 1000) +
-      " s): retry when jobs finish (workers close their jobs when their context ends), or start "
+      std::to_string(options_.lease.count() / 1000) + " s, and active within the last " +
+      FormatTimeout(options_.idle_reclaim) +
+      "): retry when jobs finish (workers close their jobs when their context ends), or start "
       "the switch with a larger --max-jobs");
 }
 
@@ -713,7 +768,7 @@ void Registry::FailRoundLocked(std::map<RoundKey, std::shared_ptr<Round>>::itera
   for (uint64_t ticket : it->second->waiters) {
     auto w = waits_.find(ticket);
     if (w == waits_.end()) continue;
-    ReleaseLocked(w->second->client);
+    ReleaseLocked(w->second->charge, ticket);
     deferred.push_back([done = std::move(w->second->done), why] { done(why, 0); });
     waits_.erase(w);
   }
@@ -723,29 +778,108 @@ void Registry::FailRoundLocked(std::map<RoundKey, std::shared_ptr<Round>>::itera
 // ---------------------------------------------------------------------------------------------
 // Limits.
 
-Status Registry::AdmitLocked(const Caller& caller) {
+bool Registry::MemberLocked(uint64_t session_id, const std::string& secret) const {
+  if (session_id == 0) return false;
+  auto it = jobs_.find(session_id);
+  return it != jobs_.end() && SameSecret(it->second->secret, secret);
+}
+
+void Registry::SetStrangerCountLocked(const std::string& client, uint32_t from, uint32_t to) {
+  if (from > 0) clients_by_calls_.erase({from, client});
+  if (to > 0) clients_by_calls_.insert({to, client});
+}
+
+Status Registry::AdmitLocked(const Caller& caller, uint64_t member_session, uint64_t ticket,
+                             bool evictable, Deferred& deferred, Charge* charge) {
+  if (member_session != 0) {
+    const Job& job = *jobs_.at(member_session);
+    const uint32_t allowance = kMemberCallsPerWorker * (job.spec.num_workers + 1);
+    uint32_t& mine = member_calls_[member_session];
+    if (mine >= allowance) {
+      return ResourceExhaustedError(
+          SessionName(member_session) + " already has " + std::to_string(mine) +
+          " calls waiting or streams attached, the most a job of " +
+          std::to_string(job.spec.num_workers) + " workers may have (" +
+          std::to_string(kMemberCallsPerWorker) +
+          " per worker): its workers make more calls at once than the protocol does");
+    }
+    ++mine;
+    *charge = Charge{member_session, {}};
+    return Status::Ok();
+  }
   const std::string client = ClientKey(caller);
-  uint32_t& mine = per_client_[client];
-  if (mine >= options_.max_calls_per_client) {
-    if (mine == 0) per_client_.erase(client);
-    return ResourceExhaustedError(
-        "client " + client + " already has " + std::to_string(mine) +
-        " calls waiting or streams attached, the most this switch allows per client");
+  Client& mine = strangers_[client];
+  auto refuse = [&](Status why) {
+    if (mine.calls == 0) strangers_.erase(client);
+    return why;
+  };
+  if (mine.calls >= options_.max_calls_per_client) {
+    return refuse(ResourceExhaustedError(
+        "client " + client + " already has " + std::to_string(mine.calls) +
+        " calls waiting or streams attached that belong to no job of its own, the most this "
+        "switch allows per client"));
   }
-  if (total_calls_ >= options_.max_calls_total) {
-    if (mine == 0) per_client_.erase(client);
-    return ResourceExhaustedError("the switch already has " + std::to_string(total_calls_) +
-                                  " calls waiting or streams attached, its limit");
+  if (stranger_calls_ >= options_.max_calls_total) {
+    // Make room at the expense of the client that holds the most, if it would still hold more
+    // than this one: a flood from many addresses cannot keep out a client with few calls.
+    bool evicted = false;
+    if (!clients_by_calls_.empty()) {
+      const auto& [most, biggest] = *clients_by_calls_.rbegin();
+      Client& big = strangers_.at(biggest);
+      if (most > mine.calls + 1 && !big.evictable.empty()) {
+        EvictLocked(*big.evictable.begin(),
+                    "the switch holds its maximum of " + std::to_string(options_.max_calls_total) +
+                        " calls waiting or streams attached that belong to no job of their "
+                        "clients, and client " +
+                        biggest + " the most of them (" + std::to_string(most) +
+                        "): its oldest made room for a newer client's",
+                    deferred);
+        evicted = true;
+      }
+    }
+    if (!evicted) {
+      return refuse(ResourceExhaustedError(
+          "the switch already has " + std::to_string(stranger_calls_) +
+          " calls waiting or streams attached that belong to no job of their clients, its "
+          "limit"));
+    }
   }
-  ++mine;
-  ++total_calls_;
+  SetStrangerCountLocked(client, mine.calls, mine.calls + 1);
+  ++mine.calls;
+  if (evictable) mine.evictable.insert(ticket);
+  ++stranger_calls_;
+  *charge = Charge{0, client};
   return Status::Ok();
 }
 
-void Registry::ReleaseLocked(const std::string& client) {
-  auto it = per_client_.find(client);
-  if (it != per_client_.end() && --it->second == 0) per_client_.erase(it);
-  --total_calls_;
+void Registry::ReleaseLocked(const Charge& charge, uint64_t ticket) {
+  if (charge.session_id != 0) {
+    auto it = member_calls_.find(charge.session_id);
+    if (it != member_calls_.end() && --it->second == 0) member_calls_.erase(it);
+    return;
+  }
+  auto it = strangers_.find(charge.client);
+  if (it == strangers_.end()) return;
+  Client& c = it->second;
+  SetStrangerCountLocked(charge.client, c.calls, c.calls - 1);
+  --c.calls;
+  c.evictable.erase(ticket);
+  --stranger_calls_;
+  if (c.calls == 0) strangers_.erase(it);
+}
+
+void Registry::EvictLocked(uint64_t ticket, const std::string& why, Deferred& deferred) {
+  const Status status = ResourceExhaustedError(why);
+  if (auto w = waits_.find(ticket); w != waits_.end()) {
+    SyncDone done = LeaveRoundLocked(ticket);
+    deferred.push_back([done = std::move(done), status] { done(status, 0); });
+    return;
+  }
+  if (auto p = pending_.find(ticket); p != pending_.end()) {
+    ReleaseLocked(p->second->charge, ticket);
+    deferred.push_back([end = std::move(p->second->end), status] { end(status); });
+    pending_.erase(p);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -794,7 +928,11 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
         if (const Status* failure = FailureLocked(q.session_id, q.secret)) st = *failure;
       }
     }
-    if (st.ok()) st = AdmitLocked(caller);
+    Charge charge;
+    if (st.ok()) {
+      st = AdmitLocked(caller, job != nullptr ? q.session_id : 0, ticket, /*evictable=*/true,
+                       deferred, &charge);
+    }
     if (st.ok()) {
       if (job != nullptr) Touch(*job);
       RoundKey key{q.broadcast, q.session_id, q.session_id == 0 ? q.num_workers : 0, q.secret};
@@ -823,7 +961,7 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
                                   "rank");
       }
       if (!st.ok()) {
-        ReleaseLocked(ClientKey(caller));
+        ReleaseLocked(charge, ticket);
         const bool whole_round = st.message().find("--workers") != std::string::npos ||
                                  st.message().find("same rank") != std::string::npos;
         if (whole_round) {
@@ -847,12 +985,12 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
           for (uint64_t t : round->waiters) {
             auto w = waits_.find(t);
             if (w == waits_.end()) continue;
-            ReleaseLocked(w->second->client);
+            ReleaseLocked(w->second->charge, t);
             deferred.push_back(
                 [d = std::move(w->second->done), v = round->value] { d(Status::Ok(), v); });
             waits_.erase(w);
           }
-          ReleaseLocked(ClientKey(caller));
+          ReleaseLocked(charge, ticket);
           deferred.push_back([d = std::move(done), v = round->value] { d(Status::Ok(), v); });
         } else {
           auto wait = std::make_unique<Wait>();
@@ -860,7 +998,7 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
           wait->round = round;
           wait->has_rank = ranked;
           wait->rank = q.rank;
-          wait->client = ClientKey(caller);
+          wait->charge = charge;
           wait->done = std::move(done);
           wait->scope = scope;
           wait->since = Now();
@@ -892,7 +1030,7 @@ Registry::SyncDone Registry::LeaveRoundLocked(uint64_t ticket) {
       rounds_.erase(it);
     }
   }
-  ReleaseLocked(wait.client);
+  ReleaseLocked(wait.charge, ticket);
   SyncDone done = std::move(wait.done);
   waits_.erase(w);
   return done;
@@ -1043,15 +1181,50 @@ Status Registry::Close(const CloseRequest& q, const Caller& caller) {
   return st;
 }
 
+Status Registry::OpenStream(uint64_t ticket, const Caller& caller, StreamEnd end) {
+  Status st;
+  Deferred deferred;
+  {
+    std::lock_guard lock(mu_);
+    Charge charge;
+    if (shut_down_) {
+      st = UnavailableError("the switch control plane is shutting down");
+    } else {
+      st = AdmitLocked(caller, 0, ticket, /*evictable=*/true, deferred, &charge);
+    }
+    if (st.ok()) {
+      auto p = std::make_unique<PendingStream>();
+      p->charge = std::move(charge);
+      p->end = std::move(end);
+      p->since = Now();
+      pending_[ticket] = std::move(p);
+    }
+  }
+  for (auto& f : deferred) f();
+  if (!st.ok()) LogRefusal("Attach stream", caller, st);
+  return st;
+}
+
 Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& caller,
                         StreamEnd end, Checked checked) {
   Status st;
+  Deferred deferred;
   {
     std::lock_guard lock(mu_);
+    // The stream is a stranger's until it is attached (OpenStream), and no longer pending either
+    // way: attached (a member's now), or refused (dropped).
+    bool ended = q.opened;
+    if (auto p = pending_.find(ticket); p != pending_.end()) {
+      ReleaseLocked(p->second->charge, ticket);
+      pending_.erase(p);
+      ended = false;
+    }
     const std::string name = SessionName(q.session_id);
     auto it = jobs_.find(q.session_id);
     if (shut_down_) {
       st = UnavailableError("the switch control plane is shutting down");
+    } else if (ended) {
+      st = CancelledError("the stream ended before its first message was read");
     } else if (q.secret.size() > kMaxSecretBytes) {
       st = InvalidArgumentError("job secret too long");
     } else if (it == jobs_.end()) {
@@ -1077,13 +1250,16 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
         st = AlreadyExistsError("rank " + std::to_string(q.rank) + " of " + name +
                                 " already has a stream attached");
       }
-      if (st.ok()) st = AdmitLocked(caller);
+      Charge charge;
+      if (st.ok()) {
+        st = AdmitLocked(caller, q.session_id, ticket, /*evictable=*/false, deferred, &charge);
+      }
       if (st.ok()) {
         auto s = std::make_unique<Stream>();
         s->session_id = q.session_id;
         s->rank = q.rank;
         s->name = q.label.empty() ? "rank " + std::to_string(q.rank) : q.label.substr(0, 128);
-        s->client = ClientKey(caller);
+        s->charge = charge;
         s->end = std::move(end);
         s->checked = std::move(checked);
         streams_[ticket] = std::move(s);
@@ -1092,6 +1268,7 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
       }
     }
   }
+  for (auto& f : deferred) f();
   if (!st.ok()) LogRefusal("Attach", caller, st);
   return st;
 }
@@ -1177,12 +1354,17 @@ void Registry::Detach(uint64_t ticket) {
   Deferred deferred;
   {
     std::lock_guard lock(mu_);
+    if (auto p = pending_.find(ticket); p != pending_.end()) {
+      ReleaseLocked(p->second->charge, ticket);
+      pending_.erase(p);
+      return;
+    }
     auto s = streams_.find(ticket);
     if (s == streams_.end()) return;
     const uint64_t session_id = s->second->session_id;
     const uint32_t rank = s->second->rank;
     const std::string name = s->second->name;
-    ReleaseLocked(s->second->client);
+    ReleaseLocked(s->second->charge, ticket);
     streams_.erase(s);
     auto j = jobs_.find(session_id);
     if (j == jobs_.end()) return;
@@ -1276,6 +1458,61 @@ void Registry::Fail(uint64_t session_id, const std::string& secret, const Status
   for (auto& f : deferred) f();
 }
 
+Status Registry::AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t session_id,
+                                const std::string& secret, bool upstream) {
+  Status st;
+  Deferred deferred;
+  {
+    std::lock_guard lock(mu_);
+    const bool member = MemberLocked(session_id, secret);
+    const bool counted = upstream && !member;  // within the forwarded strangers' limits
+    const std::string client = ClientKey(caller);
+    Charge charge;
+    if (shut_down_) {
+      st = UnavailableError("the switch control plane is shutting down");
+    } else if (counted && forwarded_strangers_ >= options_.max_forwarded_stranger_calls) {
+      st = ResourceExhaustedError(
+          "the switch already passes " + std::to_string(forwarded_strangers_) +
+          " calls that belong to no job of their clients on to its upstream switch, its limit");
+    } else if (counted &&
+               forwarded_per_client_[client] >= options_.max_forwarded_stranger_calls_per_client) {
+      st = ResourceExhaustedError("client " + client + " already has " +
+                                  std::to_string(forwarded_per_client_[client]) +
+                                  " calls that belong to no job of its own passed on to the "
+                                  "upstream switch, the most this switch allows per client");
+    } else {
+      st = AdmitLocked(caller, member ? session_id : 0, ticket, /*evictable=*/false, deferred,
+                       &charge);
+    }
+    if (st.ok()) {
+      if (counted) {
+        ++forwarded_strangers_;
+        ++forwarded_per_client_[client];
+      }
+      forwarded_[ticket] = Forwarded{std::move(charge), counted};
+    } else if (auto it = forwarded_per_client_.find(client);
+               it != forwarded_per_client_.end() && it->second == 0) {
+      forwarded_per_client_.erase(it);
+    }
+  }
+  for (auto& f : deferred) f();
+  if (!st.ok()) LogRefusal(upstream ? "forwarded call" : "call", caller, st);
+  return st;
+}
+
+void Registry::ReleaseForwarded(uint64_t ticket) {
+  std::lock_guard lock(mu_);
+  auto it = forwarded_.find(ticket);
+  if (it == forwarded_.end()) return;
+  if (it->second.upstream) {
+    --forwarded_strangers_;
+    auto c = forwarded_per_client_.find(it->second.charge.client);
+    if (c != forwarded_per_client_.end() && --c->second == 0) forwarded_per_client_.erase(c);
+  }
+  ReleaseLocked(it->second.charge, ticket);
+  forwarded_.erase(it);
+}
+
 void Registry::Tick() {
   std::vector<uint64_t> ids;
   Activity activity;
@@ -1309,6 +1546,21 @@ void Registry::Tick() {
       RemoveJobLocked(id, FailedPreconditionError(SessionName(id) + " expired"), deferred,
                       Ending::kClean);
     }
+    // Streams that never sent their first message.
+    const auto now = Now();
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (now - it->second->since < options_.first_message_timeout) {
+        ++it;
+        continue;
+      }
+      ReleaseLocked(it->second->charge, it->first);
+      deferred.push_back(
+          [end = std::move(it->second->end),
+           why = DeadlineExceededError("no first message (AttachRequest) within " +
+                                       FormatTimeout(options_.first_message_timeout) +
+                                       " of opening the stream")] { end(why); });
+      it = pending_.erase(it);
+    }
   }
   for (auto& f : deferred) f();
 }
@@ -1328,8 +1580,17 @@ void Registry::Shutdown() {
     for (auto& [id, job] : jobs_) {
       for (auto& r : job->ranks) r.stream = 0;
     }
-    per_client_.clear();
-    total_calls_ = 0;
+    for (auto& [ticket, p] : pending_) {
+      deferred.push_back([end = std::move(p->end), why] { end(why); });
+    }
+    pending_.clear();
+    forwarded_.clear();
+    forwarded_per_client_.clear();
+    strangers_.clear();
+    clients_by_calls_.clear();
+    stranger_calls_ = 0;
+    forwarded_strangers_ = 0;
+    member_calls_.clear();
   }
   for (auto& f : deferred) f();
 }

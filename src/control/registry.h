@@ -36,6 +36,11 @@
 
 namespace switchml::control {
 
+// A job's allowance of waiting calls, attached streams and forwarded calls of its members:
+// this many per worker, plus this many (a worker makes one Barrier or Broadcast at a time and has
+// one stream; the rest is slack for retries and a top-of-rack switch's forwarded calls).
+inline constexpr uint32_t kMemberCallsPerWorker = 4;
+
 struct RegistryOptions {
   // Refuse requests without a job secret (jobs and sync calls alike).
   bool require_secret = false;
@@ -49,9 +54,30 @@ struct RegistryOptions {
   // A rank registered with a secret (or by our workers: running_tsi) counts as alive for this
   // long before its stream is attached.
   std::chrono::milliseconds attach_grace{5000};
-  // Waiting Barrier/Broadcast calls plus attached streams, per client IPv4 and in total.
+  // Calls are counted by who makes them (docs/security.md 2, "Limits"):
+  //   - a job's members (the request carries the secret of a job on the switch, or the job has
+  //     none) against their job's own allowance, kMemberCallsPerWorker per worker of the job
+  //     (waiting Barrier/Broadcast calls, attached streams, forwarded calls): strangers can
+  //     never use it up;
+  //   - everyone else (unscoped calls, calls of sessions without a job or with another secret,
+  //     streams before their first message) as strangers: at most max_calls_per_client per
+  //     client IPv4 and max_calls_total in all. When the total is full, a stranger's new call
+  //     evicts the oldest waiting call or unattached stream of the client that holds the most
+  //     (RESOURCE_EXHAUSTED), if that client would still hold more; else it is refused.
   uint32_t max_calls_per_client = 256;
-  uint32_t max_calls_total = 16384;
+  uint32_t max_calls_total = 4096;
+  // Of the strangers' calls, those a top-of-rack switch passes on to its upstream switch (each
+  // holds a thread here and counts against this switch's address upstream, where it is one
+  // client with that switch's max_calls_per_client): at most this many per client and in all.
+  uint32_t max_forwarded_stranger_calls_per_client = 32;
+  uint32_t max_forwarded_stranger_calls = 128;
+  // When the job table is full, a job with workers attached but without any activity (control
+  // calls of the job, tensor checks, data-plane packets) for this long is removed to make room
+  // for a new one; its workers fail, told why. (Jobs without attached workers expire after the
+  // lease, full table or not.)
+  std::chrono::milliseconds idle_reclaim{std::chrono::minutes(10)};
+  // A stream (Session.Attach) that sends no first message within this long is ended.
+  std::chrono::milliseconds first_message_timeout{10000};
   // All-reduce checks a job may have open (announced by some ranks, not by all yet).
   uint32_t max_open_checks = 4096;
   // The authenticated data plane (docs/security.md 4.4): refuse jobs that do not ask for it; and,
@@ -117,6 +143,8 @@ struct AttachRequest {
   // How errors name this stream's worker (a top-of-rack switch: "rack 1 (ranks 2..3)"; a
   // top-of-rack switch's worker: its global rank); empty: "rank R".
   std::string label;
+  // The stream was announced with OpenStream: refused if it ended since (evicted, timed out).
+  bool opened = false;
 };
 
 // Called when a job is created in (removed from) the switch: the one place where jobs come and
@@ -193,9 +221,16 @@ class Registry {
   // with NOT_FOUND when the switch has no such job.
   Result<std::string> DescribeOp(uint64_t session_id, const std::string& secret, uint64_t op);
 
+  // Session.Attach opened, before its first message: counted as a stranger's call from then on
+  // (until Attach makes it a member's, or it ends). `end` runs at most once, if the stream is
+  // evicted (the strangers' total is full), sends no first message within
+  // first_message_timeout, or the registry shuts down; not after Attach or Detach for the ticket.
+  // RESOURCE_EXHAUSTED when it cannot be admitted (`end` does not run).
+  Status OpenStream(uint64_t ticket, const Caller& caller, StreamEnd end);
   // Session.Attach's first message. On success the stream is attached under `ticket`: `end`
   // runs at most once, when the job fails, is closed or removed, or the registry shuts down;
   // `checked` runs for each confirmed all-reduce check. Neither runs after Detach returned.
+  // A refused stream (and its OpenStream's count) is dropped.
   Status Attach(uint64_t ticket, const AttachRequest& request, const Caller& caller, StreamEnd end,
                 Checked checked);
   // A later message: all-reduce `op` of `count` elements of `dtype`. A disagreement with another
@@ -214,7 +249,18 @@ class Registry {
   // its own does: only when `secret` is the job's (or there is no job yet).
   void Fail(uint64_t session_id, const std::string& secret, const Status& why);
 
-  // Removes expired jobs (lease). Call about once a second.
+  // A call this switch runs on a thread of its own instead of answering it itself (a top-of-rack
+  // switch's UdpSession, which may wait for its upstream switch, and its Barrier/Broadcast,
+  // which it passes on there: `upstream`), under `ticket`: counted as a member's of
+  // `session_id` when `secret` is its job's, else as a stranger's (never evicted: it holds a
+  // thread, not a wait; passed upstream, also within the max_forwarded_stranger_calls limits),
+  // until ReleaseForwarded.
+  Status AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t session_id,
+                        const std::string& secret, bool upstream);
+  void ReleaseForwarded(uint64_t ticket);
+
+  // Removes expired jobs (lease) and ends streams without a first message. Call about once a
+  // second.
   void Tick();
   // Fails every wait and stream with UNAVAILABLE; later calls fail the same way. Idempotent.
   void Shutdown();
@@ -239,6 +285,12 @@ class Registry {
   // For tests and status pages.
   uint32_t waiting_calls() const;
   uint32_t attached_streams() const;
+  // Streams opened and not attached yet; calls passed on (AdmitForwarded) under way.
+  uint32_t pending_streams() const;
+  uint32_t forwarded_calls() const;
+  // Calls counted against strangers (see RegistryOptions), and against a job's allowance.
+  uint32_t stranger_calls() const;
+  uint32_t member_calls(uint64_t session_id) const;
   bool HasJob(uint64_t session_id) const;
 
  private:
@@ -246,6 +298,13 @@ class Registry {
   struct Round;
   struct Wait;
   struct Stream;
+  struct PendingStream;
+  // What a call or stream is counted against: a job's allowance (session_id != 0, a member's) or
+  // a stranger's client address.
+  struct Charge {
+    uint64_t session_id = 0;
+    std::string client;
+  };
   struct RoundKey {
     bool broadcast;
     uint64_t session_id;
@@ -287,8 +346,18 @@ class Registry {
   const Status* FailureLocked(uint64_t session_id, const std::string& secret);
   void FailRoundLocked(std::map<RoundKey, std::shared_ptr<Round>>::iterator it, const Status& why,
                        Deferred& deferred);
-  Status AdmitLocked(const Caller& caller);
-  void ReleaseLocked(const std::string& client);
+  // Admits the call or stream `ticket`: a member's of `member_session` (0: a stranger's).
+  // `evictable`: a stranger's wait or unattached stream, which a later stranger may evict when
+  // the total is full. May evict another (its callback goes to `deferred`).
+  Status AdmitLocked(const Caller& caller, uint64_t member_session, uint64_t ticket, bool evictable,
+                     Deferred& deferred, Charge* charge);
+  void ReleaseLocked(const Charge& charge, uint64_t ticket);
+  // Whether a request with `secret` for `session_id` is a member's (the session's job exists
+  // and has that secret).
+  bool MemberLocked(uint64_t session_id, const std::string& secret) const;
+  // Ends a stranger's wait or unattached stream to make room (RESOURCE_EXHAUSTED, `why`).
+  void EvictLocked(uint64_t ticket, const std::string& why, Deferred& deferred);
+  void SetStrangerCountLocked(const std::string& client, uint32_t from, uint32_t to);
   void Touch(Job& job);
   // Confirms all-reduce `op` to every stream of the job.
   void ConfirmLocked(const Job& job, uint64_t op, Deferred& deferred);
@@ -313,9 +382,28 @@ class Registry {
   std::map<RoundKey, std::shared_ptr<Round>> rounds_;
   std::unordered_map<uint64_t, std::unique_ptr<Wait>> waits_;
   std::unordered_map<uint64_t, std::unique_ptr<Stream>> streams_;
-  // Outstanding waits and streams per client (its IPv4 text, or the peer string).
-  std::unordered_map<std::string, uint32_t> per_client_;
-  uint32_t total_calls_ = 0;
+  std::unordered_map<uint64_t, std::unique_ptr<PendingStream>> pending_;
+  // Calls run on threads of their own (AdmitForwarded), and whether they count as passed upstream.
+  struct Forwarded {
+    Charge charge;
+    bool upstream = false;
+  };
+  std::unordered_map<uint64_t, Forwarded> forwarded_;
+  // Strangers' calls per client (its IPv4 text, or the peer string), with the tickets of the
+  // ones that may be evicted (oldest first: tickets only grow), the clients by how many they
+  // hold, and the total; forwarded ones among them.
+  struct Client {
+    uint32_t calls = 0;
+    std::set<uint64_t> evictable;
+  };
+  std::unordered_map<std::string, Client> strangers_;
+  std::set<std::pair<uint32_t, std::string>> clients_by_calls_;
+  uint32_t stranger_calls_ = 0;
+  // Strangers' calls passed upstream, per client and in all.
+  std::unordered_map<std::string, uint32_t> forwarded_per_client_;
+  uint32_t forwarded_strangers_ = 0;
+  // Members' calls per session.
+  std::unordered_map<uint64_t, uint32_t> member_calls_;
   // Refusal log rate limit: lines in the current second, and how many were suppressed.
   std::chrono::steady_clock::time_point log_window_{};
   uint32_t logged_in_window_ = 0;

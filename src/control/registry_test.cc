@@ -603,6 +603,239 @@ TEST_F(RegistryTest, LeasesExpireOnlyForVanishedJobs) {
   EXPECT_FALSE(end->has_value());
 }
 
+// Issue 28, found 4: from 70 source addresses x 240 waiting barriers (each address under its own
+// limit) the global total filled, and a running job's next barrier failed with
+// RESOURCE_EXHAUSTED. Given strangers from many addresses holding the whole strangers' total,
+// Expect a running job's members (its secret) still to meet in barriers and broadcasts and to
+// attach their streams, counted against their job's allowance, not the strangers' total.
+TEST_F(RegistryTest, StrangersFillingTheTotalNeverStarveARunningJob) {
+  RegistryOptions o;
+  o.max_calls_per_client = 256;
+  o.max_calls_total = 2000;
+  Make(o);
+  Open(40, 2, 40000);
+  auto end0 = std::make_shared<std::optional<Status>>();
+  auto end1 = std::make_shared<std::optional<Status>>();
+  Attach(40, 0, end0);
+  Attach(40, 1, end1);
+  std::vector<std::shared_ptr<Outcome>> flood;
+  for (uint32_t a = 0; a < 10; ++a) {
+    for (uint32_t i = 0; i < 240; ++i) {
+      flood.push_back(Sync(Barrier(5000 + a * 1000 + i, 2, std::nullopt, "theirs"),
+                           At(kStranger + a, 1000 + i)));
+    }
+  }
+  EXPECT_EQ(registry_->stranger_calls(), 2000u);
+  for (int round = 0; round < 3; ++round) {
+    auto a = Sync(Barrier(40, 2, 0));
+    auto b = Sync(Barrier(40, 2, 1));
+    ASSERT_TRUE(a->done && b->done);
+    EXPECT_TRUE(a->status.ok()) << a->status.ToString();
+    EXPECT_TRUE(b->status.ok()) << b->status.ToString();
+    auto c = Sync(Broadcast(40, 2, 0, 7));
+    auto d = Sync(Broadcast(40, 2, 1, 0));
+    ASSERT_TRUE(c->done && d->done);
+    EXPECT_TRUE(d->status.ok()) << d->status.ToString();
+    EXPECT_EQ(d->value, 7u);
+  }
+  EXPECT_FALSE(end0->has_value());
+  EXPECT_EQ(registry_->member_calls(40), 2u);  // the two streams
+  EXPECT_EQ(registry_->stranger_calls(), 2000u);
+}
+
+// A job's own allowance is bounded too: a member that makes more calls at once than the
+// protocol does (kMemberCallsPerWorker per worker, plus as many) is refused, and only its job
+// is affected.
+TEST_F(RegistryTest, AJobsMembersHaveABoundedAllowance) {
+  Open(41, 2, 40000);
+  std::vector<std::shared_ptr<Outcome>> waits;
+  // Unranked barriers (a reference client's) of a bigger round than the job: they all wait.
+  for (int i = 0; i < 20; ++i) waits.push_back(Sync(Barrier(41, 32)));
+  int refused = 0;
+  for (auto& w : waits) refused += w->done && w->status.code() == StatusCode::kResourceExhausted;
+  EXPECT_EQ(registry_->member_calls(41), kMemberCallsPerWorker * 3);
+  EXPECT_EQ(refused, 20 - static_cast<int>(kMemberCallsPerWorker * 3));
+  EXPECT_EQ(registry_->stranger_calls(), 0u);
+}
+
+// When the strangers' total is full, a client with few calls (a new job's first broadcast before
+// its job exists) evicts the oldest call of the client that holds the most, which hears why;
+// the newcomer from the biggest holder itself is refused.
+TEST_F(RegistryTest, AFullStrangersTotalEvictsFromTheBiggestHolder) {
+  RegistryOptions o;
+  o.max_calls_per_client = 100;
+  o.max_calls_total = 150;
+  Make(o);
+  std::vector<std::shared_ptr<Outcome>> big, small;
+  for (uint32_t i = 0; i < 100; ++i) {
+    big.push_back(Sync(Barrier(9000 + i, 2, std::nullopt, "big"), At(kStranger, 1000 + i)));
+  }
+  for (uint32_t i = 0; i < 50; ++i) {
+    small.push_back(Sync(Barrier(8000 + i, 2, std::nullopt, "small"), At(kStranger + 1, 1000)));
+  }
+  EXPECT_EQ(registry_->stranger_calls(), 150u);
+  for (auto& b : big) EXPECT_FALSE(b->done);
+  // A newcomer: its rank 0's broadcast evicts the big holder's oldest call.
+  auto ours0 = Sync(Broadcast(0, 2, 0, 99), At(kLocal));
+  ASSERT_TRUE(big[0]->done);
+  EXPECT_EQ(big[0]->status.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(big[0]->status.message().find("the most of them"), std::string::npos)
+      << big[0]->status.message();
+  EXPECT_FALSE(big[1]->done);
+  auto ours1 = Sync(Broadcast(0, 2, 1, 0), At(kLocal));  // (the next oldest makes room for it)
+  ASSERT_TRUE(ours0->done && ours1->done);
+  EXPECT_EQ(ours1->value, 99u);
+  EXPECT_TRUE(big[1]->done);
+  EXPECT_FALSE(big[2]->done);
+  // Full again; the biggest holder cannot make room for itself.
+  for (int i = 0; i < 2; ++i) {
+    small.push_back(Sync(Barrier(8900 + i, 2, std::nullopt, "small"), At(kStranger + 1, 1000)));
+  }
+  EXPECT_EQ(registry_->stranger_calls(), 150u);
+  auto more = Sync(Barrier(9999, 2, std::nullopt, "big"), At(kStranger, 999));
+  ASSERT_TRUE(more->done);
+  EXPECT_EQ(more->status.code(), StatusCode::kResourceExhausted);
+  for (auto& s : small) EXPECT_FALSE(s->done);
+}
+
+// Issue 28, found 6: a stranger's own jobs, each kept alive by an attached stream, held the
+// whole job table for as long as the streams stayed open. Given a full table of attached jobs,
+// Expect a new job refused while they are recently active, and admitted once the one idle the
+// longest has had no activity for idle_reclaim (its worker fails, told why); a job with
+// data-plane activity is never the one removed.
+TEST_F(SmallTableTest, IdleAttachedJobsAreReclaimedWhenTheTableIsFull) {
+  RegistryOptions o;
+  o.idle_reclaim = 600s;
+  Make(o);
+  uint64_t packets = 0;
+  registry_->set_activity([&](uint64_t id) { return id == 2 ? packets : 0; });
+  std::vector<std::shared_ptr<std::optional<Status>>> ends;
+  for (uint64_t s = 1; s <= 3; ++s) {
+    Open(s, 1, 40000 + 10 * s);
+    ends.push_back(std::make_shared<std::optional<Status>>());
+    Attach(s, 0, ends.back());
+    now_ += 1s;
+  }
+  EXPECT_EQ(registry_->Register(Req(4, 0, 1, 45000), At(kStranger)).code(),
+            StatusCode::kResourceExhausted);
+  for (int i = 0; i < 12; ++i) {  // 10 minutes, in which job 2 moves data
+    now_ += 50s;
+    packets += 1000;
+    registry_->Tick();
+  }
+  EXPECT_TRUE(SwitchHasJob(1) && SwitchHasJob(2) && SwitchHasJob(3));
+  Status st = registry_->Register(Req(4, 0, 1, 45000), At(kStranger));
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_FALSE(SwitchHasJob(1));  // idle the longest
+  EXPECT_TRUE(SwitchHasJob(2) && SwitchHasJob(3) && SwitchHasJob(4));
+  ASSERT_TRUE(ends[0]->has_value());
+  EXPECT_NE((*ends[0])->message().find("removed to make room"), std::string::npos)
+      << (*ends[0])->ToString();
+  EXPECT_FALSE(ends[1]->has_value());
+}
+
+// Issue 28, found 6, second part: Attach streams that never sent their first message were not
+// counted at all. Expect them counted as a stranger's calls from the moment they open (refused
+// beyond the client's limit), moved to the job's allowance when attached, and ended when no
+// first message comes within first_message_timeout.
+TEST_F(RegistryTest, StreamsAreCountedBeforeTheirFirstMessage) {
+  RegistryOptions o;
+  o.max_calls_per_client = 5;
+  o.first_message_timeout = 10s;
+  Make(o);
+  std::vector<std::shared_ptr<std::optional<Status>>> ends;
+  std::vector<uint64_t> tickets;
+  for (int i = 0; i < 7; ++i) {
+    ends.push_back(std::make_shared<std::optional<Status>>());
+    tickets.push_back(registry_->NewTicket());
+    Status st = registry_->OpenStream(tickets.back(), At(kStranger, 2000 + i),
+                                      [e = ends.back()](const Status& why) { *e = why; });
+    EXPECT_EQ(st.ok(), i < 5) << st.ToString();
+  }
+  EXPECT_EQ(registry_->pending_streams(), 5u);
+  EXPECT_EQ(registry_->stranger_calls(), 5u);
+  // Attached: a member's call now.
+  Open(42, 1, 40000);
+  Status st = registry_->Attach(
+      tickets[0], AttachRequest{42, 0, kSecret, ""}, At(kStranger), [](const Status&) {},
+      [](uint64_t) {});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(registry_->stranger_calls(), 4u);
+  EXPECT_EQ(registry_->member_calls(42), 1u);
+  // Refused: dropped, its end never runs.
+  EXPECT_FALSE(registry_
+                   ->Attach(
+                       tickets[1], AttachRequest{43, 0, kSecret, ""}, At(kStranger),
+                       [](const Status&) {}, [](uint64_t) {})
+                   .ok());
+  EXPECT_EQ(registry_->stranger_calls(), 3u);
+  now_ += 11s;
+  registry_->Tick();
+  EXPECT_EQ(registry_->pending_streams(), 0u);
+  EXPECT_EQ(registry_->stranger_calls(), 0u);
+  EXPECT_FALSE(ends[0]->has_value());
+  EXPECT_FALSE(ends[1]->has_value());
+  for (int i = 2; i < 5; ++i) {
+    ASSERT_TRUE(ends[i]->has_value());
+    EXPECT_EQ((*ends[i])->code(), StatusCode::kDeadlineExceeded);
+  }
+}
+
+// Issue 28, found 5: a top-of-rack switch forwarded every Barrier on a thread of its own, with
+// no limit per address. Expect forwarded calls of the rack's jobs counted against their job,
+// strangers' against their address and a small total of their own (below the upstream switch's
+// limit per client, which this switch's address is to it).
+TEST_F(RegistryTest, ForwardedCallsAreAdmittedLikeWaits) {
+  RegistryOptions o;
+  o.max_calls_per_client = 16;
+  o.max_forwarded_stranger_calls_per_client = 8;
+  o.max_forwarded_stranger_calls = 20;
+  Make(o);
+  Open(44, 2, 40000);
+  std::vector<uint64_t> admitted;
+  int refused = 0;
+  for (uint32_t a = 0; a < 3; ++a) {
+    for (int i = 0; i < 10; ++i) {
+      const uint64_t t = registry_->NewTicket();
+      if (registry_->AdmitForwarded(t, At(kStranger + a, 3000 + i), 777, "x", true).ok()) {
+        admitted.push_back(t);
+      } else {
+        ++refused;
+      }
+    }
+  }
+  EXPECT_EQ(admitted.size(), 20u);  // 8 + 8 + 4
+  EXPECT_EQ(refused, 10);
+  // Not passed upstream (a registration waiting for the rack's first rank): only the client's
+  // own limit.
+  std::vector<uint64_t> local;
+  for (int i = 0; i < 20; ++i) {
+    local.push_back(registry_->NewTicket());
+    EXPECT_EQ(registry_->AdmitForwarded(local.back(), At(kStranger + 5), 778, "x", false).ok(),
+              i < 16)
+        << i;
+  }
+  // The job's members still pass.
+  const uint64_t m0 = registry_->NewTicket(), m1 = registry_->NewTicket();
+  EXPECT_TRUE(registry_->AdmitForwarded(m0, At(kLocal), 44, kSecret, true).ok());
+  EXPECT_TRUE(registry_->AdmitForwarded(m1, At(kLocal), 44, kSecret, true).ok());
+  EXPECT_EQ(registry_->member_calls(44), 2u);
+  // A wrong secret is a stranger's call.
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_TRUE(
+        registry_->AdmitForwarded(registry_->NewTicket(), At(kLocal), 44, kSecret, true).ok());
+  }
+  EXPECT_FALSE(
+      registry_->AdmitForwarded(registry_->NewTicket(), At(kLocal), 44, "guess", true).ok());
+  for (uint64_t t : admitted) registry_->ReleaseForwarded(t);
+  for (uint64_t t : local) registry_->ReleaseForwarded(t);
+  registry_->ReleaseForwarded(m0);
+  registry_->ReleaseForwarded(m1);
+  EXPECT_EQ(registry_->forwarded_calls(), 8u);  // the members' 8 left running
+  EXPECT_EQ(registry_->stranger_calls(), 0u);
+  EXPECT_EQ(registry_->member_calls(44), 8u);
+}
+
 // The single place where jobs come and go calls the hooks (for per-job resources elsewhere).
 TEST(RegistryHooksTest, CreatedAndRemovedAreReported) {
   dataplane::LockedSwitch sw(dataplane::SwitchConfig{});

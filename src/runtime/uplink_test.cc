@@ -509,6 +509,52 @@ TEST(UplinkTest, ForwardedBarriersDoNotHoldTheTorsControlPlane) {
   for (auto& f : waiting) EXPECT_EQ(f.get().code(), StatusCode::kDeadlineExceeded);
 }
 
+// Issue 28, found 5: a top-of-rack switch had no limit per address and started one thread per
+// forwarded call: 300 barriers sent to a ToR started 270 threads there and filled the spine's
+// limit per client for the ToR's address, so every job through that rack was refused. (Scaled
+// down: the spine allows 64 calls per client, a stranger sends 100 barriers.) Expect the ToR to
+// pass at most its limit of a stranger's calls on (the rest refused with RESOURCE_EXHAUSTED at
+// the ToR), and the rack's running job to meet in its barriers meanwhile.
+TEST(UplinkTest, AStrangersBarriersAtATorAreBoundedAndTheRacksJobRunsOn) {
+  using namespace std::chrono_literals;
+  control::RegistryOptions spine;
+  spine.max_calls_per_client = 64;
+  TwoLevels h(spine);
+  control::ControlClient worker(h.tor_target(), 10s);
+  ASSERT_TRUE(worker.UdpSession(RankZeroOfOne(50, "s")).ok());
+  control::ControlClient stranger(h.tor_target(), 30s);
+  std::vector<std::future<Status>> flood;
+  for (uint32_t i = 0; i < 100; ++i) {
+    flood.push_back(std::async(std::launch::async, [&, i] {
+      return stranger.Barrier(5000 + i, 20, "x", 0, std::chrono::system_clock::now() + 30s);
+    }));
+  }
+  // The ToR forwards at most 32 of them (its limit per client); the others it refuses.
+  auto ready = [&] {
+    int n = 0;
+    for (auto& f : flood) n += f.wait_for(0s) == std::future_status::ready;
+    return n;
+  };
+  EXPECT_TRUE(testing::WaitUntil([&] { return ready() >= 68; }, 20s)) << ready();
+  int refused = 0;
+  for (auto& f : flood) {
+    if (f.wait_for(0s) != std::future_status::ready) continue;
+    const Status st = f.get();
+    EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+    ++refused;
+  }
+  EXPECT_EQ(refused, 68);
+  EXPECT_LE(h.spine->waiting_sync_calls(), 32u);
+  for (int i = 0; i < 5; ++i) {
+    const Status st = worker.Barrier(50, 1, "s", 0, std::chrono::system_clock::now() + 10s);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  stranger.CancelCalls(CancelledError("the test is over"));
+  for (auto& f : flood) {
+    if (f.valid()) f.get();
+  }
+}
+
 // Spine-side hooks that pass everything through, except that the UdpSession of `session_id`
 // waits until release() (the call waits: a slow spine, with a ToR's setup in progress).
 class HeldUdpSession final : public control::SessionHooks {
