@@ -121,10 +121,14 @@ std::unique_ptr<Process> StartWorkerProcess(const WorkerCommand& w) {
   return std::make_unique<Process>(WorkerArgv(w));
 }
 
-SwitchProcess StartSwitchProcess(const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {SwitchmlBinary(), "switch", "--bind",         "127.0.0.1",
-                                   "--data-port",    "0",      "--control-port", "0",
-                                   "--log-level",    "warning"};
+SwitchProcess StartSwitchProcess(const std::vector<std::string>& extra,
+                                 const std::vector<std::string>& prefix) {
+  std::vector<std::string> argv = prefix;
+  for (const char* a : {"switch", "--bind", "127.0.0.1", "--data-port", "0", "--control-port", "0",
+                        "--log-level", "warning"}) {
+    if (argv.size() == prefix.size()) argv.push_back(SwitchmlBinary());
+    argv.push_back(a);
+  }
   argv.insert(argv.end(), extra.begin(), extra.end());
   SwitchProcess s;
   s.process = std::make_unique<Process>(argv);

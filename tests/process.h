@@ -60,6 +60,9 @@ struct SwitchProcess {
   std::string control;  // "127.0.0.1:port", empty when the switch did not start
 };
 // Starts one with `extra` flags and waits (up to 20 s) until it prints its control port.
-SwitchProcess StartSwitchProcess(const std::vector<std::string>& extra);
+// `prefix`: a command to run it under (e.g. {"/bin/bash", "-c", "ulimit -n 1024 && exec \"$0\"
+// \"$@\""}: the switch's own argv follows).
+SwitchProcess StartSwitchProcess(const std::vector<std::string>& extra,
+                                 const std::vector<std::string>& prefix = {});
 
 }  // namespace switchml::testing

@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/server_builder.h>
+#include <grpcpp/support/server_interceptor.h>
 
 #include <algorithm>
 #include <atomic>
@@ -26,6 +27,7 @@
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "control/keepalive.h"
+#include "control/listener.h"
 #include "control/session_hooks.h"
 #include "control/status_service.h"
 #include "control/switchml.grpc.pb.h"
@@ -42,6 +44,33 @@ constexpr auto kShutdownGrace = std::chrono::seconds(2);
 // Calls that may block (the hooks': a hierarchy's forwarded barriers and registrations) running
 // at once, each on a thread of its own (Impl::RunBlocking).
 constexpr size_t kMaxBlockingCalls = 1024;
+
+// Control connections (listener.h): how long gRPC waits for a new one's first frames (a client's
+// HTTP/2 preface and settings, after a TLS handshake) before it closes it, and how long it keeps
+// one open without any call (a client that connects again when it needs to: a worker's stream
+// keeps its connection busy for the whole job).
+constexpr int kHandshakeTimeoutMs = 10000;
+constexpr int kMaxConnectionIdleMs = 120000;
+// File descriptors kept out of the control connections' share (data-plane sockets, files, gRPC's
+// own); each connection takes two (gRPC's and the listener's).
+constexpr uint64_t kReservedFds = 256;
+
+// Tells the listener which connections carry calls (it never closes those to make room): called
+// by gRPC as each call starts; intercepts nothing.
+class CallMarker final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit CallMarker(Listener* listener) : listener_(listener) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    if (info != nullptr && info->server_context() != nullptr) {
+      listener_->MarkUsed(info->server_context()->peer());
+    }
+    return nullptr;
+  }
+
+ private:
+  Listener* listener_;
+};
 
 grpc::StatusCode ToGrpcCode(StatusCode code) {
   switch (code) {
@@ -611,6 +640,7 @@ struct ControlServer::Impl {
       ticker_cv.notify_all();
     }
     if (ticker.joinable()) ticker.join();
+    if (listener) listener->Stop();
     registry.Shutdown();
     if (server) server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
     // gRPC has no calls left: each blocking thread answered its call (the hooks' waits end by
@@ -631,6 +661,8 @@ struct ControlServer::Impl {
   SyncService sync_service;
   MonitorService monitor_service;
   CallStats call_stats;  // filled by the interceptor installed in Start
+  std::unique_ptr<Listener> listener;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor;
   std::unique_ptr<grpc::Server> server;
   uint16_t port = 0;
   std::mutex shutdown_mu;
@@ -661,6 +693,11 @@ uint32_t ControlServer::waiting_sync_calls() const { return impl_->registry.wait
 
 uint32_t ControlServer::attached_streams() const { return impl_->registry.attached_streams(); }
 
+ControlServer::ConnectionStats ControlServer::connection_stats() const {
+  const Listener::Stats s = impl_->listener->stats();
+  return ConnectionStats{s.open, s.accepted, s.refused, s.evicted, s.shed};
+}
+
 Registry& ControlServer::registry() { return impl_->registry; }
 
 const Registry& ControlServer::registry() const { return impl_->registry; }
@@ -668,12 +705,13 @@ const Registry& ControlServer::registry() const { return impl_->registry; }
 const CallStats& ControlServer::call_stats() const { return impl_->call_stats; }
 
 namespace {
-// Whether a plaintext gRPC listener can be opened on `address` (closed again at once).
-bool CanListen(const std::string& address) {
+// Whether gRPC takes these TLS credentials: it refuses a certificate that is not one or a key
+// that does not match it only when it builds a listening port with them, which an external
+// connection acceptor does not report. So a throw-away server on a loopback port tries them.
+bool GrpcTakesCredentials(const std::shared_ptr<grpc::ServerCredentials>& credentials) {
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort("127.0.0.1:0", credentials, &port);
   switchml_proto::Sync::CallbackService unimplemented;  // gRPC needs a service to start
   builder.RegisterService(&unimplemented);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -704,16 +742,44 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerO
   RETURN_IF_ERROR(options.Validate());
   if (sw == nullptr) return InvalidArgumentError("ControlServer::Start needs a switch");
   ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(options));
+  if (!options.tls_cert_file.empty() && !GrpcTakesCredentials(credentials)) {
+    return InvalidArgumentError(
+        "cannot listen for the control plane with the TLS certificate " + options.tls_cert_file +
+        " and key " + options.tls_key_file +
+        ": gRPC refused them (is the certificate a PEM certificate chain and the key its "
+        "private key? `openssl x509 -noout -pubkey -in CERT` and `openssl pkey -pubout -in "
+        "KEY` must print the same key)");
+  }
   auto impl = std::make_unique<Impl>(options, sw);
   impl->registry_switch_config = sw->sw.config();
   const std::string address = HostPort(options.bind_address, options.port);
 
+  // Our own listener (listener.h): gRPC 1.51's stops for good when the process runs out of
+  // file descriptors.
+  const uint64_t fds = RaiseOpenFileLimit();
+  ListenerOptions lo;
+  lo.bind_address = options.bind_address;
+  lo.port = options.port;
+  lo.limits.per_address = std::max<uint32_t>(1, options.max_connections_per_address);
+  lo.limits.total =
+      static_cast<uint32_t>(std::clamp<uint64_t>(fds > kReservedFds ? (fds - kReservedFds) / 2 : 16,
+                                                 16, std::max(16u, options.max_connections)));
+  auto listener = Listener::Bind(lo);
+  if (!listener.ok()) {
+    return UnavailableError("cannot listen for the control plane on " + address + " (" +
+                            listener.status().message() +
+                            "; is the port in use, e.g. by another `switchml switch`, or the "
+                            "address not local?): pick another --control-port");
+  }
+  impl->listener = std::move(listener).value();
+
   grpc::ServerBuilder builder;
-  int selected_port = 0;
-  builder.AddListeningPort(address, credentials, &selected_port);
-  // gRPC enables SO_REUSEPORT by default, which would let a second switch silently share the
-  // port; a port in use must be an error instead.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  impl->acceptor = builder.experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, credentials);
+  // A connection that sends no frame within this long is closed; one without calls for longer
+  // than kMaxConnectionIdleMs too (its client reconnects when it needs to).
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kHandshakeTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);
   // Keepalive pings on idle connections, so that a worker host that vanishes (no FIN, no RST)
   // is noticed in bounded time while a stalled one is not failed (control/keepalive.h).
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
@@ -731,28 +797,24 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerO
   builder.RegisterService(&impl->sync_service);
   builder.RegisterService(&impl->monitor_service);
   {
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counting;
-    counting.push_back(MakeCallStatsInterceptor(&impl->call_stats));
-    builder.experimental().SetInterceptorCreators(std::move(counting));
+    // The call counts, and which connections carry calls (the listener never closes those to
+    // make room).
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(MakeCallStatsInterceptor(&impl->call_stats));
+    creators.push_back(std::make_unique<CallMarker>(impl->listener.get()));
+    builder.experimental().SetInterceptorCreators(std::move(creators));
   }
   impl->server = builder.BuildAndStart();
-  if (impl->server == nullptr || selected_port == 0) {
-    if (impl->server != nullptr) impl->server->Shutdown();
-    impl->server.reset();
-    // gRPC fails the same way when it refuses the TLS credentials (a certificate that is not one,
-    // a key that does not match it): if the address takes a plaintext listener, those were it.
-    if (!options.tls_cert_file.empty() && CanListen(address)) {
-      return InvalidArgumentError(
-          "cannot listen for the control plane with the TLS certificate " + options.tls_cert_file +
-          " and key " + options.tls_key_file +
-          ": gRPC refused them (is the certificate a PEM certificate chain and the key its "
-          "private key? `openssl x509 -noout -pubkey -in CERT` and `openssl pkey -pubout -in "
-          "KEY` must print the same key)");
-    }
-    return UnavailableError("cannot listen for the control plane on " + address +
-                            " (is the port in use, e.g. by another `switchml switch`, or the "
-                            "address not local?): pick another --control-port");
+  if (impl->server == nullptr) {
+    impl->listener.reset();
+    return InternalError("gRPC could not start the control plane on " + address);
   }
+  const int selected_port = impl->listener->port();
+  impl->listener->Start([acceptor = impl->acceptor.get()](int fd) {
+    grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
+    p.fd = fd;
+    acceptor->HandleNewConnection(&p);
+  });
   impl->port = static_cast<uint16_t>(selected_port);
   impl->ticker = std::thread([p = impl.get()] { p->Tick(); });
   LOG(kInfo, kControl) << "control plane listening on "

@@ -57,6 +57,10 @@ struct ControlServerOptions {
   // Monitor.Status (status_service.h): the data plane's state now; may be empty (the answer then
   // has the control plane's part only).
   std::function<SwitchSnapshot()> snapshot;
+  // Control connections per client address and in total (listener.h; the total is also kept
+  // within the open-file limit, which Start raises to its hard limit).
+  uint32_t max_connections_per_address = 256;
+  uint32_t max_connections = 4096;
   Status Validate() const;
 };
 
@@ -84,6 +88,12 @@ class ControlServer {
   uint32_t waiting_sync_calls() const;
   // Worker streams attached (Session.Attach).
   uint32_t attached_streams() const;
+  // Control connections: open now; accepted, refused, closed to make room and closed unread
+  // (out of file descriptors) so far.
+  struct ConnectionStats {
+    uint64_t open = 0, accepted = 0, refused = 0, evicted = 0, shed = 0;
+  };
+  ConnectionStats connection_stats() const;
   Registry& registry();
   const Registry& registry() const;
   // Every call answered so far, by method and status code (call_stats.h).

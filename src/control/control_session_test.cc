@@ -1,6 +1,9 @@
 // Session setup through the gRPC control plane against a real dataplane::LockedSwitch.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -453,6 +456,51 @@ TEST(ControlAbuseTest, StreamsWithoutAFirstMessageAreCountedAndEnded) {
                  s->status.error_message().find("no first message") != std::string::npos;
   }
   EXPECT_EQ(timed_out, 8);
+}
+
+// Issue 28, found 1: the switch's own listener bounds connections per address and makes room
+// from connections that never carried a call. Given a client whose connection carried a call,
+// and a flood of idle connections from its address over the limit, Expect the idle ones closed
+// to make room (oldest first) and the client's connection kept (its channel stays ready).
+TEST(ControlAbuseTest, ConnectionsThatCarriedCallsAreNeverClosedToMakeRoom) {
+  dataplane::LockedSwitch sw{dataplane::SwitchConfig{}};
+  ControlServerOptions o;
+  o.bind_address = "127.0.0.1";
+  o.port = 0;
+  o.max_connections_per_address = 3;
+  auto server = ControlServer::Start(o, &sw);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string target = "127.0.0.1:" + std::to_string((*server)->port());
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  auto stub = switchml_proto::Session::NewStub(channel);
+  {
+    grpc::ClientContext ctx;
+    switchml_proto::CloseRequest req;
+    req.set_session_id(5);
+    switchml_proto::CloseResponse resp;
+    EXPECT_EQ(stub->Close(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  std::vector<int> idle;
+  for (int i = 0; i < 6; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons((*server)->port());
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+    idle.push_back(fd);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  while ((*server)->connection_stats().accepted < 7 &&
+         std::chrono::steady_clock::now() - start < 20s) {
+    std::this_thread::sleep_for(5ms);
+  }
+  const ControlServer::ConnectionStats stats = (*server)->connection_stats();
+  EXPECT_EQ(stats.accepted, 7u);
+  EXPECT_EQ(stats.evicted, 4u);  // the 3rd..6th idle ones each closed the oldest idle one
+  EXPECT_EQ(stats.open, 3u);
+  EXPECT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  for (int fd : idle) close(fd);
 }
 
 TEST(ParsePeerIpv4Test, Forms) {
