@@ -52,8 +52,11 @@ std::string ClientKey(const Caller& c) {
   return colon == std::string::npos ? c.peer : c.peer.substr(0, colon);
 }
 
+// Whether registrations of two sessions on one address overlap: "any port" (0) only overlaps
+// "any port" (the switch looks up exact ports first, so an explicit range of another session is
+// never ambiguous: a port-0 registration cannot squat the address; dataplane::Switch::AddWorker).
 bool Overlaps(uint32_t port_a, uint32_t n_a, uint32_t port_b, uint32_t n_b) {
-  if (port_a == 0 || port_b == 0) return true;  // "any port" takes the whole address
+  if (port_a == 0 || port_b == 0) return port_a == port_b;
   return port_a < port_b + n_b && port_b < port_a + n_a;
 }
 

@@ -836,6 +836,24 @@ TEST_F(RegistryTest, ForwardedCallsAreAdmittedLikeWaits) {
   EXPECT_EQ(registry_->member_calls(44), 8u);
 }
 
+// Issue 28, found 7: a registration with udp_port 0 ("any port") from a host made every later
+// worker on that address fail with ALREADY_EXISTS "(any port)". Given a stranger's live job
+// registered from 10.0.0.66 with any port, Expect another job's workers on that address (with
+// their ports) to register; a second any-port registration of the address is still refused.
+TEST_F(RegistryTest, AnAnyPortRegistrationDoesNotSquatItsAddress) {
+  ASSERT_TRUE(registry_->Register(Req(50, 0, 1, 0, "theirs"), At(kStranger)).ok());
+  auto end = std::make_shared<std::optional<Status>>();
+  RegisterRequest ours0 = Req(51, 0, 2, 40000);
+  RegisterRequest ours1 = Req(51, 1, 2, 40001);
+  Status st = registry_->Register(ours0, At(kStranger));
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  st = registry_->Register(ours1, At(kStranger));
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  st = registry_->Register(Req(52, 0, 1, 0), At(kStranger));
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists) << st.ToString();
+  EXPECT_TRUE(SwitchHasJob(50) && SwitchHasJob(51));
+}
+
 // The single place where jobs come and go calls the hooks (for per-job resources elsewhere).
 TEST(RegistryHooksTest, CreatedAndRemovedAreReported) {
   dataplane::LockedSwitch sw(dataplane::SwitchConfig{});

@@ -302,11 +302,15 @@ Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& w
                                 std::to_string(uint32_t{worker.port} + num_ports - 1) +
                                 " go past 65535; choose a lower base port");
   }
-  // Overlap with any registered worker of any job (a port-0 entry owns every port of its ip).
-  // An explicit range that overlaps only other sessions' explicit ranges takes them over: the
-  // new registrant has bound those ports, so the sessions that held them are dead. Anything else
-  // is refused: a conflict inside the session is a configuration error, and a port-0 entry says
-  // nothing about which process owns which port.
+  // Overlap with any registered worker of any job. Inside the session a port-0 entry owns every
+  // port of its ip (a conflict there is a configuration error: replies to a port-0 worker go to
+  // the completer's source port). Across sessions a port-0 entry conflicts only with another
+  // port-0 entry of the ip: the lookup tries the exact (ip, port) entries first, so an explicit
+  // range of another session on the same ip is unambiguous, and a port-0 registration cannot
+  // squat an address (issue 28, found 7). An explicit range that overlaps only other sessions'
+  // explicit ranges takes them over: the new registrant has bound those ports, so the sessions
+  // that held them are dead. Anything else is refused: a port-0 entry says nothing about which
+  // process owns which port.
   std::vector<uint64_t> dead;
   for (const auto& [other_id, other] : jobs_) {
     const uint32_t other_ports = other->spec.num_ports;
@@ -314,9 +318,11 @@ Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& w
       if (!other->registered[r]) continue;
       const WorkerSpec& w = other->workers[r];
       if (w.ipv4 != worker.ipv4) continue;
-      const bool overlap = w.port == 0 || worker.port == 0 ||
-                           (uint32_t{worker.port} < uint32_t{w.port} + other_ports &&
-                            uint32_t{w.port} < uint32_t{worker.port} + num_ports);
+      const bool any_here = w.port == 0, any_new = worker.port == 0;
+      const bool overlap = (any_here || any_new)
+                               ? (any_here == any_new || other_id == session_id)
+                               : (uint32_t{worker.port} < uint32_t{w.port} + other_ports &&
+                                  uint32_t{w.port} < uint32_t{worker.port} + num_ports);
       if (!overlap) continue;
       if (other_id != session_id && w.port != 0 && worker.port != 0) {
         if (dead.empty() || dead.back() != other_id) dead.push_back(other_id);

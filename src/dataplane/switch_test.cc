@@ -258,17 +258,9 @@ TEST(SwitchJobTableTest, AddWorkerRefusals) {
   EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(st.message(), "rank 3 is already registered in session 77");
 
-  // Port 0 of another session conflicts with any registration on the same IP, both ways.
-  st = sw.AddWorker(77, 0, {kIpA, 40000}, &evicted);
-  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(st.message(),
-            "address 10.0.0.1:40000-40001 is already used by rank 1 of session 12 "
-            "(10.0.0.1 (any port))");
-  st = sw.AddWorker(77, 0, {kIpD, 0}, &evicted);
-  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(st.message(),
-            "address 10.0.0.4 (any port) is already used by rank 0 of session 12 "
-            "(10.0.0.4:40001-40002)");
+  // Port 0 of another session does not conflict with an explicit range on the same IP, either
+  // way (exact ports are looked up first; issue 28, found 7: a port-0 registration made every
+  // later worker on its address fail) ... (see AnyPortOfAnotherSessionLeavesExplicitPortsAlone)
   // Overlapping a worker of the same job.
   st = sw.AddWorker(77, 0, {kIpB, 39999}, &evicted);
   EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
@@ -310,6 +302,43 @@ TEST(SwitchJobTableTest, AddWorkerRefusals) {
   EXPECT_TRUE(evicted.empty());
   EXPECT_EQ(sw.job_ids(), (std::vector<uint64_t>{12, 77}));
   EXPECT_EQ(sw.FindJob(12)->num_workers, 3u);
+}
+
+// Issue 28, found 7: a registration with port 0 ("any port") from a host made every later
+// worker on that address fail with ALREADY_EXISTS. Given session 12 with a port-0 worker on
+// 10.0.0.1 (a stranger's) and session 77 registered on 10.0.0.1:40000-40001 after it, Expect
+// each session's packets to reach its own job only: the exact ports to 77, every other port of
+// the address to 12; and a second port-0 registration of the address still refused.
+TEST(SwitchJobTableTest, AnyPortOfAnotherSessionLeavesExplicitPortsAlone) {
+  Switch sw(SmallConfig());
+  std::vector<uint64_t> evicted;
+  ASSERT_TRUE(sw.CreateJob(Spec(12, 1, proto::SizeCode::k256B, 1)).ok());
+  ASSERT_TRUE(sw.AddWorker(12, 0, {kIpA, 0}).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(77, 2, proto::SizeCode::k256B, 2)).ok());
+  ASSERT_TRUE(sw.AddWorker(77, 0, {kIpA, 40000}, &evicted).ok());
+  ASSERT_TRUE(sw.AddWorker(77, 1, {kIpB, 40000}, &evicted).ok());
+  EXPECT_TRUE(evicted.empty());
+  // An explicit registration before a port-0 one of another session is fine too.
+  ASSERT_TRUE(sw.CreateJob(Spec(13, 1, proto::SizeCode::k256B, 1)).ok());
+  EXPECT_TRUE(sw.AddWorker(13, 0, {kIpB, 0}).ok());
+  // Two port-0 registrations of one address are ambiguous: refused.
+  ASSERT_TRUE(sw.CreateJob(Spec(14, 1, proto::SizeCode::k256B, 1)).ok());
+  Status st = sw.AddWorker(14, 0, {kIpA, 0}, &evicted);
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(st.message(),
+            "address 10.0.0.1 (any port) is already used by rank 0 of session 12 "
+            "(10.0.0.1 (any port))");
+  // Session 77's round: from its exact ports only, with its exact sum.
+  ASSERT_EQ(sw.Process({kIpA, 40001}, Datagram({0, 0}, Fill(2))).reason, DropReason::kNone);
+  const Action& done = sw.Process({kIpB, 40000}, Datagram({0, 0}, Fill(3)));
+  ASSERT_EQ(done.kind, Action::Kind::kMulticast);
+  EXPECT_EQ(Reply(done).values[0], 5);
+  // Session 12 (one worker): every other port of 10.0.0.1 is its worker's.
+  const Action& own = sw.Process({kIpA, 50000}, Datagram({0, 0}, Fill(7)));
+  ASSERT_EQ(own.kind, Action::Kind::kMulticast);
+  EXPECT_EQ(Reply(own).values[0], 7);
+  EXPECT_EQ(sw.job_counters(77)->received, 2u);
+  EXPECT_EQ(sw.job_counters(12)->received, 1u);
 }
 
 // Given: jobs 12 (two workers on 10.0.0.1, ports 40000-40001 and 40004-40005), 13 (one worker,
