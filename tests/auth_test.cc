@@ -127,8 +127,11 @@ class AuthDataTest : public ::testing::Test {
   }
 
   // Sprays results forged with the switch's address and port (values 42, untagged and with a
-  // made-up tag) at rank 0 while it waits for rank 1; returns the wrong elements of both ranks.
-  size_t ForgeResultsAtRankZero(bool auth, ContextStats* stats0);
+  // made-up tag) at rank 0 while it waits for rank 1; returns the wrong elements of both ranks
+  // (of rank 1 alone in *wrong1). float32: the forged results carry block exponent 30 (the
+  // first round's results are the exponents of the data the next round carries).
+  size_t ForgeResultsAtRankZero(bool auth, ContextStats* stats0, DataType dtype = DataType::kInt32,
+                                size_t* wrong1 = nullptr);
 
   std::unique_ptr<runtime::SwitchDaemon> daemon_;
   ContextStats stats_[2];
@@ -178,13 +181,18 @@ TEST_F(AuthDataTest, WithAuthForgedResultsAreDroppedByTheWorker) {
   ContextStats s0;
   EXPECT_EQ(ForgeResultsAtRankZero(true, &s0), 0u);
   EXPECT_GT(s0.auth_dropped, 0u);
+  ContextStats f0;
+  EXPECT_EQ(ForgeResultsAtRankZero(true, &f0, DataType::kFloat32), 0u);
+  EXPECT_GT(f0.auth_dropped, 0u);
 }
 
-size_t AuthDataTest::ForgeResultsAtRankZero(bool auth, ContextStats* stats0) {
+size_t AuthDataTest::ForgeResultsAtRankZero(bool auth, ContextStats* stats0, DataType dtype,
+                                            size_t* wrong1) {
   constexpr size_t kCount = 64 * 256;
   const uint16_t port0 = FreeUdpPort();
   EXPECT_NE(port0, 0);
-  const uint64_t session = auth ? 77 : 78;
+  const bool floats = dtype == DataType::kFloat32;
+  const uint64_t session = (auth ? 77 : 78) + (floats ? 10 : 0);
   std::vector<Config> configs = {MakeConfig(0, 2, session, auth), MakeConfig(1, 2, session, auth)};
   for (Config& c : configs) c.max_outstanding_packets = 64;
   configs[0].udp_port = port0;
@@ -195,16 +203,25 @@ size_t AuthDataTest::ForgeResultsAtRankZero(bool auth, ContextStats* stats0) {
   std::vector<std::vector<uint8_t>> forged;
   for (uint32_t q = 0; q < 64; ++q) {
     forged.push_back(FirstRoundPacket(q, 42));
+    if (floats) {  // block exponent 30 (e0, bytes 10 and 11 of the header: e0 then e1)
+      proto::Header h;
+      EXPECT_EQ(proto::DecodeHeader(forged.back(), &h), proto::DecodeError::kOk);
+      h.e0 = 30;
+      const std::vector<int32_t> zeros(256, 0);
+      proto::Encode(h, zeros, forged.back());
+    }
     forged.push_back(forged.back());
     forged.back().resize(forged.back().size() + transport::kAuthTagBytes, 7);
   }
   RawUdpSender forger;
   const Endpoint from{kLoopbackIpv4, daemon_->data_port()}, to{kLoopbackIpv4, port0};
-  std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(kCount, 1));
+  // int32 1s, or float32 1.0s (the same bits through the buffers).
+  const int32_t one = floats ? 0x3f800000 : 1, two = floats ? 0x40000000 : 2;
+  std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(kCount, one));
   std::vector<std::vector<int32_t>> out(2, std::vector<int32_t>(kCount, -1));
   Status st0;
   std::thread rank0(
-      [&] { st0 = (*ctx[0])->AllReduce(in[0].data(), out[0].data(), kCount, DataType::kInt32); });
+      [&] { st0 = (*ctx[0])->AllReduce(in[0].data(), out[0].data(), kCount, dtype); });
   // Spray once the switch holds all of rank 0's packets (a result for a packet not sent yet is
   // not taken, so a spray before would prove nothing), until the forged results did what they
   // can: without auth, completed rank 0's 64 packets (its counters are published when its slice
@@ -234,12 +251,16 @@ size_t AuthDataTest::ForgeResultsAtRankZero(bool auth, ContextStats* stats0) {
         },
         kLimit));
   }
-  Status st1 = (*ctx[1])->AllReduce(in[1].data(), out[1].data(), kCount, DataType::kInt32);
+  Status st1 = (*ctx[1])->AllReduce(in[1].data(), out[1].data(), kCount, dtype);
   rank0.join();
   EXPECT_TRUE(st0.ok()) << st0.ToString();
   EXPECT_TRUE(st1.ok()) << st1.ToString();
-  size_t wrong = 0;
-  for (size_t i = 0; i < kCount; ++i) wrong += (out[0][i] != 2) + (out[1][i] != 2);
+  size_t wrong = 0, wrong_at_1 = 0;
+  for (size_t i = 0; i < kCount; ++i) {
+    wrong += (out[0][i] != two) + (out[1][i] != two);
+    wrong_at_1 += out[1][i] != two;
+  }
+  if (wrong1 != nullptr) *wrong1 = wrong_at_1;
   *stats0 = (*ctx[0])->stats();
   EXPECT_EQ((*ctx[1])->stats().auth_dropped, 0u);
   return wrong;

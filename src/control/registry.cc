@@ -35,6 +35,11 @@ constexpr size_t kMaxFailureMarks = 4096;
 
 std::string SessionName(uint64_t id) { return "session " + std::to_string(id); }
 
+// How Close and Diagnose answer for a session without a job, or with the job of another secret.
+constexpr const char* kNotOpenForThisSecret =
+    " is not open on the switch for this job secret (closed, expired, never opened, or opened "
+    "with another secret)";
+
 std::string PacketSizeName(int value) {
   static const char* const kNames[] = {"MTU_128", "MTU_256", "MTU_512", "MTU_1024"};
   return value >= 0 && value < 4 ? kNames[value] : std::to_string(value);
@@ -578,10 +583,11 @@ Status Registry::Register(const RegisterRequest& r, const Caller& caller, std::s
     // A refusal marks the session failed, so the job fails fast on every worker, unless the
     // caller does not own the job (an outsider cannot fail someone else's job), or the session
     // id itself is bad.
+    // (A caller with another secret than the job's marks only its own calls failed: the job is
+    // not its to fail; FailSessionLocked.)
     const bool bad_id = r.session_id == 0 || r.session_id == UINT64_MAX;
     if (!st.ok() && !bad_id && st.code() != StatusCode::kPermissionDenied &&
-        st.code() != StatusCode::kUnavailable && r.secret.size() <= kMaxSecretBytes &&
-        OwnsLocked(r.session_id, r.secret)) {
+        st.code() != StatusCode::kUnavailable && r.secret.size() <= kMaxSecretBytes) {
       FailSessionLocked(
           r.session_id, r.secret,
           FailedPreconditionError(SessionName(r.session_id) + " failed at setup: rank " +
@@ -637,7 +643,10 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
                       Ending::kReplaced);
       job = nullptr;
     }
-    failures_.erase(r.session_id);
+    if (auto f = failures_.find(r.session_id); f != failures_.end()) {
+      failure_marks_ -= f->second.size();
+      failures_.erase(f);
+    }
     RETURN_IF_ERROR(MakeRoomLocked(r.session_id, deferred));
     RETURN_IF_ERROR(ClearAddressLocked(r.session_id, ipv4, r.udp_port, num_ports, deferred));
     RETURN_IF_ERROR(CreateJobLocked(spec, r.secret));
@@ -646,13 +655,16 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
     job->switch_list = r.switch_list;
   } else {
     if (const Status* failure = FailureLocked(r.session_id, r.secret)) return *failure;
-    if (job == nullptr) {
-      return FailedPreconditionError(name +
-                                     " does not exist on the switch: rank 0 must open it before "
-                                     "the other ranks (was rank 0 started, and with the same "
-                                     "session id?)");
+    // Another secret's job is answered as no job (issue 28, found 8: whether a session id is in
+    // use is not told to a stranger; Register of rank 0 and Sync still refuse a live job's
+    // session id with PERMISSION_DENIED, docs/security.md 2).
+    if (job == nullptr || !SameSecret(job->secret, r.secret)) {
+      return FailedPreconditionError(
+          name +
+          " does not exist on the switch for this job secret: rank 0 must open it before the "
+          "other ranks, with the secret every worker of the job uses (was rank 0 started, with "
+          "the same session id and job secret?)");
     }
-    RETURN_IF_ERROR(CheckSecretLocked(*job, r.secret, r.session_id));
     auto mismatch = [&](const std::string& field, const std::string& mine,
                         const std::string& theirs, const std::string& fix) {
       return InvalidArgumentError(field + " " + mine + " does not match " + name + "'s " + theirs +
@@ -735,24 +747,41 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
 const Status* Registry::FailureLocked(uint64_t session_id, const std::string& secret) {
   auto it = failures_.find(session_id);
   if (it == failures_.end()) return nullptr;
-  if (Now() - it->second.at > options_.failure_memory) {
+  const auto now = Now();
+  const size_t before = it->second.size();
+  std::erase_if(it->second, [&](const Failure& f) { return now - f.at > options_.failure_memory; });
+  failure_marks_ -= before - it->second.size();
+  if (it->second.empty()) {
     failures_.erase(it);
     return nullptr;
   }
-  if (!SameSecret(it->second.secret, secret)) return nullptr;
-  return &it->second.status;
+  for (const Failure& f : it->second) {
+    if (SameSecret(f.secret, secret)) return &f.status;
+  }
+  return nullptr;
 }
 
 void Registry::FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
                                  Deferred& deferred) {
   if (session_id == 0) return;  // 0 is the unscoped sync group, never a failed session
   const auto now = Now();
-  std::erase_if(failures_,
-                [&](const auto& f) { return now - f.second.at > options_.failure_memory; });
-  const bool has_job = jobs_.count(session_id) != 0;
-  if (has_job || failures_.size() < kMaxFailureMarks) {
-    failures_.try_emplace(session_id, Failure{FailedPreconditionError(why.message()), secret, now});
+  for (auto it = failures_.begin(); it != failures_.end();) {
+    const size_t before = it->second.size();
+    std::erase_if(it->second,
+                  [&](const Failure& f) { return now - f.at > options_.failure_memory; });
+    failure_marks_ -= before - it->second.size();
+    it = it->second.empty() ? failures_.erase(it) : std::next(it);
   }
+  const bool has_job = jobs_.count(session_id) != 0;
+  const bool owner = OwnsLocked(session_id, secret);
+  std::vector<Failure>& marks = failures_[session_id];
+  const bool marked = std::any_of(marks.begin(), marks.end(),
+                                  [&](const Failure& f) { return SameSecret(f.secret, secret); });
+  if (!marked && ((has_job && owner) || failure_marks_ < kMaxFailureMarks)) {
+    marks.push_back(Failure{FailedPreconditionError(why.message()), secret, now});
+    ++failure_marks_;
+  }
+  if (marks.empty()) failures_.erase(session_id);
   for (auto it = rounds_.begin(); it != rounds_.end();) {
     auto next = std::next(it);
     if (it->first.session_id == session_id && SameSecret(it->first.secret, secret)) {
@@ -760,7 +789,7 @@ void Registry::FailSessionLocked(uint64_t session_id, const std::string& secret,
     }
     it = next;
   }
-  if (has_job && OwnsLocked(session_id, secret)) {
+  if (has_job && owner) {
     LOG(kInfo, kControl) << why.message();
     RemoveJobLocked(session_id, FailedPreconditionError(why.message()), deferred, Ending::kFailed);
   }
@@ -1139,17 +1168,16 @@ Status Registry::Close(const CloseRequest& q, const Caller& caller) {
       constexpr size_t kMaxReason = 1024;
       if (q.session_id == 0 || q.session_id == UINT64_MAX) {
         st = InvalidArgumentError("a failure needs a session id");
-      } else if (!OwnsLocked(q.session_id, q.secret)) {
-        st = PermissionDeniedError(name + " belongs to a job with another secret");
       } else {
+        // (A stranger's report, with another secret than the job's, fails only its own calls.)
         FailSessionLocked(q.session_id, q.secret,
                           FailedPreconditionError(q.failure.substr(0, kMaxReason)), deferred);
       }
-    } else if (it == jobs_.end()) {
-      st = NotFoundError(name + " is not open on the switch (closed, expired or never opened)");
+    } else if (it == jobs_.end() || !SameSecret(it->second->secret, q.secret)) {
+      // Another secret's job is answered as no job (issue 28, found 8).
+      st = NotFoundError(name + kNotOpenForThisSecret);
     } else {
       Job& job = *it->second;
-      st = CheckSecretLocked(job, q.secret, q.session_id);
       if (st.ok() && q.has_rank && q.rank >= job.ranks.size()) {
         st = InvalidArgumentError("rank " + std::to_string(q.rank) + " is out of range for " +
                                   name + "'s " + std::to_string(job.ranks.size()) + " workers");
@@ -1230,17 +1258,18 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
       st = CancelledError("the stream ended before its first message was read");
     } else if (q.secret.size() > kMaxSecretBytes) {
       st = InvalidArgumentError("job secret too long");
-    } else if (it == jobs_.end()) {
+    } else if (it == jobs_.end() || !SameSecret(it->second->secret, q.secret)) {
       // A session that failed at setup (another rank was refused) is gone from the table: its
-      // worker hears why, not that it never registered.
+      // worker hears why, not that it never registered. Another secret's job is answered as no
+      // job (issue 28, found 8).
       const Status* failed = FailureLocked(q.session_id, q.secret);
       st = failed != nullptr ? *failed
                              : FailedPreconditionError(name +
-                                                       " does not exist on the switch: attach "
-                                                       "after registering (UdpSession)");
+                                                       " does not exist on the switch for this "
+                                                       "job secret: attach after registering "
+                                                       "(UdpSession)");
     } else {
       Job& job = *it->second;
-      st = CheckSecretLocked(job, q.secret, q.session_id);
       if (st.ok() && (q.rank >= job.ranks.size() || !job.ranks[q.rank].registered)) {
         st = FailedPreconditionError("rank " + std::to_string(q.rank) + " is not registered in " +
                                      name + ": attach after registering (UdpSession)");
@@ -1392,11 +1421,10 @@ Result<std::string> Registry::DescribeOp(uint64_t session_id, const std::string&
   const std::string name = SessionName(session_id);
   if (secret.size() > kMaxSecretBytes) return InvalidArgumentError("job secret too long");
   auto j = jobs_.find(session_id);
-  if (j != jobs_.end()) RETURN_IF_ERROR(CheckSecretLocked(*j->second, secret, session_id));
+  // Another secret's job is answered as no job (issue 28, found 8).
+  if (j != jobs_.end() && !SameSecret(j->second->secret, secret)) j = jobs_.end();
   if (const Status* failure = FailureLocked(session_id, secret)) return *failure;
-  if (j == jobs_.end()) {
-    return NotFoundError(name + " is not on the switch (closed, expired or never opened)");
-  }
+  if (j == jobs_.end()) return NotFoundError(name + kNotOpenForThisSecret);
   const Job& job = *j->second;
   const std::string what = "all-reduce " + std::to_string(op) + " of " + name;
   auto c = job.checks.find(op);

@@ -373,12 +373,15 @@ class Registry {
   bool shut_down_ = false;
   uint64_t next_ticket_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;
+  // Failure marks by session, one per secret (a stranger's mark, which only its own calls see,
+  // never takes the place of the job's); at most kMaxFailureMarks besides the jobs' own.
   struct Failure {
     Status status;
     std::string secret;
     std::chrono::steady_clock::time_point at;
   };
-  std::unordered_map<uint64_t, Failure> failures_;
+  std::unordered_map<uint64_t, std::vector<Failure>> failures_;
+  size_t failure_marks_ = 0;
   std::map<RoundKey, std::shared_ptr<Round>> rounds_;
   std::unordered_map<uint64_t, std::unique_ptr<Wait>> waits_;
   std::unordered_map<uint64_t, std::unique_ptr<Stream>> streams_;

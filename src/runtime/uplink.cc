@@ -377,10 +377,11 @@ Status Uplink::BeforeAttach(switchml_proto::AttachRequest* request) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(request->session_id());
   const std::string session = "session " + std::to_string(request->session_id());
-  if (it == sessions_.end()) {
+  // Another secret's job is answered as no job (issue 28, found 8), as the registry does.
+  if (it == sessions_.end() || !control::SameSecret(it->second.secret, request->job_secret())) {
     return FailedPreconditionError(session +
-                                   " is not open on this top-of-rack switch: attach after "
-                                   "registering (UdpSession)");
+                                   " is not open on this top-of-rack switch for this job secret: "
+                                   "attach after registering (UdpSession)");
   }
   const RackPlacement& rack = it->second.rack;
   const uint32_t global_rank = request->rank();
@@ -398,7 +399,9 @@ Status Uplink::BeforeClose(switchml_proto::CloseRequest* request) {
   if (!request->has_rank()) return Status::Ok();
   std::lock_guard lock(mu_);
   auto it = sessions_.find(request->session_id());
-  if (it == sessions_.end()) return Status::Ok();  // the registry says it is not open
+  if (it == sessions_.end() || !control::SameSecret(it->second.secret, request->job_secret())) {
+    return Status::Ok();  // the registry says it is not open (for this secret)
+  }
   const RackPlacement& rack = it->second.rack;
   const uint32_t global_rank = request->rank();
   if (global_rank < rack.first_rank || global_rank - rack.first_rank >= rack.num_workers) {
