@@ -54,6 +54,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -65,6 +66,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "transport/checksum.h"
+#include "transport/private_dir.h"
 #include "transport/udp.h"
 
 namespace switchml::transport {
@@ -87,7 +89,6 @@ constexpr uint16_t kRingSize = 1024;
 constexpr const char* kDefaultEal =
     "--no-huge --no-pci --no-shconf -m 512 --no-telemetry --log-level=pmd.net.memif:error "
     "--log-level=*:warning";
-constexpr const char* kLockDir = "/tmp/switchml-dpdk";
 constexpr std::chrono::seconds kLinkTimeout{10};
 
 std::string Env(const char* name) {
@@ -95,15 +96,22 @@ std::string Env(const char* name) {
   return v == nullptr ? std::string() : std::string(v);
 }
 
-// Makes kLockDir (doorbells and memif id locks) if it does not exist, mode 1777 as /tmp and as
-// AF_XDP's lock directory (xdp.cc): every user may create files in it (the processes of a host's
-// jobs need not all run as the user who made it first), and the sticky bit keeps each file
-// removable or renamable by its owner only. mkdir's mode passes through the umask (1755 with the
-// usual 022: only its creator could add files), so it is set again; only the directory's owner
-// or root can, and for anyone else it fails harmlessly.
-void MakeLockDir() {
-  ::mkdir(kLockDir, 01777);
-  ::chmod(kLockDir, 01777);
+// The directory of the doorbells and memif id locks: this user's own (private_dir.h; issue 28,
+// found 2 and 3: the shared /tmp/switchml-dpdk, mode 1777, let other users redirect a root
+// switch's writes through symbolic links and hold its workers' id locks). Opened and checked
+// once; $SWITCHML_DPDK_LOCK_DIR chooses another (checked the same way).
+Result<const PrivateDirectory*> LockDir() {
+  static std::mutex mu;
+  static std::optional<PrivateDirectory> dir;
+  std::lock_guard lock(mu);
+  if (!dir) {
+    ASSIGN_OR_RETURN(
+        PrivateDirectory d,
+        PrivateDirectory::Open(PrivateDirectoryPath("dpdk", Env("SWITCHML_DPDK_LOCK_DIR")),
+                               "DPDK memif doorbell and id-lock files", "SWITCHML_DPDK_LOCK_DIR"));
+    dir.emplace(std::move(d));
+  }
+  return &*dir;
 }
 
 // The tuning variables DpdkTransport's constructor reads, checked before any transport is made:
@@ -503,7 +511,7 @@ std::vector<std::unique_ptr<Transport>> TakeFreeMemifSockets(const std::string& 
 //
 // net_memif in DPDK 22.11 has no receive interrupts for the application (no
 // rte_eth_dev_rx_intr_enable), so each memif transport keeps a doorbell of its own: two words in
-// a small file under kLockDir that it and its peers map (MAP_SHARED). A receiver that found
+// a small file in LockDir() that it and its peers map (MAP_SHARED). A receiver that found
 // nothing announces that it sleeps (`sleeping`), polls once more, and waits on `seq` (a futex
 // shared between processes); a sender checks `sleeping` after every transmit burst and only then
 // bumps `seq` and wakes the futex (the first sender to see the flag clears it). Both sides put a
@@ -534,18 +542,19 @@ class Bell {
   Bell(const Bell&) = delete;
   Bell& operator=(const Bell&) = delete;
 
-  // Maps the doorbell in `path`, made (zero: nobody sleeps) when it does not exist. `fd` >= 0:
-  // an open descriptor of that file to use instead of opening it.
-  static Result<std::unique_ptr<Bell>> Map(const std::string& path, int fd = -1) {
-    const bool own_fd = fd < 0;
-    if (own_fd) {
-      MakeLockDir();
-      fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-      if (fd < 0) {
-        return FailedPreconditionError("dpdk memif doorbell: cannot open " + path + ": " +
-                                       strerror(errno));
-      }
+  // Maps the doorbell in file `name` of the lock directory, made (zero: nobody sleeps) when it
+  // does not exist.
+  static Result<std::unique_ptr<Bell>> Map(const std::string& name) {
+    ASSIGN_OR_RETURN(const PrivateDirectory* dir, LockDir());
+    Result<int> opened = dir->OpenFile(name, O_RDWR);
+    if (!opened.ok()) {
+      return FailedPreconditionError("dpdk memif doorbell: " + opened.status().message());
     }
+    return Map(*opened, dir->path() + "/" + name, /*own_fd=*/true);
+  }
+  // The same from an open descriptor of the file (`path` names it in errors); closes it when
+  // `own_fd`.
+  static Result<std::unique_ptr<Bell>> Map(int fd, const std::string& path, bool own_fd) {
     struct stat st {};
     void* at = MAP_FAILED;
     std::string why;
@@ -603,12 +612,10 @@ class Bell {
   bool mapped_ = false;
 };
 
-std::string IdLockPath(const std::string& sock, uint32_t id) {
-  return std::string(kLockDir) + "/" + sock + "." + std::to_string(id) + ".lock";
+std::string IdLockName(const std::string& sock, uint32_t id) {
+  return sock + "." + std::to_string(id) + ".lock";
 }
-std::string BellPath(const std::string& sock) {
-  return std::string(kLockDir) + "/" + sock + ".bell";
-}
+std::string BellName(const std::string& sock) { return sock + ".bell"; }
 
 // An id lock for a memif client: the first free id of socket `sock`.
 struct IdLock {
@@ -621,14 +628,13 @@ struct IdLock {
 };
 
 Result<std::unique_ptr<IdLock>> TakeId(const std::string& sock, uint32_t max_ids) {
-  MakeLockDir();
+  ASSIGN_OR_RETURN(const PrivateDirectory* dir, LockDir());
   for (uint32_t id = 0; id < max_ids; ++id) {
     auto lock = std::make_unique<IdLock>();
-    lock->path = IdLockPath(sock, id);
-    lock->fd = open(lock->path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (lock->fd < 0) {
-      return FailedPreconditionError("memif: cannot open " + lock->path + ": " + strerror(errno));
-    }
+    lock->path = dir->path() + "/" + IdLockName(sock, id);
+    Result<int> opened = dir->OpenFile(IdLockName(sock, id), O_RDWR);
+    if (!opened.ok()) return FailedPreconditionError("memif: " + opened.status().message());
+    lock->fd = *opened;
     if (flock(lock->fd, LOCK_EX | LOCK_NB) == 0) {
       lock->id = id;
       return lock;
@@ -1269,8 +1275,8 @@ Status DpdkTransport::ConnectClient(const Endpoint& dst) {
   PortRef p;
   std::unique_ptr<Bell> own;
   if (doorbells_) {
-    ASSIGN_OR_RETURN(p.peer_bell, Bell::Map(BellPath(sock)));
-    ASSIGN_OR_RETURN(own, Bell::Map(id->path, id->fd));
+    ASSIGN_OR_RETURN(p.peer_bell, Bell::Map(BellName(sock)));
+    ASSIGN_OR_RETURN(own, Bell::Map(id->fd, id->path, /*own_fd=*/false));
   }
   {
     std::lock_guard<std::recursive_mutex> lock(Proc().mu);
@@ -1375,10 +1381,10 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
         // The doorbells: ours, and the one of the client of each id (its id lock's file).
         std::vector<std::unique_ptr<Bell>> peer_bells;
         if (tr->doorbells()) {
-          ASSIGN_OR_RETURN(std::unique_ptr<Bell> own, Bell::Map(BellPath(sock)));
+          ASSIGN_OR_RETURN(std::unique_ptr<Bell> own, Bell::Map(BellName(sock)));
           tr->UseSharedBell(std::move(own));
           for (uint32_t id = 0; id < interfaces; ++id) {
-            ASSIGN_OR_RETURN(std::unique_ptr<Bell> b, Bell::Map(IdLockPath(sock, id)));
+            ASSIGN_OR_RETURN(std::unique_ptr<Bell> b, Bell::Map(IdLockName(sock, id)));
             peer_bells.push_back(std::move(b));
           }
         }

@@ -7,9 +7,13 @@
 //     abstract socket "<prefix>-P" with `memif_interfaces` interfaces (ids 0..n-1), one per
 //     worker thread that may connect. A worker transport is a memif client: on its first Send it
 //     connects to the socket of the destination's port with the lowest free id (free ids are
-//     taken with flock on /tmp/switchml-dpdk/<prefix>-P.<id>.lock, released when the process
-//     ends). Ports are reserved in the kernel (an unused UDP socket per port), so that two
-//     processes of one host never claim the same one.
+//     taken with flock on <prefix>-P.<id>.lock in this user's lock directory, released when the
+//     process ends). Ports are reserved in the kernel (an unused UDP socket per port), so that
+//     two processes of one host never claim the same one.
+// Lock directory (doorbells and id locks): this user's own, /run/switchml-dpdk for root, else
+// /tmp/switchml-dpdk-UID, or $SWITCHML_DPDK_LOCK_DIR; made 0700 and refused unless it is this
+// user's and closed to others; files 0600, opened without following links (private_dir.h).
+// The switch and its workers share doorbells and ids only when they run as one user.
 //   - anything else: one DPDK port per process, by PCI address ("0000:01:00.0") or as a virtual
 //     device ("net_af_packet0,iface=veth0", "net_af_xdp0,iface=veth0"), shared by the transports
 //     of OpenDpdkConsecutive: transport t uses queue t (steered by an rte_flow rule on its UDP
@@ -32,7 +36,7 @@
 //
 // Waiting: Receive polls the device; while nothing arrives it sleeps, so that poll-mode processes
 // share a small machine. Over memif until a peer's frame comes: each transport has a doorbell (a
-// futex in a page shared with its peers, under /tmp/switchml-dpdk) that a sender rings after a
+// futex in a page shared with its peers, in the lock directory) that a sender rings after a
 // Send only when the receiver announced that it sleeps (SWITCHML_DPDK_DOORBELL=off turns them
 // off; sleeps are capped at SWITCHML_DPDK_MAX_SLEEP_US, 10 ms). Elsewhere in naps of 20 us to
 // 1 ms. Wake() rings the doorbell. SWITCHML_DPDK_SPIN / _YIELD_US / _NAP_US / _MAX_NAP_US tune it;

@@ -57,6 +57,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const XdpOpti
 #include "base/check.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "transport/private_dir.h"
 #include "transport/xdp_frames.h"
 
 // The XDP program's object file, embedded at build time (embed_file.cmake).
@@ -413,16 +414,18 @@ Result<int> LockInterface(const std::string& interface, int ifindex) {
     return InternalError("AF_XDP: cannot identify this network namespace (/proc/self/ns/net): " +
                          ErrnoText(errno));
   }
-  constexpr const char* kLockDir = "/tmp/switchml-xdp";
-  // Open to every user (a process with the capabilities need not be root), sticky as /tmp:
-  // mkdir's mode passes through the umask, so it is set again (only its owner or root can).
-  ::mkdir(kLockDir, 01777);
-  ::chmod(kLockDir, 01777);
-  const std::string path = std::string(kLockDir) + "/" + std::to_string(ns.st_ino) + "-" +
-                           std::to_string(ifindex) + ".lock";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
-  if (fd < 0)
-    return FailedPreconditionError("AF_XDP: cannot open " + path + ": " + ErrnoText(errno));
+  // This user's own directory (private_dir.h; issue 28, found 2 and 3: the shared
+  // /tmp/switchml-xdp, mode 1777, let other users plant symbolic links there and hold the lock,
+  // keeping the switch from starting); $SWITCHML_XDP_LOCK_DIR chooses another.
+  const char* env = std::getenv("SWITCHML_XDP_LOCK_DIR");
+  ASSIGN_OR_RETURN(PrivateDirectory dir,
+                   PrivateDirectory::Open(PrivateDirectoryPath("xdp", env != nullptr ? env : ""),
+                                          "AF_XDP interface lock files", "SWITCHML_XDP_LOCK_DIR"));
+  const std::string name = std::to_string(ns.st_ino) + "-" + std::to_string(ifindex) + ".lock";
+  const std::string path = dir.path() + "/" + name;
+  Result<int> opened = dir.OpenFile(name, O_RDONLY);
+  if (!opened.ok()) return FailedPreconditionError("AF_XDP: " + opened.status().message());
+  const int fd = *opened;
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(fd);

@@ -33,7 +33,9 @@
 // Needs CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF (root); errors say what is missing. One switchml
 // process per interface, whatever its queue (the XDP program is the interface's): a second one,
 // or this process on a second queue, is refused with a clear error (a lock file per network
-// namespace and interface under /tmp/switchml-xdp, held while the interface is used).
+// namespace and interface in this user's lock directory, held while the interface is used:
+// /run/switchml-xdp for root, else /tmp/switchml-xdp-UID, or $SWITCHML_XDP_LOCK_DIR; made 0700,
+// files 0600, as private_dir.h says; processes of different users do not see each other's lock).
 // Thread-safety: as Transport. Compiled only where libxdp and libbpf were found at configure
 // time (XdpAvailable()).
 #pragma once
