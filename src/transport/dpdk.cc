@@ -66,6 +66,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "transport/checksum.h"
+#include "transport/frame.h"
 #include "transport/private_dir.h"
 #include "transport/udp.h"
 
@@ -1125,46 +1126,28 @@ class DpdkTransport final : public Transport {
     return n;
   }
 
-  // True when m is a UDP datagram for us; fills d with a view of its payload.
+  // True when m is a UDP datagram for us; fills d with a view of its payload. The frame codec is
+  // the raw transports' one (frame.h); checksums the device verified are not verified again.
   bool Parse(rte_mbuf* m, PortRef& p, int port_index, RxDatagram* d) {
-    const size_t frame = m->data_len;
-    if (frame < sizeof(rte_ether_hdr)) return false;
-    const auto* eth = rte_pktmbuf_mtod(m, const rte_ether_hdr*);
-    if (eth->ether_type == rte_cpu_to_be_16(RTE_ETHER_TYPE_ARP)) {
+    const uint64_t l3 = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
+    const uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+    const ParsedFrame f =
+        ParseFrame({rte_pktmbuf_mtod(m, const uint8_t*), m->data_len}, m->pkt_len,
+                   FrameFilter{local_ip_, port_, l3 != RTE_MBUF_F_RX_IP_CKSUM_GOOD,
+                               l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD});
+    if (f.verdict == FrameVerdict::kArp) {
       AnswerArp(m, p);
       return false;
     }
-    if (eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4)) return false;
-    if (frame < kHeaderBytes) return false;
-    const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(eth + 1);
-    if (ip->version_ihl != RTE_IPV4_VHL_DEF || ip->next_proto_id != IPPROTO_UDP) return false;
-    if ((rte_be_to_cpu_16(ip->fragment_offset) &
-         (RTE_IPV4_HDR_MF_FLAG | RTE_IPV4_HDR_OFFSET_MASK)) != 0) {
-      return false;  // fragments: never SwitchML's
-    }
-    const auto* udp = reinterpret_cast<const rte_udp_hdr*>(ip + 1);
-    if (rte_be_to_cpu_16(udp->dst_port) != port_) return false;
-    const uint32_t dst_ip = rte_be_to_cpu_32(ip->dst_addr);
-    if (local_ip_ != 0 && dst_ip != local_ip_) return false;
-    const size_t udp_len = rte_be_to_cpu_16(udp->dgram_len);
-    const size_t ip_len = rte_be_to_cpu_16(ip->total_length);
-    if (udp_len < 8 || ip_len != udp_len + 20 || 14 + ip_len > m->pkt_len) return false;
-    const uint64_t l3 = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
-    const uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+    if (f.verdict != FrameVerdict::kUdp) return false;
     if (l3 == RTE_MBUF_F_RX_IP_CKSUM_BAD || l4 == RTE_MBUF_F_RX_L4_CKSUM_BAD) return false;
-    const size_t len = udp_len - 8;
-    const bool whole = m->nb_segs == 1 && 14 + ip_len <= frame;
-    if (whole && l3 != RTE_MBUF_F_RX_IP_CKSUM_GOOD && Ipv4HeaderChecksum(ip) != 0) return false;
-    if (whole && l4 != RTE_MBUF_F_RX_L4_CKSUM_GOOD && udp->dgram_cksum != 0 &&
-        rte_ipv4_udptcp_cksum_verify(ip, udp) != 0) {
-      return false;
-    }
-    const uint32_t src_ip = rte_be_to_cpu_32(ip->src_addr);
-    d->source = Endpoint{src_ip, rte_be_to_cpu_16(udp->src_port)};
-    const uint8_t* payload = reinterpret_cast<const uint8_t*>(udp + 1);
-    const size_t have = whole ? len : frame - kHeaderBytes;
-    d->truncated = !whole || len > options_.max_datagram_bytes;
-    d->data = {payload, std::min(have, options_.max_datagram_bytes)};
+    const uint32_t src_ip = f.source.ipv4;
+    const uint32_t dst_ip = f.destination_ipv4;
+    d->source = f.source;
+    const uint8_t* payload = f.payload.data();
+    const bool whole = m->nb_segs == 1 && f.whole;
+    d->truncated = !whole || f.payload_bytes > options_.max_datagram_bytes;
+    d->data = {payload, std::min(f.payload.size(), options_.max_datagram_bytes)};
     if (d->truncated) counts_.truncated.Add(1);
     // Lent for a reply built over it when Send can hand this mbuf to the driver as it would a
     // TxBuffer's: one segment of our own, not shared, at the pool's layout (LentSlot finds it).
@@ -1176,10 +1159,12 @@ class DpdkTransport final : public Transport {
       d->reply_buffer = {const_cast<uint8_t*>(payload), options_.max_datagram_bytes};
     }
     // Learn the way back: the sender's MAC, and (several ports) its port.
-    if (src_ip != last_src_ip_ || !rte_is_same_ether_addr(&eth->src_addr, &last_src_mac_)) {
+    rte_ether_addr src_mac;
+    std::memcpy(src_mac.addr_bytes, f.source_mac.data(), RTE_ETHER_ADDR_LEN);
+    if (src_ip != last_src_ip_ || !rte_is_same_ether_addr(&src_mac, &last_src_mac_)) {
       last_src_ip_ = src_ip;
-      last_src_mac_ = eth->src_addr;
-      neighbours_[src_ip] = eth->src_addr;
+      last_src_mac_ = src_mac;
+      neighbours_[src_ip] = src_mac;
     }
     if (ports_.size() > 1 && !(d->source == last_route_ep_ && last_route_ == port_index)) {
       routes_[d->source] = port_index;

@@ -57,6 +57,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const XdpOpti
 #include "base/check.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "transport/frame.h"
 #include "transport/private_dir.h"
 #include "transport/xdp_frames.h"
 
@@ -245,44 +246,6 @@ std::optional<Mac> ArpLookup(const std::string& interface, uint32_t ip) {
     if ((flags & 0x2) != 0 && ParseMac(hw, &m)) return m;  // ATF_COM: resolved
   }
   return std::nullopt;
-}
-
-// Ones' complement sum of data (big-endian 16-bit words), not folded.
-uint64_t ChecksumAdd(uint64_t sum, const uint8_t* data, size_t len) {
-  while (len >= 8) {
-    uint64_t v;
-    std::memcpy(&v, data, 8);
-    // Sum 32-bit halves in native order; a byte swap at the end fixes the order (RFC 1071).
-    sum += (v & 0xffffffffu) + (v >> 32);
-    data += 8;
-    len -= 8;
-  }
-  if (len >= 4) {
-    uint32_t v;
-    std::memcpy(&v, data, 4);
-    sum += v;
-    data += 4;
-    len -= 4;
-  }
-  if (len >= 2) {
-    uint16_t v;
-    std::memcpy(&v, data, 2);
-    sum += v;
-    data += 2;
-    len -= 2;
-  }
-  if (len == 1) {
-    uint16_t v = 0;
-    std::memcpy(&v, data, 1);
-    sum += v;
-  }
-  return sum;
-}
-
-// Folds a native-order sum into the 16-bit checksum, in network order as stored in headers.
-uint16_t ChecksumFold(uint64_t sum) {
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum & 0xffff);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1049,73 +1012,23 @@ class XdpTransport final : public Transport {
     return n;
   }
 
+  // One frame codec for the raw transports (frame.h). The UDP checksum is not verified: a veth
+  // peer's kernel may hand over a checksum it left to offload (only the pseudo-header's sum).
   bool Parse(const uint8_t* pkt, uint32_t len, RxDatagram* out) const {
-    if (len < kHeaderBytes) return false;
-    if (pkt[12] != 0x08 || pkt[13] != 0x00) return false;  // IPv4
-    const uint8_t* ip = pkt + 14;
-    if (ip[0] != 0x45 || ip[9] != IPPROTO_UDP) return false;
-    if (ChecksumFold(ChecksumAdd(0, ip, 20)) != 0) return false;
-    const uint16_t total = static_cast<uint16_t>(ip[2] << 8 | ip[3]);
-    uint32_t dst_ip, src_ip;
-    std::memcpy(&src_ip, ip + 12, 4);
-    std::memcpy(&dst_ip, ip + 16, 4);
-    if (ntohl(dst_ip) != local_.ipv4) return false;
-    const uint8_t* udp = ip + 20;
-    const uint16_t src_port = static_cast<uint16_t>(udp[0] << 8 | udp[1]);
-    const uint16_t dst_port = static_cast<uint16_t>(udp[2] << 8 | udp[3]);
-    const uint16_t udp_len = static_cast<uint16_t>(udp[4] << 8 | udp[5]);
-    if (dst_port != udp_port_ || udp_len < 8 || total < 28 || udp_len > total - 20 ||
-        14u + total > len) {
-      return false;
-    }
-    const size_t payload = udp_len - 8u;
-    out->data = {udp + 8, std::min(payload, max_datagram_)};
-    out->truncated = payload > max_datagram_;
-    out->source = Endpoint{ntohl(src_ip), src_port};
+    const ParsedFrame f =
+        ParseFrame({pkt, len}, len,
+                   FrameFilter{local_.ipv4, udp_port_, /*verify_ip_checksum=*/true,
+                               /*verify_udp_checksum=*/false});
+    if (f.verdict != FrameVerdict::kUdp || !f.whole) return false;
+    out->data = f.payload.first(std::min(f.payload_bytes, max_datagram_));
+    out->truncated = f.payload_bytes > max_datagram_;
+    out->source = f.source;
     return true;
   }
 
   void WriteHeaders(uint8_t* p, const Mac& dst_mac, const Endpoint& dst, size_t payload) {
-    std::memcpy(p, dst_mac.data(), 6);
-    std::memcpy(p + 6, port_->mac().data(), 6);
-    p[12] = 0x08;
-    p[13] = 0x00;
-    uint8_t* ip = p + 14;
-    const uint16_t total = static_cast<uint16_t>(20 + 8 + payload);
-    ip[0] = 0x45;
-    ip[1] = 0;
-    ip[2] = static_cast<uint8_t>(total >> 8);
-    ip[3] = static_cast<uint8_t>(total);
-    ip[4] = static_cast<uint8_t>(ip_id_ >> 8);
-    ip[5] = static_cast<uint8_t>(ip_id_);
-    ++ip_id_;
-    ip[6] = 0x40;  // don't fragment
-    ip[7] = 0;
-    ip[8] = 64;  // TTL
-    ip[9] = IPPROTO_UDP;
-    ip[10] = ip[11] = 0;
-    const uint32_t src_n = htonl(local_.ipv4), dst_n = htonl(dst.ipv4);
-    std::memcpy(ip + 12, &src_n, 4);
-    std::memcpy(ip + 16, &dst_n, 4);
-    const uint16_t ip_sum = ChecksumFold(ChecksumAdd(0, ip, 20));
-    std::memcpy(ip + 10, &ip_sum, 2);
-    uint8_t* udp = ip + 20;
-    const uint16_t udp_len = static_cast<uint16_t>(8 + payload);
-    udp[0] = static_cast<uint8_t>(udp_port_ >> 8);
-    udp[1] = static_cast<uint8_t>(udp_port_);
-    udp[2] = static_cast<uint8_t>(dst.port >> 8);
-    udp[3] = static_cast<uint8_t>(dst.port);
-    udp[4] = static_cast<uint8_t>(udp_len >> 8);
-    udp[5] = static_cast<uint8_t>(udp_len);
-    udp[6] = udp[7] = 0;
-    // Pseudo-header (addresses, protocol, length) plus the UDP header and payload.
-    uint64_t sum = ChecksumAdd(0, ip + 12, 8);
-    const uint8_t pseudo[4] = {0, IPPROTO_UDP, udp[4], udp[5]};
-    sum = ChecksumAdd(sum, pseudo, 4);
-    sum = ChecksumAdd(sum, udp, udp_len);
-    uint16_t udp_sum = ChecksumFold(sum);
-    if (udp_sum == 0) udp_sum = 0xffff;  // 0 means "no checksum"
-    std::memcpy(udp + 6, &udp_sum, 2);
+    WriteFrameHeaders(p, dst_mac, port_->mac(), Endpoint{local_.ipv4, udp_port_}, dst, payload,
+                      ip_id_++, /*udp_checksum=*/true);
   }
 
   // The MAC address to send to ip; nullptr if it cannot be found (the datagram is dropped).
