@@ -1,14 +1,17 @@
-// Fuzzes the control plane's request handling (control::Registry, no gRPC) with arbitrary
-// sequences of registrations, barriers, broadcasts, cancellations, closes, attached streams and
-// their reports (checks, failures), lease ticks and a moving clock, from a few clients, with and
-// without secrets; optionally with a top-of-rack switch's hooks (checks held until confirmed).
+// Fuzzes the control plane's rules (control::Registry, no gRPC; control_fuzz drives the gRPC
+// server) with arbitrary sequences of registrations, barriers, broadcasts, cancellations, closes
+// (also with a failure report), streams opened before their first message and attached ones and
+// their reports (checks, failures), calls run on threads of their own (a top-of-rack switch's
+// forwarded calls), lease ticks and a moving clock, from a few clients, with and without
+// secrets; optionally with a top-of-rack switch's hooks (checks held until confirmed).
 //
 // Checks: no crash or sanitizer report; every Barrier/Broadcast completion runs exactly once
 // (before or at Shutdown); a stream's end runs at most once, never after Detach; the registry's
-// jobs are the switch's jobs; waiting calls never exceed the total limit; a job created with
-// a secret is never changed by a request carrying another secret (PERMISSION_DENIED, same job
-// spec and workers, same existence); a job's end is reported once it is gone; with the hooks, a
-// check reaches a stream only after it was handed to the hook and confirmed.
+// jobs are the switch's jobs; strangers' calls never exceed the total limit nor a job's members'
+// its allowance, and nothing stays counted once every call and stream ended; a job created with
+// a secret is never changed by a request carrying another secret (refused, same job spec and
+// workers, same existence); a job's end is reported once it is gone; with the hooks, a check
+// reaches a stream only after it was handed to the hook and confirmed.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <chrono>
@@ -80,12 +83,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   opts.max_calls_per_client = in.ConsumeIntegralInRange<uint32_t>(1, 8);
   opts.max_calls_total = in.ConsumeIntegralInRange<uint32_t>(1, 16);
   opts.max_open_checks = in.ConsumeIntegralInRange<uint32_t>(1, 8);
+  opts.max_forwarded_stranger_calls = in.ConsumeIntegralInRange<uint32_t>(1, 8);
+  opts.max_forwarded_stranger_calls_per_client = in.ConsumeIntegralInRange<uint32_t>(1, 8);
+  opts.idle_reclaim = std::chrono::milliseconds(in.ConsumeIntegralInRange<int>(1, 20000));
+  opts.first_message_timeout = std::chrono::milliseconds(in.ConsumeIntegralInRange<int>(1, 5000));
   if (!opts.Validate().ok()) return 0;
   auto now = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
   // Which secret created each session, as far as the harness saw it succeed.
   std::map<uint64_t, std::string> owner;
   Calls calls;
-  std::vector<uint64_t> syncs, streams;
+  std::vector<uint64_t> syncs, streams, opened, forwarded;
   // Top-of-rack hooks: checks the rack agreed on, waiting for ConfirmCheck.
   const bool tor = in.ConsumeBool();
   std::vector<std::pair<uint64_t, uint64_t>> agreed;       // (session, op) handed to the hook
@@ -120,7 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(reg.HasJob(session));
         FUZZ_CHECK(Snapshot(sw, session) == before);
       };
-      switch (op % 10) {
+      switch (op % 13) {
         case 0:
         case 1: {
           RegisterRequest r;
@@ -174,8 +181,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           r.secret = secret;
           r.has_rank = in.ConsumeBool();
           r.rank = in.ConsumeIntegralInRange<uint32_t>(0, 5);
+          if (in.ConsumeBool()) r.failure = "failed on the caller's side";
           const Status st = reg.Close(r, caller);
-          check_refused_if_foreign(st);
+          if (r.failure.empty()) {
+            check_refused_if_foreign(st);
+          } else if (foreign) {  // taken as for no job: only that secret's calls fail
+            FUZZ_CHECK(reg.HasJob(session));
+            FUZZ_CHECK(Snapshot(sw, session) == before);
+          }
           break;
         }
         case 6: {
@@ -184,9 +197,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           r.rank = in.ConsumeIntegralInRange<uint32_t>(0, 5);
           r.secret = secret;
           if (in.ConsumeBool()) r.label = "rack " + std::to_string(r.rank);
-          const uint64_t t = reg.NewTicket();
-          calls.stream_end[t] = 0;
-          calls.detached[t] = false;
+          // The first message of a stream opened before (OpenStream), or a stream of its own.
+          uint64_t t = 0;
+          if (!opened.empty() && in.ConsumeBool()) {
+            const size_t k = in.ConsumeIntegralInRange<size_t>(0, opened.size() - 1);
+            t = opened[k];
+            opened.erase(opened.begin() + static_cast<std::ptrdiff_t>(k));
+            r.opened = true;
+          } else {
+            t = reg.NewTicket();
+            calls.stream_end[t] = 0;
+            calls.detached[t] = false;
+          }
           const Status st = reg.Attach(
               t, r, caller,
               [&calls, t](const Status&) {
@@ -221,6 +243,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           now += std::chrono::milliseconds(in.ConsumeIntegralInRange<int>(0, 3000));
           reg.Tick();
           break;
+        case 10: {  // a stream opens and sends nothing (yet)
+          const uint64_t t = reg.NewTicket();
+          calls.stream_end[t] = 0;
+          calls.detached[t] = false;
+          if (reg.OpenStream(t, caller,
+                             [&calls, t](const Status&) {
+                               FUZZ_CHECK(!calls.detached[t]);
+                               FUZZ_CHECK(++calls.stream_end[t] == 1);
+                             })
+                  .ok()) {
+            opened.push_back(t);
+          }
+          break;
+        }
+        case 11:  // its connection ends
+          if (!opened.empty()) {
+            const size_t k = in.ConsumeIntegralInRange<size_t>(0, opened.size() - 1);
+            reg.Detach(opened[k]);
+            calls.detached[opened[k]] = true;
+            opened.erase(opened.begin() + static_cast<std::ptrdiff_t>(k));
+          }
+          break;
+        case 12:  // a call run on a thread of its own starts, or one ends
+          if (!forwarded.empty() && in.ConsumeBool()) {
+            const size_t k = in.ConsumeIntegralInRange<size_t>(0, forwarded.size() - 1);
+            reg.ReleaseForwarded(forwarded[k]);
+            forwarded.erase(forwarded.begin() + static_cast<std::ptrdiff_t>(k));
+          } else {
+            const uint64_t t = reg.NewTicket();
+            if (reg.AdmitForwarded(t, caller, session, secret, in.ConsumeBool()).ok()) {
+              forwarded.push_back(t);
+            }
+          }
+          break;
         case 9:
           if (in.ConsumeBool()) {
             if (!streams.empty()) {  // a member reports a failure on its side
@@ -234,15 +290,37 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           }
           break;
       }
-      FUZZ_CHECK(reg.waiting_calls() <= opts.max_calls_total);
+      FUZZ_CHECK(reg.stranger_calls() <= opts.max_calls_total);
+      FUZZ_CHECK(reg.forwarded_calls() == forwarded.size());
       for (uint64_t id : kSessions) {
+        FUZZ_CHECK(reg.member_calls(id) <= kMemberCallsPerWorker * (sc.max_workers_per_job + 1));
         const bool in_registry = reg.HasJob(id);
         std::lock_guard<std::mutex> lock(sw.mu);
         FUZZ_CHECK(in_registry == sw.sw.HasJob(id));
       }
     }
+    // Every call and stream ends: nothing may stay counted.
+    if (size > 0 && (data[0] & 1) != 0) {
+      for (uint64_t t : forwarded) reg.ReleaseForwarded(t);
+      forwarded.clear();
+      for (uint64_t t : syncs) reg.CancelWait(t, CancelledError("fuzz: the end"));
+      for (const std::vector<uint64_t>* v : {&streams, &opened}) {
+        for (uint64_t t : *v) {
+          if (!calls.detached[t]) reg.Detach(t);
+          calls.detached[t] = true;
+        }
+      }
+      FUZZ_CHECK(reg.waiting_calls() == 0);
+      FUZZ_CHECK(reg.attached_streams() == 0);
+      FUZZ_CHECK(reg.pending_streams() == 0);
+      FUZZ_CHECK(reg.stranger_calls() == 0);
+      for (uint64_t id : kSessions) FUZZ_CHECK(reg.member_calls(id) == 0);
+    }
+    for (uint64_t t : forwarded) reg.ReleaseForwarded(t);
     reg.Shutdown();
     FUZZ_CHECK(reg.waiting_calls() == 0);
+    FUZZ_CHECK(reg.pending_streams() == 0);
+    FUZZ_CHECK(reg.stranger_calls() == 0);
     registry = nullptr;
   }
   for (const auto& [t, n] : calls.sync_done) FUZZ_CHECK(n == 1);
