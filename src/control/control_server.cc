@@ -6,6 +6,7 @@
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/support/server_interceptor.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -51,6 +52,15 @@ constexpr size_t kMaxBlockingCalls = 1024;
 // keeps its connection busy for the whole job).
 constexpr int kHandshakeTimeoutMs = 10000;
 constexpr int kMaxConnectionIdleMs = 120000;
+// Calls open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): a client's
+// further calls wait on its side (gRPC's default is unbounded). Above what a top-of-rack
+// switch's connection carries for a full table of jobs (an Attach stream and a forwarded call
+// per rack worker each).
+constexpr int kMaxConcurrentStreams = 4096;
+// How often (ticks of a second) the ticker gives the memory that calls freed back to the system:
+// glibc's malloc keeps it. After a flood of 16,800 barriers and one of 20,000 streams the switch
+// kept 296 MB resident, all of it free (malloc_trim brought it to 49 MB).
+constexpr int kTrimEveryTicks = 10;
 // File descriptors kept out of the control connections' share (data-plane sockets, files, gRPC's
 // own); each connection takes two (gRPC's and the listener's).
 constexpr uint64_t kReservedFds = 256;
@@ -621,11 +631,14 @@ struct ControlServer::Impl {
 
   void Tick() {
     std::unique_lock lock(ticker_mu);
-    while (!ticker_stop) {
+    for (int tick = 1; !ticker_stop; ++tick) {
       ticker_cv.wait_for(lock, std::chrono::seconds(1));
       if (ticker_stop) break;
       lock.unlock();
       registry.Tick();
+#ifdef __GLIBC__
+      if (tick % kTrimEveryTicks == 0) malloc_trim(0);
+#endif
       lock.lock();
     }
   }
@@ -780,6 +793,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerO
   // than kMaxConnectionIdleMs too (its client reconnects when it needs to).
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kHandshakeTimeoutMs);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams);
   // Keepalive pings on idle connections, so that a worker host that vanishes (no FIN, no RST)
   // is noticed in bounded time while a stalled one is not failed (control/keepalive.h).
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
