@@ -15,6 +15,15 @@ Passes when:
 
   scripts/soak.py --switchml build/tools/switchml                   # the full run: 10 minutes
   scripts/soak.py --switchml build/tools/switchml --seconds 20      # the short run (CI)
+  scripts/soak.py --switchml build/tools/switchml \
+      --abuser build/tests/switchml_abuser                          # the same under abuse
+
+With --abuser, a stranger (tests/abuser.cc) cycles through the abuses of issue 28 on the
+switch's control port for the whole main run (idle connections from many addresses, thousands of
+waiting barriers from 70 addresses, a top-of-rack switch flooded with barriers, a table of its
+own jobs and 20,000 silent streams, a port-0 registration of the workers' address), and a probe
+job (2 workers, a small all-reduce) starts every --probe-seconds: the soak's jobs must still
+all pass; the probes' outcomes, the switch's open file descriptors and memory are reported.
 
 The run length is reached by choosing the iteration count from a calibration round (all jobs,
 a few all-reduces, same load). Prints a summary table; exit status 0 when every check passes.
@@ -54,6 +63,31 @@ def parse_result(line):
             k, v = field.split("=", 1)
             kv[k] = v
     return kv
+
+
+def fd_count(pid):
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def run_probe(args, ctrl, session, logdir):
+    """One small 2-worker job; returns None when it verified, else why not."""
+    procs = []
+    for r in range(2):
+        cmd = [args.switchml, "worker", "--switch", f"127.0.0.1:{ctrl}", "--rank", str(r),
+               "--workers", "2", "--session", str(session), "--size", "4096", "--iterations",
+               "2", "--warmup", "0", "--report", "--quiet", "--setup-timeout-ms", "30000",
+               "--job-secret", f"probe-{session}"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    why = None
+    for r, p in enumerate(procs):
+        out, err = p.communicate()
+        if p.returncode != 0 or "status=ok verified=1" not in out:
+            why = why or f"rank {r}: exit {p.returncode}: {err.strip()[-200:]}"
+    return why
 
 
 def run_jobs(args, ctrl, iterations, warmup, session_base, logdir):
@@ -105,6 +139,9 @@ def main():
     ap.add_argument("--rss-slack-mib", type=float, default=8.0,
                     help="how much the switch's RSS may grow from the first half of the main "
                     "run to the second, MiB")
+    ap.add_argument("--abuser", help="path of switchml_abuser: abuse the control port meanwhile")
+    ap.add_argument("--probe-seconds", type=float, default=20,
+                    help="with --abuser: start a probe job this often, seconds")
     args = ap.parse_args()
     # Refused here, before anything starts: a run with these measures nothing (or, with a loss
     # the switch refuses, waits for a switch that never came up).
@@ -126,6 +163,10 @@ def main():
         ap.error(f"--fair must be in [0, 1], not {args.fair:g}")
     if args.rss_slack_mib < 0:
         ap.error(f"--rss-slack-mib must be at least 0, not {args.rss_slack_mib:g}")
+    if args.abuser and not (os.path.isfile(args.abuser) and os.access(args.abuser, os.X_OK)):
+        ap.error(f"--abuser {args.abuser} is not an executable file (build/tests/switchml_abuser)")
+    if not args.probe_seconds > 0:
+        ap.error(f"--probe-seconds must be positive, not {args.probe_seconds:g}")
 
     ctrl, data = free_port(), free_port(socket.SOCK_DGRAM)
     logdir = tempfile.mkdtemp(prefix="switchml-soak.")
@@ -134,6 +175,7 @@ def main():
                            str(ctrl), "--data-port", str(data), "--loss", str(args.loss),
                            "--log-level", "warning"], stdout=sw_log, stderr=subprocess.STDOUT)
     samples = []  # (seconds since start, RSS MiB)
+    fds = []  # (seconds since start, open file descriptors)
     stop = threading.Event()
     t0 = time.monotonic()
 
@@ -142,12 +184,16 @@ def main():
             m = rss_mib(sw.pid)
             if m is not None:
                 samples.append((time.monotonic() - t0, m))
+            n = fd_count(sw.pid)
+            if n is not None:
+                fds.append((time.monotonic() - t0, n))
             stop.wait(1.0)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     time.sleep(0.5)
     ok = True
+    prober, probes = None, []
     try:
         # Calibration: every job, 3 all-reduces, to learn the time of one under this load.
         cal_iters = 3
@@ -162,11 +208,38 @@ def main():
               f"{per_iter:.3f} s per all-reduce -> {iterations} iterations per job "
               f"(logs {logdir})", flush=True)
         main_start = time.monotonic() - t0
+        abuser = None
+        if args.abuser:
+            abuse_log = open(os.path.join(logdir, "abuser.log"), "w")
+            abuser = subprocess.Popen([args.abuser, "--switch", f"127.0.0.1:{ctrl}", "--switchml",
+                                       args.switchml, "--seconds", str(int(args.seconds))],
+                                      stdout=abuse_log, stderr=subprocess.STDOUT)
+
+            def probe_loop():
+                k = 0
+                while not stop.wait(args.probe_seconds):
+                    if abuser.poll() is not None:
+                        break
+                    k += 1
+                    at = time.monotonic() - t0 - main_start
+                    probes.append((at, run_probe(args, ctrl, 5000 + k, logdir)))
+
+            prober = threading.Thread(target=probe_loop, daemon=True)
+            prober.start()
         res, fail, wrong, wall = run_jobs(args, ctrl, iterations, 1, 2000, logdir)
         main_end = time.monotonic() - t0
+        if abuser is not None:
+            abuser.terminate()
+            try:
+                abuser.wait(30)
+            except subprocess.TimeoutExpired:
+                abuser.kill()
+            abuse_log.close()
     finally:
         stop.set()
         sampler.join()
+        if prober is not None:
+            prober.join(120)
         sw.terminate()
         try:
             sw.wait(10)
@@ -207,6 +280,23 @@ def main():
               f"max second half {max(second) if second else 0:.1f} "
               f"(allowed +{args.rss_slack_mib:g})")
     print(f"soak: fairness: slowest job {low:.2f} of the fair share (required >= {args.fair:g})")
+    run_fds = [n for t, n in fds if main_start <= t <= main_end]
+    if run_fds:
+        print(f"soak: switch open file descriptors: at start {run_fds[0]}, max {max(run_fds)}, "
+              f"at the end {run_fds[-1]}")
+    if args.abuser:
+        with open(os.path.join(logdir, "abuser.log")) as f:
+            lines = [l.rstrip() for l in f if l.startswith("abuse ")]
+        print(f"soak: abuser: {len(lines)} phases")
+        for l in lines:
+            print("  " + l)
+        ok_probes = sum(1 for _, why in probes if why is None)
+        print(f"soak: probe jobs: {ok_probes} of {len(probes)} verified")
+        for at, why in probes:
+            if why is not None:
+                print(f"  probe at {at:.0f} s: {why}")
+        peak = max((m for t, m in samples if main_start <= t <= main_end), default=0)
+        print(f"soak: switch RSS peak during the main run {peak:.1f} MiB")
     ok = not fail and wrong == 0 and rss_ok and fair_ok
     print("soak: " + ("PASS" if ok else "FAIL") +
           ("" if rss_ok else " (switch memory grew)") +
