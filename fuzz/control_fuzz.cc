@@ -1,11 +1,11 @@
 // Fuzzes the control plane's request handling through gRPC (registry_fuzz fuzzes the Registry's
 // rules alone): a ControlServer in this process, on a loopback port behind its own listener, and
-// arbitrary sequences of calls over two connections. Every unary method (and one that does not
-// exist) with arbitrary bytes as its request, so that protobuf's parsing of hostile input and
-// the handlers' checks run; and well-formed requests of a few sessions, secrets and ranks:
-// registrations, barriers and broadcasts (with and without deadlines), closes with and without a
-// failure report, diagnoses, Attach streams that send nothing, a first message, reports or a
-// failure, and then end or are cancelled; calls cancelled by the client.
+// arbitrary sequences of calls over two connections. Every unary method (Monitor.Status too, and
+// one that does not exist) with arbitrary bytes as its request, so that protobuf's parsing of
+// hostile input and the handlers' checks run; and well-formed requests of a few sessions, secrets
+// and ranks: registrations, barriers and broadcasts (with and without deadlines), closes with and
+// without a failure report, diagnoses, Attach streams that send nothing, a first message, reports
+// or a failure, and then end or are cancelled; calls cancelled by the client.
 //
 // Checks: no crash or sanitizer report; every call ends (cancelled at the end of the input at
 // the latest) with a gRPC status; once every call and stream of an input ended, the server holds
@@ -41,7 +41,7 @@ const char* const kMethods[] = {
     "/switchml_proto.Session/UdpSession", "/switchml_proto.Session/Close",
     "/switchml_proto.Session/Diagnose",   "/switchml_proto.Session/RdmaSession",
     "/switchml_proto.Sync/Barrier",       "/switchml_proto.Sync/Broadcast",
-    "/switchml_proto.Session/Nope"};
+    "/switchml_proto.Session/Nope",       "/switchml_proto.Monitor/Status"};
 
 struct Server {
   dataplane::LockedSwitch sw{[] {
@@ -151,6 +151,11 @@ std::string WellFormed(int method, FuzzedDataProvider& in) {
       r.set_job_secret(Secret(in));
       return r.SerializeAsString();
     }
+    case 7: {
+      switchml_proto::StatusRequest r;
+      r.set_job_secret(Secret(in));
+      return r.SerializeAsString();
+    }
     case 5: {
       switchml_proto::BroadcastRequest r;
       r.set_session_id(Session(in));
@@ -191,7 +196,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     switch (in.ConsumeIntegralInRange(0, 7)) {
       case 0:
       case 1: {  // a unary call: well-formed, or arbitrary bytes
-        const int method = in.ConsumeIntegralInRange(0, 6);
+        const int method = in.ConsumeIntegralInRange(0, 7);
         const bool raw = in.ConsumeBool();
         auto u = std::make_unique<Unary>();
         u->request = Bytes(raw ? in.ConsumeRandomLengthString(512) : WellFormed(method, in));
