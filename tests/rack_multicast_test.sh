@@ -19,6 +19,8 @@
 set -euo pipefail
 bin="$(realpath "$1")"
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=worker_results.sh
+source "$here/worker_results.sh"
 rack="$here/../scripts/rack.sh"
 n=4
 
@@ -70,15 +72,8 @@ if [ "${2:-}" = "--inside" ]; then
       pids+=($!)
     done
     for r in $(seq 0 $((n - 1))); do
-      if ! wait "${pids[$r]}"; then
-        echo "FAIL: $name: worker $r (--multicast ${modes[$r]}) exited with an error:"
-        cat "$log/$name-w$r"
+      check_worker "$name (--multicast ${modes[$r]})" "$r" "${pids[$r]}" "$log/$name-w$r" ||
         status=1
-      elif ! grep -q "^SWITCHML_RESULT rank=$r status=ok verified=1" "$log/$name-w$r"; then
-        echo "FAIL: $name: worker $r reported no verified result:"
-        cat "$log/$name-w$r"
-        status=1
-      fi
     done
   }
   check_counters() {  # $1: switch output, $2: name, $3: copies per result (1 + unicast workers)

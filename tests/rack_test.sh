@@ -11,6 +11,8 @@ bin="$(realpath "$1")"
 transport="${RACK_TEST_TRANSPORT:-${2:-udp}}"
 export RACK_TEST_TRANSPORT="$transport"
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=worker_results.sh
+source "$here/worker_results.sh"
 rack="$here/../scripts/rack.sh"
 
 # The job, run by rack.sh inside the rack (RACK_* in the environment).
@@ -47,17 +49,7 @@ if [ "${2:-}" = "--inside" ]; then
       pids+=($!)
     done
     for r in 0 1; do
-      if ! wait "${pids[$r]}"; then
-        echo "FAIL: $dtype: worker $r (${ips[$r]}) exited with an error:"
-        cat "$log/w$r"
-        status=1
-      elif ! grep -q "^SWITCHML_RESULT rank=$r status=ok verified=1" "$log/w$r"; then
-        echo "FAIL: $dtype: worker $r reported no verified result:"
-        cat "$log/w$r"
-        status=1
-      else
-        echo "ok: $dtype: worker $r: $(grep -o 'median .*' "$log/w$r" || grep '^SWITCHML_RESULT' "$log/w$r")"
-      fi
+      check_worker "$dtype (${ips[$r]})" "$r" "${pids[$r]}" "$log/w$r" || status=1
     done
   done
   kill -TERM "$switch_pid"

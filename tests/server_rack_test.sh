@@ -9,6 +9,8 @@
 set -euo pipefail
 bin="$(realpath "$1")"
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=worker_results.sh
+source "$here/worker_results.sh"
 rack="$here/../scripts/rack.sh"
 
 # The job, run by rack.sh inside the rack (RACK_* in the environment).
@@ -50,17 +52,7 @@ if [ "${2:-}" = "--inside" ]; then
       echo "killed the switch on ${hosts[1]} after rank 0's iteration $kill_after"
     fi
     for r in 0 1 2; do
-      if ! wait "${pids[$r]}"; then
-        echo "FAIL: $name: worker $r exited with an error:"
-        cat "$log/$name-w$r"
-        status=1
-      elif ! grep -q "^SWITCHML_RESULT rank=$r status=ok verified=1" "$log/$name-w$r"; then
-        echo "FAIL: $name: worker $r reported no verified result:"
-        cat "$log/$name-w$r"
-        status=1
-      else
-        echo "ok: $name: worker $r: $(grep -o 'median .*' "$log/$name-w$r" || true)"
-      fi
+      check_worker "$name" "$r" "${pids[$r]}" "$log/$name-w$r" || status=1
     done
   }
   run_job float32 0 --size 1M --dtype float32 --iterations 2 --warmup 1 --session 5
