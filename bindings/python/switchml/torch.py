@@ -251,6 +251,18 @@ def create_process_group(backend_options, pg_options=None):
     return ProcessGroupSwitchML(dist.PrefixStore("switchml/", store), rank, size, gloo, config)
 
 
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """torch.distributed.monitored_barrier for a switchml group: the same arguments and errors.
+    torch 1.13 refuses it for every backend but gloo before it asks the group
+    ("monitored_barrier is only implemented for GLOO backend"); this asks the switchml group,
+    whose Gloo fallback runs it, so a rank that does not arrive within `timeout` is named
+    ("Rank 1 failed to pass monitoredBarrier in 2000 ms"; with wait_all_ranks every such rank)."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if timeout is None:
+        timeout = dist.default_pg_timeout
+    pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+
 if "SWITCHML" not in dist.Backend._plugins:
     dist.Backend.register_backend("switchml", create_process_group, extended_api=True)
 

@@ -318,6 +318,31 @@ def destroy_with_fallback_work_pending_body(rank, world):
     return True
 
 
+def monitored_barrier_body(rank, world):
+    """Every rank passes switchml.torch.monitored_barrier (torch's own refuses the backend);
+    then rank 1 stays away (it sleeps past rank 0's timeout) and rank 0's raises naming it."""
+    out = {}
+    try:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=20))
+        out["torch's own refuses the backend"] = False
+    except RuntimeError as e:
+        out["torch's own refuses the backend"] = "only implemented for GLOO" in str(e)
+    swtorch.monitored_barrier(timeout=datetime.timedelta(seconds=20), wait_all_ranks=True)
+    out["every rank passed"] = True
+    if rank == 1:
+        time.sleep(6)
+        return out
+    start = time.monotonic()
+    try:
+        swtorch.monitored_barrier(timeout=datetime.timedelta(seconds=2))
+        out["a missing rank raises"] = False
+    except RuntimeError as e:
+        out["a missing rank raises"] = True
+        out[f"it names rank 1: {e}"] = "Rank 1" in str(e)
+        out["within the timeout and a margin"] = time.monotonic() - start < 5
+    return out
+
+
 def noop_body(rank, world):
     return None
 
@@ -595,6 +620,10 @@ class TorchBackendTest(unittest.TestCase):
         # A hang would end in run_job's 60 s timeout without the message above; this bound
         # leaves room for process start and `import torch`, which took up to 41 s at load 17.
         self.assertLess(time.monotonic() - start, 55)
+
+    def test_monitored_barrier_names_a_missing_rank(self):
+        for rank, out in enumerate(run_job(self, 2, monitored_barrier_body, timeout=90)):
+            self.assertEveryCheckPassed(rank, out)
 
     def test_dead_peer_raises(self):
         res = run_job(self, 2, peer_dies_body, env={"SWITCHML_PEER_TIMEOUT": "2"}, timeout=60,
