@@ -9,7 +9,11 @@
 #
 #   rack_train.sh BUILD_DIR [--workers 4,8] [--rate 1gbit] [--script train_rec.py]
 #                 [--json FILE] [--plot FILE.png] [--backends gloo,switchml] [--logs DIR]
-#                 [--multicast auto|on|off] [--switch-hosts K|n] [-- TRAINING_SCRIPT_FLAGS...]
+#                 [--multicast auto|on|off] [--switch-hosts K|n] [--rack-name NAME]
+#                 [-- TRAINING_SCRIPT_FLAGS...]
+#
+# --rack-name: the racks' namespace prefix (scripts/rack.sh --name; default rack.sh's own,
+# smlrack<pid>); one rack per worker count, so NAME gets the worker count appended.
 #
 # --switch-hosts: the server rack (scripts/rack.sh --switch-hosts; docs/deployment.md): K
 # switch servers (n: as many as the workers), each behind its own cable, a `switchml switch` on
@@ -81,7 +85,7 @@ if [ "${1:-}" = "--inside" ]; then
   exit 0
 fi
 
-usage="usage: rack_train.sh BUILD_DIR [--workers N[,N...]] [--rate R] [--script S] [--json F] [--plot F] [--backends B[,B]] [--logs DIR] [--multicast auto|on|off] [--switch-hosts K|n] [-- FLAGS...]"
+usage="usage: rack_train.sh BUILD_DIR [--workers N[,N...]] [--rate R] [--script S] [--json F] [--plot F] [--backends B[,B]] [--logs DIR] [--multicast auto|on|off] [--switch-hosts K|n] [--rack-name NAME] [-- FLAGS...]"
 case "${1:-}" in
   -h | --help)
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
@@ -96,7 +100,7 @@ esac
 build=$(cd "$1" && pwd)
 shift
 workers_list=4 rate=1gbit script=train_rec.py json="" plot="" backends=gloo,switchml logs=""
-multicast=auto switch_hosts=0
+multicast=auto switch_hosts=0 rack_name=""
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   if [ $# -lt 2 ] || [[ "$2" == --* ]]; then
     echo "rack_train: $1 needs a value" >&2
@@ -113,6 +117,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     --logs) logs=$2 ;;
     --multicast) multicast=$2 ;;
     --switch-hosts) switch_hosts=$2 ;;
+    --rack-name) rack_name=$2 ;;
     *)
       echo "rack_train: unknown option '$1'" >&2
       echo "$usage" >&2
@@ -159,7 +164,10 @@ for workers in "${counts[@]}"; do
   rc=0
   hosts=$switch_hosts
   [ "$hosts" = n ] && hosts=$workers
-  "$here/../../scripts/rack.sh" run --workers "$workers" --rate "$rate" --switch-hosts "$hosts" -- \
+  name_args=()
+  [ -n "$rack_name" ] && name_args=(--name "$rack_name$workers")
+  "$here/../../scripts/rack.sh" run "${name_args[@]}" --workers "$workers" --rate "$rate" \
+    --switch-hosts "$hosts" -- \
     bash "$0" --inside "$build" "$workers" "$script" "$out" "$backends" "$@" || rc=$?
   [ "$rc" = 77 ] && {
     echo "SKIPPED: the rack cannot be made here (needs root and iproute2)"

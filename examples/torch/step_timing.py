@@ -118,10 +118,32 @@ def measure_allreduce(module, iterations=5):
     makes them by default (reverse parameter order, 1 MB then 25 MB caps) started at once, then
     all waited for; one warm-up, then `iterations` timed with a barrier before each."""
     sizes = buckets([tuple(p.shape) for p in module.parameters() if p.requires_grad])
-    times = time_allreduces([torch.zeros(n) for n in sizes], iterations)
+    return measure_allreduce_sizes(sizes, iterations)
+
+
+def measure_allreduce_sizes(sizes, iterations=5):
+    """Median (over `iterations`, after one warm-up) of the slowest rank's time to all-reduce
+    float32 tensors of these element counts, all started at once, then all waited for. The
+    tensors hold random values (dense, as gradients are: a backend may treat zeros apart)."""
+    g = torch.Generator().manual_seed(dist.get_rank())
+    times = time_allreduces([torch.randn(n, generator=g) for n in sizes], iterations)
     worst = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     return statistics.median(worst.tolist())
+
+
+def ddp_bucket_numels(ddp_model):
+    """The element counts of the float32 buckets DDP all-reduces in a step (after its first
+    steps, which may rebuild them in the order the gradients became ready), from DDP's own
+    logging data; step_timing.buckets' estimate where that has none."""
+    try:
+        data = ddp_model._get_ddp_logging_data()
+        text = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes", "")
+        sizes = [int(b) // 4 for b in str(text).split(",") if b.strip()]
+    except (AttributeError, RuntimeError, ValueError):
+        sizes = []
+    return sizes or buckets([tuple(p.shape) for p in ddp_model.module.parameters()
+                             if p.requires_grad])
 
 
 def gather_slowest(r):
