@@ -25,8 +25,9 @@
 # LAN multicast, each result sent once to the job's group and replicated by the rack's bridge
 # (the switch is bound to the bridge's address, as bench.py's switchml-mcast); off: never.
 #
-# --script: train_rec.py (default; the communication-bound recommendation model) or
-# train_digits.py (the compute-bound MLP; e.g. `-- --hidden 2048 --epochs 1 --warmup 5`).
+# --script: train_rec.py (default; the communication-bound recommendation model),
+# train_digits.py (the compute-bound MLP; e.g. `-- --hidden 2048 --epochs 1 --warmup 5`) or
+# train_dnn.py (DDP steps of ResNet-50, VGG-16 or BERT-base shapes: `-- --model vgg16`).
 # --backends: run only these (e.g. one, under perf); the comparison needs both. --logs DIR: keep
 # every rank's output and results there (e.g. with `-- --profile 5`: rank 0's torch.profiler table). Prints one
 # RACK_TRAIN line per worker count; fails when a run fails or the two backends'
