@@ -976,7 +976,11 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
       }
       const std::shared_ptr<Round> round = slot;
       const bool ranked = q.broadcast || q.has_rank;
+      // A refusal that means the job cannot come together fails the whole round (and session);
+      // another refuses only this call.
+      bool whole_round = false;
       if (round->num_workers != q.num_workers) {
+        whole_round = true;
         // The job cannot come together: fail the waiting workers too (and, for a session, every
         // later call of it), instead of leaving them to time out.
         st = InvalidArgumentError(scope + ": num_workers " + std::to_string(q.num_workers) +
@@ -988,14 +992,13 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
                                   " does not match the " + std::to_string(round->root) +
                                   " of the workers already waiting");
       } else if (ranked && round->ranks.test(q.rank)) {
+        whole_round = true;
         st = InvalidArgumentError(scope + ": rank " + std::to_string(q.rank) +
                                   " is already waiting in this round: two workers have the same "
                                   "rank");
       }
       if (!st.ok()) {
         ReleaseLocked(charge, ticket);
-        const bool whole_round = st.message().find("--workers") != std::string::npos ||
-                                 st.message().find("same rank") != std::string::npos;
         if (whole_round) {
           if (q.session_id != 0) {
             FailSessionLocked(q.session_id, q.secret, st, deferred);
