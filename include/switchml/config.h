@@ -1,5 +1,7 @@
 // Config: everything a worker process needs to join a SwitchML job. A plain struct with
-// defaults; tools fill it from flags; the library never reads the environment.
+// defaults; tools fill it from flags. The library reads no SWITCHML_* variable for what this
+// struct holds; only the raw transports read their own device settings from the environment
+// (SWITCHML_XDP_*, SWITCHML_DPDK_*, SWITCHML_SHM_DIR; docs/architecture.md, "Transports").
 #pragma once
 
 #include <chrono>
@@ -56,9 +58,8 @@ struct Config {
   static constexpr uint32_t kMaxAutoWindow = 8192;
   // The automatic window's floor over shared memory (transport "shm"): on one host the round
   // trip is set by the scheduler, which runs the switch and every worker on the same cores, not
-  // by a path; a window that covers a few time slices keeps the pipeline full (2 workers on a
-  // 2-core machine: 0.063-0.083 s per 64 MiB against 0.076-0.086 s with 256; docs/architecture.md
-  // 4.5).
+  // by a path; a window that covers a few time slices keeps the pipeline full (measured against
+  // 256 in docs/architecture.md 4.5).
   static constexpr uint32_t kMinShmAutoWindow = 1024;
   // Elements per packet: 64 or 256.
   uint32_t packet_numel = 256;
