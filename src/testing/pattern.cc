@@ -35,15 +35,78 @@ inline void FloatCoefficients(uint64_t h, int* a, int* b) {
   *b = static_cast<int>((h >> 11) & 2047) - 1024;
 }
 
+// Block-sparse inputs (Pattern::density < 1): whether a block is in the union, and who holds it.
+inline double Unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1p-53; }  // [0, 1)
+
+inline uint64_t SparseHash(const Pattern& p, size_t block) {
+  return Mix(p.seed * 0xd6e8feb86659fd93ull ^ (uint64_t{p.iteration} << 44) ^
+             (block * 0xc2b2ae3d27d4eb4full) ^ 0x5ca1ab1eull);
+}
+
+// The workers that hold a block: none outside the union; else the block's owner and each other
+// worker with probability p.overlap. Their factors (r + 1) summed (tri), counted, and the least and
+// largest (the extremes of the linear x_r).
+struct Holders {
+  bool any = false;
+  uint64_t tri = 0, count = 0;
+  uint32_t lo = 0, hi = 0;  // least and largest r + 1
+};
+
+inline bool Holds(const Pattern& p, uint64_t h, uint32_t owner, uint32_t rank) {
+  return rank == owner || Unit(Mix(h ^ (uint64_t{rank} + 1) * 0x9e3779b97f4a7c15ull)) < p.overlap;
+}
+
+inline bool InUnion(const Pattern& p, size_t block, uint64_t* h, uint32_t* owner) {
+  *h = SparseHash(p, block);
+  *owner = static_cast<uint32_t>(Mix(*h) % std::max<uint32_t>(1, p.num_workers));
+  return Unit(*h) < p.density;
+}
+
+inline Holders HoldersOf(const Pattern& p, size_t block) {
+  Holders w;
+  if (p.density >= 1) {  // dense: every worker
+    const uint64_t n = p.num_workers;
+    return Holders{true, n * (n + 1) / 2, n, 1, p.num_workers};
+  }
+  uint64_t h;
+  uint32_t owner;
+  if (!InUnion(p, block, &h, &owner)) return w;
+  for (uint32_t r = 0; r < p.num_workers; ++r) {
+    if (!Holds(p, h, owner, r)) continue;
+    if (!w.any) w.lo = r + 1;
+    w.any = true;
+    w.tri += r + 1;
+    ++w.count;
+    w.hi = r + 1;
+  }
+  return w;
+}
+
+// Whether worker `rank` is non-zero in the block (always, for the dense pattern's int32 blocks).
+inline bool RankHolds(const Pattern& p, size_t block, uint32_t rank) {
+  if (p.density >= 1) return true;
+  uint64_t h;
+  uint32_t owner;
+  return InUnion(p, block, &h, &owner) && Holds(p, h, owner, rank);
+}
+
 }  // namespace
 
 void FillInput(const Pattern& p, uint32_t rank, void* buf, size_t count) {
+  const bool sparse = p.density < 1;
   if (p.dtype == DataType::kInt32) {
     auto* out = static_cast<int32_t*>(buf);
-    for (size_t i = 0; i < count; ++i) {
-      const uint64_t h = ElementHash(p, i);
-      const uint32_t a = static_cast<uint32_t>(h), b = static_cast<uint32_t>(h >> 32);
-      out[i] = static_cast<int32_t>(a * (rank + 1) + b);
+    for (size_t j = 0; j * p.packet_numel < count; ++j) {
+      const size_t begin = j * p.packet_numel, end = std::min(count, begin + p.packet_numel);
+      if (sparse && !RankHolds(p, j, rank)) {
+        std::fill(out + begin, out + end, 0);
+        continue;
+      }
+      for (size_t i = begin; i < end; ++i) {
+        const uint64_t h = ElementHash(p, i);
+        const uint32_t a = static_cast<uint32_t>(h), b = static_cast<uint32_t>(h >> 32);
+        out[i] = static_cast<int32_t>(a * (rank + 1) + b);
+      }
     }
     return;
   }
@@ -51,7 +114,7 @@ void FillInput(const Pattern& p, uint32_t rank, void* buf, size_t count) {
   for (size_t j = 0; j * p.packet_numel < count; ++j) {
     const BlockShape shape = Block(p, j);
     const size_t begin = j * p.packet_numel, end = std::min(count, begin + p.packet_numel);
-    if (shape.zero) {
+    if (sparse ? !RankHolds(p, j, rank) : shape.zero) {
       std::fill(out + begin, out + end, 0.f);
       continue;
     }
@@ -78,34 +141,40 @@ VerifyResult Verify(const Pattern& p, const void* buf, size_t count) {
       r.bound = bound;
     }
   };
+  const bool sparse = p.density < 1;
   if (p.dtype == DataType::kInt32) {
     const auto* out = static_cast<const int32_t*>(buf);
-    const uint64_t tri = n * (n + 1) / 2;
-    for (size_t i = 0; i < count; ++i) {
-      const uint64_t h = ElementHash(p, i);
-      const uint64_t a = static_cast<uint32_t>(h), b = static_cast<uint32_t>(h >> 32);
-      const auto expected = static_cast<int32_t>(static_cast<uint32_t>(a * tri + b * n));
-      if (out[i] != expected) note(i, out[i], expected, 0);
+    for (size_t j = 0; j * p.packet_numel < count; ++j) {
+      const size_t begin = j * p.packet_numel, end = std::min(count, begin + p.packet_numel);
+      const Holders w = HoldersOf(p, j);  // (dense: every worker)
+      for (size_t i = begin; i < end; ++i) {
+        const uint64_t h = ElementHash(p, i);
+        const uint64_t a = static_cast<uint32_t>(h), b = static_cast<uint32_t>(h >> 32);
+        const auto expected = static_cast<int32_t>(static_cast<uint32_t>(a * w.tri + b * w.count));
+        if (out[i] != expected) note(i, out[i], expected, 0);
+      }
     }
     return r;
   }
   const auto* out = static_cast<const float*>(buf);
-  const double tri = static_cast<double>(n * (n + 1) / 2);
   // The block's exact sums before the block's power of two, from one hash per element.
   std::vector<double> sums(p.packet_numel);
   for (size_t j = 0; j * p.packet_numel < count; ++j) {
     const BlockShape shape = Block(p, j);
     const size_t begin = j * p.packet_numel, end = std::min(count, begin + p.packet_numel);
-    // The block's largest |x_r[i]| over all workers: x is linear in r, so r = 0 or n - 1.
+    const Holders w = HoldersOf(p, j);
+    const bool zero = sparse ? !w.any : shape.zero;
+    // The block's largest |x_r[i]| over its holders: x is linear in r, so r + 1 = lo or hi.
     double max_abs = 0;
     const double scale = std::ldexp(1.0, shape.shift);  // exact multiplications, as ldexp
-    if (!shape.zero) {
+    if (!zero) {
+      const double tri = static_cast<double>(w.tri), holders = static_cast<double>(w.count);
       for (size_t i = begin; i < end; ++i) {
         int a, b;
         FloatCoefficients(ElementHash(p, i), &a, &b);
-        max_abs = std::max({max_abs, std::fabs(static_cast<double>(a + b)),
-                            std::fabs(static_cast<double>(a) * n + b)});
-        sums[i - begin] = a * tri + b * static_cast<double>(n);
+        max_abs = std::max({max_abs, std::fabs(static_cast<double>(a) * w.lo + b),
+                            std::fabs(static_cast<double>(a) * w.hi + b)});
+        sums[i - begin] = a * tri + b * holders;
       }
       max_abs *= scale;
     }
@@ -120,7 +189,7 @@ VerifyResult Verify(const Pattern& p, const void* buf, size_t count) {
     }
     constexpr double kFloatRounding = 0x1p-24;
     for (size_t i = begin; i < end; ++i) {
-      const double expected = shape.zero ? 0.0 : sums[i - begin] * scale;
+      const double expected = zero ? 0.0 : sums[i - begin] * scale;
       const double got = out[i];
       const double bound = qerr * (1 + 1e-9) + (std::fabs(expected) + qerr) * kFloatRounding;
       const double err = std::fabs(got - expected);
