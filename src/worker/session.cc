@@ -144,6 +144,7 @@ void WorkerSession::Enqueue(uint32_t local) {
 void WorkerSession::Start(const SliceJob& job, Nanos now) {
   CHECK(state_ != State::kRunning) << "Start() while a slice is running";
   CHECK(job.count == 0 || (job.in != nullptr && job.out != nullptr));
+  CHECK(!job.sparse) << "a block-sparse slice goes through a SparseSession";
   job_ = job;
   state_ = State::kRunning;
   status_ = Status();

@@ -101,6 +101,13 @@ struct SliceJob {
   void* out = nullptr;
   size_t count = 0;           // elements in this slice
   size_t element_offset = 0;  // where the slice starts in the whole tensor (for messages)
+  // A block-sparse all-reduce (docs/protocol.md 2.5; sparse_session.h): the slice is then the
+  // whole tensor [in, in + count), of which this thread takes the blocks b (of the session's
+  // packet size) with b mod lanes == lane. SparseSession runs it as two slices of its own; a
+  // WorkerSession never sees one (CHECKed).
+  bool sparse = false;
+  uint32_t lane = 0;
+  uint32_t lanes = 1;
 };
 
 struct SessionCounters {

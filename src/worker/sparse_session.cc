@@ -1,0 +1,132 @@
+#include "worker/sparse_session.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "base/check.h"
+
+namespace switchml::worker {
+
+SparseSession::SparseSession(const StripedSessionConfig& config)
+    : inner_(config),
+      num_workers_(config.session.num_workers),
+      numel_(proto::NumelOf(config.session.size)) {}
+
+void SparseSession::Start(const SliceJob& job, Nanos now) {
+  CHECK(state() != State::kRunning) << "Start() while a slice is running";
+  own_result_ = false;
+  if (!job.sparse) {
+    inner_.Start(job, now);
+    return;
+  }
+  CHECK(job.lanes >= 1 && job.lane < job.lanes) << "lane " << job.lane << " of " << job.lanes;
+  CHECK(job.count == 0 || (job.in != nullptr && job.out != nullptr));
+  job_ = job;
+  share_ = BlockShare{job.count, numel_, job.lane, job.lanes};
+  own_result_ = true;
+  state_ = State::kRunning;
+  status_ = Status();
+  const uint64_t blocks = share_.blocks();
+  announce_.resize(AnnounceWords(blocks, num_workers_));
+  ++sparse_counters_.allreduces;
+  sparse_counters_.blocks += blocks;
+  sparse_counters_.announce_words += announce_.size();
+  sparse_counters_.own_blocks +=
+      EncodeAnnouncement(job.in, job.dtype, share_, num_workers_, announce_);
+  SliceJob a;
+  a.job_id = job.job_id;
+  a.dtype = DataType::kInt32;
+  a.in = a.out = announce_.data();
+  a.count = announce_.size();
+  phase_ = Phase::kAnnounce;
+  inner_.Start(a, now);
+  Advance(now);
+}
+
+void SparseSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now) {
+  inner_.HandleDatagram(datagram, now);
+  Advance(now);
+}
+
+void SparseSession::HandleTimeout(Nanos now) {
+  inner_.HandleTimeout(now);
+  Advance(now);
+}
+
+void SparseSession::Abort(Status status) {
+  inner_.Abort(status);
+  if (phase_ != Phase::kNone) Finish(std::move(status));
+}
+
+Status SparseSession::Failover(uint32_t host, Nanos now) {
+  const Status st = inner_.Failover(host, now);
+  // Idle: the agreement (and any repair of the last slice) runs as the inner session's work.
+  if (phase_ == Phase::kNone && inner_.state() == State::kRunning) own_result_ = false;
+  Advance(now);
+  return st;
+}
+
+void SparseSession::Advance(Nanos now) {
+  while (phase_ != Phase::kNone && inner_.state() == State::kDone) {
+    if (phase_ == Phase::kUnion) {
+      FinishUnion();
+      return;
+    }
+    if (!inner_.status().ok()) {  // (an int32 slice: any failure is the slice's)
+      Finish(inner_.status());
+      return;
+    }
+    StartUnion(now);
+  }
+}
+
+void SparseSession::StartUnion(Nanos now) {
+  UnionBlocks(announce_, share_.blocks(), num_workers_, &union_);
+  sparse_counters_.union_blocks += union_.size();
+  compact_.resize(union_.size() * numel_ * 4);
+  GatherBlocks(job_.in, share_, union_, compact_);
+  SliceJob u;
+  u.job_id = job_.job_id;
+  u.dtype = job_.dtype;
+  u.in = u.out = compact_.data();
+  u.count = union_.size() * numel_;
+  phase_ = Phase::kUnion;
+  inner_.Start(u, now);
+}
+
+void SparseSession::FinishUnion() {
+  Status st = inner_.status();
+  // Non-finite input is the caller's, not a protocol failure: the results are written (NaN in
+  // the blocks concerned), and the message names the tensor's elements.
+  if (!st.ok() && st.code() != StatusCode::kInvalidArgument) {
+    Finish(st);
+    return;
+  }
+  ScatterBlocks(compact_, share_, union_, job_.out, /*zero_others=*/job_.in != job_.out);
+  if (!st.ok() && job_.dtype == DataType::kFloat32) {
+    for (size_t i = 0; i < union_.size(); ++i) {
+      float first;
+      std::memcpy(&first, compact_.data() + i * numel_ * 4, 4);
+      if (!std::isnan(first)) continue;
+      const size_t a = job_.element_offset + share_.FirstElement(union_[i]);
+      const size_t b = a + share_.Elements(union_[i]);
+      st = InvalidArgumentError(
+          "input contains inf or NaN: elements [" + std::to_string(a) + ", " + std::to_string(b) +
+          ") (and possibly others) are not finite on at least one worker; the affected outputs "
+          "are set to NaN");
+      break;
+    }
+  }
+  Finish(st);
+}
+
+void SparseSession::Finish(Status status) {
+  phase_ = Phase::kNone;
+  state_ = State::kDone;
+  status_ = std::move(status);
+  job_.in = nullptr;  // the caller's again
+  job_.out = nullptr;
+}
+
+}  // namespace switchml::worker
