@@ -126,6 +126,17 @@ void DefineFlags(Flags* flags) {
                  "tensor size in BYTES (4 per element; run's and worker's --size count elements), "
                  "suffix K, M, G = 2^10, 2^20, 2^30: 100M is 100 MiB, 26214400 elements");
   flags->AddString("dtype", "int32", "int32 or float32");
+  flags->AddBool("sparse",
+                 "block-sparse all-reduces (docs/protocol.md 2.5): the workers announce their "
+                 "non-zero blocks, then aggregate only the union's");
+  flags->AddDouble("density", 1,
+                   "the inputs' block density: the fraction of blocks (--packet-numel elements) "
+                   "non-zero on some worker, in [0, 1]; 1 = the dense pattern (with or without "
+                   "--sparse)");
+  flags->AddDouble("overlap", 1,
+                   "with --density < 1 and --payload verified: the chance that a worker other "
+                   "than a block's owner holds it too, in [0, 1] (1: the same blocks everywhere, "
+                   "0: disjoint); shared payloads are the same everywhere");
   flags->AddInt("iterations", 1, "all-reduces back to back per job");
   flags->AddDouble("loss", 0, "loss rate per link and packet, e.g. 0.0001 (every link)");
   flags->AddDouble("duplicate", 0, "duplication rate per link and packet");
@@ -186,6 +197,8 @@ struct Options {
   sim::LinkParams aggregator_link;  // server aggregators: each aggregator's
   int64_t baseline_mtu = 0;
   std::string payload;
+  bool sparse = false;
+  double density = 1, overlap = 1;
 
   uint32_t hosts() const { return static_cast<uint32_t>(workers * jobs); }
   // The node the star's or the fabric's switch is, or the two-level spine.
@@ -354,6 +367,15 @@ Result<Options> ReadOptions(const Flags& flags) {
     o.aggregator_link.gbps = flags.GetDouble("aggregator-gbps");
   }
   o.payload = flags.GetString("payload");
+  o.sparse = flags.GetBool("sparse");
+  o.density = flags.GetDouble("density");
+  o.overlap = flags.GetDouble("overlap");
+  if (!(o.density >= 0 && o.density <= 1)) {
+    return InvalidArgumentError("--density must be in [0, 1] (a fraction of the blocks)");
+  }
+  if (!(o.overlap >= 0 && o.overlap <= 1)) {
+    return InvalidArgumentError("--overlap must be in [0, 1] (a probability)");
+  }
   return o;
 }
 
@@ -453,6 +475,9 @@ Result<sim::SimConfig> BuildConfig(const Flags& flags, Options* o) {
     job.window = static_cast<uint32_t>(window);
     job.threads = static_cast<uint32_t>(o->threads);
     job.collectives.assign(static_cast<size_t>(o->iterations), sim::Collective{o->dtype, o->count});
+    job.sparse = o->sparse;
+    job.density = o->density;
+    job.overlap = o->overlap;
     c.jobs.push_back(job);
   }
   RETURN_IF_ERROR(ReadSessionConfig(flags, &c.session));
@@ -620,6 +645,9 @@ json ResultJson(const Flags& flags, const Options& o, const sim::SimResult& resu
                    {"threads", o.threads},
                    {"size_bytes", o.size},
                    {"dtype", o.dtype_name},
+                   {"sparse", o.sparse},
+                   {"density", o.density},
+                   {"overlap", o.overlap},
                    {"iterations", o.iterations},
                    {"loss", o.link.loss},
                    {"min_timeout_us", flags.GetDouble("min-timeout-us")},
@@ -655,6 +683,13 @@ json ResultJson(const Flags& flags, const Options& o, const sim::SimResult& resu
                 {"switch_duplicates_dropped", j.switch_duplicates_dropped},
                 {"slot_rounds", StallsJson(j.stalls)}};
     if (o.shape == Shape::kServerAggregators) job["aggregators"] = StripesJson(j.stripes, result);
+    if (o.sparse) {
+      job["sparse_blocks"] = j.sparse_blocks;
+      job["union_blocks"] = j.sparse_union_blocks;
+      job["union_fraction"] = j.sparse_blocks > 0 ? static_cast<double>(j.sparse_union_blocks) /
+                                                        static_cast<double>(j.sparse_blocks)
+                                                  : 0.0;
+    }
     out["jobs"].push_back(std::move(job));
   }
   out["aggregated_elements_per_second"] = total_eps;
@@ -703,7 +738,7 @@ std::string CsvText(const json& out) {
   csv.precision(10);
   csv << "algorithm,job,workers,jobs,gbps,packet_numel,window,size_bytes,dtype,loss,seed,"
          "seconds,elements_per_second,fraction_of_ceiling,retransmitted,timeouts,"
-         "stalled_rounds,round_p50_ns,round_p99_ns,ok\n";
+         "stalled_rounds,round_p50_ns,round_p99_ns,ok,sparse,density,union_fraction\n";
   auto row_prefix = [&](const std::string& alg, size_t job) {
     csv << alg << "," << job << "," << cfg["workers"].get<int64_t>() << ","
         << cfg["jobs"].get<int64_t>() << "," << cfg["gbps"].get<double>() << ","
@@ -719,12 +754,15 @@ std::string CsvText(const json& out) {
         << j["fraction_of_ceiling"].get<double>() << "," << j["retransmitted"].get<uint64_t>()
         << "," << j["timeouts"].get<uint64_t>() << "," << rounds["stalled_rounds"].get<uint64_t>()
         << "," << rounds["p50_ns"].get<double>() << "," << rounds["p99_ns"].get<double>() << ","
-        << (j["ok"].get<bool>() && j["verified"].get<bool>()) << "\n";
+        << (j["ok"].get<bool>() && j["verified"].get<bool>()) << "," << cfg["sparse"].get<bool>()
+        << "," << cfg["density"].get<double>() << ","
+        << (j.contains("union_fraction") ? j["union_fraction"].get<double>() : 1.0) << "\n";
   }
   for (const auto& [name, b] : BaselinesOf(out)) {
     row_prefix(name, 0);
     const double eps = (*b)["elements_per_second"].get<double>();
-    csv << (*b)["seconds"].get<double>() << "," << eps << "," << eps / ceiling << ",0,0,0,0,0,1\n";
+    csv << (*b)["seconds"].get<double>() << "," << eps << "," << eps / ceiling << ",0,0,0,0,0,1,0,"
+        << cfg["density"].get<double>() << ",1\n";
   }
   return csv.str();
 }
@@ -761,6 +799,10 @@ void PrintSummary(const json& out) {
         rounds["p50_ns"].get<double>(), rounds["p99_ns"].get<double>(),
         static_cast<unsigned long long>(rounds["stalled_rounds"].get<uint64_t>()),
         ok ? "" : (": " + j["status"].get<std::string>()).c_str());
+    if (j.contains("union_fraction")) {
+      std::printf("    sparse: the union was %.3g%% of the blocks (input density %g)\n",
+                  100 * j["union_fraction"].get<double>(), cfg["density"].get<double>());
+    }
     const std::string verify_error = j["verify_error"].get<std::string>();
     if (!verify_error.empty()) std::printf("    %s\n", verify_error.c_str());
   }

@@ -12,7 +12,8 @@
 #include "base/check.h"
 #include "base/status_macros.h"
 #include "testing/pattern.h"
-#include "worker/striped_session.h"
+#include "worker/sparse.h"
+#include "worker/sparse_session.h"
 
 namespace switchml::sim {
 
@@ -101,6 +102,9 @@ Status SimConfig::Validate() const {
       return InvalidArgumentError(what + "packet size must be 64 or 256 elements");
     }
     if (job.collectives.empty()) return InvalidArgumentError(what + "no all-reduce to run");
+    if (!(job.density >= 0 && job.density <= 1) || !(job.overlap >= 0 && job.overlap <= 1)) {
+      return InvalidArgumentError(what + "density and overlap must be in [0, 1]");
+    }
     if (!(job.start_ns >= 0 && job.start_ns <= kMaxSimSeconds * 1e9)) {
       return InvalidArgumentError(what + "start time must be in [0, 1e15] ns");
     }
@@ -261,7 +265,7 @@ struct Event {
 struct SessionState {
   // The worker library's striped session (one host but for striped jobs: then exactly a
   // WorkerSession), which names the host of each datagram before PollTransmit writes it.
-  std::unique_ptr<worker::StripedSession> session;
+  std::unique_ptr<worker::SparseSession> session;
   uint32_t job = 0, rank = 0, thread = 0;
   uint32_t host = 0;
   uint32_t uplink = 0;  // first link toward the job's switch
@@ -320,6 +324,8 @@ class Engine {
   void SwitchReceive(uint32_t node, uint32_t p);
   void AfterSession(uint32_t s);
   void StartCollective(uint32_t job, uint32_t rank);
+  // The inputs of all-reduce `collective` of job j for n workers.
+  testing::Pattern PatternOf(uint32_t j, uint32_t collective, uint32_t n) const;
   void SliceDone(uint32_t s);
   void FinishJob(JobState& job);
   void FailJob(JobState& job, const Status& st);
@@ -452,7 +458,11 @@ Status Engine::Setup() {
     for (const Collective& c : jc.collectives) {
       max_count = std::max(max_count, c.count);
       job.result.elements += c.count;
-      const uint64_t blocks = (c.count + proto::NumelOf(jc.size) - 1) / proto::NumelOf(jc.size);
+      uint64_t blocks = (c.count + proto::NumelOf(jc.size) - 1) / proto::NumelOf(jc.size);
+      if (jc.sparse) {  // (for the progress line: the expected union and the announcement)
+        blocks = static_cast<uint64_t>(std::ceil(static_cast<double>(blocks) * jc.density)) +
+                 worker::AnnounceWords(blocks, n) / proto::NumelOf(jc.size);
+      }
       total_packets_ +=
           n *
           (c.dtype == DataType::kFloat32 ? blocks + std::min<uint64_t>(blocks, jc.window) : blocks);
@@ -491,7 +501,7 @@ Status Engine::Setup() {
         sc.num_hosts = static_cast<uint32_t>(job.switch_nodes.size());
         RETURN_IF_ERROR(sc.Validate());
         SessionState s;
-        s.session = std::make_unique<worker::StripedSession>(sc);
+        s.session = std::make_unique<worker::SparseSession>(sc);
         s.job = j;
         s.rank = r;
         s.thread = t;
@@ -666,7 +676,7 @@ void Engine::SwitchReceive(uint32_t node, uint32_t p) {
 
 void Engine::AfterSession(uint32_t s) {
   SessionState& ss = sessions_[s];
-  worker::StripedSession& session = *ss.session;
+  worker::SparseSession& session = *ss.session;
   const worker::Nanos now = NowNanos();
   for (;;) {
     // Striped: the switch that serves the next datagram's slot, as the worker library says.
@@ -692,7 +702,7 @@ void Engine::AfterSession(uint32_t s) {
     Transmit(ss.stripe_uplinks[stripe], p, jobs_[ss.job].stripe_endpoints[stripe],
              Later(now_, host_latency_));
   }
-  if (session.state() != worker::StripedSession::State::kRunning) {
+  if (session.state() != worker::SparseSession::State::kRunning) {
     if (ss.running) SliceDone(s);
     return;
   }
@@ -705,6 +715,15 @@ void Engine::AfterSession(uint32_t s) {
       Push(t, EventKind::kTimer, s);
     }
   }
+}
+
+testing::Pattern Engine::PatternOf(uint32_t j, uint32_t collective, uint32_t n) const {
+  const JobConfig& jc = jobs_[j].config;
+  testing::Pattern p{cfg_.seed + j, collective, n, static_cast<uint32_t>(proto::NumelOf(jc.size)),
+                     jc.collectives[collective].dtype};
+  p.density = jc.density;
+  p.overlap = jc.overlap;
+  return p;
 }
 
 void Engine::StartCollective(uint32_t j, uint32_t rank) {
@@ -720,7 +739,7 @@ void Engine::StartCollective(uint32_t j, uint32_t rank) {
   if (cfg_.payload == PayloadMode::kVerified) {
     rs.in.resize(c.count);
     rs.out.assign(c.count, 0x7fc00000);  // a NaN pattern: outputs left untouched fail
-    testing::Pattern pat{cfg_.seed + j, rs.collective, n, static_cast<uint32_t>(numel), c.dtype};
+    const testing::Pattern pat = PatternOf(j, rs.collective, n);
     testing::FillInput(pat, rank, rs.in.data(), c.count);
     in = rs.in.data();
     out = rs.out.data();
@@ -730,8 +749,7 @@ void Engine::StartCollective(uint32_t j, uint32_t rank) {
       // previous one) puts its inputs in place. Identical inputs on every worker: the rank-0
       // input of the pattern.
       job.shared_started = rs.collective + 1;
-      testing::Pattern pat{cfg_.seed + j, rs.collective, 1, static_cast<uint32_t>(numel), c.dtype};
-      testing::FillInput(pat, 0, job.shared_in.data(), c.count);
+      testing::FillInput(PatternOf(j, rs.collective, 1), 0, job.shared_in.data(), c.count);
       std::fill(job.shared_out.begin(), job.shared_out.begin() + c.count, 0x7fc00000);
     }
     in = job.shared_in.data();
@@ -753,6 +771,15 @@ void Engine::StartCollective(uint32_t j, uint32_t rank) {
                            static_cast<uint8_t*>(out) + e0 * bytes,
                            e1 - e0,
                            e0};
+    if (jc.sparse) {  // the whole tensor; the session takes lane t's blocks of it
+      slice.in = in;
+      slice.out = out;
+      slice.count = c.count;
+      slice.element_offset = 0;
+      slice.sparse = true;
+      slice.lane = t;
+      slice.lanes = T;
+    }
     ss.session->Start(slice, NowNanos());
     ss.slice_packets = ss.session->remaining();
     AfterSession(s);
@@ -777,8 +804,7 @@ void Engine::SliceDone(uint32_t s) {
   const Collective& col = job.config.collectives[c];
   const uint32_t n = static_cast<uint32_t>(job.config.hosts.size());
   if (cfg_.payload == PayloadMode::kVerified && job.result.verify_error.empty()) {
-    testing::Pattern pat{cfg_.seed + ss.job, c, n,
-                         static_cast<uint32_t>(proto::NumelOf(job.config.size)), col.dtype};
+    const testing::Pattern pat = PatternOf(ss.job, c, n);
     testing::VerifyResult v = testing::Verify(pat, rs.out.data(), col.count);
     if (!v.ok()) {
       job.result.verify_error = "all-reduce " + std::to_string(c) + " rank " +
@@ -934,6 +960,9 @@ SimResult Engine::Run() {
       r.early_retransmits += c.early_retransmits;
       r.foreign_slot += c.foreign_slot;
       r.stale += c.stale;
+      const worker::SparseCounters& sc = sessions_[s].session->sparse_counters();
+      r.sparse_blocks += sc.blocks;
+      r.sparse_union_blocks += sc.union_blocks;
     }
     for (uint32_t node : job.switch_nodes) {
       const dataplane::Switch& sw = *switches_[node];

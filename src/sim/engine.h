@@ -76,6 +76,14 @@ struct JobConfig {
   uint32_t threads = 1;                 // sessions (ports, slot ranges) per worker
   std::vector<Collective> collectives;  // all-reduces run back to back
   double start_ns = 0;
+  // Block-sparse all-reduces (docs/protocol.md 2.5): each of the job's all-reduces runs as the
+  // announcement of the workers' non-zero blocks and the union's slice (worker::SparseSession).
+  bool sparse = false;
+  // The inputs' block density and overlap (testing::Pattern): the fraction of blocks non-zero on
+  // some worker, and who holds them. With PayloadMode::kShared every worker has the same input,
+  // so the union is the one input's non-zero blocks. 1: the dense pattern.
+  double density = 1;
+  double overlap = 1;
 };
 
 // How the workers' tensors are held.
@@ -162,6 +170,9 @@ struct JobResult {
   // switch_* sums above are over them.)
   std::vector<StripeResult> stripes;
   StallStats stalls;
+  // Sparse jobs (JobConfig::sparse), summed over the sessions: blocks announced, and of those the
+  // union's (aggregated).
+  uint64_t sparse_blocks = 0, sparse_union_blocks = 0;
 };
 
 struct LinkResult {

@@ -62,6 +62,36 @@ TEST(SimEngineTest, FloatAndSeveralAllReducesAndThreads) {
   EXPECT_EQ(j.collective_seconds.size(), 4u);
 }
 
+// Block-sparse all-reduces through the simulator (sessions, switch, links): verified results
+// with loss and threads, in verified and shared payloads; the union the sessions counted is about
+// the inputs' density, and the job sends a small fraction of a dense one's packets.
+TEST(SimEngineTest, SparseAllReducesAreVerifiedAndSendOnlyTheUnion) {
+  for (PayloadMode payload : {PayloadMode::kVerified, PayloadMode::kShared}) {
+    for (DataType dt : {DataType::kInt32, DataType::kFloat32}) {
+      SimConfig c = StarConfig(6, 0, dt, 0.005);
+      c.payload = payload;
+      c.jobs[0].threads = 2;
+      c.jobs[0].sparse = true;
+      c.jobs[0].density = 0.05;
+      c.jobs[0].overlap = 0.3;
+      c.jobs[0].collectives = {{dt, 256 * 1500 + 11}, {dt, 256 * 40}, {dt, 0}};
+      auto r = Simulate(c);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      const JobResult& j = r->jobs[0];
+      ASSERT_TRUE(j.status.ok()) << j.status.ToString();
+      EXPECT_TRUE(j.verified) << j.verify_error;
+      EXPECT_EQ(j.sparse_blocks, 6u * (1501 + 40));
+      const double fraction =
+          static_cast<double>(j.sparse_union_blocks) / static_cast<double>(j.sparse_blocks);
+      EXPECT_GT(fraction, 0.03);
+      EXPECT_LT(fraction, 0.07);
+      // Dense: at least 1541 packets per worker; here the union (about 5 %), its float32
+      // window, and one announcement packet per thread.
+      EXPECT_LT(j.sent, 6u * 1541 / 4) << DataTypeName(dt);
+    }
+  }
+}
+
 TEST(SimEngineTest, SharedPayloadIsChecked) {
   for (DataType dt : {DataType::kInt32, DataType::kFloat32}) {
     SimConfig c = StarConfig(16, 256 * 500 + 9, dt, 0.001);
