@@ -14,6 +14,11 @@ Runs `switchml sim` (build/tools/switchml, or --binary) for each experiment, one
   pool     throughput vs pool size (window) for several round-trip times, and the window the
            documented rule (docs/architecture.md 4.5) picks
   jobs     several jobs sharing one switch's slots
+  sparse   block-sparse all-reduces (docs/protocol.md 2.5): time vs the union's density (0.1 % to
+           100 % of the blocks non-zero on some worker) for 64 workers at 100 Gbit/s, against
+           the dense all-reduce and the target (1.2 x density x dense time + one round trip);
+           each of the 64 simulated workers holds its own compact copy of the union, so the
+           density-1 run needs about 16 GB of memory (about 3 minutes in all on 2 cores)
   speed    the simulator's own speed (events per CPU second; median of 3 runs after a warm-up)
 Writes docs/sim/<experiment>.png, .csv and .md, and docs/sim/results.md (all the .md sections).
 
@@ -445,6 +450,100 @@ def jobs(binary, quick):
     return md
 
 
+def sparse(binary, quick):
+    size = "16M" if quick else "256M"
+    n, gbps = 64, 100
+    densities = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
+    # One round trip through the star without queues: each way a packet's serialization and the
+    # link's propagation (the sim's defaults: 500 ns), and the switch's latency (500 ns).
+    wire = 10 + 4 * 256 + 66
+    # The announcement (docs/protocol.md 2.5): 7-bit fields at 64 workers, 4 per int32 word, 256
+    # words per packet; one thread.
+    blocks = (int(size[:-1]) << 20) // 4 // 256
+    per_packet = (32 // n.bit_length()) * 256
+    announce = -(-blocks // per_packet)
+    rtt = 2 * (wire * 8 / gbps + 500) + 500
+    rows, table = [], []
+    curves = {}
+    for dtype in ("float32", "int32"):
+        base = {"workers": n, "gbps": gbps, "size": size, "dtype": dtype}
+        dense_rows, _ = run_sim(binary, base)
+        dense = float(dense_rows[0]["seconds"])
+        dense_rows[0]["variant"] = "dense"
+        rows += dense_rows
+        pts = []
+        for d in densities if dtype == "float32" else [0.01]:
+            r, _ = run_sim(binary, dict(base, sparse=True, density=d))
+            x = r[0]
+            x["variant"] = "sparse"
+            rows.append(x)
+            f = float(x["union_fraction"])
+            t = float(x["seconds"])
+            target = 1.2 * f * dense + rtt * 1e-9
+            pts.append((f, t))
+            table.append([dtype, "%g %%" % (100 * d), "%.3f %%" % (100 * f), "%.3f ms" % (1e3 * t),
+                          "%.3f ms" % (1e3 * dense), "%.1fx" % (dense / t),
+                          "%.3f" % (t / (f * dense)), "%.3f ms" % (1e3 * target),
+                          "yes" if t <= target else "**no**"])
+        curves[dtype] = (dense, pts)
+    window = int(rows[0]["window"])  # the job's window of slots (float32's exponent window)
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    dense, pts = curves["float32"]
+    fs = [p[0] for p in pts]
+    ax.plot(fs, [1e3 * p[1] for p in pts], "o-", label="switchml --sparse (float32)")
+    ax.axhline(1e3 * dense, color="C1", ls="-", label="switchml dense (%.1f ms)" % (1e3 * dense))
+    ax.plot(fs, [1e3 * (f * dense + rtt * 1e-9) for f in fs], "k:",
+            label="density x dense time + one round trip")
+    ax.plot(fs, [1e3 * (1.2 * f * dense + rtt * 1e-9) for f in fs], "r--", lw=1,
+            label="target: 1.2 x density x dense + one round trip")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("union density (fraction of blocks non-zero on some worker)")
+    ax.set_ylabel("all-reduce time (ms)")
+    ax.set_title("%s float32, %d workers, %d Gbit/s" % (size, n, gbps))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    ax2.plot(fs, [dense / p[1] for p in pts], "o-", label="speed-up over dense")
+    ax2.plot(fs, [1 / f for f in fs], "k:", label="1 / density")
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("union density")
+    ax2.set_ylabel("dense time / sparse time")
+    ax2.set_title("Speed-up of block-sparse over dense")
+    ax2.grid(alpha=0.3, which="both")
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, "sparse.png"), dpi=110)
+    write_csv("sparse", rows)
+    md = "### Block-sparse all-reduces: time vs density (%s, %d workers, %d Gbit/s)\n\n" % (
+        size, n, gbps)
+    md += ("`switchml sim --workers %d --size %s --dtype T --sparse --density D` against the "
+           "same without `--sparse` (the dense all-reduce, whose time does not depend on the "
+           "values). Shared payload: every worker holds the same blocks, so the union is the "
+           "input's density (measured: the sessions' union blocks over the blocks announced). "
+           "Ratio: sparse time / (union density x dense time). Target: 1.2 x union density x "
+           "dense time + one round trip (%.0f ns: serialization and propagation each way and the "
+           "switch's latency). The rest of the ratio is the announcement (at 64 workers 7-bit "
+           "fields, 1024 blocks per packet: 0.1 %% of the dense traffic, 10 %% of a 1 %% union), "
+           "its round trip, and float32's window of exponents (docs/protocol.md 2.5). "
+           % (n, size, rtt))
+    f0, t0 = pts[0]
+    extra = (announce + min(window, f0 * blocks)) / (f0 * blocks)
+    md += ("Below about 1 %% the target is out of reach by design, not by a fault: the "
+           "announcement is a fixed cost (%d packets per worker for this tensor: %d blocks, %d "
+           "per packet) that does not shrink with the union, and float32 adds its window of "
+           "exponent packets (up to %d, docs/protocol.md 2.4) to the union slice. At a union of "
+           "%.3g %% (%.0f packets per worker) those two add %.1f times the union's own packets "
+           "(%.1f times in all), and the announcement's round trip most of the rest: the ratio "
+           "is %.2f where the target allows 1.2. Density 100 %% is the dense pattern, whose "
+           "float32 inputs have 1 block in 16 zero on every worker.\n\n"
+           % (announce, blocks, per_packet, window, 100 * f0, f0 * blocks, extra, 1 + extra,
+              t0 / (f0 * dense)))
+    md += md_table(["dtype", "density", "union", "sparse", "dense", "speed-up", "ratio",
+                    "target", "within"], table)
+    return md
+
+
 def speed(binary, quick):
     size = "16M" if quick else "100M"
     flags = {"workers": 64, "size": size}
@@ -463,7 +562,7 @@ def speed(binary, quick):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    names = ["scaling", "two_level", "aggregators", "loss", "pool", "jobs", "speed"]
+    names = ["scaling", "two_level", "aggregators", "loss", "pool", "jobs", "sparse", "speed"]
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "tools", "switchml"),
                     help="the switchml binary (default: build/tools/switchml)")
     ap.add_argument("--quick", action="store_true", help="smaller tensors (a smoke run)")
