@@ -242,6 +242,7 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   req.set_multicast_group_ipv4(args.multicast_group.ipv4);
   req.set_multicast_group_port(args.multicast_group.port);
   req.set_switch_list(args.switch_list);
+  req.set_sparse(args.sparse);
   switchml_proto::UdpSessionResponse resp;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);
@@ -274,6 +275,14 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   if (!args.authenticate_data && !reply.data_key.empty()) {
     return InternalError("the switch at " + impl_->target +
                          " returned a data-plane key the worker did not ask for");
+  }
+  reply.sparse = args.sparse && resp.sparse();
+  if (args.sparse && !resp.sparse()) {
+    // Nobody else would check that every worker runs the same kind of all-reduce.
+    return FailedPreconditionError("the switch at " + impl_->target +
+                                   " does not support block-sparse jobs (it did not confirm "
+                                   "the request's sparse): update the switch, or run without "
+                                   "--sparse");
   }
   return reply;
 }

@@ -48,6 +48,9 @@ struct UdpSessionArgs {
   // A job striped over several switch hosts: their control endpoints in the workers' order
   // ("10.0.0.1:50099,10.0.0.2:50099"), which every worker must send alike; empty: one switch.
   std::string switch_list;
+  // Ask for a job that may run block-sparse all-reduces (docs/protocol.md 2.5); every worker of a
+  // job the same. A switch that does not answer sparse (one without the feature) fails the call.
+  bool sparse = false;
 };
 
 // TLS for the control channel (PEM files). Empty ca_file: plaintext. cert_file + key_file: the
@@ -95,6 +98,9 @@ struct UdpSessionReply {
   std::string data_key;
   // The job holds the loopback group the request named (UdpSessionResponse.multicast_group_kept).
   bool multicast_group_kept = false;
+  // The job allows block-sparse all-reduces (UdpSessionResponse.sparse; true only when the
+  // request asked: UdpSession fails when it asked and the switch did not confirm).
+  bool sparse = false;
 };
 
 class ControlClient {

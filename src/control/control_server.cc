@@ -543,6 +543,7 @@ struct ControlServer::Impl {
     q.multicast_group_ipv4 = req.multicast_group_ipv4();
     q.multicast_group_port = req.multicast_group_port();
     q.switch_list = req.switch_list();
+    q.sparse = req.sparse();
     std::string data_key;
     bool multicast_group_kept = false;
     Status st = registry.Register(q, CallerOf(ctx), &data_key, &multicast_group_kept);
@@ -570,6 +571,7 @@ struct ControlServer::Impl {
     resp->set_num_data_ports(options.num_data_ports);
     resp->set_data_key(data_key);
     resp->set_multicast_group_kept(multicast_group_kept);
+    resp->set_sparse(q.sparse);  // the job spec, which every rank sent alike
     return grpc::Status::OK;
   }
 

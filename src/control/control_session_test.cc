@@ -215,6 +215,76 @@ TEST_F(ControlSessionTest, RefusesOtherSpecMismatches) {
       << reply.status().message();
 }
 
+// Given a job opened with sparse (block-sparse all-reduces, docs/protocol.md 2.5), Expect every
+// rank that asks the same to get sparse confirmed, a rank that differs from rank 0 either way to
+// be refused naming the field, and a dense job's ranks to get sparse false.
+TEST_F(ControlSessionTest, SparseIsPartOfTheJobSpecAndConfirmed) {
+  ControlClient client = Client();
+  for (bool sparse : {true, false}) {
+    const uint64_t session = sparse ? 81 : 82;
+    UdpSessionArgs a = Args(session, 0, 3);
+    a.sparse = sparse;
+    auto reply = client.UdpSession(a);
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    EXPECT_EQ(reply->sparse, sparse);
+    UdpSessionArgs other = Args(session, 1, 3);
+    other.sparse = !sparse;
+    auto refused = client.UdpSession(other);
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(std::string("sparse ") + (sparse ? "false" : "true") +
+                                              " does not match"),
+              std::string::npos)
+        << refused.status().message();
+  }
+  // The refusal failed those jobs; a new one whose ranks agree.
+  for (uint32_t r = 0; r < 2; ++r) {
+    UdpSessionArgs a = Args(83, r, 2);
+    a.sparse = true;
+    auto reply = client.UdpSession(a);
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    EXPECT_TRUE(reply->sparse);
+  }
+}
+
+// A controller that knows none of our extension fields, as the reference's: it answers
+// UdpSession with the reference's fields only.
+class ReferenceLikeSession final : public switchml_proto::Session::Service {
+  grpc::Status UdpSession(grpc::ServerContext*, const switchml_proto::UdpSessionRequest* request,
+                          switchml_proto::UdpSessionResponse* response) override {
+    response->set_session_id(request->session_id());
+    return grpc::Status::OK;
+  }
+};
+
+// Given a switch without block-sparse jobs (a reference controller ignores the request's sparse),
+// Expect a worker that asked for them to fail with FAILED_PRECONDITION saying so, and one that
+// did not to be served as ever.
+TEST(ControlReferenceSwitchTest, SparseNeedsASwitchThatConfirmsIt) {
+  ReferenceLikeSession service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ASSERT_GT(port, 0);
+  ControlClient client("127.0.0.1:" + std::to_string(port), 10s);
+  UdpSessionArgs a;
+  a.session_id = 5;
+  a.num_workers = 2;
+  a.size = proto::SizeCode::k256B;
+  auto dense = client.UdpSession(a);
+  ASSERT_TRUE(dense.ok()) << dense.status().ToString();
+  EXPECT_EQ(dense->data_port, proto::kDefaultDataPort);
+  EXPECT_FALSE(dense->sparse);
+  a.sparse = true;
+  auto sparse = client.UdpSession(a);
+  EXPECT_EQ(sparse.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(sparse.status().message().find("does not support block-sparse jobs"), std::string::npos)
+      << sparse.status().message();
+  server->Shutdown();
+}
+
 // Given rank 0's running_tsi, Expect the switch's job to carry it (it selects the switch's
 // late-duplicate rule); and Expect "any port" with several ports per worker to be refused.
 TEST_F(ControlSessionTest, RunningTsiReachesTheSwitchAndAnyPortNeedsOnePort) {

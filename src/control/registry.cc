@@ -101,6 +101,7 @@ struct Registry::Job {
   std::string data_key;  // the authenticated data plane's key; empty: the reference format
   // A striped job's switch hosts as rank 0 listed them (RegisterRequest::switch_list).
   std::string switch_list;
+  bool sparse = false;  // block-sparse all-reduces allowed (RegisterRequest::sparse)
   struct Rank {
     bool registered = false;
     uint32_t ipv4 = 0;
@@ -653,6 +654,7 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
     job = jobs_[r.session_id].get();
     if (r.authenticate_data) job->data_key = NewDataKey();
     job->switch_list = r.switch_list;
+    job->sparse = r.sparse;
   } else {
     if (const Status* failure = FailureLocked(r.session_id, r.secret)) return *failure;
     // Another secret's job is answered as no job (issue 28, found 8: whether a session id is in
@@ -703,6 +705,10 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
       return mismatch("authenticate_data", r.authenticate_data ? "true" : "false",
                       r.authenticate_data ? "false" : "true",
                       "start every worker of the job with --auth-data, or none");
+    }
+    if (job->sparse != r.sparse) {
+      return mismatch("sparse", r.sparse ? "true" : "false", job->sparse ? "true" : "false",
+                      "start every worker of the job with --sparse, or none");
     }
     RETURN_IF_ERROR(ClearAddressLocked(r.session_id, ipv4, r.udp_port, num_ports, deferred));
   }

@@ -112,6 +112,8 @@ struct RegisterRequest {
   uint32_t multicast_group_port = 0;
   // UdpSessionRequest.switch_list: a striped job's switch hosts; every rank must send rank 0's.
   std::string switch_list;
+  // UdpSessionRequest.sparse: the job may run block-sparse all-reduces (part of the job spec).
+  bool sparse = false;
 };
 
 // A Barrier (broadcast = false) or Broadcast call.
