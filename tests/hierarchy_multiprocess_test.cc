@@ -127,7 +127,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"int32", "100003", "0.01", {2, 2}, {}}, Case{"float32", "100003", "0.01", {1, 2}, {}},
         // Two data-plane threads on every switch, four worker threads: slots of
         // thread t go through ToR shard t mod 2 to spine shard t mod 2.
-        Case{"int32", "200003", "0.01", {2, 2}, {"--threads", "4"}, {"--threads", "2"}}));
+        Case{"int32", "200003", "0.01", {2, 2}, {"--threads", "4"}, {"--threads", "2"}},
+        // Block-sparse all-reduces (docs/protocol.md 2.5): each ToR passes sparse on to the
+        // spine; the announcement and the union slice are ordinary slices to both levels.
+        Case{"int32",
+             "300007",
+             "0.01",
+             {1, 2},
+             {"--sparse", "--density", "0.02", "--overlap", "0.5", "--threads", "2"}}));
 
 }  // namespace
 }  // namespace switchml

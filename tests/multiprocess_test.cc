@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -348,6 +349,111 @@ TEST(MultiProcessTest, RunWithAuthenticatedDataVerifies) {
               std::string::npos)
         << out;
   }
+}
+
+// The value of `key=` in a worker's SWITCHML_RESULT line (0 when missing).
+uint64_t ResultField(const std::string& output, const std::string& key) {
+  const size_t line = output.find("SWITCHML_RESULT");
+  if (line == std::string::npos) return 0;
+  const size_t at = output.find(" " + key + "=", line);
+  if (at == std::string::npos) return 0;
+  return std::strtoull(output.c_str() + at + key.size() + 2, nullptr, 10);
+}
+
+// Given block-sparse all-reduces (--sparse, docs/protocol.md 2.5) between worker processes with
+// two threads each, next to a dense job on the same switch (workers that do not know the
+// feature's flag: the reference client's defaults), Expect every result verified (int32 exact,
+// float32 within its bound) at a low density with partly shared and with disjoint blocks and at
+// density 1; at the low density each worker to have aggregated only the union (its blocks
+// counted by the sessions) and to have sent a small fraction of a dense job's packets; at density
+// 1 (int32: no zero block) the union to be every block; and the dense job unharmed.
+TEST(MultiProcessTest, SparseAllReducesVerifyAndSendOnlyTheUnion) {
+  auto d = StartSwitch(0.002, 2);
+  ASSERT_NE(d, nullptr);
+  constexpr uint64_t kElements = 256 * 3000 + 17;  // 3001 blocks
+  constexpr uint64_t kBlocks = 3001, kIterations = 2;
+  struct Case {
+    const char* dtype;
+    const char* density;
+    const char* overlap;
+  };
+  uint64_t session = 91;
+  for (const Case& c :
+       {Case{"int32", "0.01", "0.5"}, Case{"float32", "0.01", "0"}, Case{"int32", "1", "1"}}) {
+    SCOPED_TRACE(std::string(c.dtype) + " density " + c.density + " overlap " + c.overlap);
+    WorkerArgs sparse{3,
+                      std::to_string(kElements),
+                      c.dtype,
+                      session++,
+                      {"--sparse", "--density", c.density, "--overlap", c.overlap, "--threads", "2",
+                       "--timeout-ms", "5"}};
+    WorkerArgs dense{2, "100003", "float32", session++, {"--timeout-ms", "5"}};
+    std::vector<std::unique_ptr<Process>> ps, dense_ps;
+    for (uint32_t r = 0; r < sparse.workers; ++r) ps.push_back(StartWorker(*d, sparse, r));
+    for (uint32_t r = 0; r < dense.workers; ++r) dense_ps.push_back(StartWorker(*d, dense, r));
+    for (auto* all : {&ps, &dense_ps}) {
+      for (auto& p : *all) {
+        ASSERT_TRUE(p->Wait(seconds(120))) << p->output();
+        EXPECT_EQ(p->exit_code(), 0) << p->output();
+        EXPECT_NE(p->output().find("status=ok verified=1"), std::string::npos) << p->output();
+      }
+    }
+    for (auto& p : ps) {
+      const std::string out = p->output();
+      // Every block of every all-reduce was announced (warm-up included), once per worker.
+      EXPECT_EQ(ResultField(out, "sparse_blocks"), kBlocks * kIterations) << out;
+      const uint64_t union_blocks = ResultField(out, "union_blocks");
+      const uint64_t sent = ResultField(out, "sent");
+      if (std::string(c.density) == "1") {
+        EXPECT_EQ(union_blocks, kBlocks * kIterations) << out;
+        EXPECT_GE(sent, kBlocks * kIterations) << out;
+      } else {
+        // About 1 % of 3001 blocks per all-reduce: 30, drawn; never all.
+        EXPECT_GT(union_blocks, 0u) << out;
+        EXPECT_LT(union_blocks, kBlocks * kIterations / 20) << out;
+        // The union, float32's exponent window, the announcement (one packet per thread) and
+        // retransmissions: far below the 3001 packets per all-reduce of a dense job.
+        EXPECT_LT(sent, kBlocks * kIterations / 5) << out;
+      }
+    }
+  }
+  EXPECT_EQ(d->switch_counters().dropped_unknown_source, 0u);
+}
+
+// Given workers of one job that disagree on --sparse, Expect the one that differs from rank 0
+// refused at setup naming the field, and rank 0 to fail quickly too.
+TEST(MultiProcessTest, SparseMismatchIsRefusedAtSetup) {
+  auto d = StartSwitch();
+  ASSERT_NE(d, nullptr);
+  uint64_t session = 97;
+  for (bool rank0_sparse : {true, false}) {
+    WorkerArgs a{2, "1000", "int32", session++, {"--setup-timeout-ms", "20000"}};
+    auto p0 = StartWorker(
+        *d, a, 0, rank0_sparse ? std::vector<std::string>{"--sparse"} : std::vector<std::string>{});
+    auto p1 = StartWorker(
+        *d, a, 1, rank0_sparse ? std::vector<std::string>{} : std::vector<std::string>{"--sparse"});
+    ASSERT_TRUE(p1->Wait(seconds(10))) << p1->output();
+    EXPECT_NE(p1->exit_code(), 0);
+    EXPECT_NE(p1->output().find("sparse " + std::string(rank0_sparse ? "false" : "true") +
+                                " does not match"),
+              std::string::npos)
+        << p1->output();
+    EXPECT_NE(p1->output().find("--sparse"), std::string::npos) << p1->output();
+    ASSERT_TRUE(p0->Wait(seconds(10))) << "rank 0 hangs:\n" << p0->output();
+    EXPECT_NE(p0->exit_code(), 0);
+  }
+}
+
+// Given `run --sparse --density 0.005`, Expect it to verify every result and report the union.
+TEST(MultiProcessTest, RunSparseVerifies) {
+  Process p({testing::SwitchmlBinary(), "run", "--transport", "udp", "--workers", "3", "--size",
+             "500001", "--dtype", "int32", "--iterations", "2", "--threads", "2", "--sparse",
+             "--density", "0.005", "--overlap", "0.3"});
+  ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
+  EXPECT_EQ(p.exit_code(), 0) << p.output();
+  const std::string out = p.output();
+  EXPECT_NE(out.find("switchml run: OK"), std::string::npos) << out;
+  EXPECT_NE(out.find("block-sparse:"), std::string::npos) << out;
 }
 
 // Given a switch that is not there, Expect a worker to fail with a message naming it, within

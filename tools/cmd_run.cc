@@ -294,6 +294,11 @@ struct WorkerTotals {
   std::vector<double> per_iteration;
   uint64_t retransmitted = 0, auth_dropped = 0;
   double srtt_us = 0, rto_us = 0;  // the largest over the workers
+  // --sparse: the blocks the workers announced and, of those, the union's (aggregated).
+  uint64_t sparse_blocks = 0, union_blocks = 0;
+  double union_fraction() const {
+    return sparse_blocks > 0 ? static_cast<double>(union_blocks) / sparse_blocks : 0.0;
+  }
 };
 
 Result<WorkerTotals> ReadResults(const std::vector<Child>& children, uint32_t iterations) {
@@ -312,6 +317,8 @@ Result<WorkerTotals> ReadResults(const std::vector<Child>& children, uint32_t it
     w.auth_dropped += std::strtoull(kv["auth_dropped"].c_str(), nullptr, 10);
     w.srtt_us = std::max(w.srtt_us, std::strtod(kv["srtt_us"].c_str(), nullptr));
     w.rto_us = std::max(w.rto_us, std::strtod(kv["rto_us"].c_str(), nullptr));
+    w.sparse_blocks += std::strtoull(kv["sparse_blocks"].c_str(), nullptr, 10);
+    w.union_blocks += std::strtoull(kv["union_blocks"].c_str(), nullptr, 10);
   }
   return w;
 }
@@ -459,6 +466,13 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
         static_cast<unsigned long long>(dc.auth_dropped),
         static_cast<unsigned long long>(w.auth_dropped));
   }
+  if (job.sparse) {
+    std::printf(
+        "  block-sparse:                           the union was %.3g %% of the blocks (input "
+        "density %g; %llu of %llu blocks, all workers and iterations)\n",
+        100 * w.union_fraction(), job.density, static_cast<unsigned long long>(w.union_blocks),
+        static_cast<unsigned long long>(w.sparse_blocks));
+  }
   std::printf("  wall time:                              %.2f s\n", wall);
   if (!json.empty()) {
     const nlohmann::json summary = {{"workers", job.workers},
@@ -483,6 +497,10 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
                                     {"auth_data", job.auth_data},
                                     {"auth_dropped_switch", dc.auth_dropped},
                                     {"auth_dropped_workers", w.auth_dropped},
+                                    {"sparse", job.sparse},
+                                    {"density", job.density},
+                                    {"overlap", job.overlap},
+                                    {"union_fraction", job.sparse ? w.union_fraction() : 1.0},
                                     {"verified", job.verify}};
     std::ofstream f(json);
     f << summary.dump() << "\n";

@@ -187,6 +187,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.lan_multicast_required = job.lan_multicast_required;
   config.check_tensors = job.tensor_check;
   config.authenticate_data = job.auth_data;
+  config.sparse = job.sparse;
   config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);
   config.setup_timeout = std::chrono::milliseconds(job.setup_timeout_ms);
   ApplyPacingOptions(job, &config);
@@ -254,6 +255,8 @@ int WorkerCommand(const std::vector<std::string>& args) {
   pattern.num_workers = job.workers;
   pattern.packet_numel = job.packet_numel;
   pattern.dtype = job.dtype;
+  pattern.density = job.density;
+  pattern.overlap = job.overlap;
   std::vector<double> times, cpu_times;
   const uint32_t total = job.warmup + job.iterations;
   for (uint32_t it = 0; it < total; ++it) {
@@ -302,6 +305,18 @@ int WorkerCommand(const std::vector<std::string>& args) {
                  static_cast<unsigned long long>(s.packets_retransmitted), s.srtt_us, s.rttvar_us,
                  s.rto_us);
   }
+  if (!quiet && job.sparse) {
+    std::fprintf(stderr,
+                 "%s: block-sparse: the union was %.3g%% of the blocks (%llu of %llu, every "
+                 "all-reduce), %llu of them non-zero here\n",
+                 who.c_str(),
+                 s.sparse_blocks > 0 ? 100.0 * static_cast<double>(s.sparse_union_blocks) /
+                                           static_cast<double>(s.sparse_blocks)
+                                     : 0.0,
+                 static_cast<unsigned long long>(s.sparse_union_blocks),
+                 static_cast<unsigned long long>(s.sparse_blocks),
+                 static_cast<unsigned long long>(s.sparse_own_blocks));
+  }
   if (report) {
     std::ostringstream line;
     line << "SWITCHML_RESULT rank=" << rank << " status=ok verified=" << (job.verify ? 1 : 0)
@@ -309,7 +324,12 @@ int WorkerCommand(const std::vector<std::string>& args) {
          << " srtt_us=" << s.srtt_us << " rto_us=" << s.rto_us
          << " foreign_dropped=" << s.foreign_source_dropped << " auth_dropped=" << s.auth_dropped
          << " received=" << s.datagrams_received << " group_received=" << s.group_datagrams_received
-         << " coalesced=" << s.coalesced_receives << " times=";
+         << " coalesced=" << s.coalesced_receives;
+    if (job.sparse) {
+      line << " sparse_blocks=" << s.sparse_blocks << " own_blocks=" << s.sparse_own_blocks
+           << " union_blocks=" << s.sparse_union_blocks;
+    }
+    line << " times=";
     for (size_t i = 0; i < times.size(); ++i) line << (i ? "," : "") << times[i];
     // CPU seconds of this whole process (all its threads) during each timed all-reduce.
     line << " cpu=";

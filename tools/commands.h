@@ -63,9 +63,13 @@ struct JobOptions {
   // ResolveAutomaticJobOptions (on over shm where --threads equals the CPUs this process may use).
   bool pin_threads = false;
   bool pin_threads_automatic = false;
-  double wake_batch = 0;                // Config::wake_batch
-  bool tensor_check = true;             // Config::check_tensors
-  bool auth_data = false;               // Config::authenticate_data
+  double wake_batch = 0;     // Config::wake_batch
+  bool tensor_check = true;  // Config::check_tensors
+  bool auth_data = false;    // Config::authenticate_data
+  bool sparse = false;       // Config::sparse (block-sparse all-reduces)
+  // The input pattern's block density and overlap (testing::Pattern; for benchmarks of --sparse).
+  double density = 1;
+  double overlap = 1;
   bool loopback_multicast = true;       // Config::loopback_multicast (--multicast auto, local, on)
   bool lan_multicast = true;            // Config::lan_multicast (--multicast auto or on)
   bool lan_multicast_required = false;  // Config::lan_multicast_required (--multicast on)

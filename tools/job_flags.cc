@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <iostream>
 #include <thread>
 
@@ -108,6 +109,18 @@ void AddJobFlags(Flags* f, bool auto_transport) {
              "authenticated data plane: every datagram carries an 8-byte tag keyed with a per-job "
              "key from the switch; forged or altered datagrams are dropped and counted (beyond "
              "the reference wire format; every worker of a job the same; docs/security.md 4.4)");
+  f->AddBool("sparse",
+             "block-sparse all-reduces: the workers announce which blocks (--packet-numel "
+             "elements) are non-zero on them, then aggregate only the blocks non-zero on some "
+             "worker; the others come back as zeros without crossing the network (beyond the "
+             "reference; every worker of a job the same; docs/protocol.md 2.5)");
+  f->AddDouble("density", 1,
+               "the input pattern's block density: the fraction of blocks non-zero on some "
+               "worker, in [0, 1] (1: the dense pattern; for benchmarks of --sparse, which it "
+               "does not turn on)");
+  f->AddDouble("overlap", 1,
+               "with --density below 1: the chance that a worker other than a non-zero block's "
+               "owner holds it too, in [0, 1] (1: the same blocks on every worker; 0: disjoint)");
   f->AddString("multicast", "auto",
                "results sent once to a multicast group of the job instead of once per worker "
                "(docs/architecture.md, \"Multicast results\"): auto = with a switch on this host "
@@ -258,6 +271,15 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   }
   o->tensor_check = !f.GetBool("no-tensor-check");
   o->auth_data = f.GetBool("auth-data");
+  o->sparse = f.GetBool("sparse");
+  o->density = f.GetDouble("density");
+  if (!(o->density >= 0 && o->density <= 1)) {
+    return InvalidArgumentError("--density must be in [0, 1] (a fraction of the blocks)");
+  }
+  o->overlap = f.GetDouble("overlap");
+  if (!(o->overlap >= 0 && o->overlap <= 1)) {
+    return InvalidArgumentError("--overlap must be in [0, 1] (a probability)");
+  }
   const std::string mc = f.GetString("multicast");
   if (mc != "auto" && mc != "local" && mc != "on" && mc != "off") {
     return InvalidArgumentError("--multicast must be auto, local, on or off, not '" + mc + "'");
@@ -321,6 +343,14 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
   }
   if (!o.tensor_check) a.push_back("--no-tensor-check");
   if (o.auth_data) a.push_back("--auth-data");
+  if (o.sparse) a.push_back("--sparse");
+  if (o.density != 1 || o.overlap != 1) {  // (%.17g: the workers draw exactly the same pattern)
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.17g", o.density);
+    a.insert(a.end(), {"--density", buf});
+    std::snprintf(buf, sizeof(buf), "%.17g", o.overlap);
+    a.insert(a.end(), {"--overlap", buf});
+  }
   if (!o.loopback_multicast || !o.lan_multicast || o.lan_multicast_required) {
     a.push_back("--multicast");
     a.push_back(!o.loopback_multicast ? "off" : !o.lan_multicast ? "local" : "on");

@@ -463,6 +463,9 @@ PYBIND11_MODULE(_core, m) {
   config.def_readwrite("authenticate_data", &Config::authenticate_data,
                        "the authenticated data plane (docs/security.md 4.4): every datagram "
                        "carries a tag keyed per job; every worker of a job must set the same");
+  config.def_readwrite("sparse", &Config::sparse,
+                       "block-sparse all-reduces (docs/protocol.md 2.5): only the blocks non-zero "
+                       "on some worker cross the network; every worker of a job must set the same");
   config.def_readwrite("job_secret", &Config::job_secret,
                        "the job's secret (at most 64 bytes), the same on every worker; empty: an "
                        "unprotected job (docs/security.md)");

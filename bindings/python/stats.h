@@ -30,6 +30,10 @@ inline pybind11::dict StatsDict(const ContextStats& s) {
   d["switch_hosts_alive"] = s.switch_hosts_alive;
   d["failovers"] = s.failovers;
   d["blocks_repaired"] = s.blocks_repaired;
+  d["sparse_allreduces"] = s.sparse_allreduces;
+  d["sparse_blocks"] = s.sparse_blocks;
+  d["sparse_own_blocks"] = s.sparse_own_blocks;
+  d["sparse_union_blocks"] = s.sparse_union_blocks;
   return d;
 }
 

@@ -74,6 +74,13 @@ struct ContextStats {
   uint32_t switch_hosts_alive = 0;
   uint64_t failovers = 0;
   uint64_t blocks_repaired = 0;
+  // Block-sparse all-reduces (Config::sparse): how many ran, the blocks (packets) of their
+  // tensors, of those the ones non-zero here, and the union's (non-zero on some worker: the only
+  // ones aggregated; the rest never crossed the network).
+  uint64_t sparse_allreduces = 0;
+  uint64_t sparse_blocks = 0;
+  uint64_t sparse_own_blocks = 0;
+  uint64_t sparse_union_blocks = 0;
 };
 
 class Context {

@@ -536,6 +536,7 @@ control::UdpSessionArgs Context::Impl::Registration(uint32_t bind_ip, uint16_t b
   proto::SizeCodeForNumel(config.packet_numel, &args.size);
   args.job_secret = config.job_secret;
   args.authenticate_data = config.authenticate_data;
+  args.sparse = config.sparse;
   if (hosts.size() > 1) {
     // Every worker must stripe over the same hosts in the same order: each host compares.
     for (const auto& h : hosts) {
@@ -844,6 +845,17 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
     job.out = static_cast<uint8_t*>(out) + e0 * esize;
     job.count = e1 - e0;
     job.element_offset = e0;
+    if (config.sparse) {
+      // Block-sparse (docs/protocol.md 2.5): every thread gets the whole tensor and takes the
+      // blocks b with b mod nthreads = t of it (worker::SparseSession).
+      job.in = in;
+      job.out = out;
+      job.count = count;
+      job.element_offset = 0;
+      job.sparse = true;
+      job.lane = static_cast<uint32_t>(t);
+      job.lanes = static_cast<uint32_t>(nthreads);
+    }
     threads[t]->Submit(job, slice_done);
   }
   pending.push_back(handle);
@@ -941,6 +953,11 @@ ContextStats Context::stats() const {
     const worker::FailoverCounters f = t->failover_counters();
     s.failovers = std::max<uint64_t>(s.failovers, f.failovers);
     s.blocks_repaired += f.blocks_staged + f.blocks_tail;
+    const worker::SparseCounters sc = t->sparse_counters();
+    s.sparse_allreduces = std::max<uint64_t>(s.sparse_allreduces, sc.allreduces);
+    s.sparse_blocks += sc.blocks;
+    s.sparse_own_blocks += sc.own_blocks;
+    s.sparse_union_blocks += sc.union_blocks;
   }
   for (const auto& h : impl_->hosts) s.switch_hosts_alive += h->alive.load() ? 1 : 0;
   return s;

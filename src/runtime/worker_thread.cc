@@ -147,6 +147,11 @@ worker::FailoverCounters WorkerThread::failover_counters() const {
   return published_failover_;
 }
 
+worker::SparseCounters WorkerThread::sparse_counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return published_sparse_;
+}
+
 bool WorkerThread::FromSwitch(const Endpoint& source) const {
   // A switch bound to every address answers from whichever local address the kernel picks for
   // the route back: on one host that may be any loopback address (127.0.1.1 for the host name,
@@ -200,8 +205,8 @@ void WorkerThread::Run() {
     if (move_pending_.load(std::memory_order_acquire)) {
       // Failover while idle: the other workers may need this one's results (the agreement).
       ApplyMoves();
-      if (session_.state() == worker::StripedSession::State::kRunning && !Pump()) return;
-      if (session_.state() == worker::StripedSession::State::kDone && !session_.status().ok()) {
+      if (session_.state() == worker::SparseSession::State::kRunning && !Pump()) return;
+      if (session_.state() == worker::SparseSession::State::kDone && !session_.status().ok()) {
         failure_->Set(session_.status());
       }
       continue;
@@ -304,7 +309,7 @@ bool WorkerThread::Pump() {
   period_start_ = last_arrival_ = Now();
   period_count_ = 0;
   bool stopping = false;
-  while (session_.state() == worker::StripedSession::State::kRunning) {
+  while (session_.state() == worker::SparseSession::State::kRunning) {
     if (stop_.load()) {
       session_.Abort(CancelledError("the context was destroyed while this all-reduce ran"));
       stopping = true;
@@ -316,7 +321,7 @@ bool WorkerThread::Pump() {
     }
     if (move_pending_.load(std::memory_order_acquire)) {
       ApplyMoves();
-      if (session_.state() != worker::StripedSession::State::kRunning) break;
+      if (session_.state() != worker::SparseSession::State::kRunning) break;
     }
     if (move_started_.count() >= 0 && !session_.failing_over()) {
       const worker::FailoverCounters f = session_.failover_counters();
@@ -353,7 +358,7 @@ bool WorkerThread::Pump() {
       if (sent < n) std::this_thread::yield();  // socket buffer full: let the kernel drain it
     }
     // (Packets still unsent after that are recovered by the retransmission timeout.)
-    if (session_.state() != worker::StripedSession::State::kRunning) break;
+    if (session_.state() != worker::SparseSession::State::kRunning) break;
     worker::Nanos wait{0};
     if (n < kTxBatch && !wait_.busy_poll) {
       // Everything the results freed is sent: wait for the next ones, handling several of the
@@ -372,7 +377,7 @@ bool WorkerThread::Pump() {
       // a flood cannot hold the timers off.
       bool failed = false;
       for (size_t i = 0; i < kMaxDrainBatches; ++i) {
-        if (session_.state() != worker::StripedSession::State::kRunning) break;
+        if (session_.state() != worker::SparseSession::State::kRunning) break;
         auto got = ReceiveBatch(worker::Nanos{0});
         if (!got.ok()) {
           failed = true;
@@ -387,6 +392,7 @@ bool WorkerThread::Pump() {
   std::lock_guard<std::mutex> lock(mu_);
   published_ = session_.counters();
   published_failover_ = session_.failover_counters();
+  published_sparse_ = session_.sparse_counters();
   return !stopping;
 }
 

@@ -17,6 +17,7 @@
 
 #include "base/endpoint.h"
 #include "transport/transport.h"
+#include "worker/sparse_session.h"
 #include "worker/striped_session.h"
 
 namespace switchml::runtime {
@@ -106,6 +107,7 @@ class WorkerThread {
 
   worker::SessionCounters counters() const;
   worker::FailoverCounters failover_counters() const;
+  worker::SparseCounters sparse_counters() const;
   // Datagrams dropped because their source was not one of the switch's data endpoints (a
   // stray or hostile sender: never handed to the session).
   uint64_t foreign_source_dropped() const {
@@ -142,7 +144,7 @@ class WorkerThread {
   const std::vector<SwitchRoute> switches_;
   std::atomic<uint64_t> foreign_source_{0};
   std::shared_ptr<FailureLatch> failure_;
-  worker::StripedSession session_;
+  worker::SparseSession session_;  // a StripedSession for dense slices
   const WaitPolicy wait_;
   const std::string expected_group_;
   const std::function<std::string(uint64_t)> explain_stall_;
@@ -173,6 +175,7 @@ class WorkerThread {
   bool stopped_ = false;                         // under mu_: Submit() no longer queues
   worker::SessionCounters published_;            // a copy of the session's counters, under mu_
   worker::FailoverCounters published_failover_;  // under mu_
+  worker::SparseCounters published_sparse_;      // under mu_
   std::mutex stop_mu_;                           // serializes Stop()
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -415,6 +415,36 @@ class AuthenticatedDataTest(unittest.TestCase):
             sw.stop()
 
 
+class SparseTest(unittest.TestCase):
+    """Config.sparse (block-sparse all-reduces, docs/protocol.md 2.5) from Python."""
+
+    def test_only_the_union_crosses_and_the_result_is_exact(self):
+        sw = switchml.Switch()
+        try:
+            def body(ctx, r):
+                x = np.zeros(100000, dtype=np.int32)  # 391 blocks of 256
+                x[3 * 256:4 * 256] = np.arange(256, dtype=np.int32) * (r + 1)  # both: block 3
+                if r == 1:
+                    x[7 * 256 + 5] = -9  # rank 1 only: block 7
+                y = ctx.allreduce(x)
+                return y, ctx.config.sparse, ctx.stats()
+
+            res = run_workers(sw, 2, body, 601, sparse=True)
+        finally:
+            sw.stop()
+        expect = np.zeros(100000, dtype=np.int32)
+        expect[3 * 256:4 * 256] = np.arange(256, dtype=np.int32) * 3
+        expect[7 * 256 + 5] = -9
+        for r, (y, sparse, stats) in enumerate(res):
+            np.testing.assert_array_equal(y, expect)
+            self.assertTrue(sparse)
+            self.assertEqual(stats["sparse_blocks"], 391)
+            self.assertEqual(stats["sparse_union_blocks"], 2)
+            self.assertEqual(stats["sparse_own_blocks"], 1 + r)
+            # The announcement (one packet: 391 two-bit fields) and the union's two blocks.
+            self.assertLess(stats["packets_sent"], 10)
+
+
 class StripedTest(unittest.TestCase):
     """A job striped over two in-process switches (Config.switch_hosts)."""
 
