@@ -283,6 +283,26 @@ def auth_body(rank, world):
             "world": dist.group.WORLD.authenticate_data, "second": second.authenticate_data}
 
 
+def sparse_body(rank, world):
+    # WORLD runs block-sparse all-reduces (SWITCHML_SPARSE=on): mostly-zero tensors, exact.
+    x = torch.zeros(100000, dtype=torch.int32)  # 391 blocks of 256
+    x[3 * 256:4 * 256] = torch.arange(256, dtype=torch.int32) * (rank + 1)
+    dist.all_reduce(x)
+    expect = torch.zeros(100000, dtype=torch.int32)
+    expect[3 * 256:4 * 256] = torch.arange(256, dtype=torch.int32) * (world * (world + 1) // 2)
+    f = torch.zeros(50000)  # 196 blocks
+    f[10 * 256 + rank] = 1.5  # each rank its own element of block 10
+    dist.all_reduce(f)
+    stats = dist.group.WORLD.stats()
+    return {"int32": bool(torch.equal(x, expect)),
+            "float32": bool(torch.equal(f.nonzero().flatten(),
+                                        torch.arange(world) + 10 * 256)
+                            and torch.all(f[10 * 256:10 * 256 + world] == 1.5)),
+            "sparse": dist.group.WORLD.config.sparse,
+            "blocks": stats["sparse_blocks"], "union": stats["sparse_union_blocks"],
+            "sent": stats["packets_sent"]}
+
+
 def data_path_body(rank, world):
     # WORLD's data-path options from the environment, a second group's from pg_options; both
     # over the transport of SWITCHML_TRANSPORT.
@@ -442,6 +462,23 @@ class TorchBackendTest(unittest.TestCase):
         # Both groups' all-reduces (196 packets each per rank) passed the switch's tag check.
         self.assertGreaterEqual(counters["received"], 2 * 2 * 196)
         self.assertEqual(counters["auth_dropped"], 0)
+
+    def test_sparse_option(self):
+        res = run_job(self, 2, sparse_body, env={"SWITCHML_SPARSE": "on"})
+        for out in res:
+            self.assertTrue(out["int32"], out)
+            self.assertTrue(out["float32"], out)
+            self.assertTrue(out["sparse"], out)
+            # Both all-reduces' blocks announced; one block of each in the union.
+            self.assertEqual(out["blocks"], 391 + 196, out)
+            self.assertEqual(out["union"], 2, out)
+            # Two announcements, two union blocks and float32's exponent packet: not 587.
+            self.assertLess(out["sent"], 20, out)
+        self.assertIs(resolve(SWITCHML_SPARSE="off")["sparse"], False)
+        self.assertIs(resolve(swtorch.Options(sparse="on"))["sparse"], True)
+        self.assertIsNone(resolve()["sparse"])
+        with self.assertRaisesRegex(ValueError, "SWITCHML_SPARSE='auto' is not valid: use on"):
+            resolve(SWITCHML_SPARSE="auto")
 
     def test_shm_transport_and_data_path_options(self):
         # A switch on shared-memory rings, in a shm directory of the test's own (the workers
