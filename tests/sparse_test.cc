@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "dataplane/switch.h"
+#include "switch_hosts.h"
 #include "testing/pattern.h"
 #include "testing/virtual_network.h"
 #include "worker/sparse_session.h"
@@ -36,6 +37,7 @@ namespace switchml {
 namespace {
 
 using testing::Faults;
+using testing::SwitchHosts;
 using testing::VirtualNetwork;
 using worker::Nanos;
 using worker::SparseSession;
@@ -98,13 +100,13 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
     std::vector<Worker> workers;
   };
 
-  static Endpoint HostEndpoint(uint32_t h) { return Endpoint{0x0a00ff01 + h, 48864}; }
+  static Endpoint HostEndpoint(uint32_t h) { return SwitchHosts::HostEndpoint(h); }
 
   void SetUp() override {
     const SparseParams& p = GetParam();
     const uint32_t generations = p.dead_host >= 0 ? p.hosts : 1;
     for (uint32_t h = 0; h < p.hosts; ++h) {
-      switches_.push_back(
+      hosts_.switches.push_back(
           std::make_unique<dataplane::Switch>(dataplane::SwitchConfig{64, 1024, 4}));
     }
     jobs_.push_back(MakeJob(77, p.workers, p.lanes, generations, 0x0a000001, SparseOps(p)));
@@ -169,7 +171,7 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
     job.num_workers = n;
     job.lanes = lanes;
     job.ops = std::move(ops);
-    for (auto& sw : switches_) {
+    for (auto& sw : hosts_.switches) {
       dataplane::JobSpec spec;
       spec.session_id = id;
       spec.num_workers = n;
@@ -293,8 +295,8 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
     }
     for (uint64_t steps = 0;; ++steps) {
       ASSERT_LT(steps, 20'000'000u) << "no end in sight";
-      if (dead_ < 0 && p.dead_host >= 0 && delivered_ >= p.die_after) {
-        dead_ = p.dead_host;
+      if (hosts_.dead < 0 && p.dead_host >= 0 && delivered_ >= p.die_after) {
+        hosts_.dead = p.dead_host;
         died_at_ = now_;
       }
       std::optional<Nanos> next;
@@ -310,7 +312,7 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
             std::optional<Nanos> at;
             bool is_told = false;
             if (l.session->state() == SparseSession::State::kRunning) at = l.session->PollTimeout();
-            if (dead_ >= 0 && !l.told) {
+            if (hosts_.dead >= 0 && !l.told) {
               busy = true;
               const Nanos d = died_at_ + l.learns_of_death;
               if (!at || d < *at) {
@@ -341,7 +343,7 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
       Lane& l = worker_of->lanes[lane_of];
       if (told) {
         l.told = true;
-        const Status st = l.session->Failover(static_cast<uint32_t>(dead_), now_);
+        const Status st = l.session->Failover(static_cast<uint32_t>(hosts_.dead), now_);
         ASSERT_TRUE(st.ok()) << st.ToString();
       } else {
         l.session->HandleTimeout(now_);
@@ -353,17 +355,7 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
 
   void Deliver(const VirtualNetwork::Event& e) {
     ++delivered_;
-    for (uint32_t h = 0; h < switches_.size(); ++h) {
-      if (e.to != HostEndpoint(h)) continue;
-      if (static_cast<int>(h) == dead_) return;  // gone
-      const dataplane::Action& a = switches_[h]->Process(e.from, e.data);
-      if (a.kind == dataplane::Action::Kind::kDrop) return;
-      const std::vector<uint8_t> reply(a.reply.begin(), a.reply.end());
-      const std::vector<Endpoint> dsts(a.destinations.begin(), a.destinations.end());
-      for (const Endpoint& d : dsts) net_.Send(now_, HostEndpoint(h), d, reply);
-      return;
-    }
-    if (dead_ >= 0 && e.from == HostEndpoint(static_cast<uint32_t>(dead_))) return;  // in flight
+    if (hosts_.Deliver(e, net_, now_)) return;
     for (Job& job : jobs_) {
       for (Worker& w : job.workers) {
         if (e.to.ipv4 != w.ip) continue;
@@ -442,12 +434,11 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
     }
   }
 
-  std::vector<std::unique_ptr<dataplane::Switch>> switches_;
+  SwitchHosts hosts_;  // the switches and the dead one
   std::vector<Job> jobs_;
   VirtualNetwork net_{GetParam().faults, GetParam().seed};
   Nanos now_{0};
   uint64_t delivered_ = 0;
-  int dead_ = -1;
   Nanos died_at_{0};
 };
 

@@ -19,6 +19,7 @@
 
 #include "dataplane/switch.h"
 #include "quant/quantizer.h"
+#include "switch_hosts.h"
 #include "testing/virtual_network.h"
 #include "worker/striped_session.h"
 
@@ -26,6 +27,7 @@ namespace switchml {
 namespace {
 
 using testing::Faults;
+using testing::SwitchHosts;
 using testing::VirtualNetwork;
 using worker::Nanos;
 using worker::StripedSession;
@@ -86,7 +88,7 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
       for (uint32_t r = 0; r < p.workers; ++r) {
         ASSERT_TRUE(sw->AddWorker(kSession, r, dataplane::WorkerSpec{WorkerIp(r), 40000}).ok());
       }
-      switches_.push_back(std::move(sw));
+      hosts_.switches.push_back(std::move(sw));
     }
     std::mt19937_64 rng(p.seed);
     for (uint32_t r = 0; r < p.workers; ++r) {
@@ -112,7 +114,7 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
   }
 
   static uint32_t WorkerIp(uint32_t r) { return 0x0a000001 + r; }
-  static Endpoint HostEndpoint(uint32_t h) { return Endpoint{0x0a00ff01 + h, 48864}; }
+  static Endpoint HostEndpoint(uint32_t h) { return SwitchHosts::HostEndpoint(h); }
 
   // Gives every worker the same ops: sizes that are not multiples of a packet or the window.
   void MakeOps(std::mt19937_64& rng) {
@@ -210,8 +212,8 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
     uint64_t steps = 0;
     while (true) {
       ASSERT_LT(++steps, 20'000'000u) << "no end in sight";
-      if (dead_ < 0 && p.dead_host >= 0 && (delivered_ >= die_after || Idle())) {
-        dead_ = p.dead_host;
+      if (hosts_.dead < 0 && p.dead_host >= 0 && (delivered_ >= die_after || Idle())) {
+        hosts_.dead = p.dead_host;
         died_at_ = now_;
       }
       // The next event: a delivery, a worker's timer, or a worker learning of the death.
@@ -229,7 +231,7 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
         } else if (w.next_op < w.ops.size()) {
           busy = true;
         }
-        if (dead_ >= 0 && !w.told) {
+        if (hosts_.dead >= 0 && !w.told) {
           busy = true;
           const Nanos t = died_at_ + w.learns_of_death;
           if (!next || t < *next) {
@@ -250,7 +252,7 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
       now_ = std::max(now_, *next);
       if (told_worker != nullptr) {
         told_worker->told = true;
-        const Status st = told_worker->session->Failover(static_cast<uint32_t>(dead_), now_);
+        const Status st = told_worker->session->Failover(static_cast<uint32_t>(hosts_.dead), now_);
         ASSERT_TRUE(st.ok()) << st.ToString();
         Settle(*told_worker);
       } else if (timer_worker != nullptr) {
@@ -271,17 +273,7 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
 
   void Deliver(const VirtualNetwork::Event& e) {
     ++delivered_;
-    for (uint32_t h = 0; h < switches_.size(); ++h) {
-      if (e.to != HostEndpoint(h)) continue;
-      if (static_cast<int>(h) == dead_) return;  // gone
-      const dataplane::Action& a = switches_[h]->Process(e.from, e.data);
-      if (a.kind == dataplane::Action::Kind::kDrop) return;
-      const std::vector<uint8_t> reply(a.reply.begin(), a.reply.end());
-      const std::vector<Endpoint> dsts(a.destinations.begin(), a.destinations.end());
-      for (const Endpoint& d : dsts) net_.Send(now_, HostEndpoint(h), d, reply);
-      return;
-    }
-    if (dead_ >= 0 && e.from == HostEndpoint(static_cast<uint32_t>(dead_))) return;  // in flight
+    if (hosts_.Deliver(e, net_, now_)) return;
     for (Worker& w : workers_) {
       if (e.to != w.address) continue;
       w.session->HandleDatagram(e.data, now_);
@@ -326,12 +318,11 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
     }
   }
 
-  std::vector<std::unique_ptr<dataplane::Switch>> switches_;
+  SwitchHosts hosts_;  // the switches and the dead one
   std::vector<Worker> workers_;
   VirtualNetwork net_{GetParam().faults, GetParam().seed};
   Nanos now_{0};
   uint64_t delivered_ = 0;
-  int dead_ = -1;
   Nanos died_at_{0};
 };
 
@@ -345,7 +336,7 @@ TEST_P(StripingTest, EveryAllReduceCompletesExactlyOnEveryWorker) {
   // Each host alive aggregated a share of its own.
   for (uint32_t h = 0; h < p.hosts; ++h) {
     if (static_cast<int>(h) == p.dead_host) continue;
-    const dataplane::JobCounters* c = switches_[h]->job_counters(kSession);
+    const dataplane::JobCounters* c = hosts_.switches[h]->job_counters(kSession);
     ASSERT_NE(c, nullptr);
     EXPECT_GT(c->completed, 0u) << "host " << h;
   }
