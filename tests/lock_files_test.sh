@@ -27,7 +27,9 @@ if [ -z "${SWITCHML_LOCK_TEST_INNER:-}" ]; then
   exec unshare --mount --net --propagation private env SWITCHML_LOCK_TEST_INNER=1 bash "$0" "$@"
 fi
 
-# Inside the namespaces.
+# Inside the namespaces. The binary may live under /tmp or /run (a checkout there), which the
+# mounts below hide: it is kept open across them and copied into the fresh /tmp.
+exec 9<"$bin"
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=0755 tmpfs /run
 mount -t sysfs sysfs /sys  # this network namespace's devices (as `ip netns exec` does)
@@ -35,6 +37,10 @@ ip link set lo up
 nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 dir=$(mktemp -d)
 chmod 755 "$dir"
+cp /proc/self/fd/9 "$dir/switchml"
+exec 9<&-
+chmod 755 "$dir/switchml"
+bin="$dir/switchml"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
