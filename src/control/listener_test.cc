@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/logging.h"
+
 namespace switchml::control {
 namespace {
 
@@ -178,6 +180,11 @@ TEST(ListenerTest, AcceptsAgainAfterRunningOutOfDescriptors) {
   const int lowest_free = open("/dev/null", O_RDONLY | O_CLOEXEC);
   ASSERT_GE(lowest_free, 0);
   close(lowest_free);
+  // The listener's warning on running out is not logged here: UBSan's check of the log's
+  // ostringstream tests memory through a pipe, which it cannot open with no descriptor left, and
+  // then reports a false "invalid vptr".
+  const LogLevel level = GetLogLevel();
+  SetLogLevel(LogLevel::kError);
   // Room for the listener's own three (epoll, wake-up, spare) and three connections of two.
   rlimit low = before;
   low.rlim_cur = static_cast<rlim_t>(lowest_free + 3 + 6);
@@ -189,6 +196,7 @@ TEST(ListenerTest, AcceptsAgainAfterRunningOutOfDescriptors) {
   });
   EXPECT_TRUE(WaitFor([&] { return (*l)->stats().shed == 17; })) << (*l)->stats().shed;
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
+  SetLogLevel(level);
   EXPECT_EQ(handed.count(), 3u);
   size_t closed = 0;
   for (int fd : clients) closed += Closed(fd);
