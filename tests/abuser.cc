@@ -38,6 +38,7 @@
 
 #include "control/switchml.grpc.pb.h"
 #include "control/switchml.pb.h"
+#include "testing/tcp.h"
 
 namespace {
 
@@ -48,22 +49,7 @@ std::string g_host = "127.0.0.1";
 uint16_t g_port = 0;
 std::string g_switchml;
 
-// A TCP connection to the switch from `source` (a 127/8 address), or -1.
-int ConnectFrom(uint32_t source, uint16_t port, bool blocking) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (blocking ? 0 : SOCK_NONBLOCK), 0);
-  if (fd < 0) return -1;
-  sockaddr_in from{}, to{};
-  from.sin_family = to.sin_family = AF_INET;
-  from.sin_addr.s_addr = htonl(source);
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  to.sin_port = htons(port);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
-      (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0 && errno != EINPROGRESS)) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+using switchml::testing::ConnectFrom;
 
 // A gRPC channel over a connection from `source`.
 std::shared_ptr<grpc::Channel> ChannelFrom(uint32_t source, uint16_t port) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/logging.h"
+#include "testing/tcp.h"
 
 namespace switchml::control {
 namespace {
@@ -82,21 +83,7 @@ TEST(ConnectionTableTest, TheTotalGivesUpTheOldestIdleConnection) {
 }
 
 // Connections from `host` (a 127/8 address) to 127.0.0.1:port.
-int Connect(uint16_t port, uint32_t host) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in from{}, to{};
-  from.sin_family = to.sin_family = AF_INET;
-  from.sin_addr.s_addr = htonl(host);
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  to.sin_port = htons(port);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
-      connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+int Connect(uint16_t port, uint32_t host) { return testing::ConnectFrom(host, port); }
 
 // Whether the peer closed (or reset) the connection: a read that ends.
 bool Closed(int fd) {
