@@ -58,13 +58,16 @@ struct SparseParams {
   bool neighbor;  // a dense job of other workers on the same switches
   uint64_t seed;
   bool small = false;  // fewer, smaller all-reduces (the seeded sweep)
+  // The auto rule (SliceJob::sparse_auto): a lane whose union holds more than 3/4 of its blocks
+  // runs its share dense.
+  bool sparse_auto = false;
 };
 
 void PrintTo(const SparseParams& p, std::ostream* os) {
   *os << p.workers << " workers x " << p.lanes << " lanes, " << p.hosts << " hosts, loss "
       << p.faults.loss << ", dup " << p.faults.duplicate << ", jitter " << p.faults.jitter.count()
       << " ns, host " << p.dead_host << " dies after " << p.die_after << " deliveries, neighbor "
-      << p.neighbor << ", seed " << p.seed;
+      << p.neighbor << ", seed " << p.seed << (p.sparse_auto ? ", auto" : "");
 }
 
 struct OpSpec {
@@ -142,6 +145,7 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
                                       {0.001, 1200 * scale},
                                       {0.01, 400 * scale},
                                       {0.5, 60 * scale},
+                                      {0.9, 40 * scale},
                                       {1, 40 * scale}};
     const double overlaps[] = {1, 0, 0.5};
     size_t k = 0;
@@ -243,6 +247,7 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
       s.out = out;
       s.count = op.count;
       s.sparse = true;
+      s.sparse_auto = GetParam().sparse_auto;
       s.lane = t;
       s.lanes = job.lanes;
     } else {  // contiguous slices of whole packets, as the Context cuts them
@@ -393,13 +398,14 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
 
   // Without faults, what each lane of the sparse job sent and counted: for a sparse all-reduce
   // the announcement's packets and the union's (with float32's window of exponents), nothing for
-  // a block zero on every worker; for a dense one every block.
+  // a block zero on every worker, or, where the lane's union holds every block or (auto) more
+  // than 3/4 of them, every block of its share; for a dense one every block.
   void CheckTraffic() {
     const Job& job = jobs_[0];
     const uint32_t n = static_cast<uint32_t>(job.workers.size());
     for (const Worker& w : job.workers) {
       for (uint32_t t = 0; t < job.lanes; ++t) {
-        uint64_t packets = 0, union_blocks = 0;
+        uint64_t packets = 0, union_blocks = 0, dense_shares = 0;
         for (size_t o = 0; o < job.ops.size(); ++o) {
           const OpSpec& op = job.ops[o];
           const bool fl = op.dtype == DataType::kFloat32;
@@ -422,14 +428,19 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
             u += any ? 1 : 0;
           }
           union_blocks += u;
-          const uint64_t words = worker::AnnounceWords(share.blocks(), n);
-          packets += (words + kNumel - 1) / kNumel + slice(u);
+          const uint64_t b = share.blocks();
+          const bool dense = u == b || (GetParam().sparse_auto && 4 * u > 3 * b);
+          dense_shares += dense ? 1 : 0;
+          auto_dense_ += dense && u < b ? 1 : 0;
+          const uint64_t words = worker::AnnounceWords(b, n);
+          packets += (words + kNumel - 1) / kNumel + slice(dense ? b : u);
         }
         EXPECT_EQ(w.lanes[t].session->counters().sent, packets) << "ip " << w.ip << " lane " << t;
         if (GetParam().faults.jitter.count() == 0) {  // (else spurious timeouts may re-send)
           EXPECT_EQ(w.lanes[t].session->counters().retransmitted, 0u);
         }
         EXPECT_EQ(w.lanes[t].session->sparse_counters().union_blocks, union_blocks);
+        EXPECT_EQ(w.lanes[t].session->sparse_counters().dense_shares, dense_shares);
       }
     }
   }
@@ -440,6 +451,7 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
   Nanos now_{0};
   uint64_t delivered_ = 0;
   Nanos died_at_{0};
+  uint64_t auto_dense_ = 0;  // CheckTraffic: lane shares the auto rule ran dense (union < all)
 };
 
 TEST_P(SparseAllReduceTest, ResultsAreDensesOnEveryWorkerAndOnlyTheUnionTravels) {
@@ -449,7 +461,11 @@ TEST_P(SparseAllReduceTest, ResultsAreDensesOnEveryWorkerAndOnlyTheUnionTravels)
   Verify();
   if (HasFatalFailure()) return;
   const bool clean = p.faults.loss == 0 && p.faults.duplicate == 0 && p.dead_host < 0;
-  if (clean) CheckTraffic();
+  if (clean) {
+    CheckTraffic();
+    // The 90 %-dense ops give every lane a union between 3/4 and all of its blocks.
+    if (p.sparse_auto) EXPECT_GT(auto_dense_, 0u);
+  }
   for (const Worker& w : jobs_[0].workers) {
     for (const Lane& l : w.lanes) {
       EXPECT_EQ(l.session->failover_counters().failovers, p.dead_host >= 0 ? 1u : 0u);
@@ -468,7 +484,11 @@ INSTANTIATE_TEST_SUITE_P(
         SparseParams{3, 1, 1, {0.05, 0.05, Nanos(50000)}, -1, 0, false, 5},
         // Striped over hosts, one of which dies in the middle of sparse all-reduces.
         SparseParams{3, 2, 2, {}, -1, 0, false, 6}, SparseParams{3, 2, 2, {}, 1, 3000, false, 7},
-        SparseParams{4, 1, 3, {0.02, 0.02, Nanos(20000)}, 0, 20000, true, 8}));
+        SparseParams{4, 1, 3, {0.02, 0.02, Nanos(20000)}, 0, 20000, true, 8},
+        // The auto rule: dense shares in place (one lane) and gathered whole (several).
+        SparseParams{4, 1, 1, {}, -1, 0, false, 9, false, true},
+        SparseParams{3, 3, 1, {}, -1, 0, false, 10, false, true},
+        SparseParams{3, 1, 2, {0.02, 0.02, Nanos(20000)}, 1, 5000, true, 11, false, true}));
 
 // Many seeded runs, smaller: loss, duplication, reordering, lanes, hosts and a failure at any
 // moment of the run.
@@ -488,6 +508,7 @@ std::vector<SparseParams> Sweep() {
     p.neighbor = rng() % 3 == 0;
     p.seed = seed;
     p.small = true;
+    p.sparse_auto = seed % 2 == 1;
     v.push_back(p);
   }
   return v;

@@ -498,6 +498,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
                                     {"auth_dropped_switch", dc.auth_dropped},
                                     {"auth_dropped_workers", w.auth_dropped},
                                     {"sparse", job.sparse},
+                                    {"sparse_auto", job.sparse_auto},
                                     {"density", job.density},
                                     {"overlap", job.overlap},
                                     {"union_fraction", job.sparse ? w.union_fraction() : 1.0},

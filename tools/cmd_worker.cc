@@ -188,6 +188,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   config.check_tensors = job.tensor_check;
   config.authenticate_data = job.auth_data;
   config.sparse = job.sparse;
+  config.sparse_auto = job.sparse_auto;
   config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);
   config.setup_timeout = std::chrono::milliseconds(job.setup_timeout_ms);
   ApplyPacingOptions(job, &config);
@@ -308,14 +309,17 @@ int WorkerCommand(const std::vector<std::string>& args) {
   if (!quiet && job.sparse) {
     std::fprintf(stderr,
                  "%s: block-sparse: the union was %.3g%% of the blocks (%llu of %llu, every "
-                 "all-reduce), %llu of them non-zero here\n",
+                 "all-reduce), %llu of them non-zero here; %llu blocks aggregated, %llu "
+                 "thread shares dense\n",
                  who.c_str(),
                  s.sparse_blocks > 0 ? 100.0 * static_cast<double>(s.sparse_union_blocks) /
                                            static_cast<double>(s.sparse_blocks)
                                      : 0.0,
                  static_cast<unsigned long long>(s.sparse_union_blocks),
                  static_cast<unsigned long long>(s.sparse_blocks),
-                 static_cast<unsigned long long>(s.sparse_own_blocks));
+                 static_cast<unsigned long long>(s.sparse_own_blocks),
+                 static_cast<unsigned long long>(s.sparse_aggregated_blocks),
+                 static_cast<unsigned long long>(s.sparse_dense_shares));
   }
   if (report) {
     std::ostringstream line;

@@ -67,6 +67,7 @@ struct JobOptions {
   bool tensor_check = true;  // Config::check_tensors
   bool auth_data = false;    // Config::authenticate_data
   bool sparse = false;       // Config::sparse (block-sparse all-reduces)
+  bool sparse_auto = false;  // Config::sparse_auto (with sparse: the automatic choice)
   // The input pattern's block density and overlap (testing::Pattern; for benchmarks of --sparse).
   double density = 1;
   double overlap = 1;

@@ -114,6 +114,11 @@ void AddJobFlags(Flags* f, bool auto_transport) {
              "elements) are non-zero on them, then aggregate only the blocks non-zero on some "
              "worker; the others come back as zeros without crossing the network (beyond the "
              "reference; every worker of a job the same; docs/protocol.md 2.5)");
+  f->AddBool("sparse-auto",
+             "--sparse with the automatic choice: a worker thread whose union holds more than "
+             "3/4 of its blocks aggregates them all, dense (in place with one thread), and a "
+             "switch without block-sparse support runs the job dense instead of refusing it "
+             "(implies --sparse; every worker of a job the same; docs/protocol.md 2.5)");
   f->AddDouble("density", 1,
                "the input pattern's block density: the fraction of blocks non-zero on some "
                "worker, in [0, 1] (1: the dense pattern; for benchmarks of --sparse, which it "
@@ -271,7 +276,8 @@ Status ReadJobFlags(const Flags& f, JobOptions* o) {
   }
   o->tensor_check = !f.GetBool("no-tensor-check");
   o->auth_data = f.GetBool("auth-data");
-  o->sparse = f.GetBool("sparse");
+  o->sparse_auto = f.GetBool("sparse-auto");
+  o->sparse = f.GetBool("sparse") || o->sparse_auto;
   o->density = f.GetDouble("density");
   if (!(o->density >= 0 && o->density <= 1)) {
     return InvalidArgumentError("--density must be in [0, 1] (a fraction of the blocks)");
@@ -343,7 +349,7 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
   }
   if (!o.tensor_check) a.push_back("--no-tensor-check");
   if (o.auth_data) a.push_back("--auth-data");
-  if (o.sparse) a.push_back("--sparse");
+  if (o.sparse) a.push_back(o.sparse_auto ? "--sparse-auto" : "--sparse");
   if (o.density != 1 || o.overlap != 1) {  // (%.17g: the workers draw exactly the same pattern)
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.17g", o.density);

@@ -466,6 +466,10 @@ PYBIND11_MODULE(_core, m) {
   config.def_readwrite("sparse", &Config::sparse,
                        "block-sparse all-reduces (docs/protocol.md 2.5): only the blocks non-zero "
                        "on some worker cross the network; every worker of a job must set the same");
+  config.def_readwrite("sparse_auto", &Config::sparse_auto,
+                       "with sparse, the automatic choice (docs/protocol.md 2.5): a worker "
+                       "thread's share whose union holds more than 3/4 of its blocks runs dense; "
+                       "a switch without block-sparse support makes the job dense");
   config.def_readwrite("job_secret", &Config::job_secret,
                        "the job's secret (at most 64 bytes), the same on every worker; empty: an "
                        "unprotected job (docs/security.md)");

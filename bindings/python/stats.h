@@ -34,6 +34,8 @@ inline pybind11::dict StatsDict(const ContextStats& s) {
   d["sparse_blocks"] = s.sparse_blocks;
   d["sparse_own_blocks"] = s.sparse_own_blocks;
   d["sparse_union_blocks"] = s.sparse_union_blocks;
+  d["sparse_dense_shares"] = s.sparse_dense_shares;
+  d["sparse_aggregated_blocks"] = s.sparse_aggregated_blocks;
   return d;
 }
 

@@ -149,6 +149,16 @@ struct Config {
   // FAILED_PRECONDITION otherwise). Pays off when many blocks are zero on every worker; a dense
   // tensor costs the announcement and a read of the input more. Off by default.
   bool sparse = false;
+  // With sparse, the automatic choice (docs/protocol.md 2.5, "auto"): after the announcement, a
+  // worker thread whose union holds more than 3/4 of its blocks runs its whole share dense (with
+  // one worker thread: in place on the tensor, without the copies in and out of the compact
+  // buffer), else the compact union. The choice rests on the announced sums, which every worker
+  // receives alike, so every worker makes the same one. A switch without block-sparse support
+  // runs the job dense (every worker is told the same) instead of failing setup. Every worker of
+  // a job must set the same. For callers that cannot know which tensors are sparse (the PyTorch
+  // backend's default): a dense tensor costs only the announcement (one round trip, and a read of
+  // one element per block of a tensor with no zero block).
+  bool sparse_auto = false;
   // Check with the switch that every worker all-reduces the same element count and type (one
   // small control message per all-reduce; the result is returned only once the check passed).
   bool check_tensors = true;

@@ -81,6 +81,11 @@ struct ContextStats {
   uint64_t sparse_blocks = 0;
   uint64_t sparse_own_blocks = 0;
   uint64_t sparse_union_blocks = 0;
+  // Of those all-reduces' worker-thread shares, the ones aggregated whole, dense (every block in
+  // the union, or Config::sparse_auto's choice), and the blocks that crossed the network (the
+  // union's, or a dense share's every block).
+  uint64_t sparse_dense_shares = 0;
+  uint64_t sparse_aggregated_blocks = 0;
 };
 
 class Context {

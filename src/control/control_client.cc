@@ -243,6 +243,7 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   req.set_multicast_group_port(args.multicast_group.port);
   req.set_switch_list(args.switch_list);
   req.set_sparse(args.sparse);
+  req.set_sparse_auto(args.sparse_auto);
   switchml_proto::UdpSessionResponse resp;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);
@@ -277,12 +278,22 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
                          " returned a data-plane key the worker did not ask for");
   }
   reply.sparse = args.sparse && resp.sparse();
-  if (args.sparse && !resp.sparse()) {
-    // Nobody else would check that every worker runs the same kind of all-reduce.
+  reply.sparse_auto = reply.sparse && args.sparse_auto;
+  if (args.sparse && !resp.sparse() && !args.sparse_auto) {
+    // Nobody else would check that every worker runs the same kind of all-reduce. (With
+    // sparse_auto the job runs dense: every worker of it asks the same switch, and is told the
+    // same.)
     return FailedPreconditionError("the switch at " + impl_->target +
                                    " does not support block-sparse jobs (it did not confirm "
                                    "the request's sparse): update the switch, or run without "
                                    "--sparse");
+  }
+  if (reply.sparse_auto && !resp.sparse_auto()) {
+    // A switch of a build before the auto rule: it would not check that every worker follows it.
+    return FailedPreconditionError("the switch at " + impl_->target +
+                                   " does not support --sparse auto (it did not confirm the "
+                                   "request's sparse_auto): update the switch, or run with "
+                                   "--sparse on");
   }
   return reply;
 }

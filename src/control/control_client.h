@@ -49,8 +49,12 @@ struct UdpSessionArgs {
   // ("10.0.0.1:50099,10.0.0.2:50099"), which every worker must send alike; empty: one switch.
   std::string switch_list;
   // Ask for a job that may run block-sparse all-reduces (docs/protocol.md 2.5); every worker of a
-  // job the same. A switch that does not answer sparse (one without the feature) fails the call.
+  // job the same. A switch that does not answer sparse (one without the feature) fails the call,
+  // unless sparse_auto is set: the reply then says dense (every worker gets the same answer).
   bool sparse = false;
+  // With sparse: the auto rule (docs/protocol.md 2.5: a share whose union holds more than 3/4 of
+  // its blocks runs dense); every worker of a job the same.
+  bool sparse_auto = false;
 };
 
 // TLS for the control channel (PEM files). Empty ca_file: plaintext. cert_file + key_file: the
@@ -99,8 +103,11 @@ struct UdpSessionReply {
   // The job holds the loopback group the request named (UdpSessionResponse.multicast_group_kept).
   bool multicast_group_kept = false;
   // The job allows block-sparse all-reduces (UdpSessionResponse.sparse; true only when the
-  // request asked: UdpSession fails when it asked and the switch did not confirm).
+  // request asked: UdpSession fails when it asked without sparse_auto and the switch did not
+  // confirm; with sparse_auto the job then runs dense all-reduces).
   bool sparse = false;
+  // The job's shares follow the auto rule (only with sparse).
+  bool sparse_auto = false;
 };
 
 class ControlClient {

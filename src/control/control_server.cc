@@ -544,6 +544,7 @@ struct ControlServer::Impl {
     q.multicast_group_port = req.multicast_group_port();
     q.switch_list = req.switch_list();
     q.sparse = req.sparse();
+    q.sparse_auto = req.sparse_auto();
     std::string data_key;
     bool multicast_group_kept = false;
     Status st = registry.Register(q, CallerOf(ctx), &data_key, &multicast_group_kept);
@@ -572,6 +573,7 @@ struct ControlServer::Impl {
     resp->set_data_key(data_key);
     resp->set_multicast_group_kept(multicast_group_kept);
     resp->set_sparse(q.sparse);  // the job spec, which every rank sent alike
+    resp->set_sparse_auto(q.sparse_auto);
     return grpc::Status::OK;
   }
 

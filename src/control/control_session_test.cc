@@ -246,6 +246,42 @@ TEST_F(ControlSessionTest, SparseIsPartOfTheJobSpecAndConfirmed) {
   }
 }
 
+// Given a sparse job opened with or without the auto rule, Expect ranks that ask the same to get
+// it confirmed and a rank that differs to be refused naming sparse_auto (the rule decides how many
+// packets each worker sends, so every worker must apply it alike).
+TEST_F(ControlSessionTest, SparseAutoIsPartOfTheJobSpec) {
+  ControlClient client = Client();
+  for (bool automatic : {true, false}) {
+    const uint64_t session = automatic ? 84 : 85;
+    UdpSessionArgs a = Args(session, 0, 3);
+    a.sparse = true;
+    a.sparse_auto = automatic;
+    auto reply = client.UdpSession(a);
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    EXPECT_TRUE(reply->sparse);
+    EXPECT_EQ(reply->sparse_auto, automatic);
+    UdpSessionArgs same = Args(session, 1, 3);
+    same.sparse = true;
+    same.sparse_auto = automatic;
+    ASSERT_TRUE(client.UdpSession(same).ok());
+    UdpSessionArgs other = Args(session, 2, 3);
+    other.sparse = true;
+    other.sparse_auto = !automatic;
+    auto refused = client.UdpSession(other);
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(std::string("sparse_auto ") +
+                                              (automatic ? "false" : "true") + " does not match"),
+              std::string::npos)
+        << refused.status().message();
+  }
+  UdpSessionArgs alone = Args(86, 0, 2);
+  alone.sparse_auto = true;
+  auto refused = client.UdpSession(alone);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("sparse_auto without sparse"), std::string::npos)
+      << refused.status().message();
+}
+
 // A controller that knows none of our extension fields, as the reference's: it answers
 // UdpSession with the reference's fields only.
 class ReferenceLikeSession final : public switchml_proto::Session::Service {
@@ -257,8 +293,8 @@ class ReferenceLikeSession final : public switchml_proto::Session::Service {
 };
 
 // Given a switch without block-sparse jobs (a reference controller ignores the request's sparse),
-// Expect a worker that asked for them to fail with FAILED_PRECONDITION saying so, and one that
-// did not to be served as ever.
+// Expect a worker that asked for them to fail with FAILED_PRECONDITION saying so, one that asked
+// with the auto rule to be told dense, and one that did not ask to be served as ever.
 TEST(ControlReferenceSwitchTest, SparseNeedsASwitchThatConfirmsIt) {
   ReferenceLikeSession service;
   grpc::ServerBuilder builder;
@@ -282,6 +318,13 @@ TEST(ControlReferenceSwitchTest, SparseNeedsASwitchThatConfirmsIt) {
   EXPECT_EQ(sparse.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(sparse.status().message().find("does not support block-sparse jobs"), std::string::npos)
       << sparse.status().message();
+  // With the auto rule the worker runs dense instead (every worker asks the same switch, and is
+  // told the same).
+  a.sparse_auto = true;
+  auto automatic = client.UdpSession(a);
+  ASSERT_TRUE(automatic.ok()) << automatic.status().ToString();
+  EXPECT_FALSE(automatic->sparse);
+  EXPECT_FALSE(automatic->sparse_auto);
   server->Shutdown();
 }
 

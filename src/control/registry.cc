@@ -102,6 +102,7 @@ struct Registry::Job {
   // A striped job's switch hosts as rank 0 listed them (RegisterRequest::switch_list).
   std::string switch_list;
   bool sparse = false;  // block-sparse all-reduces allowed (RegisterRequest::sparse)
+  bool sparse_auto = false;  // and the auto rule (RegisterRequest::sparse_auto)
   struct Rank {
     bool registered = false;
     uint32_t ipv4 = 0;
@@ -322,6 +323,10 @@ Status Registry::ValidateRegistration(const RegisterRequest& r, const Caller& ca
       !proto::IsSupportedSize(static_cast<proto::SizeCode>(r.packet_size))) {
     return InvalidArgumentError("packet size " + PacketSizeName(r.packet_size) +
                                 " is not supported; use 64 or 256 elements per packet");
+  }
+  if (r.sparse_auto && !r.sparse) {
+    return InvalidArgumentError(name + ": sparse_auto without sparse: the automatic choice is one "
+                                "of block-sparse all-reduces (set both, or neither)");
   }
   const uint32_t max_workers = sw_->sw.config().max_workers_per_job;
   if (r.num_workers == 0) {
@@ -655,6 +660,7 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
     if (r.authenticate_data) job->data_key = NewDataKey();
     job->switch_list = r.switch_list;
     job->sparse = r.sparse;
+    job->sparse_auto = r.sparse_auto;
   } else {
     if (const Status* failure = FailureLocked(r.session_id, r.secret)) return *failure;
     // Another secret's job is answered as no job (issue 28, found 8: whether a session id is in
@@ -709,6 +715,11 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
     if (job->sparse != r.sparse) {
       return mismatch("sparse", r.sparse ? "true" : "false", job->sparse ? "true" : "false",
                       "start every worker of the job with --sparse, or none");
+    }
+    if (job->sparse_auto != r.sparse_auto) {
+      return mismatch("sparse_auto", r.sparse_auto ? "true" : "false",
+                      job->sparse_auto ? "true" : "false",
+                      "start every worker of the job with the same --sparse mode (on or auto)");
     }
     RETURN_IF_ERROR(ClearAddressLocked(r.session_id, ipv4, r.udp_port, num_ports, deferred));
   }

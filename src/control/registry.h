@@ -114,6 +114,9 @@ struct RegisterRequest {
   std::string switch_list;
   // UdpSessionRequest.sparse: the job may run block-sparse all-reduces (part of the job spec).
   bool sparse = false;
+  // UdpSessionRequest.sparse_auto: with sparse, shares above the auto rule's union run dense
+  // (part of the job spec).
+  bool sparse_auto = false;
 };
 
 // A Barrier (broadcast = false) or Broadcast call.

@@ -138,6 +138,10 @@ Status Config::Validate() const {
     return InvalidArgumentError("peer_timeout must be at least the retransmission timeout");
   }
   if (setup_timeout.count() <= 0) return InvalidArgumentError("setup_timeout must be positive");
+  if (sparse_auto && !sparse) {
+    return InvalidArgumentError("sparse_auto needs sparse: set both (block-sparse all-reduces, "
+                                "the automatic choice per worker thread) or neither");
+  }
   if (lan_multicast_required && authenticate_data) {
     return InvalidArgumentError(
         "lan_multicast_required (multicast 'on') cannot go with authenticate_data: datagrams to a "
@@ -380,6 +384,9 @@ class Context::Impl {
   // Set after a protocol failure (timeout, transport): the workers' slot states no longer
   // agree, so every later operation, and every queued one, fails at once with it.
   std::shared_ptr<runtime::FailureLatch> failure = std::make_shared<runtime::FailureLatch>();
+  // The job runs block-sparse all-reduces (config.sparse, and every switch host confirmed it:
+  // with sparse_auto a switch without the feature makes the job dense).
+  bool sparse = false;
 
   using Transports = std::vector<std::unique_ptr<transport::Transport>>;
   // What setup learned of the job's multicast results.
@@ -537,6 +544,7 @@ control::UdpSessionArgs Context::Impl::Registration(uint32_t bind_ip, uint16_t b
   args.job_secret = config.job_secret;
   args.authenticate_data = config.authenticate_data;
   args.sparse = config.sparse;
+  args.sparse_auto = config.sparse_auto;
   if (hosts.size() > 1) {
     // Every worker must stripe over the same hosts in the same order: each host compares.
     for (const auto& h : hosts) {
@@ -705,9 +713,14 @@ Status Context::Impl::Register(const control::UdpSessionArgs& args) {
                     "switch host " + h.name + ": " + reply.status().message());
     }
     h.reply = *reply;
+    sparse = (i == 0 || sparse) && reply->sparse;
     // (The stream ends before the control client is destroyed: the callback may use it.)
     h.attachment = h.client->Attach(session_id, config.rank, config.job_secret,
                                     [this, i](const Status& why) { OnSwitchFailure(i, why); });
+  }
+  if (config.sparse && !sparse && config.rank == 0) {
+    LOG(kInfo, kRuntime) << "block-sparse all-reduces (auto) off for this job: a switch host does "
+                            "not support them (a reference switch?); every worker runs dense";
   }
   return Status();
 }
@@ -845,7 +858,7 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
     job.out = static_cast<uint8_t*>(out) + e0 * esize;
     job.count = e1 - e0;
     job.element_offset = e0;
-    if (config.sparse) {
+    if (sparse) {
       // Block-sparse (docs/protocol.md 2.5): every thread gets the whole tensor and takes the
       // blocks b with b mod nthreads = t of it (worker::SparseSession).
       job.in = in;
@@ -853,6 +866,7 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
       job.count = count;
       job.element_offset = 0;
       job.sparse = true;
+      job.sparse_auto = config.sparse_auto;
       job.lane = static_cast<uint32_t>(t);
       job.lanes = static_cast<uint32_t>(nthreads);
     }
@@ -958,6 +972,8 @@ ContextStats Context::stats() const {
     s.sparse_blocks += sc.blocks;
     s.sparse_own_blocks += sc.own_blocks;
     s.sparse_union_blocks += sc.union_blocks;
+    s.sparse_dense_shares += sc.dense_shares;
+    s.sparse_aggregated_blocks += sc.aggregated_blocks;
   }
   for (const auto& h : impl_->hosts) s.switch_hosts_alive += h->alive.load() ? 1 : 0;
   return s;

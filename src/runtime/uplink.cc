@@ -352,6 +352,7 @@ Status Uplink::OpenUpstream(const switchml_proto::UdpSessionRequest& request) {
   args.size = static_cast<proto::SizeCode>(request.packet_size());
   args.job_secret = request.job_secret();
   args.sparse = request.sparse();  // the spine checks that every rack asks the same
+  args.sparse_auto = request.sparse_auto();
   ASSIGN_OR_RETURN(control::UdpSessionReply reply, setup_client_.UdpSession(args));
   dataplane::UpstreamSpec up;
   up.ipv4 = reply.switch_ipv4;

@@ -106,6 +106,9 @@ struct SliceJob {
   // packet size) with b mod lanes == lane. SparseSession runs it as two slices of its own; a
   // WorkerSession never sees one (CHECKed).
   bool sparse = false;
+  // With sparse: the auto rule (docs/protocol.md 2.5): a share whose union holds more than 3/4 of
+  // its blocks runs dense.
+  bool sparse_auto = false;
   uint32_t lane = 0;
   uint32_t lanes = 1;
 };

@@ -82,8 +82,35 @@ void SparseSession::Advance(Nanos now) {
 }
 
 void SparseSession::StartUnion(Nanos now) {
-  UnionBlocks(announce_, share_.blocks(), num_workers_, &union_);
+  const uint64_t blocks = share_.blocks();
+  UnionBlocks(announce_, blocks, num_workers_, &union_);
   sparse_counters_.union_blocks += union_.size();
+  const bool dense =
+      union_.size() == blocks || (job_.sparse_auto && AutoChoosesDense(union_.size(), blocks));
+  direct_ = dense && share_.lanes == 1;
+  phase_ = Phase::kUnion;
+  if (dense) {
+    ++sparse_counters_.dense_shares;
+    sparse_counters_.aggregated_blocks += blocks;
+  } else {
+    sparse_counters_.aggregated_blocks += union_.size();
+  }
+  if (direct_) {
+    // The share is the whole tensor: a dense slice on it, in to out.
+    SliceJob d;
+    d.job_id = job_.job_id;
+    d.dtype = job_.dtype;
+    d.in = job_.in;
+    d.out = job_.out;
+    d.count = job_.count;
+    d.element_offset = job_.element_offset;
+    inner_.Start(d, now);
+    return;
+  }
+  if (dense) {  // strided: every block of the share through the compact buffer
+    union_.resize(blocks);
+    for (uint64_t j = 0; j < blocks; ++j) union_[j] = j;
+  }
   compact_.resize(union_.size() * numel_ * 4);
   GatherBlocks(job_.in, share_, union_, compact_);
   SliceJob u;
@@ -91,12 +118,15 @@ void SparseSession::StartUnion(Nanos now) {
   u.dtype = job_.dtype;
   u.in = u.out = compact_.data();
   u.count = union_.size() * numel_;
-  phase_ = Phase::kUnion;
   inner_.Start(u, now);
 }
 
 void SparseSession::FinishUnion() {
   Status st = inner_.status();
+  if (direct_) {  // results in place, and any message already names the tensor's elements
+    Finish(std::move(st));
+    return;
+  }
   // Non-finite input is the caller's, not a protocol failure: the results are written (NaN in
   // the blocks concerned), and the message names the tensor's elements.
   if (!st.ok() && st.code() != StatusCode::kInvalidArgument) {

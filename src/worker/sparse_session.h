@@ -12,6 +12,10 @@
 //   2. the union, a slice of the tensor's type over the blocks some worker holds, gathered into a
 //      compact buffer and all-reduced in place; its results are then copied back to their blocks
 //      of the output, and (out of place) the share's other blocks are zeroed.
+//      Or the whole share dense: when it is the whole tensor (one lane) and every block is in the
+//      union, or the auto rule chose dense (more than 3/4 of the blocks in the union), the slice
+//      runs on the tensor itself, in to out, as a dense all-reduce would (with several lanes
+//      a dense share is gathered whole: its blocks are strided).
 // The driver sees one slice: state() stays kRunning until the second ends. Everything else
 // (retransmission, striping, failover with its repair of an interrupted slice) is the
 // StripedSession's, to which both slices are ordinary ones. The announcement and compact
@@ -36,7 +40,11 @@ struct SparseCounters {
   uint64_t allreduces = 0;      // sparse slices run
   uint64_t blocks = 0;          // blocks of their shares (announced)
   uint64_t own_blocks = 0;      // of those, non-zero on this worker
-  uint64_t union_blocks = 0;    // of those, non-zero on some worker: aggregated
+  uint64_t union_blocks = 0;    // of those, non-zero on some worker
+  // Shares aggregated whole (dense), without a compact buffer: every block in the union, or the
+  // auto rule's choice (SliceJob::sparse_auto); their blocks all count as aggregated.
+  uint64_t dense_shares = 0;
+  uint64_t aggregated_blocks = 0;  // blocks of union and dense slices that crossed the network
   uint64_t announce_words = 0;  // int32 words of the announcements
 };
 
@@ -75,6 +83,9 @@ class SparseSession {
   // After a call into the inner session: moves a sparse slice on when its phase ended.
   void Advance(Nanos now);
   void StartUnion(Nanos now);
+  // The auto rule (docs/protocol.md 2.5): a share of `blocks` blocks whose union holds `u` runs
+  // dense. The same on every worker (the sums are).
+  static bool AutoChoosesDense(uint64_t u, uint64_t blocks) { return 4 * u > 3 * blocks; }
   void FinishUnion();
   void Finish(Status status);
 
@@ -92,6 +103,7 @@ class SparseSession {
   std::vector<int32_t> announce_;  // this worker's announcement, then the sums
   std::vector<uint64_t> union_;    // share-local blocks of the union, ascending
   std::vector<uint8_t> compact_;   // the union's blocks, in union order
+  bool direct_ = false;            // the second slice runs on the tensor itself (no compact_)
   SparseCounters sparse_counters_;
 };
 

@@ -35,9 +35,12 @@ from the environment (switchml worker's flag in brackets):
     SWITCHML_EARLY_RETRANSMIT=N    re-send a packet once N later ones got results (0: off)
     SWITCHML_AUTH_DATA=0|1         the authenticated data plane (docs/security.md 4.4; every
                                    process of the job the same)
-    SWITCHML_SPARSE=on|off         block-sparse all-reduces (docs/protocol.md 2.5): only blocks
-                                   non-zero on some process cross the network (default off;
-                                   every process of the job the same) [--sparse]
+    SWITCHML_SPARSE=auto|on|off    block-sparse all-reduces (docs/protocol.md 2.5): only blocks
+                                   non-zero on some process cross the network; auto: a bucket
+                                   whose blocks are almost all non-zero somewhere (over 3/4)
+                                   runs dense, and a switch without the feature runs the job
+                                   dense (default off; every process of the job the same)
+                                   [--sparse, --sparse-auto]
     SWITCHML_SETUP_TIMEOUT=SECONDS joining the switch fails after this long (the group's
                                    timeout, at most 60)
 
@@ -60,12 +63,7 @@ from switchml import _torch
 ProcessGroupSwitchML = _torch.ProcessGroupSwitchML
 DEFAULT_CONTROL_PORT = 50099
 MULTICAST_MODES = ("auto", "local", "on", "off")
-SPARSE_MODES = ("on", "off")
-
-
-def _on_off(mode):
-    """"on"/"off" as True/False; None stays None (the library's default)."""
-    return None if mode is None else mode == "on"
+SPARSE_MODES = ("auto", "on", "off")
 
 
 @dataclasses.dataclass
@@ -96,7 +94,7 @@ class Options:
     min_retransmit_timeout: Optional[float] = None  # seconds; Config::min_timeout
     max_retransmit_timeout: Optional[float] = None  # seconds; Config::max_timeout
     pin_threads: Optional[bool] = None  # Config::pin_threads
-    sparse: Optional[str] = None  # "on" or "off": Config::sparse (block-sparse all-reduces)
+    sparse: Optional[str] = None  # "auto", "on" or "off": Config::sparse and sparse_auto
 
 
 _KIND_NAMES = {int: "an int", float: "a number (int or float)", str: "a str", bool: "a bool"}
@@ -231,11 +229,13 @@ def _resolve(options, group_timeout):
         early_retransmit_after=pick("early_retransmit", "SWITCHML_EARLY_RETRANSMIT", None, int,
                                     lambda x: 0 <= x <= 1_000_000, "use 0..1000000 (0: off)"),
         authenticate_data=pick("authenticate_data", "SWITCHML_AUTH_DATA", None, bool),
-        sparse=_on_off(pick("sparse", "SWITCHML_SPARSE", None, str,
-                            lambda x: x in SPARSE_MODES,
-                            "use on (every all-reduce block-sparse) or off; auto, a choice per "
-                            "bucket, is not built yet (docs/python.md)")),
     )
+    sparse = pick("sparse", "SWITCHML_SPARSE", None, str, lambda x: x in SPARSE_MODES,
+                  "use auto (block-sparse, a bucket with almost no zero block dense), on (every "
+                  "all-reduce block-sparse) or off")
+    # None: switchml::Config's default (off).
+    kwargs["sparse"] = None if sparse is None else sparse != "off"
+    kwargs["sparse_auto"] = None if sparse is None else sparse == "auto"
     _config(kwargs, 0, 1)  # what only the combination can get wrong
     return kwargs
 

@@ -303,6 +303,28 @@ def sparse_body(rank, world):
             "sent": stats["packets_sent"]}
 
 
+def sparse_auto_body(rank, world):
+    # WORLD runs SWITCHML_SPARSE=auto: a mostly-zero bucket goes compact, a dense one and one 90 %
+    # non-zero go dense (in place: one worker thread); every result exact.
+    out = {}
+    for name, nonzero_blocks in (("sparse", [3]), ("dense", range(400)), ("ninety", range(360))):
+        x = torch.zeros(400 * 256, dtype=torch.int32)
+        for b in nonzero_blocks:
+            x[b * 256:(b + 1) * 256] = rank + 1 + b
+        expect = torch.zeros_like(x)
+        for b in nonzero_blocks:
+            expect[b * 256:(b + 1) * 256] = world * (b + 1) + world * (world - 1) // 2
+        before = dist.group.WORLD.stats()
+        dist.all_reduce(x)
+        after = dist.group.WORLD.stats()
+        out[name] = {"exact": bool(torch.equal(x, expect)),
+                     "dense_shares": after["sparse_dense_shares"] - before["sparse_dense_shares"],
+                     "aggregated": (after["sparse_aggregated_blocks"]
+                                    - before["sparse_aggregated_blocks"])}
+    out["auto"] = dist.group.WORLD.config.sparse_auto
+    return out
+
+
 def data_path_body(rank, world):
     # WORLD's data-path options from the environment, a second group's from pg_options; both
     # over the transport of SWITCHML_TRANSPORT.
@@ -477,8 +499,23 @@ class TorchBackendTest(unittest.TestCase):
         self.assertIs(resolve(SWITCHML_SPARSE="off")["sparse"], False)
         self.assertIs(resolve(swtorch.Options(sparse="on"))["sparse"], True)
         self.assertIsNone(resolve()["sparse"])
-        with self.assertRaisesRegex(ValueError, "SWITCHML_SPARSE='auto' is not valid: use on"):
-            resolve(SWITCHML_SPARSE="auto")
+        with self.assertRaisesRegex(ValueError, "SWITCHML_SPARSE='yes' is not valid: use auto"):
+            resolve(SWITCHML_SPARSE="yes")
+
+    def test_sparse_auto_chooses_per_bucket(self):
+        res = run_job(self, 2, sparse_auto_body, env={"SWITCHML_SPARSE": "auto"})
+        for out in res:
+            self.assertTrue(out["auto"], out)
+            for name in ("sparse", "dense", "ninety"):
+                self.assertTrue(out[name]["exact"], (name, out))
+            # One block of 400 crossed the network; the others every block, dense.
+            self.assertEqual(out["sparse"], {"exact": True, "dense_shares": 0, "aggregated": 1})
+            self.assertEqual(out["dense"], {"exact": True, "dense_shares": 1, "aggregated": 400})
+            self.assertEqual(out["ninety"], {"exact": True, "dense_shares": 1, "aggregated": 400})
+        auto = resolve(SWITCHML_SPARSE="auto")
+        self.assertEqual((auto["sparse"], auto["sparse_auto"]), (True, True))
+        on = resolve(swtorch.Options(sparse="on"))
+        self.assertEqual((on["sparse"], on["sparse_auto"]), (True, False))
 
     def test_shm_transport_and_data_path_options(self):
         # A switch on shared-memory rings, in a shm directory of the test's own (the workers
