@@ -39,7 +39,7 @@ from the environment (switchml worker's flag in brackets):
                                    non-zero on some process cross the network; auto: a bucket
                                    whose blocks are almost all non-zero somewhere (over 3/4)
                                    runs dense, and a switch without the feature runs the job
-                                   dense (default off; every process of the job the same)
+                                   dense (default auto; every process of the job the same)
                                    [--sparse, --sparse-auto]
     SWITCHML_SETUP_TIMEOUT=SECONDS joining the switch fails after this long (the group's
                                    timeout, at most 60)
@@ -230,12 +230,13 @@ def _resolve(options, group_timeout):
                                     lambda x: 0 <= x <= 1_000_000, "use 0..1000000 (0: off)"),
         authenticate_data=pick("authenticate_data", "SWITCHML_AUTH_DATA", None, bool),
     )
-    sparse = pick("sparse", "SWITCHML_SPARSE", None, str, lambda x: x in SPARSE_MODES,
+    # auto by default, unlike switchml::Config (off): a DDP bucket may hold an embedding table's
+    # mostly-zero gradient, and a dense bucket costs only the announcement (docs/python.md).
+    sparse = pick("sparse", "SWITCHML_SPARSE", "auto", str, lambda x: x in SPARSE_MODES,
                   "use auto (block-sparse, a bucket with almost no zero block dense), on (every "
                   "all-reduce block-sparse) or off")
-    # None: switchml::Config's default (off).
-    kwargs["sparse"] = None if sparse is None else sparse != "off"
-    kwargs["sparse_auto"] = None if sparse is None else sparse == "auto"
+    kwargs["sparse"] = sparse != "off"
+    kwargs["sparse_auto"] = sparse == "auto"
     _config(kwargs, 0, 1)  # what only the combination can get wrong
     return kwargs
 

@@ -498,7 +498,7 @@ class TorchBackendTest(unittest.TestCase):
             self.assertLess(out["sent"], 20, out)
         self.assertIs(resolve(SWITCHML_SPARSE="off")["sparse"], False)
         self.assertIs(resolve(swtorch.Options(sparse="on"))["sparse"], True)
-        self.assertIsNone(resolve()["sparse"])
+        self.assertEqual((resolve()["sparse"], resolve()["sparse_auto"]), (True, True))  # auto
         with self.assertRaisesRegex(ValueError, "SWITCHML_SPARSE='yes' is not valid: use auto"):
             resolve(SWITCHML_SPARSE="yes")
 
