@@ -10,7 +10,7 @@
 #include "base/endpoint.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
-#include "control/sync_text.h"
+#include "control/duration_text.h"
 #include "proto/wire.h"
 #include "switchml/types.h"
 
@@ -818,7 +818,8 @@ void Registry::FailRoundLocked(std::map<RoundKey, std::shared_ptr<Round>>::itera
     auto w = waits_.find(ticket);
     if (w == waits_.end()) continue;
     ReleaseLocked(w->second->charge, ticket);
-    deferred.push_back([done = std::move(w->second->done), why] { done(why, 0); });
+    deferred.push_back(
+        [done = std::move(w->second->done), why] { done(why, ErrorReason::kNone, 0); });
     waits_.erase(w);
   }
   rounds_.erase(it);
@@ -921,7 +922,7 @@ void Registry::EvictLocked(uint64_t ticket, const std::string& why, Deferred& de
   const Status status = ResourceExhaustedError(why);
   if (auto w = waits_.find(ticket); w != waits_.end()) {
     SyncDone done = LeaveRoundLocked(ticket);
-    deferred.push_back([done = std::move(done), status] { done(status, 0); });
+    deferred.push_back([done = std::move(done), status] { done(status, ErrorReason::kNone, 0); });
     return;
   }
   if (auto p = pending_.find(ticket); p != pending_.end()) {
@@ -1038,12 +1039,14 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
             auto w = waits_.find(t);
             if (w == waits_.end()) continue;
             ReleaseLocked(w->second->charge, t);
-            deferred.push_back(
-                [d = std::move(w->second->done), v = round->value] { d(Status::Ok(), v); });
+            deferred.push_back([d = std::move(w->second->done), v = round->value] {
+              d(Status::Ok(), ErrorReason::kNone, v);
+            });
             waits_.erase(w);
           }
           ReleaseLocked(charge, ticket);
-          deferred.push_back([d = std::move(done), v = round->value] { d(Status::Ok(), v); });
+          deferred.push_back(
+              [d = std::move(done), v = round->value] { d(Status::Ok(), ErrorReason::kNone, v); });
         } else {
           auto wait = std::make_unique<Wait>();
           wait->key = key;
@@ -1064,7 +1067,7 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
   for (auto& f : deferred) f();
   if (!st.ok()) {
     LogRefusal(scope, caller, st);
-    if (done) done(st, 0);
+    if (done) done(st, ErrorReason::kNone, 0);
   }
   (void)waiting;
 }
@@ -1096,7 +1099,7 @@ void Registry::CancelWait(uint64_t ticket, const Status& why) {
   }
   if (!done) return;
   LOG(kDebug, kControl) << "a waiting call left its round: " << why.ToString();
-  done(why, 0);
+  done(why, ErrorReason::kNone, 0);
 }
 
 namespace {
@@ -1128,10 +1131,13 @@ std::string Registry::MissingText(const Wait& wait) const {
   // (An unscoped round's name already says how many workers: "unscoped barrier of 4 workers".)
   std::string text =
       wait.scope + (wait.key.session_id == 0 ? "" : " (" + std::to_string(n) + " workers)") + ": ";
+  // (The whole sentence is the switch's: a client passes it on as it is, ErrorReason
+  // kRoundExpired, and so does a top-of-rack switch on its way.)
+  constexpr const char* kAskWhy = ": did it fail or start with other arguments?";
   if (round.ranks.count() != round.arrived) {
     // A call without its rank (a reference client's Barrier): only the count is known.
-    return text + std::to_string(n - round.arrived) + " of " + std::to_string(n) + " workers" +
-           std::string(kRanksDidNotArrive) + waited;
+    return text + std::to_string(n - round.arrived) + " of " + std::to_string(n) +
+           " workers did not arrive within " + waited + kAskWhy;
   }
   std::vector<uint32_t> missing, waiting, gave_up;
   for (uint32_t r = 0; r < n; ++r) {
@@ -1145,14 +1151,14 @@ std::string Registry::MissingText(const Wait& wait) const {
   }
   if (missing.empty()) {
     // Every rank came, but not within one another's timeouts.
-    return text + std::string(kRanksCameApart) + ": " + RankList(gave_up) + " timed out before " +
-           RankList(waiting) + " came (waited " + waited +
+    return text + "every rank arrived, but not together: " + RankList(gave_up) +
+           " timed out before " + RankList(waiting) + " came (waited " + waited +
            "): start the workers within each other's timeout";
   }
-  text += RankList(missing) + std::string(kRanksDidNotArrive) + waited +
-          " (waiting: " + RankList(waiting);
+  text +=
+      RankList(missing) + " did not arrive within " + waited + " (waiting: " + RankList(waiting);
   if (!gave_up.empty()) text += "; arrived and timed out: " + RankList(gave_up);
-  return text + ")";
+  return text + ")" + kAskWhy;
 }
 
 void Registry::ExpireWait(uint64_t ticket) {
@@ -1167,7 +1173,7 @@ void Registry::ExpireWait(uint64_t ticket) {
     done = LeaveRoundLocked(ticket);
   }
   LOG(kInfo, kControl) << why.message();
-  done(why, 0);
+  done(why, ErrorReason::kRoundExpired, 0);
 }
 
 // ---------------------------------------------------------------------------------------------

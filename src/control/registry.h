@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "control/error_reason.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
 
@@ -179,8 +180,9 @@ struct RegistryHooks {
 class Registry {
  public:
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
-  // Completion of a wait: the status, and a Broadcast's value.
-  using SyncDone = std::function<void(const Status&, uint64_t value)>;
+  // Completion of a wait: the status, the reason beside it (kRoundExpired when ExpireWait ended
+  // it, else kNone), and a Broadcast's value.
+  using SyncDone = std::function<void(const Status&, ErrorReason reason, uint64_t value)>;
   // The end of an attached stream (always an error status: why the job ended for this worker).
   using StreamEnd = std::function<void(const Status&)>;
   // A confirmed all-reduce check.
@@ -213,8 +215,9 @@ class Registry {
   void CancelWait(uint64_t ticket, const Status& why);
   // The call's deadline is about to pass (the control server calls this shortly before it): the
   // call leaves its round, and `done` runs with kDeadlineExceeded naming the ranks that did not
-  // arrive, so that the worker's error can say which peer is missing (a client whose own
-  // deadline passes first can only say that one is). No effect when the wait already ended.
+  // arrive, and ErrorReason::kRoundExpired, so that the worker's error can say which peer is
+  // missing (a client whose own deadline passes first can only say that one is). No effect when
+  // the wait already ended.
   void ExpireWait(uint64_t ticket);
 
   // Session.Close.
