@@ -179,7 +179,11 @@ Status RegistryOptions::Validate() const {
 
 Registry::Registry(const RegistryOptions& options, dataplane::LockedSwitch* sw, Clock clock,
                    RegistryHooks hooks)
-    : options_(options), sw_(sw), clock_(std::move(clock)), hooks_(std::move(hooks)) {}
+    : options_(options),
+      sw_(sw),
+      clock_(std::move(clock)),
+      hooks_(std::move(hooks)),
+      limits_(options) {}
 
 Registry::~Registry() { Shutdown(); }
 
@@ -243,18 +247,17 @@ uint32_t Registry::pending_streams() const {
 
 uint32_t Registry::forwarded_calls() const {
   std::lock_guard lock(mu_);
-  return static_cast<uint32_t>(forwarded_.size());
+  return limits_.forwarded_calls();
 }
 
 uint32_t Registry::stranger_calls() const {
   std::lock_guard lock(mu_);
-  return stranger_calls_;
+  return limits_.stranger_calls();
 }
 
 uint32_t Registry::member_calls(uint64_t session_id) const {
   std::lock_guard lock(mu_);
-  auto it = member_calls_.find(session_id);
-  return it == member_calls_.end() ? 0 : it->second;
+  return limits_.member_calls(session_id);
 }
 
 bool Registry::HasJob(uint64_t session_id) const {
@@ -483,7 +486,7 @@ void Registry::RemoveJobLocked(uint64_t session_id, const Status& why, Deferred&
     if (r.stream == 0) continue;
     auto s = streams_.find(r.stream);
     if (s == streams_.end()) continue;
-    ReleaseLocked(s->second->charge, s->first);
+    limits_.Release(s->second->charge, s->first);
     deferred.push_back([end = std::move(s->second->end), why] { end(why); });
     streams_.erase(s);
   }
@@ -817,7 +820,7 @@ void Registry::FailRoundLocked(std::map<RoundKey, std::shared_ptr<Round>>::itera
   for (uint64_t ticket : it->second->waiters) {
     auto w = waits_.find(ticket);
     if (w == waits_.end()) continue;
-    ReleaseLocked(w->second->charge, ticket);
+    limits_.Release(w->second->charge, ticket);
     deferred.push_back(
         [done = std::move(w->second->done), why] { done(why, ErrorReason::kNone, 0); });
     waits_.erase(w);
@@ -834,88 +837,21 @@ bool Registry::MemberLocked(uint64_t session_id, const std::string& secret) cons
   return it != jobs_.end() && SameSecret(it->second->secret, secret);
 }
 
-void Registry::SetStrangerCountLocked(const std::string& client, uint32_t from, uint32_t to) {
-  if (from > 0) clients_by_calls_.erase({from, client});
-  if (to > 0) clients_by_calls_.insert({to, client});
+CallLimits::Evict Registry::EvictorLocked(Deferred& deferred) {
+  return [this, &deferred](uint64_t ticket, const std::string& why) {
+    EvictLocked(ticket, why, deferred);
+  };
 }
 
 Status Registry::AdmitLocked(const Caller& caller, uint64_t member_session, uint64_t ticket,
                              bool evictable, Deferred& deferred, Charge* charge) {
-  if (member_session != 0) {
-    const Job& job = *jobs_.at(member_session);
-    const uint32_t allowance = kMemberCallsPerWorker * (job.spec.num_workers + 1);
-    uint32_t& mine = member_calls_[member_session];
-    if (mine >= allowance) {
-      return ResourceExhaustedError(
-          SessionName(member_session) + " already has " + std::to_string(mine) +
-          " calls waiting or streams attached, the most a job of " +
-          std::to_string(job.spec.num_workers) + " workers may have (" +
-          std::to_string(kMemberCallsPerWorker) +
-          " per worker): its workers make more calls at once than the protocol does");
-    }
-    ++mine;
-    *charge = Charge{member_session, {}};
-    return Status::Ok();
-  }
-  const std::string client = ClientKey(caller);
-  Client& mine = strangers_[client];
-  auto refuse = [&](Status why) {
-    if (mine.calls == 0) strangers_.erase(client);
-    return why;
-  };
-  if (mine.calls >= options_.max_calls_per_client) {
-    return refuse(ResourceExhaustedError(
-        "client " + client + " already has " + std::to_string(mine.calls) +
-        " calls waiting or streams attached that belong to no job of its own, the most this "
-        "switch allows per client"));
-  }
-  if (stranger_calls_ >= options_.max_calls_total) {
-    // Make room at the expense of the client that holds the most, if it would still hold more
-    // than this one: a flood from many addresses cannot keep out a client with few calls.
-    bool evicted = false;
-    if (!clients_by_calls_.empty()) {
-      const auto& [most, biggest] = *clients_by_calls_.rbegin();
-      Client& big = strangers_.at(biggest);
-      if (most > mine.calls + 1 && !big.evictable.empty()) {
-        EvictLocked(*big.evictable.begin(),
-                    "the switch holds its maximum of " + std::to_string(options_.max_calls_total) +
-                        " calls waiting or streams attached that belong to no job of their "
-                        "clients, and client " +
-                        biggest + " the most of them (" + std::to_string(most) +
-                        "): its oldest made room for a newer client's",
-                    deferred);
-        evicted = true;
-      }
-    }
-    if (!evicted) {
-      return refuse(ResourceExhaustedError(
-          "the switch already has " + std::to_string(stranger_calls_) +
-          " calls waiting or streams attached that belong to no job of their clients, its "
-          "limit"));
-    }
-  }
-  SetStrangerCountLocked(client, mine.calls, mine.calls + 1);
-  ++mine.calls;
-  if (evictable) mine.evictable.insert(ticket);
-  ++stranger_calls_;
-  *charge = Charge{0, client};
-  return Status::Ok();
+  return limits_.Admit(ClientKey(caller), AllowanceLocked(member_session), ticket, evictable,
+                       EvictorLocked(deferred), charge);
 }
 
-void Registry::ReleaseLocked(const Charge& charge, uint64_t ticket) {
-  if (charge.session_id != 0) {
-    auto it = member_calls_.find(charge.session_id);
-    if (it != member_calls_.end() && --it->second == 0) member_calls_.erase(it);
-    return;
-  }
-  auto it = strangers_.find(charge.client);
-  if (it == strangers_.end()) return;
-  Client& c = it->second;
-  SetStrangerCountLocked(charge.client, c.calls, c.calls - 1);
-  --c.calls;
-  c.evictable.erase(ticket);
-  --stranger_calls_;
-  if (c.calls == 0) strangers_.erase(it);
+CallLimits::Member Registry::AllowanceLocked(uint64_t member_session) const {
+  if (member_session == 0) return {};
+  return {member_session, jobs_.at(member_session)->spec.num_workers};
 }
 
 void Registry::EvictLocked(uint64_t ticket, const std::string& why, Deferred& deferred) {
@@ -926,7 +862,7 @@ void Registry::EvictLocked(uint64_t ticket, const std::string& why, Deferred& de
     return;
   }
   if (auto p = pending_.find(ticket); p != pending_.end()) {
-    ReleaseLocked(p->second->charge, ticket);
+    limits_.Release(p->second->charge, ticket);
     deferred.push_back([end = std::move(p->second->end), status] { end(status); });
     pending_.erase(p);
   }
@@ -1016,7 +952,7 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
                                   "rank");
       }
       if (!st.ok()) {
-        ReleaseLocked(charge, ticket);
+        limits_.Release(charge, ticket);
         if (whole_round) {
           if (q.session_id != 0) {
             FailSessionLocked(q.session_id, q.secret, st, deferred);
@@ -1038,13 +974,13 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
           for (uint64_t t : round->waiters) {
             auto w = waits_.find(t);
             if (w == waits_.end()) continue;
-            ReleaseLocked(w->second->charge, t);
+            limits_.Release(w->second->charge, t);
             deferred.push_back([d = std::move(w->second->done), v = round->value] {
               d(Status::Ok(), ErrorReason::kNone, v);
             });
             waits_.erase(w);
           }
-          ReleaseLocked(charge, ticket);
+          limits_.Release(charge, ticket);
           deferred.push_back(
               [d = std::move(done), v = round->value] { d(Status::Ok(), ErrorReason::kNone, v); });
         } else {
@@ -1085,7 +1021,7 @@ Registry::SyncDone Registry::LeaveRoundLocked(uint64_t ticket) {
       rounds_.erase(it);
     }
   }
-  ReleaseLocked(wait.charge, ticket);
+  limits_.Release(wait.charge, ticket);
   SyncDone done = std::move(wait.done);
   waits_.erase(w);
   return done;
@@ -1272,7 +1208,7 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
     // way: attached (a member's now), or refused (dropped).
     bool ended = q.opened;
     if (auto p = pending_.find(ticket); p != pending_.end()) {
-      ReleaseLocked(p->second->charge, ticket);
+      limits_.Release(p->second->charge, ticket);
       pending_.erase(p);
       ended = false;
     }
@@ -1413,7 +1349,7 @@ void Registry::Detach(uint64_t ticket) {
   {
     std::lock_guard lock(mu_);
     if (auto p = pending_.find(ticket); p != pending_.end()) {
-      ReleaseLocked(p->second->charge, ticket);
+      limits_.Release(p->second->charge, ticket);
       pending_.erase(p);
       return;
     }
@@ -1422,7 +1358,7 @@ void Registry::Detach(uint64_t ticket) {
     const uint64_t session_id = s->second->session_id;
     const uint32_t rank = s->second->rank;
     const std::string name = s->second->name;
-    ReleaseLocked(s->second->charge, ticket);
+    limits_.Release(s->second->charge, ticket);
     streams_.erase(s);
     auto j = jobs_.find(session_id);
     if (j == jobs_.end()) return;
@@ -1521,35 +1457,12 @@ Status Registry::AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t 
   Deferred deferred;
   {
     std::lock_guard lock(mu_);
-    const bool member = MemberLocked(session_id, secret);
-    const bool counted = upstream && !member;  // within the forwarded strangers' limits
-    const std::string client = ClientKey(caller);
-    Charge charge;
     if (shut_down_) {
       st = UnavailableError("the switch control plane is shutting down");
-    } else if (counted && forwarded_strangers_ >= options_.max_forwarded_stranger_calls) {
-      st = ResourceExhaustedError(
-          "the switch already passes " + std::to_string(forwarded_strangers_) +
-          " calls that belong to no job of their clients on to its upstream switch, its limit");
-    } else if (counted &&
-               forwarded_per_client_[client] >= options_.max_forwarded_stranger_calls_per_client) {
-      st = ResourceExhaustedError("client " + client + " already has " +
-                                  std::to_string(forwarded_per_client_[client]) +
-                                  " calls that belong to no job of its own passed on to the "
-                                  "upstream switch, the most this switch allows per client");
     } else {
-      st = AdmitLocked(caller, member ? session_id : 0, ticket, /*evictable=*/false, deferred,
-                       &charge);
-    }
-    if (st.ok()) {
-      if (counted) {
-        ++forwarded_strangers_;
-        ++forwarded_per_client_[client];
-      }
-      forwarded_[ticket] = Forwarded{std::move(charge), counted};
-    } else if (auto it = forwarded_per_client_.find(client);
-               it != forwarded_per_client_.end() && it->second == 0) {
-      forwarded_per_client_.erase(it);
+      const uint64_t member_session = MemberLocked(session_id, secret) ? session_id : 0;
+      st = limits_.AdmitForwarded(ClientKey(caller), AllowanceLocked(member_session), ticket,
+                                  upstream, EvictorLocked(deferred));
     }
   }
   for (auto& f : deferred) f();
@@ -1559,15 +1472,7 @@ Status Registry::AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t 
 
 void Registry::ReleaseForwarded(uint64_t ticket) {
   std::lock_guard lock(mu_);
-  auto it = forwarded_.find(ticket);
-  if (it == forwarded_.end()) return;
-  if (it->second.upstream) {
-    --forwarded_strangers_;
-    auto c = forwarded_per_client_.find(it->second.charge.client);
-    if (c != forwarded_per_client_.end() && --c->second == 0) forwarded_per_client_.erase(c);
-  }
-  ReleaseLocked(it->second.charge, ticket);
-  forwarded_.erase(it);
+  limits_.ReleaseForwarded(ticket);
 }
 
 void Registry::Tick() {
@@ -1610,7 +1515,7 @@ void Registry::Tick() {
         ++it;
         continue;
       }
-      ReleaseLocked(it->second->charge, it->first);
+      limits_.Release(it->second->charge, it->first);
       deferred.push_back(
           [end = std::move(it->second->end),
            why = DeadlineExceededError("no first message (AttachRequest) within " +
@@ -1641,13 +1546,7 @@ void Registry::Shutdown() {
       deferred.push_back([end = std::move(p->end), why] { end(why); });
     }
     pending_.clear();
-    forwarded_.clear();
-    forwarded_per_client_.clear();
-    strangers_.clear();
-    clients_by_calls_.clear();
-    stranger_calls_ = 0;
-    forwarded_strangers_ = 0;
-    member_calls_.clear();
+    limits_.Clear();
   }
   for (auto& f : deferred) f();
 }

@@ -31,16 +31,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "control/call_limits.h"
 #include "control/error_reason.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
 
 namespace switchml::control {
-
-// A job's allowance of waiting calls, attached streams and forwarded calls of its members:
-// this many per worker, plus this many (a worker makes one Barrier or Broadcast at a time and has
-// one stream; the rest is slack for retries and a top-of-rack switch's forwarded calls).
-inline constexpr uint32_t kMemberCallsPerWorker = 4;
 
 struct RegistryOptions {
   // Refuse requests without a job secret (jobs and sync calls alike).
@@ -307,12 +303,7 @@ class Registry {
   struct Wait;
   struct Stream;
   struct PendingStream;
-  // What a call or stream is counted against: a job's allowance (session_id != 0, a member's) or
-  // a stranger's client address.
-  struct Charge {
-    uint64_t session_id = 0;
-    std::string client;
-  };
+  using Charge = CallLimits::Charge;
   struct RoundKey {
     bool broadcast;
     uint64_t session_id;
@@ -354,18 +345,19 @@ class Registry {
   const Status* FailureLocked(uint64_t session_id, const std::string& secret);
   void FailRoundLocked(std::map<RoundKey, std::shared_ptr<Round>>::iterator it, const Status& why,
                        Deferred& deferred);
-  // Admits the call or stream `ticket`: a member's of `member_session` (0: a stranger's).
-  // `evictable`: a stranger's wait or unattached stream, which a later stranger may evict when
-  // the total is full. May evict another (its callback goes to `deferred`).
+  // Admits the call or stream `ticket` (CallLimits::Admit): a member's of `member_session` (0: a
+  // stranger's). May evict another (its callback goes to `deferred`).
   Status AdmitLocked(const Caller& caller, uint64_t member_session, uint64_t ticket, bool evictable,
                      Deferred& deferred, Charge* charge);
-  void ReleaseLocked(const Charge& charge, uint64_t ticket);
+  // A member's job as CallLimits counts it (session 0: a stranger).
+  CallLimits::Member AllowanceLocked(uint64_t member_session) const;
+  // Ends an evicted call (EvictLocked), its callback going to `deferred`.
+  CallLimits::Evict EvictorLocked(Deferred& deferred);
   // Whether a request with `secret` for `session_id` is a member's (the session's job exists
   // and has that secret).
   bool MemberLocked(uint64_t session_id, const std::string& secret) const;
   // Ends a stranger's wait or unattached stream to make room (RESOURCE_EXHAUSTED, `why`).
   void EvictLocked(uint64_t ticket, const std::string& why, Deferred& deferred);
-  void SetStrangerCountLocked(const std::string& client, uint32_t from, uint32_t to);
   void Touch(Job& job);
   // Confirms all-reduce `op` to every stream of the job.
   void ConfirmLocked(const Job& job, uint64_t op, Deferred& deferred);
@@ -394,27 +386,8 @@ class Registry {
   std::unordered_map<uint64_t, std::unique_ptr<Wait>> waits_;
   std::unordered_map<uint64_t, std::unique_ptr<Stream>> streams_;
   std::unordered_map<uint64_t, std::unique_ptr<PendingStream>> pending_;
-  // Calls run on threads of their own (AdmitForwarded), and whether they count as passed upstream.
-  struct Forwarded {
-    Charge charge;
-    bool upstream = false;
-  };
-  std::unordered_map<uint64_t, Forwarded> forwarded_;
-  // Strangers' calls per client (its IPv4 text, or the peer string), with the tickets of the
-  // ones that may be evicted (oldest first: tickets only grow), the clients by how many they
-  // hold, and the total; forwarded ones among them.
-  struct Client {
-    uint32_t calls = 0;
-    std::set<uint64_t> evictable;
-  };
-  std::unordered_map<std::string, Client> strangers_;
-  std::set<std::pair<uint32_t, std::string>> clients_by_calls_;
-  uint32_t stranger_calls_ = 0;
-  // Strangers' calls passed upstream, per client and in all.
-  std::unordered_map<std::string, uint32_t> forwarded_per_client_;
-  uint32_t forwarded_strangers_ = 0;
-  // Members' calls per session.
-  std::unordered_map<uint64_t, uint32_t> member_calls_;
+  // Who holds how many calls and streams (call_limits.h).
+  CallLimits limits_;
   // Refusal log rate limit: lines in the current second, and how many were suppressed.
   std::chrono::steady_clock::time_point log_window_{};
   uint32_t logged_in_window_ = 0;
