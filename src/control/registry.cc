@@ -3,7 +3,7 @@
 #include <sodium.h>
 
 #include <algorithm>
-#include <bitset>
+#include <optional>
 #include <utility>
 
 #include "base/check.h"
@@ -11,6 +11,8 @@
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "control/duration_text.h"
+#include "control/op_checks.h"
+#include "control/rank_set.h"
 #include "proto/wire.h"
 #include "switchml/types.h"
 
@@ -18,9 +20,6 @@ namespace switchml::control {
 namespace {
 
 constexpr uint32_t kDefaultWindow = 256;
-// Ranks per job at most (the data plane's worker bitmap is 256 bits wide).
-constexpr size_t kMaxRanks = 256;
-using RankSet = std::bitset<kMaxRanks>;
 // Longest job secret accepted (our workers send 32 bytes).
 constexpr size_t kMaxSecretBytes = 64;
 // A striped job's list of switch hosts (64 hosts of "255.255.255.255:65535,").
@@ -43,12 +42,6 @@ constexpr const char* kNotOpenForThisSecret =
 std::string PacketSizeName(int value) {
   static const char* const kNames[] = {"MTU_128", "MTU_256", "MTU_512", "MTU_1024"};
   return value >= 0 && value < 4 ? kNames[value] : std::to_string(value);
-}
-
-std::string TypeName(uint32_t dtype) {
-  return dtype <= static_cast<uint32_t>(DataType::kFloat32)
-             ? DataTypeName(static_cast<DataType>(dtype))
-             : "type " + std::to_string(dtype);
 }
 
 std::string ClientKey(const Caller& c) {
@@ -80,12 +73,6 @@ std::string NewDataKey() {
   return key;
 }
 
-// Releases the lock, then runs the callbacks collected under it.
-void Run(std::vector<std::function<void()>>& deferred, std::unique_lock<std::mutex>& lock) {
-  lock.unlock();
-  for (auto& f : deferred) f();
-}
-
 }  // namespace
 
 bool SameSecret(const std::string& a, const std::string& b) {
@@ -113,15 +100,8 @@ struct Registry::Job {
   };
   std::vector<Rank> ranks;
   std::chrono::steady_clock::time_point last_activity{};
-  uint64_t packets = 0;  // the data plane's count when last looked at
-  struct Check {
-    uint64_t count = 0;
-    uint32_t dtype = 0;
-    std::string first;  // the rank that announced it first, named as in errors
-    RankSet ranks;      // the ranks that announced it
-  };
-  std::map<uint64_t, Check> checks;
-  uint64_t newest_agreed_op = 0;  // the highest op every rank announced alike
+  uint64_t packets = 0;            // the data plane's count when last looked at
+  std::optional<OpChecks> checks;  // the per-all-reduce check (set when the job is created)
   // When the job was created (JobSummaries: its age).
   std::chrono::steady_clock::time_point created{};
 };
@@ -231,7 +211,7 @@ std::vector<Registry::JobSummary> Registry::JobSummaries(const std::string* secr
       s.closed += r.closed;
     }
     s.age = now - job->created;
-    s.allreduces = job->newest_agreed_op;
+    s.allreduces = job->checks->newest_agreed_op();
     s.has_secret = !job->secret.empty();
     s.authenticated_data = !job->data_key.empty();
   }
@@ -463,6 +443,7 @@ Status Registry::CreateJobLocked(const dataplane::JobSpec& spec, const std::stri
   job->spec = spec;
   job->secret = secret;
   job->ranks.resize(spec.num_workers);
+  job->checks.emplace(SessionName(spec.session_id), spec.num_workers, options_.max_open_checks);
   job->last_activity = job->created = Now();
   jobs_[spec.session_id] = std::move(job);
   if (hooks_.job_created) hooks_.job_created(spec.session_id);
@@ -1040,18 +1021,6 @@ void Registry::CancelWait(uint64_t ticket, const Status& why) {
 
 namespace {
 
-// "rank 3", "ranks 1, 2 and 5", "ranks 0, 1, 2, 3, 4, 5, 6, 7 and 9 more".
-std::string RankList(const std::vector<uint32_t>& ranks) {
-  constexpr size_t kNamed = 8;
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size() && i < kNamed; ++i) {
-    if (i > 0) text += (i + 1 == ranks.size()) ? " and " : ", ";
-    text += std::to_string(ranks[i]);
-  }
-  if (ranks.size() > kNamed) text += " and " + std::to_string(ranks.size() - kNamed) + " more";
-  return text;
-}
-
 // "300 ms", "2.5 s": FormatTimeout of the time, to a tenth of a second from 1 s on.
 std::string WaitedText(std::chrono::steady_clock::duration d) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d);
@@ -1270,56 +1239,32 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
 void Registry::Report(uint64_t ticket, uint64_t op, uint64_t count, uint32_t dtype) {
   Deferred deferred;
   {
-    std::unique_lock lock(mu_);
+    std::lock_guard lock(mu_);
     auto s = streams_.find(ticket);
     if (s == streams_.end() || op == 0) return;
     const uint64_t session_id = s->second->session_id;
-    const uint32_t rank = s->second->rank;
-    const std::string& me = s->second->name;
     auto j = jobs_.find(session_id);
     if (j == jobs_.end()) return;
     Job& job = *j->second;
     Touch(job);
-    // A failure removes the job: `job` and `c` must not be used after one.
-    auto c = job.checks.find(op);
-    if (c == job.checks.end()) {
-      if (job.checks.size() >= options_.max_open_checks) {
-        FailSessionLocked(
-            session_id, job.secret,
-            FailedPreconditionError(SessionName(session_id) + " failed: " + me + " is " +
-                                    std::to_string(options_.max_open_checks) +
-                                    " all-reduces ahead of another rank"),
-            deferred);
-        return Run(deferred, lock);
-      }
-      c = job.checks.emplace(op, Job::Check{count, dtype, me, {}}).first;
-    } else if (c->second.count != count || c->second.dtype != dtype) {
-      const Job::Check& first = c->second;
-      FailSessionLocked(
-          session_id, job.secret,
-          FailedPreconditionError(
-              SessionName(session_id) + " failed: all-reduce " + std::to_string(op) +
-              " does not match across workers: " + first.first + " passed " +
-              std::to_string(first.count) + " " + TypeName(first.dtype) + " elements, " + me + " " +
-              std::to_string(count) + " " + TypeName(dtype) +
-              " elements; every worker must all-reduce the same count and data type, in the "
-              "same order"),
-          deferred);
-      return Run(deferred, lock);
-    }
-    c->second.ranks.set(rank);
-    if (c->second.ranks.count() == job.spec.num_workers) {
-      const uint64_t agreed_count = c->second.count;
-      const uint32_t agreed_dtype = c->second.dtype;
-      job.checks.erase(c);
-      job.newest_agreed_op = std::max(job.newest_agreed_op, op);
-      if (hooks_.check_agreed) {
-        deferred.push_back([f = hooks_.check_agreed, session_id, op, agreed_count, agreed_dtype] {
-          f(session_id, op, agreed_count, agreed_dtype);
-        });
-      } else {
-        ConfirmLocked(job, op, deferred);
-      }
+    OpChecks::Verdict v = job.checks->Announce(op, count, dtype, s->second->rank, s->second->name);
+    switch (v.kind) {
+      case OpChecks::Verdict::Kind::kPending:
+        break;
+      case OpChecks::Verdict::Kind::kFailed:
+        // (This removes the job.)
+        FailSessionLocked(session_id, job.secret, FailedPreconditionError(std::move(v.failure)),
+                          deferred);
+        break;
+      case OpChecks::Verdict::Kind::kAgreed:
+        if (hooks_.check_agreed) {
+          deferred.push_back([f = hooks_.check_agreed, session_id, op, v] {
+            f(session_id, op, v.count, v.dtype);
+          });
+        } else {
+          ConfirmLocked(job, op, deferred);
+        }
+        break;
     }
   }
   for (auto& f : deferred) f();
@@ -1388,36 +1333,8 @@ Result<std::string> Registry::DescribeOp(uint64_t session_id, const std::string&
   if (const Status* failure = FailureLocked(session_id, secret)) return *failure;
   if (j == jobs_.end()) return NotFoundError(name + kNotOpenForThisSecret);
   const Job& job = *j->second;
-  const std::string what = "all-reduce " + std::to_string(op) + " of " + name;
-  auto c = job.checks.find(op);
-  if (c == job.checks.end()) {
-    if (op != 0 && op <= job.newest_agreed_op) {
-      return "every rank started " + what +
-             ", so its packets or results are being lost: check that every worker reaches the "
-             "switch's data port and back (addresses, firewalls, MTU)";
-    }
-    return "no rank announced " + what +
-           " to the switch (tensor checks off?): it cannot tell which rank is missing";
-  }
-  std::vector<uint32_t> started, missing, closed;
-  for (uint32_t r = 0; r < job.spec.num_workers; ++r) {
-    if (c->second.ranks.test(r)) {
-      started.push_back(r);
-    } else if (r < job.ranks.size() && job.ranks[r].closed) {
-      closed.push_back(r);
-    } else {
-      missing.push_back(r);
-    }
-  }
-  std::string text = what + ": ";
-  if (!missing.empty()) {
-    text += RankList(missing) + (missing.size() == 1 ? " has" : " have") + " not started it";
-  }
-  if (!closed.empty()) {
-    text += std::string(missing.empty() ? "" : "; ") + RankList(closed) +
-            " closed the session without starting it";
-  }
-  return text + " (" + RankList(started) + (started.size() == 1 ? " has" : " have") + ")";
+  return job.checks->Describe(
+      op, [&job](uint32_t r) { return r < job.ranks.size() && job.ranks[r].closed; });
 }
 
 void Registry::ReportFailure(uint64_t ticket, const std::string& why) {
