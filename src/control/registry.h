@@ -33,6 +33,7 @@
 
 #include "control/call_limits.h"
 #include "control/error_reason.h"
+#include "control/refusal_log.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
 
@@ -322,8 +323,6 @@ class Registry {
   std::string MissingText(const Wait& wait) const;
 
   std::chrono::steady_clock::time_point Now() const;
-  Status ValidateRegistration(const RegisterRequest& r, const Caller& caller,
-                              uint32_t* worker_ipv4) const;
   Status RegisterLocked(const RegisterRequest& r, uint32_t worker_ipv4, Deferred& deferred);
   Status CheckSecretLocked(const Job& job, const std::string& secret, uint64_t session_id) const;
   bool OwnsLocked(uint64_t session_id, const std::string& secret) const;
@@ -388,10 +387,7 @@ class Registry {
   std::unordered_map<uint64_t, std::unique_ptr<PendingStream>> pending_;
   // Who holds how many calls and streams (call_limits.h).
   CallLimits limits_;
-  // Refusal log rate limit: lines in the current second, and how many were suppressed.
-  std::chrono::steady_clock::time_point log_window_{};
-  uint32_t logged_in_window_ = 0;
-  uint64_t suppressed_logs_ = 0;
+  RefusalLog refusals_;  // (its own lock: logged outside mu_)
 };
 
 // Compares job secrets in time that does not depend on where they differ (the registry's checks,
