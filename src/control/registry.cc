@@ -91,29 +91,6 @@ struct Registry::Job {
   std::chrono::steady_clock::time_point created{};
 };
 
-struct Registry::Round {
-  uint32_t num_workers = 0;
-  uint32_t arrived = 0;
-  RankSet ranks;  // the ranks waiting (of the calls that sent one)
-  // Ranks that waited in this round and timed out (ExpireWait) while others still wait: they
-  // did arrive, so a later expiry does not call them missing.
-  RankSet gave_up;
-  uint32_t root = 0;
-  uint64_t value = 0;
-  std::vector<uint64_t> waiters;  // tickets
-};
-
-struct Registry::Wait {
-  RoundKey key;
-  std::shared_ptr<Round> round;
-  bool has_rank = false;
-  uint32_t rank = 0;
-  Charge charge;
-  SyncDone done;
-  std::string scope;  // "barrier of session 7", as the registry's errors name the round
-  std::chrono::steady_clock::time_point since;
-};
-
 struct Registry::Stream {
   uint64_t session_id = 0;
   uint32_t rank = 0;
@@ -148,7 +125,8 @@ Registry::Registry(const RegistryOptions& options, dataplane::LockedSwitch* sw, 
       sw_(sw),
       clock_(std::move(clock)),
       hooks_(std::move(hooks)),
-      limits_(options) {}
+      limits_(options),
+      rounds_(&limits_) {}
 
 Registry::~Registry() { Shutdown(); }
 
@@ -168,7 +146,7 @@ uint64_t Registry::NewTicket() {
 
 uint32_t Registry::waiting_calls() const {
   std::lock_guard lock(mu_);
-  return static_cast<uint32_t>(waits_.size());
+  return static_cast<uint32_t>(rounds_.waiting());
 }
 
 uint32_t Registry::attached_streams() const {
@@ -626,30 +604,11 @@ void Registry::FailSessionLocked(uint64_t session_id, const std::string& secret,
     ++failure_marks_;
   }
   if (marks.empty()) failures_.erase(session_id);
-  for (auto it = rounds_.begin(); it != rounds_.end();) {
-    auto next = std::next(it);
-    if (it->first.session_id == session_id && SameSecret(it->first.secret, secret)) {
-      FailRoundLocked(it, why, deferred);
-    }
-    it = next;
-  }
+  rounds_.FailSession(session_id, secret, why, deferred);
   if (has_job && owner) {
     LOG(kInfo, kControl) << why.message();
     RemoveJobLocked(session_id, FailedPreconditionError(why.message()), deferred, Ending::kFailed);
   }
-}
-
-void Registry::FailRoundLocked(std::map<RoundKey, std::shared_ptr<Round>>::iterator it,
-                               const Status& why, Deferred& deferred) {
-  for (uint64_t ticket : it->second->waiters) {
-    auto w = waits_.find(ticket);
-    if (w == waits_.end()) continue;
-    limits_.Release(w->second->charge, ticket);
-    deferred.push_back(
-        [done = std::move(w->second->done), why] { done(why, ErrorReason::kNone, 0); });
-    waits_.erase(w);
-  }
-  rounds_.erase(it);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -680,8 +639,7 @@ CallLimits::Member Registry::AllowanceLocked(uint64_t member_session) const {
 
 void Registry::EvictLocked(uint64_t ticket, const std::string& why, Deferred& deferred) {
   const Status status = ResourceExhaustedError(why);
-  if (auto w = waits_.find(ticket); w != waits_.end()) {
-    SyncDone done = LeaveRoundLocked(ticket);
+  if (SyncDone done = rounds_.Leave(ticket)) {
     deferred.push_back([done = std::move(done), status] { done(status, ErrorReason::kNone, 0); });
     return;
   }
@@ -699,7 +657,6 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
   const std::string scope = SyncScope(q);
   Status st = ValidateSync(options_, sw_->sw.config(), q, scope);
   Deferred deferred;
-  bool waiting = false;
   {
     std::lock_guard lock(mu_);
     if (st.ok() && shut_down_) st = UnavailableError("the switch control plane is shutting down");
@@ -718,82 +675,11 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
     }
     if (st.ok()) {
       if (job != nullptr) Touch(*job);
-      RoundKey key{q.broadcast, q.session_id, q.session_id == 0 ? q.num_workers : 0, q.secret};
-      std::shared_ptr<Round>& slot = rounds_[key];
-      if (!slot) {
-        slot = std::make_shared<Round>();
-        slot->num_workers = q.num_workers;
-        slot->root = q.root;
-      }
-      const std::shared_ptr<Round> round = slot;
-      const bool ranked = q.broadcast || q.has_rank;
-      // A refusal that means the job cannot come together fails the whole round (and session);
-      // another refuses only this call.
       bool whole_round = false;
-      if (round->num_workers != q.num_workers) {
-        whole_round = true;
-        // The job cannot come together: fail the waiting workers too (and, for a session, every
-        // later call of it), instead of leaving them to time out.
-        st = InvalidArgumentError(scope + ": num_workers " + std::to_string(q.num_workers) +
-                                  " of one worker does not match the " +
-                                  std::to_string(round->num_workers) +
-                                  " of another: start every worker with the same --workers");
-      } else if (q.broadcast && round->root != q.root) {
-        st = InvalidArgumentError(scope + ": root " + std::to_string(q.root) +
-                                  " does not match the " + std::to_string(round->root) +
-                                  " of the workers already waiting");
-      } else if (ranked && round->ranks.test(q.rank)) {
-        whole_round = true;
-        st = InvalidArgumentError(scope + ": rank " + std::to_string(q.rank) +
-                                  " is already waiting in this round: two workers have the same "
-                                  "rank");
-      }
-      if (!st.ok()) {
-        limits_.Release(charge, ticket);
-        if (whole_round) {
-          if (q.session_id != 0) {
-            FailSessionLocked(q.session_id, q.secret, st, deferred);
-          }
-          if (auto it = rounds_.find(key); it != rounds_.end() && it->second == round) {
-            FailRoundLocked(it, st, deferred);
-          }
-        } else if (round->arrived == 0) {
-          rounds_.erase(key);
-        }
-      } else {
-        if (ranked) {
-          round->ranks.set(q.rank);
-          round->gave_up.reset(q.rank);
-        }
-        if (q.broadcast && q.rank == q.root) round->value = q.value;
-        if (++round->arrived == round->num_workers) {
-          rounds_.erase(key);
-          for (uint64_t t : round->waiters) {
-            auto w = waits_.find(t);
-            if (w == waits_.end()) continue;
-            limits_.Release(w->second->charge, t);
-            deferred.push_back([d = std::move(w->second->done), v = round->value] {
-              d(Status::Ok(), ErrorReason::kNone, v);
-            });
-            waits_.erase(w);
-          }
-          limits_.Release(charge, ticket);
-          deferred.push_back(
-              [d = std::move(done), v = round->value] { d(Status::Ok(), ErrorReason::kNone, v); });
-        } else {
-          auto wait = std::make_unique<Wait>();
-          wait->key = key;
-          wait->round = round;
-          wait->has_rank = ranked;
-          wait->rank = q.rank;
-          wait->charge = charge;
-          wait->done = std::move(done);
-          wait->scope = scope;
-          wait->since = Now();
-          waits_[ticket] = std::move(wait);
-          round->waiters.push_back(ticket);
-          waiting = true;
-        }
+      st = rounds_.Join(ticket, q, scope, charge, done, Now(), deferred, &whole_round);
+      if (!st.ok() && whole_round) {
+        if (q.session_id != 0) FailSessionLocked(q.session_id, q.secret, st, deferred);
+        rounds_.FailRoundOf(q, st, deferred);
       }
     }
   }
@@ -802,84 +688,17 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
     LogRefusal(scope, caller, st);
     if (done) done(st, ErrorReason::kNone, 0);
   }
-  (void)waiting;
-}
-
-Registry::SyncDone Registry::LeaveRoundLocked(uint64_t ticket) {
-  auto w = waits_.find(ticket);
-  if (w == waits_.end()) return nullptr;
-  Wait& wait = *w->second;
-  Round& round = *wait.round;
-  --round.arrived;
-  if (wait.has_rank) round.ranks.reset(wait.rank);
-  std::erase(round.waiters, ticket);
-  if (round.arrived == 0) {
-    if (auto it = rounds_.find(wait.key); it != rounds_.end() && it->second == wait.round) {
-      rounds_.erase(it);
-    }
-  }
-  limits_.Release(wait.charge, ticket);
-  SyncDone done = std::move(wait.done);
-  waits_.erase(w);
-  return done;
 }
 
 void Registry::CancelWait(uint64_t ticket, const Status& why) {
   SyncDone done;
   {
     std::lock_guard lock(mu_);
-    done = LeaveRoundLocked(ticket);
+    done = rounds_.Leave(ticket);
   }
   if (!done) return;
   LOG(kDebug, kControl) << "a waiting call left its round: " << why.ToString();
   done(why, ErrorReason::kNone, 0);
-}
-
-namespace {
-
-// "300 ms", "2.5 s": FormatTimeout of the time, to a tenth of a second from 1 s on.
-std::string WaitedText(std::chrono::steady_clock::duration d) {
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d);
-  return FormatTimeout(ms < std::chrono::seconds(1) ? ms : ms - ms % 100);
-}
-
-}  // namespace
-
-std::string Registry::MissingText(const Wait& wait) const {
-  const Round& round = *wait.round;
-  const std::string waited = WaitedText(Now() - wait.since);
-  const uint32_t n = round.num_workers;
-  // (An unscoped round's name already says how many workers: "unscoped barrier of 4 workers".)
-  std::string text =
-      wait.scope + (wait.key.session_id == 0 ? "" : " (" + std::to_string(n) + " workers)") + ": ";
-  // (The whole sentence is the switch's: a client passes it on as it is, ErrorReason
-  // kRoundExpired, and so does a top-of-rack switch on its way.)
-  constexpr const char* kAskWhy = ": did it fail or start with other arguments?";
-  if (round.ranks.count() != round.arrived) {
-    // A call without its rank (a reference client's Barrier): only the count is known.
-    return text + std::to_string(n - round.arrived) + " of " + std::to_string(n) +
-           " workers did not arrive within " + waited + kAskWhy;
-  }
-  std::vector<uint32_t> missing, waiting, gave_up;
-  for (uint32_t r = 0; r < n; ++r) {
-    if (round.ranks.test(r)) {
-      waiting.push_back(r);
-    } else if (round.gave_up.test(r)) {
-      gave_up.push_back(r);
-    } else {
-      missing.push_back(r);
-    }
-  }
-  if (missing.empty()) {
-    // Every rank came, but not within one another's timeouts.
-    return text + "every rank arrived, but not together: " + RankList(gave_up) +
-           " timed out before " + RankList(waiting) + " came (waited " + waited +
-           "): start the workers within each other's timeout";
-  }
-  text +=
-      RankList(missing) + " did not arrive within " + waited + " (waiting: " + RankList(waiting);
-  if (!gave_up.empty()) text += "; arrived and timed out: " + RankList(gave_up);
-  return text + ")" + kAskWhy;
 }
 
 void Registry::ExpireWait(uint64_t ticket) {
@@ -887,12 +706,9 @@ void Registry::ExpireWait(uint64_t ticket) {
   Status why;
   {
     std::lock_guard lock(mu_);
-    auto w = waits_.find(ticket);
-    if (w == waits_.end()) return;
-    why = DeadlineExceededError(MissingText(*w->second));
-    if (w->second->has_rank) w->second->round->gave_up.set(w->second->rank);
-    done = LeaveRoundLocked(ticket);
+    done = rounds_.Expire(ticket, Now(), &why);
   }
+  if (!done) return;
   LOG(kInfo, kControl) << why.message();
   done(why, ErrorReason::kRoundExpired, 0);
 }
@@ -1267,7 +1083,7 @@ void Registry::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
     const Status why = UnavailableError("the switch control plane is shutting down");
-    while (!rounds_.empty()) FailRoundLocked(rounds_.begin(), why, deferred);
+    rounds_.FailAll(why, deferred);
     for (auto& [ticket, s] : streams_) {
       deferred.push_back([end = std::move(s->end), why] { end(why); });
     }

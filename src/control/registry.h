@@ -34,6 +34,7 @@
 #include "control/call_limits.h"
 #include "control/error_reason.h"
 #include "control/refusal_log.h"
+#include "control/sync_rounds.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
 
@@ -179,7 +180,7 @@ class Registry {
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
   // Completion of a wait: the status, the reason beside it (kRoundExpired when ExpireWait ended
   // it, else kNone), and a Broadcast's value.
-  using SyncDone = std::function<void(const Status&, ErrorReason reason, uint64_t value)>;
+  using SyncDone = SyncRounds::Done;
   // The end of an attached stream (always an error status: why the job ended for this worker).
   using StreamEnd = std::function<void(const Status&)>;
   // A confirmed all-reduce check.
@@ -300,27 +301,11 @@ class Registry {
 
  private:
   struct Job;
-  struct Round;
-  struct Wait;
   struct Stream;
   struct PendingStream;
   using Charge = CallLimits::Charge;
-  struct RoundKey {
-    bool broadcast;
-    uint64_t session_id;
-    uint32_t unscoped_num_workers;
-    std::string secret;
-    auto operator<=>(const RoundKey&) const = default;
-  };
   // Callbacks collected under the lock and run after it is released.
-  using Deferred = std::vector<std::function<void()>>;
-
-  // Removes a waiting call from its round (the round too once no call waits in it) and returns
-  // its callback, to be run after the lock is released.
-  SyncDone LeaveRoundLocked(uint64_t ticket);
-  // Why a waiting call's round did not come together: the ranks missing from it, when every
-  // waiting call sent its rank, else how many workers are missing.
-  std::string MissingText(const Wait& wait) const;
+  using Deferred = SyncRounds::Deferred;
 
   std::chrono::steady_clock::time_point Now() const;
   Status RegisterLocked(const RegisterRequest& r, uint32_t worker_ipv4, Deferred& deferred);
@@ -342,8 +327,6 @@ class Registry {
   void FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
                          Deferred& deferred);
   const Status* FailureLocked(uint64_t session_id, const std::string& secret);
-  void FailRoundLocked(std::map<RoundKey, std::shared_ptr<Round>>::iterator it, const Status& why,
-                       Deferred& deferred);
   // Admits the call or stream `ticket` (CallLimits::Admit): a member's of `member_session` (0: a
   // stranger's). May evict another (its callback goes to `deferred`).
   Status AdmitLocked(const Caller& caller, uint64_t member_session, uint64_t ticket, bool evictable,
@@ -381,12 +364,12 @@ class Registry {
   };
   std::unordered_map<uint64_t, std::vector<Failure>> failures_;
   size_t failure_marks_ = 0;
-  std::map<RoundKey, std::shared_ptr<Round>> rounds_;
-  std::unordered_map<uint64_t, std::unique_ptr<Wait>> waits_;
   std::unordered_map<uint64_t, std::unique_ptr<Stream>> streams_;
   std::unordered_map<uint64_t, std::unique_ptr<PendingStream>> pending_;
   // Who holds how many calls and streams (call_limits.h).
   CallLimits limits_;
+  // Barrier and Broadcast rounds (sync_rounds.h); their waits hold charges of limits_.
+  SyncRounds rounds_;
   RefusalLog refusals_;  // (its own lock: logged outside mu_)
 };
 
