@@ -20,10 +20,6 @@
 namespace switchml::control {
 namespace {
 
-// Failure marks remembered for sessions that have no job (they only affect callers with the same
-// secret, so they are bounded, not needed).
-constexpr size_t kMaxFailureMarks = 4096;
-
 // How Close and Diagnose answer for a session without a job, or with the job of another secret.
 constexpr const char* kNotOpenForThisSecret =
     " is not open on the switch for this job secret (closed, expired, never opened, or opened "
@@ -125,6 +121,7 @@ Registry::Registry(const RegistryOptions& options, dataplane::LockedSwitch* sw, 
       sw_(sw),
       clock_(std::move(clock)),
       hooks_(std::move(hooks)),
+      failures_(options.failure_memory),
       limits_(options),
       rounds_(&limits_) {}
 
@@ -454,10 +451,7 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
                       Ending::kReplaced);
       job = nullptr;
     }
-    if (auto f = failures_.find(r.session_id); f != failures_.end()) {
-      failure_marks_ -= f->second.size();
-      failures_.erase(f);
-    }
+    failures_.Forget(r.session_id);
     RETURN_IF_ERROR(MakeRoomLocked(r.session_id, deferred));
     RETURN_IF_ERROR(ClearAddressLocked(r.session_id, ipv4, r.udp_port, num_ports, deferred));
     RETURN_IF_ERROR(CreateJobLocked(spec, r.secret));
@@ -567,43 +561,15 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
 // Failures.
 
 const Status* Registry::FailureLocked(uint64_t session_id, const std::string& secret) {
-  auto it = failures_.find(session_id);
-  if (it == failures_.end()) return nullptr;
-  const auto now = Now();
-  const size_t before = it->second.size();
-  std::erase_if(it->second, [&](const Failure& f) { return now - f.at > options_.failure_memory; });
-  failure_marks_ -= before - it->second.size();
-  if (it->second.empty()) {
-    failures_.erase(it);
-    return nullptr;
-  }
-  for (const Failure& f : it->second) {
-    if (SameSecret(f.secret, secret)) return &f.status;
-  }
-  return nullptr;
+  return failures_.Find(session_id, secret, Now());
 }
 
 void Registry::FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
                                  Deferred& deferred) {
   if (session_id == 0) return;  // 0 is the unscoped sync group, never a failed session
-  const auto now = Now();
-  for (auto it = failures_.begin(); it != failures_.end();) {
-    const size_t before = it->second.size();
-    std::erase_if(it->second,
-                  [&](const Failure& f) { return now - f.at > options_.failure_memory; });
-    failure_marks_ -= before - it->second.size();
-    it = it->second.empty() ? failures_.erase(it) : std::next(it);
-  }
   const bool has_job = jobs_.count(session_id) != 0;
   const bool owner = OwnsLocked(session_id, secret);
-  std::vector<Failure>& marks = failures_[session_id];
-  const bool marked = std::any_of(marks.begin(), marks.end(),
-                                  [&](const Failure& f) { return SameSecret(f.secret, secret); });
-  if (!marked && ((has_job && owner) || failure_marks_ < kMaxFailureMarks)) {
-    marks.push_back(Failure{FailedPreconditionError(why.message()), secret, now});
-    ++failure_marks_;
-  }
-  if (marks.empty()) failures_.erase(session_id);
+  failures_.Mark(session_id, secret, why, has_job && owner, Now());
   rounds_.FailSession(session_id, secret, why, deferred);
   if (has_job && owner) {
     LOG(kInfo, kControl) << why.message();

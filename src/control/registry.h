@@ -33,6 +33,7 @@
 
 #include "control/call_limits.h"
 #include "control/error_reason.h"
+#include "control/failure_marks.h"
 #include "control/refusal_log.h"
 #include "control/sync_rounds.h"
 #include "dataplane/switch.h"
@@ -355,15 +356,8 @@ class Registry {
   bool shut_down_ = false;
   uint64_t next_ticket_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;
-  // Failure marks by session, one per secret (a stranger's mark, which only its own calls see,
-  // never takes the place of the job's); at most kMaxFailureMarks besides the jobs' own.
-  struct Failure {
-    Status status;
-    std::string secret;
-    std::chrono::steady_clock::time_point at;
-  };
-  std::unordered_map<uint64_t, std::vector<Failure>> failures_;
-  size_t failure_marks_ = 0;
+  // Sessions marked failed (failure_marks.h).
+  FailureMarks failures_;
   std::unordered_map<uint64_t, std::unique_ptr<Stream>> streams_;
   std::unordered_map<uint64_t, std::unique_ptr<PendingStream>> pending_;
   // Who holds how many calls and streams (call_limits.h).
