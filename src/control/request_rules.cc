@@ -1,6 +1,7 @@
 #include "control/request_rules.h"
 
 #include "base/endpoint.h"
+#include "base/status_macros.h"
 #include "proto/wire.h"
 
 namespace switchml::control {
@@ -10,6 +11,17 @@ namespace {
 constexpr size_t kMaxSwitchListBytes = 64 * 22;
 // UDP ports (worker threads) one worker may register.
 constexpr uint32_t kMaxPortsPerWorker = 64;
+
+// A job's worker count: at least 1, at most the switch's limit (errors start with `what`).
+Status CheckNumWorkers(const std::string& what, uint32_t n, const dataplane::SwitchConfig& config) {
+  if (n == 0) return InvalidArgumentError(what + ": num_workers is 0; it must be at least 1");
+  if (n > config.max_workers_per_job) {
+    return InvalidArgumentError(what + ": num_workers " + std::to_string(n) +
+                                " exceeds this switch's limit of " +
+                                std::to_string(config.max_workers_per_job) + " workers per job");
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -56,18 +68,11 @@ Status ValidateRegistration(const RegistryOptions& options, const dataplane::Swi
                                 " is not supported; use 64 or 256 elements per packet");
   }
   if (r.sparse_auto && !r.sparse) {
-    return InvalidArgumentError(name + ": sparse_auto without sparse: the automatic choice is one "
+    return InvalidArgumentError(name +
+                                ": sparse_auto without sparse: the automatic choice is one "
                                 "of block-sparse all-reduces (set both, or neither)");
   }
-  const uint32_t max_workers = config.max_workers_per_job;
-  if (r.num_workers == 0) {
-    return InvalidArgumentError(name + ": num_workers is 0; it must be at least 1");
-  }
-  if (r.num_workers > max_workers) {
-    return InvalidArgumentError(name + ": num_workers " + std::to_string(r.num_workers) +
-                                " exceeds this switch's limit of " + std::to_string(max_workers) +
-                                " workers per job");
-  }
+  RETURN_IF_ERROR(CheckNumWorkers(name, r.num_workers, config));
   if (r.rank >= r.num_workers) {
     return InvalidArgumentError("rank " + std::to_string(r.rank) + " is out of range for " +
                                 std::to_string(r.num_workers) + " workers (ranks are 0.." +
@@ -148,7 +153,6 @@ std::string SyncScope(const SyncRequest& q) {
 
 Status ValidateSync(const RegistryOptions& options, const dataplane::SwitchConfig& config,
                     const SyncRequest& q, const std::string& scope) {
-  const uint32_t max_workers = config.max_workers_per_job;
   if (q.secret.size() > kMaxSecretBytes) {
     return InvalidArgumentError(scope + ": job secret too long (at most " +
                                 std::to_string(kMaxSecretBytes) + " bytes)");
@@ -158,14 +162,7 @@ Status ValidateSync(const RegistryOptions& options, const dataplane::SwitchConfi
                                  ": this switch requires a job secret (--require-secret) and the "
                                  "request has none");
   }
-  if (q.num_workers == 0) {
-    return InvalidArgumentError(scope + ": num_workers is 0; it must be at least 1");
-  }
-  if (q.num_workers > max_workers) {
-    return InvalidArgumentError(scope + ": num_workers " + std::to_string(q.num_workers) +
-                                " exceeds this switch's limit of " + std::to_string(max_workers) +
-                                " workers per job");
-  }
+  RETURN_IF_ERROR(CheckNumWorkers(scope, q.num_workers, config));
   if ((q.broadcast || q.has_rank) && q.rank >= q.num_workers) {
     return InvalidArgumentError(scope + ": rank " + std::to_string(q.rank) +
                                 " must be below num_workers " + std::to_string(q.num_workers));
