@@ -3,6 +3,12 @@
 // and the per-all-reduce tensor check. control::ControlServer is a thin gRPC adapter over it; the
 // unit tests drive it directly (registry_test.cc).
 //
+// The registry keeps the job table, the secrets and the worker streams itself; the rest lives in
+// rooms of its own, each used under the registry's lock: CallLimits (who holds how many calls
+// and streams), SyncRounds (the Barrier/Broadcast rendezvous), an OpChecks per job (the
+// per-all-reduce check) and FailureMarks (sessions marked failed). request_rules.h checks a
+// request's fields before the lock is taken; RefusalLog logs refusals at a bounded rate.
+//
 // Waiting calls hold no thread: Barrier/Broadcast take a completion callback that runs exactly
 // once, when the round completes, fails, or the call is cancelled (CancelWait) or the registry
 // shuts down. Attach registers a worker's stream with callbacks for its end and its checks.
