@@ -164,8 +164,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           const uint64_t t = reg.NewTicket();
           calls.sync_done[t] = 0;
           syncs.push_back(t);
-          reg.Sync(t, r, caller,
-                   [&calls, t](const Status&, uint64_t) { FUZZ_CHECK(++calls.sync_done[t] == 1); });
+          reg.Sync(t, r, caller, [&calls, t](const Status&, ErrorReason, uint64_t) {
+            FUZZ_CHECK(++calls.sync_done[t] == 1);
+          });
           if (foreign) FUZZ_CHECK(Snapshot(sw, session) == before);
           break;
         }

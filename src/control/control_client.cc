@@ -12,10 +12,11 @@
 #include <utility>
 
 #include "base/status_macros.h"
+#include "control/duration_text.h"
 #include "control/keepalive.h"
+#include "control/reason_metadata.h"
 #include "control/switchml.grpc.pb.h"
 #include "control/switchml.pb.h"
-#include "control/sync_text.h"
 #include "control/tls_files.h"
 
 namespace switchml::control {
@@ -84,11 +85,15 @@ struct ControlClient::Impl {
     calls.insert(ctx);
     return true;
   }
-  // Unregisters it; its outcome, or the cancellation's reason when that ended it.
-  Status End(grpc::ClientContext* ctx, Status outcome) {
+  // Unregisters it; its outcome, or the cancellation's status when that ended it (then with no
+  // typed reason: *reason, when not null, is reset).
+  Status End(grpc::ClientContext* ctx, Status outcome, ErrorReason* reason) {
     std::lock_guard lock(calls_mu);
     calls.erase(ctx);
-    if (!outcome.ok() && !cancelled.ok()) return cancelled;
+    if (!outcome.ok() && !cancelled.ok()) {
+      if (reason != nullptr) *reason = ErrorReason::kNone;
+      return cancelled;
+    }
     return outcome;
   }
 
@@ -143,25 +148,23 @@ struct ControlClient::Impl {
                 : "");
   }
 
-  // Whether a Barrier/Broadcast's DEADLINE_EXCEEDED came from the switch (its registry ends a
-  // wait shortly before the caller's deadline, naming the missing ranks) rather than from this
-  // client's own deadline, whose text is gRPC's.
-  static bool IsSwitchsExpiry(const grpc::Status& s) {
-    return s.error_message().find(kRanksDidNotArrive) != std::string::npos ||
-           s.error_message().find(kRanksCameApart) != std::string::npos;
-  }
-
-  // Maps a gRPC status to ours. `sync_what` names a Barrier/Broadcast ("barrier of session 77
-  // (4 workers)") whose deadline means a missing peer when the switch itself was reachable.
-  Status Convert(const grpc::Status& s, const std::string& sync_what) const {
+  // Maps a finished call's gRPC status to ours, with the typed reason the switch sent beside it
+  // (*reason, when not null; kNone without one). `sync_what` names a Barrier/Broadcast
+  // ("barrier of session 77 (4 workers)") whose deadline means a missing peer when the switch
+  // itself was reachable.
+  Status Convert(const grpc::ClientContext& ctx, const grpc::Status& s,
+                 const std::string& sync_what, ErrorReason* reason = nullptr) const {
+    const ErrorReason why = s.ok() ? ErrorReason::kNone : ReasonOf(ctx);
+    if (reason != nullptr) *reason = why;
     if (s.ok()) return Status::Ok();
     switch (s.error_code()) {
       case grpc::StatusCode::DEADLINE_EXCEEDED:
-        if (!sync_what.empty() && IsSwitchsExpiry(s)) {
+        if (!sync_what.empty() && why == ErrorReason::kRoundExpired) {
           // The switch ended the wait just before the deadline, naming who did not arrive.
-          return DeadlineExceededError(s.error_message() +
-                                       ": did it fail or start with other arguments?");
+          return DeadlineExceededError(s.error_message());
         }
+        // No reason: this client's own deadline passed first, or the switch is a reference one
+        // (or ours from before the reason), whose message is not known to name anyone.
         if (!sync_what.empty() && channel->GetState(false) == GRPC_CHANNEL_READY) {
           return DeadlineExceededError(
               sync_what + " timed out after " + FormatTimeout(timeout) +
@@ -247,7 +250,8 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   switchml_proto::UdpSessionResponse resp;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx);
-  RETURN_IF_ERROR(impl_->Convert(impl_->session->UdpSession(&ctx, req, &resp), ""));
+  const grpc::Status answer = impl_->session->UdpSession(&ctx, req, &resp);
+  RETURN_IF_ERROR(impl_->Convert(ctx, answer, ""));
   UdpSessionReply reply;
   reply.session_id = resp.session_id();
   reply.switch_ipv4 = resp.ipv4();
@@ -300,7 +304,7 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
 
 Status ControlClient::Barrier(uint64_t session_id, uint32_t num_workers,
                               const std::string& job_secret, std::optional<uint32_t> rank,
-                              std::chrono::system_clock::time_point deadline) {
+                              std::chrono::system_clock::time_point deadline, ErrorReason* reason) {
   switchml_proto::BarrierRequest req;
   req.set_session_id(session_id);
   req.set_num_workers(num_workers);
@@ -313,14 +317,17 @@ Status ControlClient::Barrier(uint64_t session_id, uint32_t num_workers,
                                             : "barrier of session " + std::to_string(session_id)) +
                            " (" + std::to_string(num_workers) + " workers)";
   Status why;
+  if (reason != nullptr) *reason = ErrorReason::kNone;
   if (!impl_->Begin(&ctx, &why)) return why;
-  return impl_->End(&ctx, impl_->Convert(impl_->sync->Barrier(&ctx, req, &resp), what));
+  const grpc::Status answer = impl_->sync->Barrier(&ctx, req, &resp);
+  return impl_->End(&ctx, impl_->Convert(ctx, answer, what, reason), reason);
 }
 
 Result<uint64_t> ControlClient::Broadcast(uint64_t session_id, uint64_t value, uint32_t rank,
                                           uint32_t num_workers, uint32_t root,
                                           const std::string& job_secret,
-                                          std::chrono::system_clock::time_point deadline) {
+                                          std::chrono::system_clock::time_point deadline,
+                                          ErrorReason* reason) {
   switchml_proto::BroadcastRequest req;
   req.set_job_secret(job_secret);
   req.set_session_id(session_id);
@@ -336,8 +343,10 @@ Result<uint64_t> ControlClient::Broadcast(uint64_t session_id, uint64_t value, u
                        : "broadcast of session " + std::to_string(session_id)) +
       " (" + std::to_string(num_workers) + " workers, root " + std::to_string(root) + ")";
   Status why;
+  if (reason != nullptr) *reason = ErrorReason::kNone;
   if (!impl_->Begin(&ctx, &why)) return why;
-  RETURN_IF_ERROR(impl_->End(&ctx, impl_->Convert(impl_->sync->Broadcast(&ctx, req, &resp), what)));
+  const grpc::Status answer = impl_->sync->Broadcast(&ctx, req, &resp);
+  RETURN_IF_ERROR(impl_->End(&ctx, impl_->Convert(ctx, answer, what, reason), reason));
   return resp.value();
 }
 
@@ -352,7 +361,8 @@ Status ControlClient::Close(uint64_t session_id, const std::string& job_secret,
   switchml_proto::CloseResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-  return impl_->Convert(impl_->session->Close(&ctx, req, &resp), "");
+  const grpc::Status answer = impl_->session->Close(&ctx, req, &resp);
+  return impl_->Convert(ctx, answer, "");
 }
 
 Result<std::string> ControlClient::Diagnose(uint64_t session_id, const std::string& job_secret,
@@ -364,7 +374,8 @@ Result<std::string> ControlClient::Diagnose(uint64_t session_id, const std::stri
   switchml_proto::DiagnoseResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-  RETURN_IF_ERROR(impl_->Convert(impl_->session->Diagnose(&ctx, req, &resp), ""));
+  const grpc::Status answer = impl_->session->Diagnose(&ctx, req, &resp);
+  RETURN_IF_ERROR(impl_->Convert(ctx, answer, ""));
   return resp.text();
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "base/endpoint.h"
+#include "control/error_reason.h"
 #include "proto/wire.h"
 #include "switchml/status.h"
 
@@ -127,14 +128,22 @@ class ControlClient {
   // Returns once num_workers workers called Barrier with the same session_id (0 = unscoped) and
   // job secret. `rank`, when given, lets the switch refuse two callers with one rank.
   // `deadline`, when given (not the epoch), ends the wait earlier than the client's timeout.
+  // `reason`, when not null, receives the typed reason the switch sent beside an error
+  // (error_reason.h; kNone without one), for a caller that passes the error on (a top-of-rack
+  // switch). A DEADLINE_EXCEEDED with kRoundExpired keeps the switch's message (it names the
+  // ranks that did not arrive); one without a reason gets this client's own (docs/protocol.md
+  // 4.7).
   Status Barrier(uint64_t session_id, uint32_t num_workers, const std::string& job_secret = "",
                  std::optional<uint32_t> rank = std::nullopt,
-                 std::chrono::system_clock::time_point deadline = {});
-  // Returns the value of the caller whose rank == root once num_workers workers called.
+                 std::chrono::system_clock::time_point deadline = {},
+                 ErrorReason* reason = nullptr);
+  // Returns the value of the caller whose rank == root once num_workers workers called. Errors
+  // and `reason` as Barrier's.
   Result<uint64_t> Broadcast(uint64_t session_id, uint64_t value, uint32_t rank,
                              uint32_t num_workers, uint32_t root,
                              const std::string& job_secret = "",
-                             std::chrono::system_clock::time_point deadline = {});
+                             std::chrono::system_clock::time_point deadline = {},
+                             ErrorReason* reason = nullptr);
   // Tells the switch that `rank` (absent: the whole job) is done with the session; waits at most
   // `timeout`. The job's slots are freed once every registered rank closed. `failure` not empty:
   // the session failed on this side, and why; the switch fails it (CloseRequest.failure).

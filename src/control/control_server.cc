@@ -29,6 +29,7 @@
 #include "base/status_macros.h"
 #include "control/keepalive.h"
 #include "control/listener.h"
+#include "control/reason_metadata.h"
 #include "control/session_hooks.h"
 #include "control/status_service.h"
 #include "control/switchml.grpc.pb.h"
@@ -217,11 +218,13 @@ struct ControlServer::Impl {
           ticket_(impl->registry.NewTicket()),
           broadcast_(q.broadcast),
           session_id_(q.session_id) {
-      impl->registry.Sync(ticket_, q, CallerOf(ctx),
-                          [this, broadcast_response](const Status& st, uint64_t value) {
-                            if (broadcast_response != nullptr) broadcast_response->set_value(value);
-                            Finish(ToGrpc(st));
-                          });
+      impl->registry.Sync(
+          ticket_, q, CallerOf(ctx),
+          [this, broadcast_response](const Status& st, ErrorReason reason, uint64_t value) {
+            if (broadcast_response != nullptr) broadcast_response->set_value(value);
+            SetReason(ctx_, reason);
+            Finish(ToGrpc(st));
+          });
       // Shortly before the caller's deadline, end the wait here with the ranks that did not
       // arrive (Registry::ExpireWait): the caller's own deadline could only say that one is
       // missing. The margin covers the answer's way back; a caller whose deadline passes
@@ -474,9 +477,15 @@ struct ControlServer::Impl {
                                       const switchml_proto::BarrierRequest* req,
                                       switchml_proto::BarrierResponse*) override {
       if (SessionHooks* hooks = impl_->options.hooks; hooks != nullptr && hooks->ForwardsSync()) {
+        // (The upstream switch's reason goes on with its error: a top-of-rack switch passes
+        // its answer on.)
         return impl_->RunBlocking(
-            ctx, req->session_id(), req->job_secret(), /*upstream=*/true,
-            [hooks, ctx, req] { return ToGrpc(hooks->Barrier(*req, ctx->deadline())); });
+            ctx, req->session_id(), req->job_secret(), /*upstream=*/true, [hooks, ctx, req] {
+              ErrorReason reason = ErrorReason::kNone;
+              const Status st = hooks->Barrier(*req, ctx->deadline(), &reason);
+              SetReason(ctx, reason);
+              return ToGrpc(st);
+            });
       }
       SyncRequest q;
       q.session_id = req->session_id();
@@ -490,12 +499,14 @@ struct ControlServer::Impl {
                                         const switchml_proto::BroadcastRequest* req,
                                         switchml_proto::BroadcastResponse* resp) override {
       if (SessionHooks* hooks = impl_->options.hooks; hooks != nullptr && hooks->ForwardsSync()) {
-        return impl_->RunBlocking(ctx, req->session_id(), req->job_secret(), /*upstream=*/true,
-                                  [hooks, ctx, req, resp] {
-                                    Result<uint64_t> r = hooks->Broadcast(*req, ctx->deadline());
-                                    if (r.ok()) resp->set_value(r.value());
-                                    return ToGrpc(r.status());
-                                  });
+        return impl_->RunBlocking(
+            ctx, req->session_id(), req->job_secret(), /*upstream=*/true, [hooks, ctx, req, resp] {
+              ErrorReason reason = ErrorReason::kNone;
+              Result<uint64_t> r = hooks->Broadcast(*req, ctx->deadline(), &reason);
+              if (r.ok()) resp->set_value(r.value());
+              SetReason(ctx, reason);
+              return ToGrpc(r.status());
+            });
       }
       SyncRequest q;
       q.broadcast = true;

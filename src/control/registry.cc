@@ -3,53 +3,27 @@
 #include <sodium.h>
 
 #include <algorithm>
-#include <bitset>
+#include <optional>
 #include <utility>
 
 #include "base/check.h"
 #include "base/endpoint.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
-#include "control/sync_text.h"
+#include "control/duration_text.h"
+#include "control/op_checks.h"
+#include "control/rank_set.h"
+#include "control/request_rules.h"
 #include "proto/wire.h"
 #include "switchml/types.h"
 
 namespace switchml::control {
 namespace {
 
-constexpr uint32_t kDefaultWindow = 256;
-// Ranks per job at most (the data plane's worker bitmap is 256 bits wide).
-constexpr size_t kMaxRanks = 256;
-using RankSet = std::bitset<kMaxRanks>;
-// Longest job secret accepted (our workers send 32 bytes).
-constexpr size_t kMaxSecretBytes = 64;
-// A striped job's list of switch hosts (64 hosts of "255.255.255.255:65535,").
-constexpr size_t kMaxSwitchListBytes = 64 * 22;
-// UDP ports (worker threads) one worker may register.
-constexpr uint32_t kMaxPortsPerWorker = 64;
-// Refusal lines logged per second at most; the rest are counted and summarized.
-constexpr uint32_t kLogLinesPerSecond = 20;
-// Failure marks remembered for sessions that have no job (they only affect callers with the same
-// secret, so they are bounded, not needed).
-constexpr size_t kMaxFailureMarks = 4096;
-
-std::string SessionName(uint64_t id) { return "session " + std::to_string(id); }
-
 // How Close and Diagnose answer for a session without a job, or with the job of another secret.
 constexpr const char* kNotOpenForThisSecret =
     " is not open on the switch for this job secret (closed, expired, never opened, or opened "
     "with another secret)";
-
-std::string PacketSizeName(int value) {
-  static const char* const kNames[] = {"MTU_128", "MTU_256", "MTU_512", "MTU_1024"};
-  return value >= 0 && value < 4 ? kNames[value] : std::to_string(value);
-}
-
-std::string TypeName(uint32_t dtype) {
-  return dtype <= static_cast<uint32_t>(DataType::kFloat32)
-             ? DataTypeName(static_cast<DataType>(dtype))
-             : "type " + std::to_string(dtype);
-}
 
 std::string ClientKey(const Caller& c) {
   if (c.has_ipv4) return Ipv4ToString(c.ipv4);
@@ -80,12 +54,6 @@ std::string NewDataKey() {
   return key;
 }
 
-// Releases the lock, then runs the callbacks collected under it.
-void Run(std::vector<std::function<void()>>& deferred, std::unique_lock<std::mutex>& lock) {
-  lock.unlock();
-  for (auto& f : deferred) f();
-}
-
 }  // namespace
 
 bool SameSecret(const std::string& a, const std::string& b) {
@@ -113,40 +81,10 @@ struct Registry::Job {
   };
   std::vector<Rank> ranks;
   std::chrono::steady_clock::time_point last_activity{};
-  uint64_t packets = 0;  // the data plane's count when last looked at
-  struct Check {
-    uint64_t count = 0;
-    uint32_t dtype = 0;
-    std::string first;  // the rank that announced it first, named as in errors
-    RankSet ranks;      // the ranks that announced it
-  };
-  std::map<uint64_t, Check> checks;
-  uint64_t newest_agreed_op = 0;  // the highest op every rank announced alike
+  uint64_t packets = 0;            // the data plane's count when last looked at
+  std::optional<OpChecks> checks;  // the per-all-reduce check (set when the job is created)
   // When the job was created (JobSummaries: its age).
   std::chrono::steady_clock::time_point created{};
-};
-
-struct Registry::Round {
-  uint32_t num_workers = 0;
-  uint32_t arrived = 0;
-  RankSet ranks;  // the ranks waiting (of the calls that sent one)
-  // Ranks that waited in this round and timed out (ExpireWait) while others still wait: they
-  // did arrive, so a later expiry does not call them missing.
-  RankSet gave_up;
-  uint32_t root = 0;
-  uint64_t value = 0;
-  std::vector<uint64_t> waiters;  // tickets
-};
-
-struct Registry::Wait {
-  RoundKey key;
-  std::shared_ptr<Round> round;
-  bool has_rank = false;
-  uint32_t rank = 0;
-  Charge charge;
-  SyncDone done;
-  std::string scope;  // "barrier of session 7", as the registry's errors name the round
-  std::chrono::steady_clock::time_point since;
 };
 
 struct Registry::Stream {
@@ -179,7 +117,13 @@ Status RegistryOptions::Validate() const {
 
 Registry::Registry(const RegistryOptions& options, dataplane::LockedSwitch* sw, Clock clock,
                    RegistryHooks hooks)
-    : options_(options), sw_(sw), clock_(std::move(clock)), hooks_(std::move(hooks)) {}
+    : options_(options),
+      sw_(sw),
+      clock_(std::move(clock)),
+      hooks_(std::move(hooks)),
+      failures_(options.failure_memory),
+      limits_(options),
+      rounds_(&limits_) {}
 
 Registry::~Registry() { Shutdown(); }
 
@@ -199,7 +143,7 @@ uint64_t Registry::NewTicket() {
 
 uint32_t Registry::waiting_calls() const {
   std::lock_guard lock(mu_);
-  return static_cast<uint32_t>(waits_.size());
+  return static_cast<uint32_t>(rounds_.waiting());
 }
 
 uint32_t Registry::attached_streams() const {
@@ -227,7 +171,7 @@ std::vector<Registry::JobSummary> Registry::JobSummaries(const std::string* secr
       s.closed += r.closed;
     }
     s.age = now - job->created;
-    s.allreduces = job->newest_agreed_op;
+    s.allreduces = job->checks->newest_agreed_op();
     s.has_secret = !job->secret.empty();
     s.authenticated_data = !job->data_key.empty();
   }
@@ -243,18 +187,17 @@ uint32_t Registry::pending_streams() const {
 
 uint32_t Registry::forwarded_calls() const {
   std::lock_guard lock(mu_);
-  return static_cast<uint32_t>(forwarded_.size());
+  return limits_.forwarded_calls();
 }
 
 uint32_t Registry::stranger_calls() const {
   std::lock_guard lock(mu_);
-  return stranger_calls_;
+  return limits_.stranger_calls();
 }
 
 uint32_t Registry::member_calls(uint64_t session_id) const {
   std::lock_guard lock(mu_);
-  auto it = member_calls_.find(session_id);
-  return it == member_calls_.end() ? 0 : it->second;
+  return limits_.member_calls(session_id);
 }
 
 bool Registry::HasJob(uint64_t session_id) const {
@@ -263,149 +206,7 @@ bool Registry::HasJob(uint64_t session_id) const {
 }
 
 void Registry::LogRefusal(const std::string& what, const Caller& caller, const Status& why) {
-  uint64_t suppressed = 0;
-  {
-    std::lock_guard lock(mu_);
-    const auto now = Now();
-    if (now - log_window_ >= std::chrono::seconds(1)) {
-      log_window_ = now;
-      logged_in_window_ = 0;
-      suppressed = std::exchange(suppressed_logs_, 0);
-    }
-    if (logged_in_window_ >= kLogLinesPerSecond) {
-      ++suppressed_logs_;
-      return;
-    }
-    ++logged_in_window_;
-  }
-  if (suppressed > 0) {
-    LOG(kWarning, kControl) << suppressed << " more refusals were not logged (rate limit)";
-  }
-  LOG(kWarning, kControl) << what << " from " << caller.peer << " refused: " << why.ToString();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Validation (before anything is looked up or allocated).
-
-Status Registry::ValidateRegistration(const RegisterRequest& r, const Caller& caller,
-                                      uint32_t* worker_ipv4) const {
-  const std::string name = SessionName(r.session_id);
-  if (r.secret.size() > kMaxSecretBytes) {
-    return InvalidArgumentError("job secret of " + std::to_string(r.secret.size()) +
-                                " bytes is too long (at most " + std::to_string(kMaxSecretBytes) +
-                                ")");
-  }
-  if (r.switch_list.size() > kMaxSwitchListBytes) {
-    return InvalidArgumentError(
-        "the list of switch hosts (" + std::to_string(r.switch_list.size()) +
-        " bytes) is too long (at most " + std::to_string(kMaxSwitchListBytes) + ")");
-  }
-  if (options_.require_secret && r.secret.empty()) {
-    return PermissionDeniedError(
-        "this switch requires a job secret (--require-secret) and the request has none");
-  }
-  if (r.authenticate_data && !options_.authenticated_data_unsupported.empty()) {
-    return FailedPreconditionError("the authenticated data plane (--auth-data) is not available: " +
-                                   options_.authenticated_data_unsupported +
-                                   "; run the job without --auth-data");
-  }
-  if (options_.require_authenticated_data && !r.authenticate_data) {
-    return FailedPreconditionError(
-        "this switch requires the authenticated data plane (--require-auth-data) and the request "
-        "does not ask for it: start every worker with --auth-data "
-        "(Config::authenticate_data)");
-  }
-  if (r.session_id == 0 || r.session_id == UINT64_MAX) {
-    return InvalidArgumentError("session id " + std::to_string(r.session_id) +
-                                " is reserved; use 1 .. 2^64 - 2");
-  }
-  if (r.packet_size < 0 || r.packet_size > 3 ||
-      !proto::IsSupportedSize(static_cast<proto::SizeCode>(r.packet_size))) {
-    return InvalidArgumentError("packet size " + PacketSizeName(r.packet_size) +
-                                " is not supported; use 64 or 256 elements per packet");
-  }
-  if (r.sparse_auto && !r.sparse) {
-    return InvalidArgumentError(name + ": sparse_auto without sparse: the automatic choice is one "
-                                "of block-sparse all-reduces (set both, or neither)");
-  }
-  const uint32_t max_workers = sw_->sw.config().max_workers_per_job;
-  if (r.num_workers == 0) {
-    return InvalidArgumentError(name + ": num_workers is 0; it must be at least 1");
-  }
-  if (r.num_workers > max_workers) {
-    return InvalidArgumentError(name + ": num_workers " + std::to_string(r.num_workers) +
-                                " exceeds this switch's limit of " + std::to_string(max_workers) +
-                                " workers per job");
-  }
-  if (r.rank >= r.num_workers) {
-    return InvalidArgumentError("rank " + std::to_string(r.rank) + " is out of range for " +
-                                std::to_string(r.num_workers) + " workers (ranks are 0.." +
-                                std::to_string(r.num_workers - 1) + ")");
-  }
-  const uint32_t num_ports = r.num_udp_ports == 0 ? 1 : r.num_udp_ports;
-  if (num_ports > kMaxPortsPerWorker) {
-    return InvalidArgumentError("num_udp_ports " + std::to_string(num_ports) +
-                                " is more than the " + std::to_string(kMaxPortsPerWorker) +
-                                " ports (worker threads) a worker may register");
-  }
-  const uint32_t window =
-      r.max_outstanding_packets == 0 ? kDefaultWindow : r.max_outstanding_packets;
-  const uint32_t slots = sw_->sw.config().slots_per_job;
-  if (window > slots) {
-    return InvalidArgumentError(name + ": max_outstanding_packets " + std::to_string(window) +
-                                " must be in 1.." + std::to_string(slots) +
-                                " (this switch's slots per job)");
-  }
-  if (r.udp_port == 0 && num_ports > 1) {
-    return InvalidArgumentError(
-        "udp_port 0 (any port) cannot go with " + std::to_string(num_ports) +
-        " UDP ports per worker: replies are routed by port offset from each worker's base port, "
-        "so register the base port");
-  }
-  if (r.authenticate_data && r.udp_port == 0) {
-    return InvalidArgumentError(
-        "the authenticated data plane keys each worker by its UDP ports: register the base port "
-        "(udp_port 0, any port, cannot go with authenticate_data)");
-  }
-  if (r.multicast_group_ipv4 != 0) {
-    constexpr uint32_t kAdminScoped = 0xef000000, kAdminScopedMask = 0xff000000;  // 239/8
-    if ((r.multicast_group_ipv4 & kAdminScopedMask) != kAdminScoped) {
-      return InvalidArgumentError("multicast_group_ipv4 " + Ipv4ToString(r.multicast_group_ipv4) +
-                                  " is not an administratively scoped multicast group (239/8)");
-    }
-    if (r.multicast_group_port == 0 || uint64_t{r.multicast_group_port} + num_ports > 65536) {
-      return InvalidArgumentError("multicast_group_port " + std::to_string(r.multicast_group_port) +
-                                  " with " + std::to_string(num_ports) +
-                                  " ports is not a port range in 1..65535");
-    }
-  }
-  if (r.udp_port > 65535 || (r.udp_port != 0 && uint64_t{r.udp_port} + num_ports > 65536)) {
-    return InvalidArgumentError("UDP ports [" + std::to_string(r.udp_port) + ", " +
-                                std::to_string(uint64_t{r.udp_port} + num_ports) +
-                                ") do not fit below 65536");
-  }
-  uint32_t ipv4 = r.ipv4;
-  if (ipv4 == 0) {
-    if (!caller.has_ipv4) {
-      return InvalidArgumentError("cannot tell the worker's IPv4 address from the gRPC peer \"" +
-                                  caller.peer +
-                                  "\": send it in UdpSessionRequest.ipv4 (the worker's data-plane "
-                                  "address, host byte order)");
-    }
-    ipv4 = caller.ipv4;
-  } else if (ipv4 == 0xffffffffu || (ipv4 >> 28) == 0xe) {
-    return InvalidArgumentError("ipv4 " + Ipv4ToString(ipv4) +
-                                " is a broadcast or multicast address, not a worker's");
-  } else if (!options_.allow_foreign_address && (!caller.has_ipv4 || caller.ipv4 != ipv4)) {
-    return PermissionDeniedError(
-        "a worker may register only the IPv4 its control connection comes from (" +
-        (caller.has_ipv4 ? Ipv4ToString(caller.ipv4) : caller.peer) + "), not " +
-        Ipv4ToString(ipv4) +
-        ": send ipv4 0, connect from the data-plane address, or start the switch with "
-        "--allow-foreign-address");
-  }
-  *worker_ipv4 = ipv4;
-  return Status::Ok();
+  refusals_.Log(Now(), what, caller.peer, why);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -460,6 +261,7 @@ Status Registry::CreateJobLocked(const dataplane::JobSpec& spec, const std::stri
   job->spec = spec;
   job->secret = secret;
   job->ranks.resize(spec.num_workers);
+  job->checks.emplace(SessionName(spec.session_id), spec.num_workers, options_.max_open_checks);
   job->last_activity = job->created = Now();
   jobs_[spec.session_id] = std::move(job);
   if (hooks_.job_created) hooks_.job_created(spec.session_id);
@@ -483,7 +285,7 @@ void Registry::RemoveJobLocked(uint64_t session_id, const Status& why, Deferred&
     if (r.stream == 0) continue;
     auto s = streams_.find(r.stream);
     if (s == streams_.end()) continue;
-    ReleaseLocked(s->second->charge, s->first);
+    limits_.Release(s->second->charge, s->first);
     deferred.push_back([end = std::move(s->second->end), why] { end(why); });
     streams_.erase(s);
   }
@@ -568,7 +370,7 @@ Status Registry::ClearAddressLocked(uint64_t session_id, uint32_t ipv4, uint32_t
 Status Registry::Register(const RegisterRequest& r, const Caller& caller, std::string* data_key,
                           bool* multicast_group_kept) {
   uint32_t worker_ipv4 = 0;
-  Status st = ValidateRegistration(r, caller, &worker_ipv4);
+  Status st = ValidateRegistration(options_, sw_->sw.config(), r, caller, &worker_ipv4);
   Deferred deferred;
   {
     std::lock_guard lock(mu_);
@@ -649,10 +451,7 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
                       Ending::kReplaced);
       job = nullptr;
     }
-    if (auto f = failures_.find(r.session_id); f != failures_.end()) {
-      failure_marks_ -= f->second.size();
-      failures_.erase(f);
-    }
+    failures_.Forget(r.session_id);
     RETURN_IF_ERROR(MakeRoomLocked(r.session_id, deferred));
     RETURN_IF_ERROR(ClearAddressLocked(r.session_id, ipv4, r.udp_port, num_ports, deferred));
     RETURN_IF_ERROR(CreateJobLocked(spec, r.secret));
@@ -762,66 +561,20 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
 // Failures.
 
 const Status* Registry::FailureLocked(uint64_t session_id, const std::string& secret) {
-  auto it = failures_.find(session_id);
-  if (it == failures_.end()) return nullptr;
-  const auto now = Now();
-  const size_t before = it->second.size();
-  std::erase_if(it->second, [&](const Failure& f) { return now - f.at > options_.failure_memory; });
-  failure_marks_ -= before - it->second.size();
-  if (it->second.empty()) {
-    failures_.erase(it);
-    return nullptr;
-  }
-  for (const Failure& f : it->second) {
-    if (SameSecret(f.secret, secret)) return &f.status;
-  }
-  return nullptr;
+  return failures_.Find(session_id, secret, Now());
 }
 
 void Registry::FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
                                  Deferred& deferred) {
   if (session_id == 0) return;  // 0 is the unscoped sync group, never a failed session
-  const auto now = Now();
-  for (auto it = failures_.begin(); it != failures_.end();) {
-    const size_t before = it->second.size();
-    std::erase_if(it->second,
-                  [&](const Failure& f) { return now - f.at > options_.failure_memory; });
-    failure_marks_ -= before - it->second.size();
-    it = it->second.empty() ? failures_.erase(it) : std::next(it);
-  }
   const bool has_job = jobs_.count(session_id) != 0;
   const bool owner = OwnsLocked(session_id, secret);
-  std::vector<Failure>& marks = failures_[session_id];
-  const bool marked = std::any_of(marks.begin(), marks.end(),
-                                  [&](const Failure& f) { return SameSecret(f.secret, secret); });
-  if (!marked && ((has_job && owner) || failure_marks_ < kMaxFailureMarks)) {
-    marks.push_back(Failure{FailedPreconditionError(why.message()), secret, now});
-    ++failure_marks_;
-  }
-  if (marks.empty()) failures_.erase(session_id);
-  for (auto it = rounds_.begin(); it != rounds_.end();) {
-    auto next = std::next(it);
-    if (it->first.session_id == session_id && SameSecret(it->first.secret, secret)) {
-      FailRoundLocked(it, why, deferred);
-    }
-    it = next;
-  }
+  failures_.Mark(session_id, secret, why, has_job && owner, Now());
+  rounds_.FailSession(session_id, secret, why, deferred);
   if (has_job && owner) {
     LOG(kInfo, kControl) << why.message();
     RemoveJobLocked(session_id, FailedPreconditionError(why.message()), deferred, Ending::kFailed);
   }
-}
-
-void Registry::FailRoundLocked(std::map<RoundKey, std::shared_ptr<Round>>::iterator it,
-                               const Status& why, Deferred& deferred) {
-  for (uint64_t ticket : it->second->waiters) {
-    auto w = waits_.find(ticket);
-    if (w == waits_.end()) continue;
-    ReleaseLocked(w->second->charge, ticket);
-    deferred.push_back([done = std::move(w->second->done), why] { done(why, 0); });
-    waits_.erase(w);
-  }
-  rounds_.erase(it);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -833,99 +586,31 @@ bool Registry::MemberLocked(uint64_t session_id, const std::string& secret) cons
   return it != jobs_.end() && SameSecret(it->second->secret, secret);
 }
 
-void Registry::SetStrangerCountLocked(const std::string& client, uint32_t from, uint32_t to) {
-  if (from > 0) clients_by_calls_.erase({from, client});
-  if (to > 0) clients_by_calls_.insert({to, client});
+CallLimits::Evict Registry::EvictorLocked(Deferred& deferred) {
+  return [this, &deferred](uint64_t ticket, const std::string& why) {
+    EvictLocked(ticket, why, deferred);
+  };
 }
 
 Status Registry::AdmitLocked(const Caller& caller, uint64_t member_session, uint64_t ticket,
                              bool evictable, Deferred& deferred, Charge* charge) {
-  if (member_session != 0) {
-    const Job& job = *jobs_.at(member_session);
-    const uint32_t allowance = kMemberCallsPerWorker * (job.spec.num_workers + 1);
-    uint32_t& mine = member_calls_[member_session];
-    if (mine >= allowance) {
-      return ResourceExhaustedError(
-          SessionName(member_session) + " already has " + std::to_string(mine) +
-          " calls waiting or streams attached, the most a job of " +
-          std::to_string(job.spec.num_workers) + " workers may have (" +
-          std::to_string(kMemberCallsPerWorker) +
-          " per worker): its workers make more calls at once than the protocol does");
-    }
-    ++mine;
-    *charge = Charge{member_session, {}};
-    return Status::Ok();
-  }
-  const std::string client = ClientKey(caller);
-  Client& mine = strangers_[client];
-  auto refuse = [&](Status why) {
-    if (mine.calls == 0) strangers_.erase(client);
-    return why;
-  };
-  if (mine.calls >= options_.max_calls_per_client) {
-    return refuse(ResourceExhaustedError(
-        "client " + client + " already has " + std::to_string(mine.calls) +
-        " calls waiting or streams attached that belong to no job of its own, the most this "
-        "switch allows per client"));
-  }
-  if (stranger_calls_ >= options_.max_calls_total) {
-    // Make room at the expense of the client that holds the most, if it would still hold more
-    // than this one: a flood from many addresses cannot keep out a client with few calls.
-    bool evicted = false;
-    if (!clients_by_calls_.empty()) {
-      const auto& [most, biggest] = *clients_by_calls_.rbegin();
-      Client& big = strangers_.at(biggest);
-      if (most > mine.calls + 1 && !big.evictable.empty()) {
-        EvictLocked(*big.evictable.begin(),
-                    "the switch holds its maximum of " + std::to_string(options_.max_calls_total) +
-                        " calls waiting or streams attached that belong to no job of their "
-                        "clients, and client " +
-                        biggest + " the most of them (" + std::to_string(most) +
-                        "): its oldest made room for a newer client's",
-                    deferred);
-        evicted = true;
-      }
-    }
-    if (!evicted) {
-      return refuse(ResourceExhaustedError(
-          "the switch already has " + std::to_string(stranger_calls_) +
-          " calls waiting or streams attached that belong to no job of their clients, its "
-          "limit"));
-    }
-  }
-  SetStrangerCountLocked(client, mine.calls, mine.calls + 1);
-  ++mine.calls;
-  if (evictable) mine.evictable.insert(ticket);
-  ++stranger_calls_;
-  *charge = Charge{0, client};
-  return Status::Ok();
+  return limits_.Admit(ClientKey(caller), AllowanceLocked(member_session), ticket, evictable,
+                       EvictorLocked(deferred), charge);
 }
 
-void Registry::ReleaseLocked(const Charge& charge, uint64_t ticket) {
-  if (charge.session_id != 0) {
-    auto it = member_calls_.find(charge.session_id);
-    if (it != member_calls_.end() && --it->second == 0) member_calls_.erase(it);
-    return;
-  }
-  auto it = strangers_.find(charge.client);
-  if (it == strangers_.end()) return;
-  Client& c = it->second;
-  SetStrangerCountLocked(charge.client, c.calls, c.calls - 1);
-  --c.calls;
-  c.evictable.erase(ticket);
-  --stranger_calls_;
-  if (c.calls == 0) strangers_.erase(it);
+CallLimits::Member Registry::AllowanceLocked(uint64_t member_session) const {
+  if (member_session == 0) return {};
+  return {member_session, jobs_.at(member_session)->spec.num_workers};
 }
 
 void Registry::EvictLocked(uint64_t ticket, const std::string& why, Deferred& deferred) {
   const Status status = ResourceExhaustedError(why);
-  if (auto w = waits_.find(ticket); w != waits_.end()) {
-    SyncDone done = LeaveRoundLocked(ticket);
-    deferred.push_back([done = std::move(done), status] { done(status, 0); });
+  if (SyncDone done = rounds_.Leave(ticket)) {
+    deferred.push_back([done = std::move(done), status] { done(status, ErrorReason::kNone, 0); });
     return;
   }
   if (auto p = pending_.find(ticket); p != pending_.end()) {
-    ReleaseLocked(p->second->charge, ticket);
+    limits_.Release(p->second->charge, ticket);
     deferred.push_back([end = std::move(p->second->end), status] { end(status); });
     pending_.erase(p);
   }
@@ -935,37 +620,9 @@ void Registry::EvictLocked(uint64_t ticket, const std::string& why, Deferred& de
 // Barrier and Broadcast.
 
 void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller, SyncDone done) {
-  const char* what = q.broadcast ? "broadcast" : "barrier";
-  const std::string scope =
-      q.session_id == 0
-          ? std::string("unscoped ") + what + " of " + std::to_string(q.num_workers) + " workers"
-          : std::string(what) + " of " + SessionName(q.session_id);
-  const uint32_t max_workers = sw_->sw.config().max_workers_per_job;
-  Status st;
-  if (q.secret.size() > kMaxSecretBytes) {
-    st = InvalidArgumentError(scope + ": job secret too long (at most " +
-                              std::to_string(kMaxSecretBytes) + " bytes)");
-  } else if (options_.require_secret && q.secret.empty()) {
-    st = PermissionDeniedError(scope +
-                               ": this switch requires a job secret (--require-secret) and the "
-                               "request has none");
-  } else if (q.num_workers == 0) {
-    st = InvalidArgumentError(scope + ": num_workers is 0; it must be at least 1");
-  } else if (q.num_workers > max_workers) {
-    st = InvalidArgumentError(scope + ": num_workers " + std::to_string(q.num_workers) +
-                              " exceeds this switch's limit of " + std::to_string(max_workers) +
-                              " workers per job");
-  } else if ((q.broadcast || q.has_rank) && q.rank >= q.num_workers) {
-    st = InvalidArgumentError(scope + ": rank " + std::to_string(q.rank) +
-                              " must be below num_workers " + std::to_string(q.num_workers));
-  } else if (q.broadcast && q.root >= q.num_workers) {
-    st = InvalidArgumentError(scope + ": root " + std::to_string(q.root) +
-                              " must be below num_workers " + std::to_string(q.num_workers));
-  } else if (q.session_id == UINT64_MAX) {
-    st = InvalidArgumentError(scope + ": session id 2^64 - 1 is reserved");
-  }
+  const std::string scope = SyncScope(q);
+  Status st = ValidateSync(options_, sw_->sw.config(), q, scope);
   Deferred deferred;
-  bool waiting = false;
   {
     std::lock_guard lock(mu_);
     if (st.ok() && shut_down_) st = UnavailableError("the switch control plane is shutting down");
@@ -984,175 +641,30 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
     }
     if (st.ok()) {
       if (job != nullptr) Touch(*job);
-      RoundKey key{q.broadcast, q.session_id, q.session_id == 0 ? q.num_workers : 0, q.secret};
-      std::shared_ptr<Round>& slot = rounds_[key];
-      if (!slot) {
-        slot = std::make_shared<Round>();
-        slot->num_workers = q.num_workers;
-        slot->root = q.root;
-      }
-      const std::shared_ptr<Round> round = slot;
-      const bool ranked = q.broadcast || q.has_rank;
-      // A refusal that means the job cannot come together fails the whole round (and session);
-      // another refuses only this call.
       bool whole_round = false;
-      if (round->num_workers != q.num_workers) {
-        whole_round = true;
-        // The job cannot come together: fail the waiting workers too (and, for a session, every
-        // later call of it), instead of leaving them to time out.
-        st = InvalidArgumentError(scope + ": num_workers " + std::to_string(q.num_workers) +
-                                  " of one worker does not match the " +
-                                  std::to_string(round->num_workers) +
-                                  " of another: start every worker with the same --workers");
-      } else if (q.broadcast && round->root != q.root) {
-        st = InvalidArgumentError(scope + ": root " + std::to_string(q.root) +
-                                  " does not match the " + std::to_string(round->root) +
-                                  " of the workers already waiting");
-      } else if (ranked && round->ranks.test(q.rank)) {
-        whole_round = true;
-        st = InvalidArgumentError(scope + ": rank " + std::to_string(q.rank) +
-                                  " is already waiting in this round: two workers have the same "
-                                  "rank");
-      }
-      if (!st.ok()) {
-        ReleaseLocked(charge, ticket);
-        if (whole_round) {
-          if (q.session_id != 0) {
-            FailSessionLocked(q.session_id, q.secret, st, deferred);
-          }
-          if (auto it = rounds_.find(key); it != rounds_.end() && it->second == round) {
-            FailRoundLocked(it, st, deferred);
-          }
-        } else if (round->arrived == 0) {
-          rounds_.erase(key);
-        }
-      } else {
-        if (ranked) {
-          round->ranks.set(q.rank);
-          round->gave_up.reset(q.rank);
-        }
-        if (q.broadcast && q.rank == q.root) round->value = q.value;
-        if (++round->arrived == round->num_workers) {
-          rounds_.erase(key);
-          for (uint64_t t : round->waiters) {
-            auto w = waits_.find(t);
-            if (w == waits_.end()) continue;
-            ReleaseLocked(w->second->charge, t);
-            deferred.push_back(
-                [d = std::move(w->second->done), v = round->value] { d(Status::Ok(), v); });
-            waits_.erase(w);
-          }
-          ReleaseLocked(charge, ticket);
-          deferred.push_back([d = std::move(done), v = round->value] { d(Status::Ok(), v); });
-        } else {
-          auto wait = std::make_unique<Wait>();
-          wait->key = key;
-          wait->round = round;
-          wait->has_rank = ranked;
-          wait->rank = q.rank;
-          wait->charge = charge;
-          wait->done = std::move(done);
-          wait->scope = scope;
-          wait->since = Now();
-          waits_[ticket] = std::move(wait);
-          round->waiters.push_back(ticket);
-          waiting = true;
-        }
+      st = rounds_.Join(ticket, q, scope, charge, done, Now(), deferred, &whole_round);
+      if (!st.ok() && whole_round) {
+        if (q.session_id != 0) FailSessionLocked(q.session_id, q.secret, st, deferred);
+        rounds_.FailRoundOf(q, st, deferred);
       }
     }
   }
   for (auto& f : deferred) f();
   if (!st.ok()) {
     LogRefusal(scope, caller, st);
-    if (done) done(st, 0);
+    if (done) done(st, ErrorReason::kNone, 0);
   }
-  (void)waiting;
-}
-
-Registry::SyncDone Registry::LeaveRoundLocked(uint64_t ticket) {
-  auto w = waits_.find(ticket);
-  if (w == waits_.end()) return nullptr;
-  Wait& wait = *w->second;
-  Round& round = *wait.round;
-  --round.arrived;
-  if (wait.has_rank) round.ranks.reset(wait.rank);
-  std::erase(round.waiters, ticket);
-  if (round.arrived == 0) {
-    if (auto it = rounds_.find(wait.key); it != rounds_.end() && it->second == wait.round) {
-      rounds_.erase(it);
-    }
-  }
-  ReleaseLocked(wait.charge, ticket);
-  SyncDone done = std::move(wait.done);
-  waits_.erase(w);
-  return done;
 }
 
 void Registry::CancelWait(uint64_t ticket, const Status& why) {
   SyncDone done;
   {
     std::lock_guard lock(mu_);
-    done = LeaveRoundLocked(ticket);
+    done = rounds_.Leave(ticket);
   }
   if (!done) return;
   LOG(kDebug, kControl) << "a waiting call left its round: " << why.ToString();
-  done(why, 0);
-}
-
-namespace {
-
-// "rank 3", "ranks 1, 2 and 5", "ranks 0, 1, 2, 3, 4, 5, 6, 7 and 9 more".
-std::string RankList(const std::vector<uint32_t>& ranks) {
-  constexpr size_t kNamed = 8;
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size() && i < kNamed; ++i) {
-    if (i > 0) text += (i + 1 == ranks.size()) ? " and " : ", ";
-    text += std::to_string(ranks[i]);
-  }
-  if (ranks.size() > kNamed) text += " and " + std::to_string(ranks.size() - kNamed) + " more";
-  return text;
-}
-
-// "300 ms", "2.5 s": FormatTimeout of the time, to a tenth of a second from 1 s on.
-std::string WaitedText(std::chrono::steady_clock::duration d) {
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d);
-  return FormatTimeout(ms < std::chrono::seconds(1) ? ms : ms - ms % 100);
-}
-
-}  // namespace
-
-std::string Registry::MissingText(const Wait& wait) const {
-  const Round& round = *wait.round;
-  const std::string waited = WaitedText(Now() - wait.since);
-  const uint32_t n = round.num_workers;
-  // (An unscoped round's name already says how many workers: "unscoped barrier of 4 workers".)
-  std::string text =
-      wait.scope + (wait.key.session_id == 0 ? "" : " (" + std::to_string(n) + " workers)") + ": ";
-  if (round.ranks.count() != round.arrived) {
-    // A call without its rank (a reference client's Barrier): only the count is known.
-    return text + std::to_string(n - round.arrived) + " of " + std::to_string(n) + " workers" +
-           std::string(kRanksDidNotArrive) + waited;
-  }
-  std::vector<uint32_t> missing, waiting, gave_up;
-  for (uint32_t r = 0; r < n; ++r) {
-    if (round.ranks.test(r)) {
-      waiting.push_back(r);
-    } else if (round.gave_up.test(r)) {
-      gave_up.push_back(r);
-    } else {
-      missing.push_back(r);
-    }
-  }
-  if (missing.empty()) {
-    // Every rank came, but not within one another's timeouts.
-    return text + std::string(kRanksCameApart) + ": " + RankList(gave_up) + " timed out before " +
-           RankList(waiting) + " came (waited " + waited +
-           "): start the workers within each other's timeout";
-  }
-  text += RankList(missing) + std::string(kRanksDidNotArrive) + waited +
-          " (waiting: " + RankList(waiting);
-  if (!gave_up.empty()) text += "; arrived and timed out: " + RankList(gave_up);
-  return text + ")";
+  done(why, ErrorReason::kNone, 0);
 }
 
 void Registry::ExpireWait(uint64_t ticket) {
@@ -1160,14 +672,11 @@ void Registry::ExpireWait(uint64_t ticket) {
   Status why;
   {
     std::lock_guard lock(mu_);
-    auto w = waits_.find(ticket);
-    if (w == waits_.end()) return;
-    why = DeadlineExceededError(MissingText(*w->second));
-    if (w->second->has_rank) w->second->round->gave_up.set(w->second->rank);
-    done = LeaveRoundLocked(ticket);
+    done = rounds_.Expire(ticket, Now(), &why);
   }
+  if (!done) return;
   LOG(kInfo, kControl) << why.message();
-  done(why, 0);
+  done(why, ErrorReason::kRoundExpired, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1266,7 +775,7 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
     // way: attached (a member's now), or refused (dropped).
     bool ended = q.opened;
     if (auto p = pending_.find(ticket); p != pending_.end()) {
-      ReleaseLocked(p->second->charge, ticket);
+      limits_.Release(p->second->charge, ticket);
       pending_.erase(p);
       ended = false;
     }
@@ -1328,56 +837,32 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
 void Registry::Report(uint64_t ticket, uint64_t op, uint64_t count, uint32_t dtype) {
   Deferred deferred;
   {
-    std::unique_lock lock(mu_);
+    std::lock_guard lock(mu_);
     auto s = streams_.find(ticket);
     if (s == streams_.end() || op == 0) return;
     const uint64_t session_id = s->second->session_id;
-    const uint32_t rank = s->second->rank;
-    const std::string& me = s->second->name;
     auto j = jobs_.find(session_id);
     if (j == jobs_.end()) return;
     Job& job = *j->second;
     Touch(job);
-    // A failure removes the job: `job` and `c` must not be used after one.
-    auto c = job.checks.find(op);
-    if (c == job.checks.end()) {
-      if (job.checks.size() >= options_.max_open_checks) {
-        FailSessionLocked(
-            session_id, job.secret,
-            FailedPreconditionError(SessionName(session_id) + " failed: " + me + " is " +
-                                    std::to_string(options_.max_open_checks) +
-                                    " all-reduces ahead of another rank"),
-            deferred);
-        return Run(deferred, lock);
-      }
-      c = job.checks.emplace(op, Job::Check{count, dtype, me, {}}).first;
-    } else if (c->second.count != count || c->second.dtype != dtype) {
-      const Job::Check& first = c->second;
-      FailSessionLocked(
-          session_id, job.secret,
-          FailedPreconditionError(
-              SessionName(session_id) + " failed: all-reduce " + std::to_string(op) +
-              " does not match across workers: " + first.first + " passed " +
-              std::to_string(first.count) + " " + TypeName(first.dtype) + " elements, " + me + " " +
-              std::to_string(count) + " " + TypeName(dtype) +
-              " elements; every worker must all-reduce the same count and data type, in the "
-              "same order"),
-          deferred);
-      return Run(deferred, lock);
-    }
-    c->second.ranks.set(rank);
-    if (c->second.ranks.count() == job.spec.num_workers) {
-      const uint64_t agreed_count = c->second.count;
-      const uint32_t agreed_dtype = c->second.dtype;
-      job.checks.erase(c);
-      job.newest_agreed_op = std::max(job.newest_agreed_op, op);
-      if (hooks_.check_agreed) {
-        deferred.push_back([f = hooks_.check_agreed, session_id, op, agreed_count, agreed_dtype] {
-          f(session_id, op, agreed_count, agreed_dtype);
-        });
-      } else {
-        ConfirmLocked(job, op, deferred);
-      }
+    OpChecks::Verdict v = job.checks->Announce(op, count, dtype, s->second->rank, s->second->name);
+    switch (v.kind) {
+      case OpChecks::Verdict::Kind::kPending:
+        break;
+      case OpChecks::Verdict::Kind::kFailed:
+        // (This removes the job.)
+        FailSessionLocked(session_id, job.secret, FailedPreconditionError(std::move(v.failure)),
+                          deferred);
+        break;
+      case OpChecks::Verdict::Kind::kAgreed:
+        if (hooks_.check_agreed) {
+          deferred.push_back([f = hooks_.check_agreed, session_id, op, v] {
+            f(session_id, op, v.count, v.dtype);
+          });
+        } else {
+          ConfirmLocked(job, op, deferred);
+        }
+        break;
     }
   }
   for (auto& f : deferred) f();
@@ -1407,7 +892,7 @@ void Registry::Detach(uint64_t ticket) {
   {
     std::lock_guard lock(mu_);
     if (auto p = pending_.find(ticket); p != pending_.end()) {
-      ReleaseLocked(p->second->charge, ticket);
+      limits_.Release(p->second->charge, ticket);
       pending_.erase(p);
       return;
     }
@@ -1416,7 +901,7 @@ void Registry::Detach(uint64_t ticket) {
     const uint64_t session_id = s->second->session_id;
     const uint32_t rank = s->second->rank;
     const std::string name = s->second->name;
-    ReleaseLocked(s->second->charge, ticket);
+    limits_.Release(s->second->charge, ticket);
     streams_.erase(s);
     auto j = jobs_.find(session_id);
     if (j == jobs_.end()) return;
@@ -1446,36 +931,8 @@ Result<std::string> Registry::DescribeOp(uint64_t session_id, const std::string&
   if (const Status* failure = FailureLocked(session_id, secret)) return *failure;
   if (j == jobs_.end()) return NotFoundError(name + kNotOpenForThisSecret);
   const Job& job = *j->second;
-  const std::string what = "all-reduce " + std::to_string(op) + " of " + name;
-  auto c = job.checks.find(op);
-  if (c == job.checks.end()) {
-    if (op != 0 && op <= job.newest_agreed_op) {
-      return "every rank started " + what +
-             ", so its packets or results are being lost: check that every worker reaches the "
-             "switch's data port and back (addresses, firewalls, MTU)";
-    }
-    return "no rank announced " + what +
-           " to the switch (tensor checks off?): it cannot tell which rank is missing";
-  }
-  std::vector<uint32_t> started, missing, closed;
-  for (uint32_t r = 0; r < job.spec.num_workers; ++r) {
-    if (c->second.ranks.test(r)) {
-      started.push_back(r);
-    } else if (r < job.ranks.size() && job.ranks[r].closed) {
-      closed.push_back(r);
-    } else {
-      missing.push_back(r);
-    }
-  }
-  std::string text = what + ": ";
-  if (!missing.empty()) {
-    text += RankList(missing) + (missing.size() == 1 ? " has" : " have") + " not started it";
-  }
-  if (!closed.empty()) {
-    text += std::string(missing.empty() ? "" : "; ") + RankList(closed) +
-            " closed the session without starting it";
-  }
-  return text + " (" + RankList(started) + (started.size() == 1 ? " has" : " have") + ")";
+  return job.checks->Describe(
+      op, [&job](uint32_t r) { return r < job.ranks.size() && job.ranks[r].closed; });
 }
 
 void Registry::ReportFailure(uint64_t ticket, const std::string& why) {
@@ -1515,35 +972,12 @@ Status Registry::AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t 
   Deferred deferred;
   {
     std::lock_guard lock(mu_);
-    const bool member = MemberLocked(session_id, secret);
-    const bool counted = upstream && !member;  // within the forwarded strangers' limits
-    const std::string client = ClientKey(caller);
-    Charge charge;
     if (shut_down_) {
       st = UnavailableError("the switch control plane is shutting down");
-    } else if (counted && forwarded_strangers_ >= options_.max_forwarded_stranger_calls) {
-      st = ResourceExhaustedError(
-          "the switch already passes " + std::to_string(forwarded_strangers_) +
-          " calls that belong to no job of their clients on to its upstream switch, its limit");
-    } else if (counted &&
-               forwarded_per_client_[client] >= options_.max_forwarded_stranger_calls_per_client) {
-      st = ResourceExhaustedError("client " + client + " already has " +
-                                  std::to_string(forwarded_per_client_[client]) +
-                                  " calls that belong to no job of its own passed on to the "
-                                  "upstream switch, the most this switch allows per client");
     } else {
-      st = AdmitLocked(caller, member ? session_id : 0, ticket, /*evictable=*/false, deferred,
-                       &charge);
-    }
-    if (st.ok()) {
-      if (counted) {
-        ++forwarded_strangers_;
-        ++forwarded_per_client_[client];
-      }
-      forwarded_[ticket] = Forwarded{std::move(charge), counted};
-    } else if (auto it = forwarded_per_client_.find(client);
-               it != forwarded_per_client_.end() && it->second == 0) {
-      forwarded_per_client_.erase(it);
+      const uint64_t member_session = MemberLocked(session_id, secret) ? session_id : 0;
+      st = limits_.AdmitForwarded(ClientKey(caller), AllowanceLocked(member_session), ticket,
+                                  upstream, EvictorLocked(deferred));
     }
   }
   for (auto& f : deferred) f();
@@ -1553,15 +987,7 @@ Status Registry::AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t 
 
 void Registry::ReleaseForwarded(uint64_t ticket) {
   std::lock_guard lock(mu_);
-  auto it = forwarded_.find(ticket);
-  if (it == forwarded_.end()) return;
-  if (it->second.upstream) {
-    --forwarded_strangers_;
-    auto c = forwarded_per_client_.find(it->second.charge.client);
-    if (c != forwarded_per_client_.end() && --c->second == 0) forwarded_per_client_.erase(c);
-  }
-  ReleaseLocked(it->second.charge, ticket);
-  forwarded_.erase(it);
+  limits_.ReleaseForwarded(ticket);
 }
 
 void Registry::Tick() {
@@ -1604,7 +1030,7 @@ void Registry::Tick() {
         ++it;
         continue;
       }
-      ReleaseLocked(it->second->charge, it->first);
+      limits_.Release(it->second->charge, it->first);
       deferred.push_back(
           [end = std::move(it->second->end),
            why = DeadlineExceededError("no first message (AttachRequest) within " +
@@ -1623,7 +1049,7 @@ void Registry::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
     const Status why = UnavailableError("the switch control plane is shutting down");
-    while (!rounds_.empty()) FailRoundLocked(rounds_.begin(), why, deferred);
+    rounds_.FailAll(why, deferred);
     for (auto& [ticket, s] : streams_) {
       deferred.push_back([end = std::move(s->end), why] { end(why); });
     }
@@ -1635,13 +1061,7 @@ void Registry::Shutdown() {
       deferred.push_back([end = std::move(p->end), why] { end(why); });
     }
     pending_.clear();
-    forwarded_.clear();
-    forwarded_per_client_.clear();
-    strangers_.clear();
-    clients_by_calls_.clear();
-    stranger_calls_ = 0;
-    forwarded_strangers_ = 0;
-    member_calls_.clear();
+    limits_.Clear();
   }
   for (auto& f : deferred) f();
 }

@@ -3,6 +3,12 @@
 // and the per-all-reduce tensor check. control::ControlServer is a thin gRPC adapter over it; the
 // unit tests drive it directly (registry_test.cc).
 //
+// The registry keeps the job table, the secrets and the worker streams itself; the rest lives in
+// rooms of its own, each used under the registry's lock: CallLimits (who holds how many calls
+// and streams), SyncRounds (the Barrier/Broadcast rendezvous), an OpChecks per job (the
+// per-all-reduce check) and FailureMarks (sessions marked failed). request_rules.h checks a
+// request's fields before the lock is taken; RefusalLog logs refusals at a bounded rate.
+//
 // Waiting calls hold no thread: Barrier/Broadcast take a completion callback that runs exactly
 // once, when the round completes, fails, or the call is cancelled (CancelWait) or the registry
 // shuts down. Attach registers a worker's stream with callbacks for its end and its checks.
@@ -31,15 +37,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include "control/call_limits.h"
+#include "control/error_reason.h"
+#include "control/failure_marks.h"
+#include "control/refusal_log.h"
+#include "control/sync_rounds.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
 
 namespace switchml::control {
-
-// A job's allowance of waiting calls, attached streams and forwarded calls of its members:
-// this many per worker, plus this many (a worker makes one Barrier or Broadcast at a time and has
-// one stream; the rest is slack for retries and a top-of-rack switch's forwarded calls).
-inline constexpr uint32_t kMemberCallsPerWorker = 4;
 
 struct RegistryOptions {
   // Refuse requests without a job secret (jobs and sync calls alike).
@@ -179,8 +185,9 @@ struct RegistryHooks {
 class Registry {
  public:
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
-  // Completion of a wait: the status, and a Broadcast's value.
-  using SyncDone = std::function<void(const Status&, uint64_t value)>;
+  // Completion of a wait: the status, the reason beside it (kRoundExpired when ExpireWait ended
+  // it, else kNone), and a Broadcast's value.
+  using SyncDone = SyncRounds::Done;
   // The end of an attached stream (always an error status: why the job ended for this worker).
   using StreamEnd = std::function<void(const Status&)>;
   // A confirmed all-reduce check.
@@ -213,8 +220,9 @@ class Registry {
   void CancelWait(uint64_t ticket, const Status& why);
   // The call's deadline is about to pass (the control server calls this shortly before it): the
   // call leaves its round, and `done` runs with kDeadlineExceeded naming the ranks that did not
-  // arrive, so that the worker's error can say which peer is missing (a client whose own
-  // deadline passes first can only say that one is). No effect when the wait already ended.
+  // arrive, and ErrorReason::kRoundExpired, so that the worker's error can say which peer is
+  // missing (a client whose own deadline passes first can only say that one is). No effect when
+  // the wait already ended.
   void ExpireWait(uint64_t ticket);
 
   // Session.Close.
@@ -300,36 +308,13 @@ class Registry {
 
  private:
   struct Job;
-  struct Round;
-  struct Wait;
   struct Stream;
   struct PendingStream;
-  // What a call or stream is counted against: a job's allowance (session_id != 0, a member's) or
-  // a stranger's client address.
-  struct Charge {
-    uint64_t session_id = 0;
-    std::string client;
-  };
-  struct RoundKey {
-    bool broadcast;
-    uint64_t session_id;
-    uint32_t unscoped_num_workers;
-    std::string secret;
-    auto operator<=>(const RoundKey&) const = default;
-  };
+  using Charge = CallLimits::Charge;
   // Callbacks collected under the lock and run after it is released.
-  using Deferred = std::vector<std::function<void()>>;
-
-  // Removes a waiting call from its round (the round too once no call waits in it) and returns
-  // its callback, to be run after the lock is released.
-  SyncDone LeaveRoundLocked(uint64_t ticket);
-  // Why a waiting call's round did not come together: the ranks missing from it, when every
-  // waiting call sent its rank, else how many workers are missing.
-  std::string MissingText(const Wait& wait) const;
+  using Deferred = SyncRounds::Deferred;
 
   std::chrono::steady_clock::time_point Now() const;
-  Status ValidateRegistration(const RegisterRequest& r, const Caller& caller,
-                              uint32_t* worker_ipv4) const;
   Status RegisterLocked(const RegisterRequest& r, uint32_t worker_ipv4, Deferred& deferred);
   Status CheckSecretLocked(const Job& job, const std::string& secret, uint64_t session_id) const;
   bool OwnsLocked(uint64_t session_id, const std::string& secret) const;
@@ -349,20 +334,19 @@ class Registry {
   void FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
                          Deferred& deferred);
   const Status* FailureLocked(uint64_t session_id, const std::string& secret);
-  void FailRoundLocked(std::map<RoundKey, std::shared_ptr<Round>>::iterator it, const Status& why,
-                       Deferred& deferred);
-  // Admits the call or stream `ticket`: a member's of `member_session` (0: a stranger's).
-  // `evictable`: a stranger's wait or unattached stream, which a later stranger may evict when
-  // the total is full. May evict another (its callback goes to `deferred`).
+  // Admits the call or stream `ticket` (CallLimits::Admit): a member's of `member_session` (0: a
+  // stranger's). May evict another (its callback goes to `deferred`).
   Status AdmitLocked(const Caller& caller, uint64_t member_session, uint64_t ticket, bool evictable,
                      Deferred& deferred, Charge* charge);
-  void ReleaseLocked(const Charge& charge, uint64_t ticket);
+  // A member's job as CallLimits counts it (session 0: a stranger).
+  CallLimits::Member AllowanceLocked(uint64_t member_session) const;
+  // Ends an evicted call (EvictLocked), its callback going to `deferred`.
+  CallLimits::Evict EvictorLocked(Deferred& deferred);
   // Whether a request with `secret` for `session_id` is a member's (the session's job exists
   // and has that secret).
   bool MemberLocked(uint64_t session_id, const std::string& secret) const;
   // Ends a stranger's wait or unattached stream to make room (RESOURCE_EXHAUSTED, `why`).
   void EvictLocked(uint64_t ticket, const std::string& why, Deferred& deferred);
-  void SetStrangerCountLocked(const std::string& client, uint32_t from, uint32_t to);
   void Touch(Job& job);
   // Confirms all-reduce `op` to every stream of the job.
   void ConfirmLocked(const Job& job, uint64_t op, Deferred& deferred);
@@ -378,44 +362,15 @@ class Registry {
   bool shut_down_ = false;
   uint64_t next_ticket_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;
-  // Failure marks by session, one per secret (a stranger's mark, which only its own calls see,
-  // never takes the place of the job's); at most kMaxFailureMarks besides the jobs' own.
-  struct Failure {
-    Status status;
-    std::string secret;
-    std::chrono::steady_clock::time_point at;
-  };
-  std::unordered_map<uint64_t, std::vector<Failure>> failures_;
-  size_t failure_marks_ = 0;
-  std::map<RoundKey, std::shared_ptr<Round>> rounds_;
-  std::unordered_map<uint64_t, std::unique_ptr<Wait>> waits_;
+  // Sessions marked failed (failure_marks.h).
+  FailureMarks failures_;
   std::unordered_map<uint64_t, std::unique_ptr<Stream>> streams_;
   std::unordered_map<uint64_t, std::unique_ptr<PendingStream>> pending_;
-  // Calls run on threads of their own (AdmitForwarded), and whether they count as passed upstream.
-  struct Forwarded {
-    Charge charge;
-    bool upstream = false;
-  };
-  std::unordered_map<uint64_t, Forwarded> forwarded_;
-  // Strangers' calls per client (its IPv4 text, or the peer string), with the tickets of the
-  // ones that may be evicted (oldest first: tickets only grow), the clients by how many they
-  // hold, and the total; forwarded ones among them.
-  struct Client {
-    uint32_t calls = 0;
-    std::set<uint64_t> evictable;
-  };
-  std::unordered_map<std::string, Client> strangers_;
-  std::set<std::pair<uint32_t, std::string>> clients_by_calls_;
-  uint32_t stranger_calls_ = 0;
-  // Strangers' calls passed upstream, per client and in all.
-  std::unordered_map<std::string, uint32_t> forwarded_per_client_;
-  uint32_t forwarded_strangers_ = 0;
-  // Members' calls per session.
-  std::unordered_map<uint64_t, uint32_t> member_calls_;
-  // Refusal log rate limit: lines in the current second, and how many were suppressed.
-  std::chrono::steady_clock::time_point log_window_{};
-  uint32_t logged_in_window_ = 0;
-  uint64_t suppressed_logs_ = 0;
+  // Who holds how many calls and streams (call_limits.h).
+  CallLimits limits_;
+  // Barrier and Broadcast rounds (sync_rounds.h); their waits hold charges of limits_.
+  SyncRounds rounds_;
+  RefusalLog refusals_;  // (its own lock: logged outside mu_)
 };
 
 // Compares job secrets in time that does not depend on where they differ (the registry's checks,

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/logging.h"
@@ -39,6 +41,7 @@ Caller At(uint32_t ipv4, int port = 40000) {
 struct Outcome {
   bool done = false;
   Status status;
+  ErrorReason reason = ErrorReason::kNone;
   uint64_t value = 0;
 };
 
@@ -82,12 +85,14 @@ class RegistryTest : public ::testing::Test {
 
   std::shared_ptr<Outcome> Sync(SyncRequest q, const Caller& caller = At(kLocal)) {
     auto out = std::make_shared<Outcome>();
-    registry_->Sync(registry_->NewTicket(), q, caller, [out](const Status& s, uint64_t v) {
-      EXPECT_FALSE(out->done) << "a completion ran twice";
-      out->done = true;
-      out->status = s;
-      out->value = v;
-    });
+    registry_->Sync(registry_->NewTicket(), q, caller,
+                    [out](const Status& s, ErrorReason reason, uint64_t v) {
+                      EXPECT_FALSE(out->done) << "a completion ran twice";
+                      out->done = true;
+                      out->status = s;
+                      out->reason = reason;
+                      out->value = v;
+                    });
     return out;
   }
 
@@ -985,6 +990,29 @@ TEST_F(RegistryTest, TopOfRackHooksHoldChecksAndReportHowJobsEnd) {
   EXPECT_NE((*end4)->message().find("rack 1 (ranks 2..3) lost its control connection"),
             std::string::npos)
       << (*end4)->ToString();
+}
+
+// Given ranks 0 and 2 of 3 waiting in a barrier, expect the one whose deadline comes (ExpireWait)
+// to end with DEADLINE_EXCEEDED and the typed reason kRoundExpired, which a client decides on
+// (not its words), and the one whose client cancels to end without a reason.
+TEST_F(RegistryTest, OnlyTheSwitchsExpiryCarriesTheRoundExpiredReason) {
+  Open(29, 3, 43000);
+  const uint64_t zero = registry_->NewTicket(), two = registry_->NewTicket();
+  std::map<uint64_t, Outcome> out;
+  for (auto [ticket, rank] : {std::pair{zero, 0u}, std::pair{two, 2u}}) {
+    registry_->Sync(ticket, Barrier(29, 3, rank), At(kLocal),
+                    [&out, ticket](const Status& s, ErrorReason reason, uint64_t) {
+                      out[ticket] = Outcome{true, s, reason, 0};
+                    });
+  }
+  registry_->ExpireWait(zero);
+  ASSERT_TRUE(out[zero].done);
+  EXPECT_EQ(out[zero].status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(out[zero].reason, ErrorReason::kRoundExpired);
+  registry_->CancelWait(two, DeadlineExceededError("barrier of session 29: deadline passed"));
+  ASSERT_TRUE(out[two].done);
+  EXPECT_EQ(out[two].status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(out[two].reason, ErrorReason::kNone);
 }
 
 }  // namespace

@@ -18,7 +18,8 @@
 //     the worker by its global rank in AttachRequest.member) or refuse it;
 //   - Barrier and Broadcast instead of the server's own rendezvous when ForwardsSync() (a
 //     top-of-rack switch forwards them to the upstream switch, where the whole job meets, waiting
-//     at most until `deadline`, the caller's): their value answers the call.
+//     at most until `deadline`, the caller's): their value answers the call, and the typed
+//     reason they set beside an error (*reason; error_reason.h) goes with it.
 // Thread-safety: called concurrently. BeforeAttach and BeforeClose run on gRPC's callback
 // threads and must not block. The others may block (within the hooks' own timeouts): the server
 // runs each such call (a hooked UdpSession, a forwarded Barrier or Broadcast) on a thread of its
@@ -29,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "control/error_reason.h"
 #include "switchml/status.h"
 
 // Declared, not included: this header reaches code that does not see the generated sources
@@ -60,10 +62,12 @@ class SessionHooks {
   // Whether Barrier and Broadcast answer those calls (else the server's registry does, and they
   // are never called). Constant for the hooks' lifetime.
   virtual bool ForwardsSync() const = 0;
+  // `reason` is never null and holds kNone on entry.
   virtual Status Barrier(const switchml_proto::BarrierRequest& request,
-                         std::chrono::system_clock::time_point deadline) = 0;
+                         std::chrono::system_clock::time_point deadline, ErrorReason* reason) = 0;
   virtual Result<uint64_t> Broadcast(const switchml_proto::BroadcastRequest& request,
-                                     std::chrono::system_clock::time_point deadline) = 0;
+                                     std::chrono::system_clock::time_point deadline,
+                                     ErrorReason* reason) = 0;
 };
 
 }  // namespace switchml::control

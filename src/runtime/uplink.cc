@@ -519,18 +519,20 @@ void Uplink::Shutdown() {
 }
 
 Status Uplink::Barrier(const switchml_proto::BarrierRequest& request,
-                       std::chrono::system_clock::time_point deadline) {
+                       std::chrono::system_clock::time_point deadline,
+                       control::ErrorReason* reason) {
   std::optional<uint32_t> rank;
   if (request.has_rank()) rank = request.rank();
   return sync_client_.Barrier(request.session_id(), request.num_workers(), request.job_secret(),
-                              rank, deadline);
+                              rank, deadline, reason);
 }
 
 Result<uint64_t> Uplink::Broadcast(const switchml_proto::BroadcastRequest& request,
-                                   std::chrono::system_clock::time_point deadline) {
+                                   std::chrono::system_clock::time_point deadline,
+                                   control::ErrorReason* reason) {
   return sync_client_.Broadcast(request.session_id(), request.value(), request.rank(),
                                 request.num_workers(), request.root(), request.job_secret(),
-                                deadline);
+                                deadline, reason);
 }
 
 }  // namespace switchml::runtime

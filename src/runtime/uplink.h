@@ -17,7 +17,8 @@
 //     rank 0 (rack 0's local rank 0) registers alone first, and its UdpSession returns only once
 //     rack 0's ToR has opened the spine's job.
 //   - Barrier and Broadcast are forwarded to the spine, where the whole job meets (with the job's
-//     secret and the caller's rank), waiting no longer than the caller does.
+//     secret and the caller's rank), waiting no longer than the caller does; the spine's error
+//     is passed on with its typed reason (the spine's expiry naming the missing ranks stays one).
 //   - Liveness and tensor checks span both levels: the ToR attaches its own stream to the spine
 //     (as "rack r (ranks a..b)") when it opens the upstream job, and takes its workers' Attach
 //     streams (global rank mapped to the rack's, errors naming the global rank). An all-reduce
@@ -106,10 +107,13 @@ class Uplink final : public control::SessionHooks {
   Status BeforeAttach(switchml_proto::AttachRequest* request) override;
   Status BeforeClose(switchml_proto::CloseRequest* request) override;
   bool ForwardsSync() const override { return true; }
+  // Forwarded to the upstream switch; its error and the reason beside it are passed on.
   Status Barrier(const switchml_proto::BarrierRequest& request,
-                 std::chrono::system_clock::time_point deadline) override;
+                 std::chrono::system_clock::time_point deadline,
+                 control::ErrorReason* reason) override;
   Result<uint64_t> Broadcast(const switchml_proto::BroadcastRequest& request,
-                             std::chrono::system_clock::time_point deadline) override;
+                             std::chrono::system_clock::time_point deadline,
+                             control::ErrorReason* reason) override;
 
   // The ToR's registry (the ControlServer's), once it runs; not owned, must outlive the Uplink
   // or be reset to nullptr first.

@@ -11,7 +11,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/endpoint.h"
@@ -232,6 +234,35 @@ TEST(UplinkTest, WorkerTimingOutAtATorSaysItsUpstreamDidNotAnswer) {
   uplink.Shutdown();
 }
 
+// Spine-side hooks (a spine's ControlServerOptions::hooks) that pass everything through and
+// leave Barrier and Broadcast to the registry; the tests' hooks override what they change.
+class PassThroughHooks : public control::SessionHooks {
+ public:
+  Status BeforeUdpSession(switchml_proto::UdpSessionRequest*,
+                          std::chrono::system_clock::time_point) override {
+    return Status::Ok();
+  }
+  Status AfterUdpSession(const switchml_proto::UdpSessionRequest&,
+                         const switchml_proto::UdpSessionRequest&,
+                         std::chrono::system_clock::time_point) override {
+    return Status::Ok();
+  }
+  void UdpSessionRefused(const switchml_proto::UdpSessionRequest&,
+                         const switchml_proto::UdpSessionRequest&, const Status&) override {}
+  Status BeforeAttach(switchml_proto::AttachRequest*) override { return Status::Ok(); }
+  Status BeforeClose(switchml_proto::CloseRequest*) override { return Status::Ok(); }
+  bool ForwardsSync() const override { return false; }
+  Status Barrier(const switchml_proto::BarrierRequest&, std::chrono::system_clock::time_point,
+                 control::ErrorReason*) override {
+    return InternalError("not forwarded");
+  }
+  Result<uint64_t> Broadcast(const switchml_proto::BroadcastRequest&,
+                             std::chrono::system_clock::time_point,
+                             control::ErrorReason*) override {
+    return InternalError("not forwarded");
+  }
+};
+
 // A spine and a one-rack ToR with an Uplink, on loopback. `spine_registry`: the spine's
 // registry options (its leases); `spine_hooks`: the spine server's hooks (not owned), if any.
 struct TwoLevels {
@@ -331,36 +362,15 @@ TEST(UplinkTest, SecondRankZeroAtTheTorIsAnsweredAndTheTorGoesOn) {
 // Spine-side hooks that pass everything through, except the first Attach stream of
 // `session_id`: held for `hold` (its gRPC thread waits: a ToR's upstream stream that has not
 // attached at the spine yet), then refused when `refuse`.
-class FirstAttach final : public control::SessionHooks {
+class FirstAttach final : public PassThroughHooks {
  public:
   FirstAttach(uint64_t session_id, std::chrono::milliseconds hold, bool refuse)
       : session_id_(session_id), hold_(hold), refuse_(refuse) {}
-  Status BeforeUdpSession(switchml_proto::UdpSessionRequest*,
-                          std::chrono::system_clock::time_point) override {
-    return Status::Ok();
-  }
-  Status AfterUdpSession(const switchml_proto::UdpSessionRequest&,
-                         const switchml_proto::UdpSessionRequest&,
-                         std::chrono::system_clock::time_point) override {
-    return Status::Ok();
-  }
-  void UdpSessionRefused(const switchml_proto::UdpSessionRequest&,
-                         const switchml_proto::UdpSessionRequest&, const Status&) override {}
   Status BeforeAttach(switchml_proto::AttachRequest* request) override {
     if (request->session_id() != session_id_ || seen_.exchange(true)) return Status::Ok();
     std::this_thread::sleep_for(hold_);
     if (refuse_) return UnavailableError("the test's spine refuses this stream");
     return Status::Ok();
-  }
-  Status BeforeClose(switchml_proto::CloseRequest*) override { return Status::Ok(); }
-  bool ForwardsSync() const override { return false; }
-  Status Barrier(const switchml_proto::BarrierRequest&,
-                 std::chrono::system_clock::time_point) override {
-    return InternalError("not forwarded");
-  }
-  Result<uint64_t> Broadcast(const switchml_proto::BroadcastRequest&,
-                             std::chrono::system_clock::time_point) override {
-    return InternalError("not forwarded");
   }
   bool seen() const { return seen_.load(); }
 
@@ -370,6 +380,55 @@ class FirstAttach final : public control::SessionHooks {
   const bool refuse_;
   std::atomic<bool> seen_{false};
 };
+
+// A spine whose every Barrier fails at once with DEADLINE_EXCEEDED, `message`, and, when
+// `with_reason`, the typed reason ROUND_EXPIRED (as the spine's registry ends a wait at its
+// deadline, whatever its words).
+class ExpiringSpine final : public PassThroughHooks {
+ public:
+  ExpiringSpine(std::string message, bool with_reason)
+      : message_(std::move(message)), with_reason_(with_reason) {}
+  bool ForwardsSync() const override { return true; }
+  Status Barrier(const switchml_proto::BarrierRequest&, std::chrono::system_clock::time_point,
+                 control::ErrorReason* reason) override {
+    if (with_reason_) *reason = control::ErrorReason::kRoundExpired;
+    return DeadlineExceededError(message_);
+  }
+
+ private:
+  const std::string message_;
+  const bool with_reason_;
+};
+
+// Given a switch that ends a barrier with the reason ROUND_EXPIRED and words that name nobody,
+// and one that sends the words the switch's expiry uses ("rank 1 did not arrive within") without
+// the reason (as a reference switch, or ours before the reason, would), expect the worker to keep
+// the first's message and to put its own in place of the second's: the reason decides, not the
+// text. Both straight from the switch and through a top-of-rack switch, which passes the reason
+// on (the spine is the ExpiringSpine, the ToR forwards the barrier to it).
+TEST(UplinkTest, TheReasonNotTheTextMakesAnExpiryTheSwitchs) {
+  using namespace std::chrono_literals;
+  const std::string kExpiryWords =
+      "barrier of session 5 (2 workers): rank 1 did not arrive within 1 s (waiting: rank 0): did "
+      "it fail or start with other arguments?";
+  for (const bool with_reason : {true, false}) {
+    ExpiringSpine hooks(with_reason ? "words that name nobody" : kExpiryWords, with_reason);
+    TwoLevels h({}, &hooks);
+    for (const std::string& target : {h.spine_target(), h.tor_target()}) {
+      SCOPED_TRACE((with_reason ? "with the reason, at " : "without it, at ") + target);
+      control::ControlClient worker(target, 5s);
+      const Status st = worker.Barrier(5, 2, "s", 0u);
+      EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+      if (with_reason) {
+        EXPECT_EQ(st.message(), "words that name nobody");
+      } else {
+        EXPECT_EQ(st.message(),
+                  "barrier of session 5 (2 workers) timed out after 5 s: a peer worker did not "
+                  "arrive (did it fail or start with other arguments?)");
+      }
+    }
+  }
+}
 
 // Given: session 12's upstream stream has not attached at the spine yet (held there for 1 s)
 // when a second rank 0 at the ToR makes the ToR drop that upstream. Expect: the ToR ends its
@@ -557,7 +616,7 @@ TEST(UplinkTest, AStrangersBarriersAtATorAreBoundedAndTheRacksJobRunsOn) {
 
 // Spine-side hooks that pass everything through, except that the UdpSession of `session_id`
 // waits until release() (the call waits: a slow spine, with a ToR's setup in progress).
-class HeldUdpSession final : public control::SessionHooks {
+class HeldUdpSession final : public PassThroughHooks {
  public:
   explicit HeldUdpSession(uint64_t session_id) : session_id_(session_id) {}
   Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request,
@@ -568,24 +627,6 @@ class HeldUdpSession final : public control::SessionHooks {
     cv_.notify_all();
     cv_.wait_for(lock, std::chrono::seconds(10), [&] { return released_; });
     return Status::Ok();
-  }
-  Status AfterUdpSession(const switchml_proto::UdpSessionRequest&,
-                         const switchml_proto::UdpSessionRequest&,
-                         std::chrono::system_clock::time_point) override {
-    return Status::Ok();
-  }
-  void UdpSessionRefused(const switchml_proto::UdpSessionRequest&,
-                         const switchml_proto::UdpSessionRequest&, const Status&) override {}
-  Status BeforeAttach(switchml_proto::AttachRequest*) override { return Status::Ok(); }
-  Status BeforeClose(switchml_proto::CloseRequest*) override { return Status::Ok(); }
-  bool ForwardsSync() const override { return false; }
-  Status Barrier(const switchml_proto::BarrierRequest&,
-                 std::chrono::system_clock::time_point) override {
-    return InternalError("not forwarded");
-  }
-  Result<uint64_t> Broadcast(const switchml_proto::BroadcastRequest&,
-                             std::chrono::system_clock::time_point) override {
-    return InternalError("not forwarded");
   }
   bool WaitEntered(std::chrono::milliseconds within) {
     std::unique_lock lock(mu_);
