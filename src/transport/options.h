@@ -46,11 +46,16 @@ enum class XdpAttachMode { kAuto, kNative, kGeneric };
 
 // AF_XDP (xdp.h). Each field's variable in brackets (environment.h).
 struct XdpOptions {
-  std::string interface;  // [SWITCHML_XDP_IFACE] empty: the interface of bind_ipv4 (xdp.h)
-  uint32_t queue = 0;     // [SWITCHML_XDP_QUEUE] the interface queue the sockets bind
-  XdpAttachMode mode = XdpAttachMode::kAuto;  // [SWITCHML_XDP_MODE] auto: native, else generic
-  bool copy_only = false;                     // [SWITCHML_XDP_COPY] never try zero-copy
-  bool debug = false;  // [SWITCHML_XDP_DEBUG] print libbpf's warnings (the verifier's log)
+  // [SWITCHML_XDP_IFACE] empty: the interface of bind_ipv4 (xdp.h).
+  std::string interface;
+  // [SWITCHML_XDP_QUEUE] the interface queue the sockets bind.
+  uint32_t queue = 0;
+  // [SWITCHML_XDP_MODE] auto: native where the driver has it, else generic.
+  XdpAttachMode mode = XdpAttachMode::kAuto;
+  // [SWITCHML_XDP_COPY] never try zero-copy.
+  bool copy_only = false;
+  // [SWITCHML_XDP_DEBUG] print libbpf's warnings (the verifier's log).
+  bool debug = false;
   // [SWITCHML_XDP_LOCK_DIR] the interface lock files' directory; empty: private_dir.h's default.
   std::string lock_dir;
 };
@@ -76,13 +81,18 @@ struct DpdkOptions {
   std::string lock_dir;
   std::vector<DpdkNeighbour> neighbours;  // [SWITCHML_DPDK_NEIGH]
   // Waiting (dpdk.h, "Waiting"):
-  bool doorbells = true;    // [SWITCHML_DPDK_DOORBELL] memif: ring sleeping peers, sleep until rung
-  bool spin_only = false;   // [SWITCHML_DPDK_POLL=spin] never sleep until the timeout
-  uint32_t spin_polls = 0;  // [SWITCHML_DPDK_SPIN] polls before yielding
-  std::chrono::microseconds yield_for{0};      // [SWITCHML_DPDK_YIELD_US]
-  std::chrono::microseconds first_nap{20};     // [SWITCHML_DPDK_NAP_US] >= 1
-  std::chrono::microseconds max_nap{1000};     // [SWITCHML_DPDK_MAX_NAP_US] >= 1
-  std::chrono::microseconds max_sleep{10000};  // [SWITCHML_DPDK_MAX_SLEEP_US] >= 1 (doorbells)
+  // [SWITCHML_DPDK_DOORBELL=on|off] memif: ring sleeping peers, and sleep until rung.
+  bool doorbells = true;
+  // [SWITCHML_DPDK_POLL=spin] never sleep until the timeout.
+  bool spin_only = false;
+  // [SWITCHML_DPDK_SPIN] polls before yielding; [SWITCHML_DPDK_YIELD_US] yields before napping;
+  // [SWITCHML_DPDK_NAP_US], [SWITCHML_DPDK_MAX_NAP_US] the naps; [SWITCHML_DPDK_MAX_SLEEP_US] the
+  // longest sleep on a doorbell. Naps and sleeps are at least 1 us.
+  uint32_t spin_polls = 0;
+  std::chrono::microseconds yield_for{0};
+  std::chrono::microseconds first_nap{20};
+  std::chrono::microseconds max_nap{1000};
+  std::chrono::microseconds max_sleep{10000};
 };
 
 // Shared memory (shm.h).
