@@ -176,7 +176,7 @@ TEST_F(ContextTest, ResultsFromAStrangerAreDroppedAndCounted) {
   auto ctx = CreateAll(configs);
   ASSERT_TRUE(ctx[0] && ctx[1]);
 
-  auto stranger = transport::OpenUdp(transport::UdpOptions{});
+  auto stranger = transport::OpenUdp(transport::TransportOptions{});
   ASSERT_TRUE(stranger.ok()) << stranger.status().ToString();
   std::vector<std::vector<uint8_t>> forged;
   std::vector<transport::TxDatagram> batch;

@@ -24,6 +24,7 @@
 #include "flags.h"
 #include "runtime/switch_daemon.h"
 #include "testing/measure.h"
+#include "transport/environment.h"
 #include "transport/factory.h"
 #include "transport/shm.h"
 
@@ -368,11 +369,14 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
       return 2;
     }
   }
-  if (job.transport == "xdp") {
-    std::cerr << "switchml run: --transport xdp is not available here: run's switch and worker "
-                 "processes share loopback, and AF_XDP takes one process per interface queue. Run "
-                 "`switchml switch` and `switchml worker` with --transport xdp on interfaces of "
-                 "their own (network namespaces: scripts/rack.sh, tests/netns_test.sh)\n";
+  if (transport::CapabilitiesOf(job.transport).one_process_per_interface) {
+    std::cerr << "switchml run: --transport " << job.transport
+              << " is not available here: run's switch and worker processes share loopback, and "
+                 "it takes one process per interface. Run `switchml switch` and `switchml "
+                 "worker` with --transport "
+              << job.transport
+              << " on interfaces of their own (network namespaces: scripts/rack.sh, "
+                 "tests/netns_test.sh)\n";
     return 2;
   }
   const int64_t num_switches = flags.GetInt("switches");
@@ -411,7 +415,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (auto& d : switches->daemons) d->Stop();
-  if (o.transport == "shm") {
+  if (transport::CapabilitiesOf(o.transport).files_outlive_processes) {
     // Workers that did not close their transports (killed: after a failure or Ctrl-C) left
     // their inboxes and groups in the shm directory; nothing else would remove them.
     std::vector<uint32_t> pids;

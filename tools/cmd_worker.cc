@@ -29,6 +29,8 @@
 #include "testing/measure.h"
 #include "testing/pattern.h"
 #include "transport/address.h"
+#include "transport/environment.h"
+#include "transport/factory.h"
 #include "transport/shm.h"
 
 namespace switchml::tools {
@@ -222,8 +224,9 @@ int WorkerCommand(const std::vector<std::string>& args) {
                              std::to_string(job.size) + ": use a smaller --size"));
   }
 
-  const StopOnSignal stop_on_signal(who, report, static_cast<long long>(rank),
-                                    config.transport == "shm");
+  const StopOnSignal stop_on_signal(
+      who, report, static_cast<long long>(rank),
+      transport::CapabilitiesOf(config.transport).files_outlive_processes);
   auto ctx = Context::Create(config);
   if (!ctx.ok()) return fail("setup failed", ctx.status());
   std::unique_ptr<metrics::MetricsServer> metrics_server;  // (destroyed before the context)

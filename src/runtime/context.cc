@@ -190,7 +190,8 @@ uint32_t Config::OutstandingPackets() const {
   const uint64_t threads = num_worker_threads;
   w = (w + 31) / 32 * 32;
   w = (w + threads - 1) / threads * threads;
-  const uint64_t floor = transport == "shm" ? kMinShmAutoWindow : kMinAutoWindow;
+  const uint64_t floor =
+      transport::CapabilitiesOf(transport).host_local ? kMinShmAutoWindow : kMinAutoWindow;
   w = std::max<uint64_t>(w, std::max<uint64_t>(floor, threads));
   return static_cast<uint32_t>(std::min<uint64_t>(w, kMaxAutoWindow / threads * threads));
 }
@@ -493,13 +494,12 @@ Result<Context::Impl::Transports> Context::Impl::OpenDataTransports(uint32_t bin
   // With the authenticated data plane every datagram carries a tag behind it (transport/auth.h).
   topts.max_datagram_bytes =
       proto::kMaxDatagramBytes + (config.authenticate_data ? transport::kAuthRoomBytes : 0);
-  // shm: each thread's inbox has room for twice its window of results (at least the default).
-  if (topts.kind == "shm") {
-    const uint64_t window = config.OutstandingPackets() / config.num_worker_threads;
-    uint32_t slots = transport::kShmDataPlaneRingSlots;
-    while (slots < 2 * window && slots < 65536) slots *= 2;
-    topts.shm_ring_slots = slots;
-  }
+  // shm (the other kinds ignore it): each thread's inbox has room for twice its window of
+  // results (at least the data plane's default).
+  const uint64_t window = config.OutstandingPackets() / config.num_worker_threads;
+  uint32_t slots = transport::kShmDataPlaneRingSlots;
+  while (slots < 2 * window && slots < 65536) slots *= 2;
+  topts.shm.ring_slots = slots;
   return transport::OpenTransports(topts, config.num_worker_threads);
 }
 

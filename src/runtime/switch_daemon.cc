@@ -192,23 +192,20 @@ Status SwitchDaemonOptions::Validate() const {
   return switch_config.Validate();
 }
 
-// Kernel UDP (transport/udp.cc) and shm (transport/shm.h, groups of this host) send to multicast
-// groups; the others do not. Bound to a
-// loopback address or to any: groups of this host's workers, on the loopback interface. Bound
-// to a LAN address: groups on that address's interface (the workers cannot reach the switch
-// through the loopback interface then).
+// The transports with multicast groups (transport::Capabilities: kernel UDP, and shm with groups
+// of this host only) get them; the others do not. Bound to a loopback address or to any, or over
+// a transport whose groups stay on this host: groups of this host's workers, on the loopback
+// interface. Bound to a LAN address: groups on that address's interface (the workers cannot
+// reach the switch through the loopback interface then).
 namespace {
 void ChooseMulticastScope(SwitchDaemonOptions* options, transport::TransportOptions* topts) {
   constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
   dataplane::SwitchConfig& c = options->switch_config;
   c.loopback_multicast = c.lan_multicast = false;
-  if (options->transport == "shm") {  // groups of this host's shm transports (transport/shm.h)
-    c.loopback_multicast = true;
-    return;
-  }
-  if (options->transport != "udp" && options->transport != "udp-plain") return;
+  const transport::Capabilities caps = transport::CapabilitiesOf(options->transport);
+  if (!caps.host_multicast) return;
   const uint32_t bind = topts->bind_ipv4;
-  if (bind == 0 || (bind & kLoopbackMask) == kLoopbackNet) {
+  if (!caps.lan_multicast || bind == 0 || (bind & kLoopbackMask) == kLoopbackNet) {
     c.loopback_multicast = true;
     return;
   }
@@ -226,7 +223,7 @@ void ChooseMulticastScope(SwitchDaemonOptions* options, transport::TransportOpti
     return;
   }
   c.lan_multicast = true;
-  topts->multicast_ttl = options->multicast_ttl;
+  topts->udp.multicast_ttl = options->multicast_ttl;
   LOG(kInfo, kDataplane)
       << "LAN multicast on " << iface->name << " (TTL " << options->multicast_ttl
       << ") for jobs whose workers ask for it (switchml worker --multicast auto, the "
@@ -254,9 +251,9 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   // Room for the authenticated data plane's tag (the wrapper lends and accepts
   // transport::kAuthRoomBytes less: exactly kMaxDatagramBytes).
   topts.max_datagram_bytes = proto::kMaxDatagramBytes + transport::kAuthRoomBytes;
-  topts.socket_buffer_bytes = 16 << 20;  // room for every worker's window at once
+  topts.udp.socket_buffer_bytes = 16 << 20;  // room for every worker's window at once
   topts.switch_side = true;
-  topts.shm_ring_slots = transport::kShmDataPlaneRingSlots;  // (shm only)
+  topts.shm.ring_slots = transport::kShmDataPlaneRingSlots;
   topts.loss = options.loss;
   topts.loss_seed = options.seed;
   auto ts = transport::OpenTransports(topts, options.threads);
@@ -268,7 +265,8 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
     // Datagrams of authenticated jobs are verified and stripped (others pass unchanged).
     t = transport::MakeAuthenticated(std::move(t), d->auth_keys_);
     d->shards_.push_back(std::make_unique<Shard>(options.switch_config, std::move(t)));
-    d->shards_.back()->group_lending = options.transport == "shm";
+    d->shards_.back()->group_lending =
+        transport::CapabilitiesOf(options.transport).lends_destination_memory;
   }
   const transport::Transport& first = *d->shards_[0]->transport;
   d->data_port_ = first.local_endpoint().port;

@@ -46,7 +46,7 @@ bool RawUdpSender::Send(Endpoint source, Endpoint destination, std::span<const u
 }
 
 uint16_t FreeUdpPort() {
-  auto probe = transport::OpenUdp(transport::UdpOptions{});
+  auto probe = transport::OpenUdp(transport::TransportOptions{});
   return probe.ok() ? (*probe)->local_endpoint().port : 0;
 }
 

@@ -6,7 +6,8 @@ namespace switchml::transport {
 
 bool DpdkAvailable() { return false; }
 
-Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOptions&, size_t) {
+Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const TransportOptions&,
+                                                                    size_t) {
   return UnimplementedError(
       "transport 'dpdk' is not in this build: libdpdk-dev (pkg-config libdpdk) was not found when "
       "it was configured; install it (scripts/setup.sh) and configure again");
@@ -46,7 +47,6 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
 #include <array>
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
@@ -92,61 +92,23 @@ constexpr const char* kDefaultEal =
     "--log-level=*:warning";
 constexpr std::chrono::seconds kLinkTimeout{10};
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
 // The directory of the doorbells and memif id locks: this user's own (private_dir.h; issue 28,
 // found 2 and 3: the shared /tmp/switchml-dpdk, mode 1777, let other users redirect a root
 // switch's writes through symbolic links and hold its workers' id locks). Opened and checked
-// once; $SWITCHML_DPDK_LOCK_DIR chooses another (checked the same way).
-Result<const PrivateDirectory*> LockDir() {
+// once per process, at `path` (DpdkOptions::lock_dir, $SWITCHML_DPDK_LOCK_DIR; empty: the
+// default) as the first call gives it.
+Result<const PrivateDirectory*> LockDir(const std::string& path) {
   static std::mutex mu;
   static std::optional<PrivateDirectory> dir;
   std::lock_guard lock(mu);
   if (!dir) {
     ASSIGN_OR_RETURN(
         PrivateDirectory d,
-        PrivateDirectory::Open(PrivateDirectoryPath("dpdk", Env("SWITCHML_DPDK_LOCK_DIR")),
+        PrivateDirectory::Open(PrivateDirectoryPath("dpdk", path),
                                "DPDK memif doorbell and id-lock files", "SWITCHML_DPDK_LOCK_DIR"));
     dir.emplace(std::move(d));
   }
   return &*dir;
-}
-
-// The tuning variables DpdkTransport's constructor reads, checked before any transport is made:
-// a value the constructor would misread (strtoul took "abc" as 0 and "20x" as 20, a nap of 0 as
-// 1 us; any SWITCHML_DPDK_DOORBELL but "off" meant on) is refused naming the variable.
-Status CheckTuningEnvironment() {
-  struct Count {
-    const char* name;
-    uint64_t min, max;
-  };
-  for (const Count& c :
-       {Count{"SWITCHML_DPDK_SPIN", 0, UINT32_MAX}, Count{"SWITCHML_DPDK_NAP_US", 1, 3600000000},
-        Count{"SWITCHML_DPDK_MAX_NAP_US", 1, 3600000000},
-        Count{"SWITCHML_DPDK_MAX_SLEEP_US", 1, 3600000000},
-        Count{"SWITCHML_DPDK_YIELD_US", 0, 3600000000}}) {
-    const std::string e = Env(c.name);
-    if (e.empty()) continue;
-    uint64_t v = 0;
-    auto [end, ec] = std::from_chars(e.data(), e.data() + e.size(), v);
-    if (ec != std::errc() || end != e.data() + e.size() || v < c.min || v > c.max) {
-      return InvalidArgumentError(std::string(c.name) + " must be a whole number in " +
-                                  std::to_string(c.min) + ".." + std::to_string(c.max) + ", not '" +
-                                  e + "'");
-    }
-  }
-  if (const std::string e = Env("SWITCHML_DPDK_POLL"); !e.empty() && e != "spin") {
-    return InvalidArgumentError("SWITCHML_DPDK_POLL must be spin (never sleep) or unset, not '" +
-                                e + "'");
-  }
-  if (const std::string e = Env("SWITCHML_DPDK_DOORBELL"); !e.empty() && e != "on" && e != "off") {
-    return InvalidArgumentError("SWITCHML_DPDK_DOORBELL must be on (the default) or off, not '" +
-                                e + "'");
-  }
-  return Status();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -197,11 +159,11 @@ std::vector<std::string> SplitArgs(const std::string& text) {
   return out;
 }
 
-Status InitEal() {
+// `eal_args`: DpdkOptions::eal_args of the process's first open (empty: kDefaultEal).
+Status InitEal(const std::string& eal_args) {
   Process& p = Proc();
-  std::call_once(p.once, [&p] {
-    std::string args = Env("SWITCHML_DPDK_EAL");
-    if (args.empty()) args = kDefaultEal;
+  std::call_once(p.once, [&p, &eal_args] {
+    const std::string args = eal_args.empty() ? std::string(kDefaultEal) : eal_args;
     p.eal_args = args;
     std::vector<std::string> words = SplitArgs(args);
     words.insert(words.begin(), "switchml");
@@ -271,21 +233,14 @@ std::string MacToString(const rte_ether_addr& a) {
   return buf;
 }
 
-// Static neighbours from SWITCHML_DPDK_NEIGH: "ip=mac,ip=mac".
-Result<std::unordered_map<uint32_t, rte_ether_addr>> StaticNeighbours() {
+// Static neighbours (DpdkOptions::neighbours, from SWITCHML_DPDK_NEIGH).
+std::unordered_map<uint32_t, rte_ether_addr> StaticNeighbours(
+    const std::vector<DpdkNeighbour>& given) {
   std::unordered_map<uint32_t, rte_ether_addr> out;
-  std::string text = Env("SWITCHML_DPDK_NEIGH");
-  std::replace(text.begin(), text.end(), ',', ' ');
-  for (const std::string& entry : SplitArgs(text)) {
-    const size_t eq = entry.find('=');
-    uint32_t ip;
+  for (const DpdkNeighbour& n : given) {
     rte_ether_addr mac;
-    if (eq == std::string::npos || !ParseIpv4(entry.substr(0, eq), &ip) ||
-        rte_ether_unformat_addr(entry.substr(eq + 1).c_str(), &mac) != 0) {
-      return InvalidArgumentError("SWITCHML_DPDK_NEIGH: '" + entry +
-                                  "' is not ipv4=mac (e.g. 10.0.0.1=02:00:00:00:00:01)");
-    }
-    out[ip] = mac;
+    std::memcpy(mac.addr_bytes, n.mac.data(), RTE_ETHER_ADDR_LEN);
+    out[n.ipv4] = mac;
   }
   return out;
 }
@@ -520,7 +475,7 @@ std::vector<std::unique_ptr<Transport>> TakeFreeMemifSockets(const std::string& 
 // the receiver's last poll sees the frames or the sender sees the flag. The files: the memif
 // server's transport rings "<socket>.bell", a client's "<socket>.<id>.lock" (its id lock, made
 // one page long). A peer without doorbells is never rung: the sleeps are capped
-// (10 ms, SWITCHML_DPDK_MAX_SLEEP_US) so that it is only slower, never stuck.
+// (10 ms, DpdkOptions::max_sleep) so that it is only slower, never stuck.
 struct BellWords {
   std::atomic<uint32_t> seq{0};       // the futex word: bumped by every ring
   std::atomic<uint32_t> sleeping{0};  // the owner sleeps, or is about to: ring it
@@ -543,10 +498,10 @@ class Bell {
   Bell(const Bell&) = delete;
   Bell& operator=(const Bell&) = delete;
 
-  // Maps the doorbell in file `name` of the lock directory, made (zero: nobody sleeps) when it
-  // does not exist.
-  static Result<std::unique_ptr<Bell>> Map(const std::string& name) {
-    ASSIGN_OR_RETURN(const PrivateDirectory* dir, LockDir());
+  // Maps the doorbell in file `name` of the lock directory (LockDir(lock_dir)), made (zero:
+  // nobody sleeps) when it does not exist.
+  static Result<std::unique_ptr<Bell>> Map(const std::string& lock_dir, const std::string& name) {
+    ASSIGN_OR_RETURN(const PrivateDirectory* dir, LockDir(lock_dir));
     Result<int> opened = dir->OpenFile(name, O_RDWR);
     if (!opened.ok()) {
       return FailedPreconditionError("dpdk memif doorbell: " + opened.status().message());
@@ -628,8 +583,9 @@ struct IdLock {
   }
 };
 
-Result<std::unique_ptr<IdLock>> TakeId(const std::string& sock, uint32_t max_ids) {
-  ASSIGN_OR_RETURN(const PrivateDirectory* dir, LockDir());
+Result<std::unique_ptr<IdLock>> TakeId(const std::string& lock_dir, const std::string& sock,
+                                       uint32_t max_ids) {
+  ASSIGN_OR_RETURN(const PrivateDirectory* dir, LockDir(lock_dir));
   for (uint32_t id = 0; id < max_ids; ++id) {
     auto lock = std::make_unique<IdLock>();
     lock->path = dir->path() + "/" + IdLockName(sock, id);
@@ -680,25 +636,17 @@ struct PortRef {
 
 class DpdkTransport final : public Transport {
  public:
-  DpdkTransport(const DpdkOptions& o, uint16_t port, std::unique_ptr<Transport> reservation)
-      : options_(o), port_(port), reservation_(std::move(reservation)) {
-    spin_only_ = Env("SWITCHML_DPDK_POLL") == "spin";
-    doorbells_ = Env("SWITCHML_DPDK_DOORBELL") != "off";
-    if (const std::string e = Env("SWITCHML_DPDK_SPIN"); !e.empty()) {
-      spin_polls_ = static_cast<uint32_t>(std::strtoul(e.c_str(), nullptr, 10));
-    }
-    if (const std::string e = Env("SWITCHML_DPDK_NAP_US"); !e.empty()) {
-      first_nap_ = std::chrono::microseconds(std::max(1ul, std::strtoul(e.c_str(), nullptr, 10)));
-    }
-    if (const std::string e = Env("SWITCHML_DPDK_MAX_NAP_US"); !e.empty()) {
-      max_nap_ = std::chrono::microseconds(std::max(1ul, std::strtoul(e.c_str(), nullptr, 10)));
-    }
-    if (const std::string e = Env("SWITCHML_DPDK_MAX_SLEEP_US"); !e.empty()) {
-      max_sleep_ = std::chrono::microseconds(std::max(1ul, std::strtoul(e.c_str(), nullptr, 10)));
-    }
-    if (const std::string e = Env("SWITCHML_DPDK_YIELD_US"); !e.empty()) {
-      yield_for_ = std::chrono::microseconds(std::strtoul(e.c_str(), nullptr, 10));
-    }
+  DpdkTransport(const TransportOptions& o, uint16_t port, std::unique_ptr<Transport> reservation)
+      : options_(o),
+        port_(port),
+        reservation_(std::move(reservation)),
+        doorbells_(o.dpdk.doorbells),
+        spin_only_(o.dpdk.spin_only),
+        spin_polls_(o.dpdk.spin_polls),
+        yield_for_(o.dpdk.yield_for),
+        first_nap_(std::max(o.dpdk.first_nap, std::chrono::microseconds(1))),
+        max_nap_(std::max(o.dpdk.max_nap, std::chrono::microseconds(1))),
+        max_sleep_(std::max(o.dpdk.max_sleep, std::chrono::microseconds(1))) {
     tx_mbufs_.fill(nullptr);
     tx_gen_.fill(0);
     tx_built_burst_.fill(0);
@@ -723,7 +671,7 @@ class DpdkTransport final : public Transport {
     tx_offloads_ = tx_offloads;
     rx_offloads_ = rx_offloads;
     name_ = std::move(name);
-    ASSIGN_OR_RETURN(neighbours_, StaticNeighbours());
+    neighbours_ = StaticNeighbours(options_.dpdk.neighbours);
     local_ip_ = options_.bind_ipv4;
     reply_ip_ = local_ip_ != 0 ? local_ip_ : kLoopbackIpv4;
     return Status();
@@ -1191,7 +1139,7 @@ class DpdkTransport final : public Transport {
   uint32_t memif_max_ids_ = 64;
 
  private:
-  DpdkOptions options_;
+  TransportOptions options_;
   uint16_t port_;
   std::unique_ptr<Transport> reservation_;  // the kernel UDP port kept so no one else takes it
   std::vector<PortRef> ports_;
@@ -1203,15 +1151,16 @@ class DpdkTransport final : public Transport {
   Bell own_bell_;
   std::unique_ptr<Bell> shared_bell_;
   std::atomic<Bell*> bell_{&own_bell_};
-  bool doorbells_ = true;  // memif: ring the peers and sleep until rung (SWITCHML_DPDK_DOORBELL)
+  bool doorbells_ = true;  // memif: ring the peers and sleep until rung (DpdkOptions::doorbells)
   bool rung_by_peers_ = false;  // bell_ is shared_bell_
   bool spin_only_ = false;
   std::chrono::steady_clock::time_point last_rx_{};
-  uint32_t spin_polls_ = 0;                     // SWITCHML_DPDK_SPIN (polls)
-  std::chrono::microseconds yield_for_{0};      // SWITCHML_DPDK_YIELD_US
-  std::chrono::microseconds first_nap_{20};     // SWITCHML_DPDK_NAP_US
-  std::chrono::microseconds max_nap_{1000};     // SWITCHML_DPDK_MAX_NAP_US
-  std::chrono::microseconds max_sleep_{10000};  // SWITCHML_DPDK_MAX_SLEEP_US (doorbells)
+  // Waiting, from DpdkOptions (options.h: each field's SWITCHML_DPDK_* variable).
+  uint32_t spin_polls_ = 0;
+  std::chrono::microseconds yield_for_{0};
+  std::chrono::microseconds first_nap_{20};
+  std::chrono::microseconds max_nap_{1000};
+  std::chrono::microseconds max_sleep_{10000};
   std::atomic<bool> woken_{false};
   // Receive side.
   std::array<rte_mbuf*, kRxHeld> rx_mbufs_{};  // null: handed to the driver as a reply
@@ -1256,11 +1205,12 @@ std::string NoServerHint(uint16_t port) {
 Status DpdkTransport::ConnectClient(const Endpoint& dst) {
   const std::string sock = memif_prefix_ + "-" + std::to_string(dst.port);
   const std::string what = "dpdk memif client of " + sock;
-  ASSIGN_OR_RETURN(std::unique_ptr<IdLock> id, TakeId(sock, memif_max_ids_));
+  ASSIGN_OR_RETURN(std::unique_ptr<IdLock> id,
+                   TakeId(options_.dpdk.lock_dir, sock, memif_max_ids_));
   PortRef p;
   std::unique_ptr<Bell> own;
   if (doorbells_) {
-    ASSIGN_OR_RETURN(p.peer_bell, Bell::Map(BellName(sock)));
+    ASSIGN_OR_RETURN(p.peer_bell, Bell::Map(options_.dpdk.lock_dir, BellName(sock)));
     ASSIGN_OR_RETURN(own, Bell::Map(id->fd, id->path, /*own_fd=*/false));
   }
   {
@@ -1303,44 +1253,33 @@ Status DpdkTransport::ConnectClient(const Endpoint& dst) {
 
 bool DpdkAvailable() { return true; }
 
-Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOptions& options,
+Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const TransportOptions& options,
                                                                     size_t count) {
   if (count == 0) return InvalidArgumentError("OpenDpdkConsecutive: count must be at least 1");
   if (options.max_datagram_bytes > kMaxPayload || options.max_datagram_bytes == 0) {
     return InvalidArgumentError("dpdk transport: max datagram bytes must be in 1.." +
                                 std::to_string(kMaxPayload));
   }
-  RETURN_IF_ERROR(CheckTuningEnvironment());
-  std::string device = options.device;
-  if (device.empty()) device = Env("SWITCHML_DPDK_DEVICE");
-  if (device.empty()) device = "memif";
-  uint32_t interfaces = options.memif_interfaces;
-  if (interfaces == 0) {
-    const std::string e = Env("SWITCHML_DPDK_MEMIF_INTERFACES");
-    interfaces = 8;
-    if (!e.empty()) {
-      auto [end, ec] = std::from_chars(e.data(), e.data() + e.size(), interfaces);
-      if (ec != std::errc() || end != e.data() + e.size()) interfaces = 0;  // "8x" was 8
-    }
-    if (interfaces < 1 || interfaces > 256) {
-      return InvalidArgumentError("SWITCHML_DPDK_MEMIF_INTERFACES must be in 1..256, not '" + e +
-                                  "'");
-    }
+  const std::string device = options.dpdk.device.empty() ? "memif" : options.dpdk.device;
+  const uint32_t interfaces = options.dpdk.memif_interfaces;
+  if (interfaces < 1 || interfaces > 256) {
+    return InvalidArgumentError("dpdk transport: memif_interfaces must be in 1..256, not " +
+                                std::to_string(interfaces));
   }
-  std::string prefix = Env("SWITCHML_DPDK_MEMIF_SOCKET");
-  if (prefix.empty()) prefix = "switchml-memif";
+  const std::string prefix =
+      options.dpdk.memif_socket.empty() ? "switchml-memif" : options.dpdk.memif_socket;
 
-  RETURN_IF_ERROR(InitEal());
+  RETURN_IF_ERROR(InitEal(options.dpdk.eal_args));
   RegisterThread();
   std::vector<std::unique_ptr<Transport>> out;
   const bool memif = device == "memif";
   if (memif) {
     // Reserve the ports in the kernel: consecutive, free, unique on this host.
-    UdpOptions u;
+    TransportOptions u;
     u.bind_ipv4 = 0;
     u.port = options.port;
-    u.gso = u.gro = false;
-    u.socket_buffer_bytes = 1;
+    u.udp.gso = u.udp.gro = false;
+    u.udp.socket_buffer_bytes = 1;
     u.max_batch = 1;
     std::vector<std::unique_ptr<Transport>> kept;  // a switch side: free memif sockets first
     if (options.switch_side) {
@@ -1366,10 +1305,12 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOp
         // The doorbells: ours, and the one of the client of each id (its id lock's file).
         std::vector<std::unique_ptr<Bell>> peer_bells;
         if (tr->doorbells()) {
-          ASSIGN_OR_RETURN(std::unique_ptr<Bell> own, Bell::Map(BellName(sock)));
+          ASSIGN_OR_RETURN(std::unique_ptr<Bell> own,
+                           Bell::Map(options.dpdk.lock_dir, BellName(sock)));
           tr->UseSharedBell(std::move(own));
           for (uint32_t id = 0; id < interfaces; ++id) {
-            ASSIGN_OR_RETURN(std::unique_ptr<Bell> b, Bell::Map(IdLockName(sock, id)));
+            ASSIGN_OR_RETURN(std::unique_ptr<Bell> b,
+                             Bell::Map(options.dpdk.lock_dir, IdLockName(sock, id)));
             peer_bells.push_back(std::move(b));
           }
         }

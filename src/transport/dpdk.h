@@ -1,13 +1,16 @@
 // The DPDK backend: SwitchML datagrams in full Ethernet/IPv4/UDP frames that the transport builds
 // and parses itself, moved by a DPDK poll-mode driver in bursts, bypassing the kernel.
 //
-// Devices (SWITCHML_DPDK_DEVICE, or the tools' --dpdk-device):
+// Options: TransportOptions::dpdk (options.h), which the factory fills from the SWITCHML_DPDK_*
+// variables named below (environment.h: read there only, once per open).
+//
+// Devices (DpdkOptions::device: SWITCHML_DPDK_DEVICE, or the tools' --dpdk-device):
 //   - "memif" (the default): shared memory between the processes of one host (net_memif). The
-//     switch side (DpdkOptions::switch_side) is the memif server: each data port P listens on the
-//     abstract socket "<prefix>-P" with `memif_interfaces` interfaces (ids 0..n-1), one per
-//     worker thread that may connect. A worker transport is a memif client: on its first Send it
-//     connects to the socket of the destination's port with the lowest free id (free ids are
-//     taken with flock on <prefix>-P.<id>.lock in this user's lock directory, released when the
+//     switch side (TransportOptions::switch_side) is the memif server: each data port P listens on
+//     the abstract socket "<prefix>-P" with DpdkOptions::memif_interfaces interfaces (ids 0..n-1),
+//     one per worker thread that may connect. A worker transport is a memif client: on its first
+//     Send it connects to the socket of the destination's port with the lowest free id (free ids
+//     are taken with flock on <prefix>-P.<id>.lock in this user's lock directory, released when the
 //     process ends). Ports are reserved in the kernel (an unused UDP socket per port), so that
 //     two processes of one host never claim the same one.
 // Lock directory (doorbells and id locks): this user's own, /run/switchml-dpdk for root, else
@@ -59,24 +62,10 @@
 #include <vector>
 
 #include "switchml/status.h"
+#include "transport/options.h"
 #include "transport/transport.h"
 
 namespace switchml::transport {
-
-struct DpdkOptions {
-  uint32_t bind_ipv4 = 0;  // host order; 0: 127.0.0.1 on memif (the switch answers from the
-                           // address it was sent to); a device needs the interface's address
-  uint16_t port = 0;       // 0: a free consecutive range
-  size_t max_datagram_bytes = 2048;  // at most 2048
-  size_t max_batch = 64;             // frames per rx/tx burst
-  // The switch's data plane: the memif server side. Workers are clients.
-  bool switch_side = false;
-  // Empty: SWITCHML_DPDK_DEVICE, else "memif".
-  std::string device;
-  // memif server interfaces per data port (the worker threads that may connect to one shard);
-  // 0: SWITCHML_DPDK_MEMIF_INTERFACES, else 8.
-  uint32_t memif_interfaces = 0;
-};
 
 // True when this build has DPDK (libdpdk-dev was found at configure time).
 bool DpdkAvailable();
@@ -84,7 +73,7 @@ bool DpdkAvailable();
 // Opens `count` DPDK transports on consecutive ports (one per thread). Errors say what failed:
 // no DPDK in this build (kUnimplemented), EAL initialisation (its message, with the arguments),
 // a missing device or driver, permissions (kFailedPrecondition / kPermissionDenied).
-Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const DpdkOptions& options,
+Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const TransportOptions& options,
                                                                     size_t count);
 
 }  // namespace switchml::transport

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "transport/dpdk_test_util.h"
+#include "transport/environment.h"
 #include "transport/factory.h"
 #include "transport/private_dir.h"
 #include "transport/transport.h"
@@ -135,8 +136,9 @@ TEST_F(DpdkDoorbellTest, LockDirectoryAndFilesAreThisUsersOwn) {
   auto worker = Open(false);
   ASSERT_TRUE(sw && worker);
   ASSERT_EQ(PingPong(*sw, *worker, 1, milliseconds(5000)), 1);  // connected
-  const char* env = std::getenv("SWITCHML_DPDK_LOCK_DIR");
-  const std::string dir = PrivateDirectoryPath("dpdk", env != nullptr ? env : "");
+  DpdkOptions from_env;
+  ASSERT_TRUE(ReadDpdkEnvironment(ProcessEnvironment(), &from_env).ok());
+  const std::string dir = PrivateDirectoryPath("dpdk", from_env.lock_dir);
   struct stat st {};
   ASSERT_EQ(::lstat(dir.c_str(), &st), 0) << dir << ": " << std::strerror(errno);
   EXPECT_TRUE(S_ISDIR(st.st_mode));

@@ -2,6 +2,7 @@
 
 #include "base/status_macros.h"
 #include "transport/dpdk.h"
+#include "transport/environment.h"
 #include "transport/lossy.h"
 #include "transport/shm.h"
 #include "transport/udp.h"
@@ -10,66 +11,65 @@
 namespace switchml::transport {
 namespace {
 
-constexpr const char* kTransportKinds[] = {"udp", "udp-plain", "xdp", "dpdk", "shm"};
+bool Built() { return true; }
+
+Result<Transports> OpenUdpPlain(const TransportOptions& options, size_t count) {
+  TransportOptions o = options;
+  o.udp.gso = o.udp.gro = false;
+  return OpenUdpConsecutive(o, count);
+}
+
+// The environment's reader of each kind (environment.h).
+Status XdpEnvironment(const EnvironmentLookup& env, TransportOptions* o) {
+  return ReadXdpEnvironment(env, &o->xdp);
+}
+Status DpdkEnvironment(const EnvironmentLookup& env, TransportOptions* o) {
+  return ReadDpdkEnvironment(env, &o->dpdk);
+}
+Status ShmEnvironment(const EnvironmentLookup& env, TransportOptions* o) {
+  return ReadShmEnvironment(env, &o->shm);
+}
+
+Capabilities KernelUdp(bool offloads) {
+  Capabilities c;
+  c.host_multicast = c.lan_multicast = true;
+  c.segmentation_offloads = offloads;
+  return c;
+}
+
+Capabilities Xdp() {
+  Capabilities c;
+  c.one_process_per_interface = true;
+  return c;
+}
+
+Capabilities Dpdk() {
+  Capabilities c;
+  c.lends_receive_buffers = true;
+  return c;
+}
+
+Capabilities Shm() {
+  Capabilities c;
+  c.lends_destination_memory = true;
+  c.host_multicast = true;
+  c.host_local = true;
+  c.files_outlive_processes = true;
+  return c;
+}
 
 std::string KindList() {
   std::string list;
-  for (const char* k : kTransportKinds) list += (list.empty() ? "" : ", ") + std::string(k);
+  for (const TransportKind& k : TransportTable()) {
+    list += (list.empty() ? "" : ", ") + std::string(k.name);
+  }
   return list;
-}
-
-UdpOptions ToUdp(const TransportOptions& o) {
-  UdpOptions u;
-  u.bind_ipv4 = o.bind_ipv4;
-  u.port = o.port;
-  u.socket_buffer_bytes = o.socket_buffer_bytes;
-  u.max_batch = o.max_batch;
-  u.max_datagram_bytes = o.max_datagram_bytes;
-  u.multicast_ttl = o.multicast_ttl;
-  u.gso = u.gro = o.kind == "udp";
-  return u;
-}
-
-XdpOptions ToXdp(const TransportOptions& o) {
-  XdpOptions x;
-  x.bind_ipv4 = o.bind_ipv4;
-  x.port = o.port;
-  x.max_datagram_bytes = o.max_datagram_bytes;
-  x.max_batch = o.max_batch;
-  return x;
-}
-
-DpdkOptions ToDpdk(const TransportOptions& o) {
-  DpdkOptions d;
-  d.bind_ipv4 = o.bind_ipv4;
-  d.port = o.port;
-  d.max_batch = o.max_batch;
-  d.max_datagram_bytes = o.max_datagram_bytes;
-  d.switch_side = o.switch_side;
-  return d;
-}
-
-ShmOptions ToShm(const TransportOptions& o) {
-  ShmOptions s;
-  s.bind_ipv4 = o.bind_ipv4;
-  s.port = o.port;
-  s.max_datagram_bytes = o.max_datagram_bytes;
-  if (o.shm_ring_slots != 0) s.ring_slots = o.shm_ring_slots;
-  return s;
-}
-
-std::unique_ptr<Transport> MaybeLossy(const TransportOptions& o, std::unique_ptr<Transport> t,
-                                      uint64_t index) {
-  if (o.loss <= 0) return t;
-  return MakeLossy(std::move(t), o.loss, o.loss_seed + index);
 }
 
 }  // namespace
 
 Status TransportOptions::Validate() const {
-  bool known = false;
-  for (const char* k : kTransportKinds) known = known || kind == k;
-  if (!known) {
+  if (FindTransportKind(kind) == nullptr) {
     return InvalidArgumentError("unknown transport '" + kind + "': use one of " + KindList());
   }
   if (!(loss >= 0 && loss < 1)) {
@@ -78,42 +78,54 @@ Status TransportOptions::Validate() const {
   return Status();
 }
 
+const std::vector<TransportKind>& TransportTable() {
+  static const auto* table = new std::vector<TransportKind>{
+      {"udp", OpenUdpConsecutive, KernelUdp(true), Built, nullptr},
+      {"udp-plain", OpenUdpPlain, KernelUdp(false), Built, nullptr},
+      {"xdp", OpenXdpConsecutive, Xdp(), XdpAvailable, XdpEnvironment},
+      {"dpdk", OpenDpdkConsecutive, Dpdk(), DpdkAvailable, DpdkEnvironment},
+      {"shm", OpenShmConsecutive, Shm(), Built, ShmEnvironment},
+  };
+  return *table;
+}
+
+const TransportKind* FindTransportKind(std::string_view name) {
+  for (const TransportKind& k : TransportTable()) {
+    if (name == k.name) return &k;
+  }
+  return nullptr;
+}
+
+Capabilities CapabilitiesOf(std::string_view kind) {
+  const TransportKind* k = FindTransportKind(kind);
+  return k == nullptr ? Capabilities{} : k->capabilities;
+}
+
 std::vector<std::string> TransportKinds() {
-  return std::vector<std::string>(std::begin(kTransportKinds), std::end(kTransportKinds));
+  std::vector<std::string> names;
+  for (const TransportKind& k : TransportTable()) names.emplace_back(k.name);
+  return names;
 }
 
 Result<std::unique_ptr<Transport>> OpenTransport(const TransportOptions& options) {
-  RETURN_IF_ERROR(options.Validate());
-  if (options.kind == "xdp") {
-    ASSIGN_OR_RETURN(auto ts, OpenXdpConsecutive(ToXdp(options), 1));
-    return MaybeLossy(options, std::move(ts[0]), 0);
-  }
-  if (options.kind == "dpdk") {
-    ASSIGN_OR_RETURN(auto ts, OpenDpdkConsecutive(ToDpdk(options), 1));
-    return MaybeLossy(options, std::move(ts[0]), 0);
-  }
-  if (options.kind == "shm") {
-    ASSIGN_OR_RETURN(auto ts, OpenShmConsecutive(ToShm(options), 1));
-    return MaybeLossy(options, std::move(ts[0]), 0);
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, OpenUdp(ToUdp(options)));
-  return MaybeLossy(options, std::move(t), 0);
+  ASSIGN_OR_RETURN(Transports ts, OpenTransports(options, 1));
+  return std::move(ts[0]);
 }
 
-Result<std::vector<std::unique_ptr<Transport>>> OpenTransports(const TransportOptions& options,
-                                                               size_t count) {
+Result<Transports> OpenTransports(const TransportOptions& options, size_t count) {
   RETURN_IF_ERROR(options.Validate());
-  std::vector<std::unique_ptr<Transport>> ts;
-  if (options.kind == "dpdk") {
-    ASSIGN_OR_RETURN(ts, OpenDpdkConsecutive(ToDpdk(options), count));
-  } else if (options.kind == "xdp") {
-    ASSIGN_OR_RETURN(ts, OpenXdpConsecutive(ToXdp(options), count));
-  } else if (options.kind == "shm") {
-    ASSIGN_OR_RETURN(ts, OpenShmConsecutive(ToShm(options), count));
-  } else {
-    ASSIGN_OR_RETURN(ts, OpenUdpConsecutive(ToUdp(options), count));
+  const TransportKind& kind = *FindTransportKind(options.kind);
+  TransportOptions o = options;
+  // A kind missing from this build says so first (its open), whatever its variables hold.
+  if (kind.built() && kind.read_environment != nullptr) {
+    RETURN_IF_ERROR(kind.read_environment(ProcessEnvironment(), &o));
   }
-  for (size_t i = 0; i < ts.size(); ++i) ts[i] = MaybeLossy(options, std::move(ts[i]), i);
+  ASSIGN_OR_RETURN(Transports ts, kind.open(o, count));
+  if (o.loss > 0) {
+    for (size_t i = 0; i < ts.size(); ++i) {
+      ts[i] = MakeLossy(std::move(ts[i]), o.loss, o.loss_seed + i);
+    }
+  }
   return ts;
 }
 

@@ -1,61 +1,92 @@
-// The one place that turns a transport's name and options into a Transport, for the daemon, the
-// worker library and the tools (`--transport`).
+// The transports' table: the one place that knows the kinds by name. Each entry is {name, open,
+// capabilities}: the daemon, the worker library and the tools (`--transport`) open a kind by
+// its name and ask its Capabilities what it can do; no code outside this file and factory.cc
+// compares kind names.
 //
 // Kinds: "udp" (kernel UDP with segmentation offloads where the kernel has them, else plain
-// batched I/O), "udp-plain" (kernel UDP without offloads), "xdp" (AF_XDP, xdp.h: the
-// interface of bind_ipv4; in builds without libxdp it opens with an error saying so) and "dpdk"
+// batched I/O; udp.h), "udp-plain" (kernel UDP without offloads), "xdp" (AF_XDP, xdp.h: the
+// interface of bind_ipv4; in builds without libxdp it opens with an error saying so), "dpdk"
 // (dpdk.h: memif between the processes of a host by default, or a DPDK device; in builds without
 // libdpdk-dev it opens with an error saying so) and "shm" (shm.h: shared-memory rings between the
-// processes of one host; the directory from $SWITCHML_SHM_DIR, else /dev/shm/switchml-<uid>).
-// Kernel-bypass backends join this list by adding an entry to kTransportKinds and a case in
-// factory.cc.
-// With loss > 0 every transport is wrapped in a seeded loss injector (lossy.h).
+// processes of one host). A backend joins by adding one entry to the table in factory.cc.
+//
+// Opening: OpenTransports checks the options, checks that the kind is in this build, fills the
+// kind's backend options from the environment (environment.h: the SWITCHML_* variables of dpdk,
+// xdp and shm, read there and nowhere else), opens `count` transports on consecutive ports and,
+// with loss > 0, wraps each in a seeded loss injector (lossy.h).
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "switchml/status.h"
+#include "transport/environment.h"
+#include "transport/options.h"
 #include "transport/transport.h"
 
 namespace switchml::transport {
 
-inline constexpr const char* kDefaultTransportKind = "udp";
-
-struct TransportOptions {
-  std::string kind = kDefaultTransportKind;
-  uint32_t bind_ipv4 = 0;  // host order; 0 = any
-  uint16_t port = 0;       // 0 = ephemeral (OpenTransports: a random free range)
-  size_t max_datagram_bytes = 2048;
-  size_t max_batch = 64;              // datagrams or messages per system call
-  int socket_buffer_bytes = 4 << 20;  // kernel socket buffers; <= 0 keeps the system default
-  // The switch's data plane rather than a worker's (dpdk memif: the server side).
-  bool switch_side = false;
-  // Datagrams to multicast groups (kernel UDP; udp.h UdpOptions::multicast_ttl): 0, within this
-  // host only; 1..255, on the interface holding bind_ipv4 with that TTL.
-  int multicast_ttl = 0;
-  // shm: slots of each ring of this transport's inbox (a power of two, 2 .. 65536); 0: the
-  // default of ShmOptions (shm.h). A worker sizes its own from its window (context.cc).
-  uint32_t shm_ring_slots = 0;
-  // Drop this fraction of datagrams in each direction (received, and each sent), seeded: for
-  // exercising loss recovery. 0 = no wrapper.
-  double loss = 0;
-  uint64_t loss_seed = 1;
-  // OK, or a message naming the bad field and the accepted values.
-  Status Validate() const;
+// What a kind can do, for the callers that adapt to it. Every field is a fact of the backend
+// (the conformance suite checks the ones it can observe), not a policy.
+struct Capabilities {
+  // Receive lends each datagram's memory for a reply built over it (RxDatagram::reply_buffer).
+  bool lends_receive_buffers = false;
+  // TxBufferTo lends the destination's own memory (for a multicast group: the ring that all its
+  // members read), so that a datagram is built where its receivers read it (group lending).
+  bool lends_destination_memory = false;
+  // JoinGroup and sends to multicast groups: of this host (interface index 0; loopback groups),
+  // and on a LAN interface too.
+  bool host_multicast = false;
+  bool lan_multicast = false;
+  // UDP segmentation offloads (GSO, GRO) where the kernel has them: a Send batch grouped by
+  // destination leaves in fewer system calls.
+  bool segmentation_offloads = false;
+  // Every peer is a process of this host, sharing its cores: round trips are set by the
+  // scheduler, not by a path (the automatic window's floor, `run`'s threads and pinning).
+  bool host_local = false;
+  // One process per network interface: the switch and its workers cannot share one (AF_XDP's
+  // program is the interface's).
+  bool one_process_per_interface = false;
+  // A process that dies without closing its transports leaves files behind (shm's inboxes and
+  // groups), which a supervisor removes (shm.h RemoveShmFilesLeftBy, RemoveOwnShmFiles).
+  bool files_outlive_processes = false;
 };
+
+using Transports = std::vector<std::unique_ptr<Transport>>;
+
+// One entry of the table.
+struct TransportKind {
+  const char* name;
+  // Opens `count` transports on consecutive ports from options.port (0: a random free range),
+  // with options already checked and filled from the environment.
+  Result<Transports> (*open)(const TransportOptions& options, size_t count);
+  Capabilities capabilities;
+  // False when this build lacks the backend (opening it says why, before reading anything).
+  bool (*built)();
+  // Fills the kind's backend options from the environment (environment.h); nullptr: the kind
+  // reads no variable.
+  Status (*read_environment)(const EnvironmentLookup& env, TransportOptions* options);
+};
+
+// The table, in the order help texts list it.
+const std::vector<TransportKind>& TransportTable();
+
+// The entry of `name`, or nullptr.
+const TransportKind* FindTransportKind(std::string_view name);
+
+// The capabilities of `kind`; all false for a name that is not in the table.
+Capabilities CapabilitiesOf(std::string_view kind);
 
 // The kinds OpenTransport accepts, for help texts and error messages.
 std::vector<std::string> TransportKinds();
 
-// Opens one transport bound to options.bind_ipv4:options.port.
+// Opens one transport bound to options.bind_ipv4:options.port (OpenTransports with count 1).
 Result<std::unique_ptr<Transport>> OpenTransport(const TransportOptions& options);
 
-// Opens `count` transports on consecutive ports (one per worker thread); see OpenUdpConsecutive.
-Result<std::vector<std::unique_ptr<Transport>>> OpenTransports(const TransportOptions& options,
-                                                               size_t count);
+// Opens `count` transports on consecutive ports (one per worker thread), as the header says.
+Result<Transports> OpenTransports(const TransportOptions& options, size_t count);
 
 }  // namespace switchml::transport

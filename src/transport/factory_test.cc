@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -26,10 +27,36 @@ TEST(TransportFactoryTest, UnknownKindIsRefusedNamingTheKnownOnes) {
   EXPECT_EQ(OpenTransport(o).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Given the table, Expect one entry per kind name, each found by its name, and a name that is
+// not in it found nowhere (no capability).
+TEST(TransportFactoryTest, TheTableNamesEachKindOnce) {
+  const std::vector<std::string> kinds = TransportKinds();
+  ASSERT_EQ(kinds.size(), TransportTable().size());
+  for (const std::string& kind : kinds) {
+    const TransportKind* k = FindTransportKind(kind);
+    ASSERT_NE(k, nullptr) << kind;
+    EXPECT_EQ(k->name, kind);
+    EXPECT_EQ(std::count(kinds.begin(), kinds.end(), kind), 1) << kind;
+  }
+  EXPECT_EQ(FindTransportKind("carrier-pigeon"), nullptr);
+  const Capabilities none = CapabilitiesOf("carrier-pigeon");
+  EXPECT_FALSE(none.host_multicast || none.host_local || none.lends_destination_memory ||
+               none.files_outlive_processes || none.one_process_per_interface);
+  // Kernel UDP with and without offloads differ in that alone.
+  Capabilities udp = CapabilitiesOf("udp"), plain = CapabilitiesOf("udp-plain");
+  EXPECT_TRUE(udp.segmentation_offloads);
+  EXPECT_FALSE(plain.segmentation_offloads);
+}
+
+// Given every kind that opens on loopback without a peer process (xdp needs an interface of its
+// own, dpdk's memif workers a switch: conformance_test.cc covers both), Expect consecutive ports,
+// a datagram carried, and the capabilities the kind claims to hold: a received datagram's memory
+// lent for a reply only where it says so, and groups of this host joined exactly where it has
+// them.
 TEST(TransportFactoryTest, EveryKindOpensConsecutivePortsAndCarriesADatagram) {
   for (const std::string& kind : TransportKinds()) {
-    if (kind == "xdp") continue;   // needs an interface of its own: conformance_test.cc
-    if (kind == "dpdk") continue;  // memif workers talk to a switch: conformance_test.cc
+    const Capabilities caps = CapabilitiesOf(kind);
+    if (caps.one_process_per_interface || caps.lends_receive_buffers) continue;
     TransportOptions o;
     o.kind = kind;
     o.bind_ipv4 = kLoopbackIpv4;
@@ -44,6 +71,14 @@ TEST(TransportFactoryTest, EveryKindOpensConsecutivePortsAndCarriesADatagram) {
     ASSERT_EQ(*(*ts)[1]->Receive({&rx, 1}, std::chrono::seconds(10)), 1u) << kind;
     EXPECT_EQ(rx.data[0], 7);
     EXPECT_EQ(rx.source, (*ts)[0]->local_endpoint());
+    EXPECT_TRUE(rx.reply_buffer.empty()) << kind;
+    const Status joined = (*ts)[2]->JoinGroup(Endpoint{0xefc00001, 12345}, 0);
+    if (caps.host_multicast) {
+      EXPECT_TRUE(joined.ok()) << kind << ": " << joined.ToString();
+    } else {
+      EXPECT_EQ(joined.code(), StatusCode::kUnimplemented) << kind;
+    }
+    (*ts)[2]->LeaveGroup();
   }
 }
 

@@ -251,12 +251,12 @@ struct Inbox {
 
 // Creates the inbox of options.port (shm.h, "Open"). *in_use: failed only because a live
 // transport holds the port.
-Result<Inbox> CreateInbox(const ShmOptions& o, const std::string& dir, bool* in_use) {
+Result<Inbox> CreateInbox(const TransportOptions& o, const std::string& dir, bool* in_use) {
   *in_use = false;
   const std::string where = "shm transport on port " + std::to_string(o.port);
   Inbox inbox;
-  inbox.geometry =
-      MakeGeometry(o.max_senders, o.ring_slots, static_cast<uint32_t>(o.max_datagram_bytes));
+  inbox.geometry = MakeGeometry(o.shm.max_senders, o.shm.ring_slots,
+                                static_cast<uint32_t>(o.max_datagram_bytes));
   const Geometry& g = inbox.geometry;
   inbox.path = InboxPath(dir, o.port);
   std::string tmp = dir + "/.inbox-" + std::to_string(o.port) + ".XXXXXX";
@@ -584,12 +584,12 @@ Result<GroupFile> OpenGroupAsMember(const std::string& dir, const Endpoint& grou
 
 class ShmTransport final : public Transport {
  public:
-  ShmTransport(Inbox inbox, const ShmOptions& o, std::string dir)
+  ShmTransport(Inbox inbox, const TransportOptions& o, std::string dir)
       : inbox_(std::move(inbox)),
         dir_(std::move(dir)),
         local_{o.bind_ipv4, o.port},
         source_{o.bind_ipv4 != 0 ? o.bind_ipv4 : kLoopbackIpv4, o.port},
-        spin_(o.spin),
+        spin_(o.shm.spin),
         pid_(static_cast<uint32_t>(::getpid())),
         base_(inbox_.map.get()),
         g_(inbox_.geometry),
@@ -1637,22 +1637,23 @@ class ShmTransport final : public Transport {
   SingleWriterCounter malformed_, doorbells_, sent_in_place_, group_received_;
 };
 
-Status ValidateOptions(const ShmOptions& o) {
+Status ValidateOptions(const TransportOptions& o) {
   const std::string where = "shm transport on port " + std::to_string(o.port);
   if (o.max_datagram_bytes == 0 || o.max_datagram_bytes > kMaxDatagram) {
     return InvalidArgumentError(where + ": max_datagram_bytes must be in 1..65507");
   }
-  if (!PowerOfTwo(o.ring_slots) || o.ring_slots < 2 || o.ring_slots > kMaxRingSlots) {
+  if (!PowerOfTwo(o.shm.ring_slots) || o.shm.ring_slots < 2 || o.shm.ring_slots > kMaxRingSlots) {
     return InvalidArgumentError(where + ": ring_slots must be a power of two in 2..65536");
   }
-  if (o.max_senders == 0 || o.max_senders > kMaxSenders) {
+  if (o.shm.max_senders == 0 || o.shm.max_senders > kMaxSenders) {
     return InvalidArgumentError(where + ": max_senders must be in 1..4096");
   }
-  if (o.spin < o.spin.zero()) return InvalidArgumentError(where + ": spin must not be negative");
+  if (o.shm.spin < o.shm.spin.zero())
+    return InvalidArgumentError(where + ": spin must not be negative");
   return Status();
 }
 
-Result<std::unique_ptr<Transport>> OpenShmImpl(const ShmOptions& o, const std::string& dir,
+Result<std::unique_ptr<Transport>> OpenShmImpl(const TransportOptions& o, const std::string& dir,
                                                bool* in_use) {
   *in_use = false;
   ASSIGN_OR_RETURN(Inbox inbox, CreateInbox(o, dir, in_use));
@@ -1661,9 +1662,8 @@ Result<std::unique_ptr<Transport>> OpenShmImpl(const ShmOptions& o, const std::s
 
 }  // namespace
 
-std::string DefaultShmDirectory() {
-  const char* env = std::getenv("SWITCHML_SHM_DIR");
-  if (env != nullptr && env[0] != '\0') return env;
+std::string ShmDirectory(const ShmOptions& options) {
+  if (!options.directory.empty()) return options.directory;
   return "/dev/shm/switchml-" + std::to_string(::geteuid());
 }
 
@@ -1747,25 +1747,25 @@ size_t RemoveOwnShmFiles(const std::string& dir) {
   return RemoveShmFilesOf(dir, {static_cast<uint32_t>(::getpid())}, /*live_ours=*/true);
 }
 
-Result<std::unique_ptr<Transport>> OpenShm(const ShmOptions& options) {
+Result<std::unique_ptr<Transport>> OpenShm(const TransportOptions& options) {
   if (options.port == 0) {
     return InvalidArgumentError("OpenShm needs a port (OpenShmConsecutive picks free ones)");
   }
   RETURN_IF_ERROR(ValidateOptions(options));
-  const std::string dir = options.directory.empty() ? DefaultShmDirectory() : options.directory;
+  const std::string dir = ShmDirectory(options.shm);
   RETURN_IF_ERROR(EnsureDirectory(dir));
   bool in_use = false;
   return OpenShmImpl(options, dir, &in_use);
 }
 
-Result<std::vector<std::unique_ptr<Transport>>> OpenShmConsecutive(const ShmOptions& base,
+Result<std::vector<std::unique_ptr<Transport>>> OpenShmConsecutive(const TransportOptions& base,
                                                                    size_t count) {
   RETURN_IF_ERROR(ValidateOptions(base));
-  const std::string dir = base.directory.empty() ? DefaultShmDirectory() : base.directory;
+  const std::string dir = ShmDirectory(base.shm);
   RETURN_IF_ERROR(EnsureDirectory(dir));
   return OpenOnConsecutivePorts(base.port, count, "shm", " in " + dir, "close some transports",
                                 [&](uint16_t port, bool* in_use) {
-                                  ShmOptions o = base;
+                                  TransportOptions o = base;
                                   o.port = port;
                                   return OpenShmImpl(o, dir, in_use);
                                 });

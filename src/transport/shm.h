@@ -5,9 +5,9 @@
 // Addressing is that of UDP on loopback: a transport has an endpoint (its bind address, or
 // 127.0.0.1 when bound to 0.0.0.0, and a port) and sends to endpoints; only the port selects the
 // destination (every shm transport is on this host). A transport "listens" by creating its inbox,
-// a file `inbox-<port>` in a per-user directory (ShmOptions::directory: by default
-// $SWITCHML_SHM_DIR, else /dev/shm/switchml-<uid>; made 0700 and refused unless it is ours and
-// closed to others; files 0600). The inbox holds:
+// a file `inbox-<port>` in a per-user directory (ShmOptions::directory, options.h: through the
+// factory $SWITCHML_SHM_DIR, else /dev/shm/switchml-<uid>; made 0700 and refused unless it is ours
+// and closed to others; files 0600). The inbox holds:
 //   - a header page: geometry, the receiver's doorbell (a futex word and a "sleeping" flag), a
 //     "closed" flag, and a registration table of max_senders entries (state and pid in one
 //     64-bit word, the sender's endpoint);
@@ -130,24 +130,10 @@
 #include <vector>
 
 #include "switchml/status.h"
+#include "transport/options.h"
 #include "transport/transport.h"
 
 namespace switchml::transport {
-
-struct ShmOptions {
-  uint32_t bind_ipv4 = 0;  // host order; 0: the transport's endpoint is 127.0.0.1
-  uint16_t port = 0;       // 0: OpenShmConsecutive picks a free one
-  // Received datagrams longer than this are cut to it and flagged truncated; TxBuffer's size.
-  size_t max_datagram_bytes = 2048;
-  // Where the inboxes live; empty: DefaultShmDirectory().
-  std::string directory;
-  // Slots of each ring (a power of two, 2 .. 65536) and rings (senders) per inbox (1 .. 4096).
-  // (The switch daemon and the workers choose smaller rings: kShmDataPlaneRingSlots.)
-  uint32_t ring_slots = 1024;
-  uint32_t max_senders = 256;
-  // Receive polls its rings this long before it sleeps (0: sleeps at once).
-  std::chrono::nanoseconds spin{0};
-};
 
 // The data plane's rings (the switch daemon's inbox; a worker's, unless its window needs more):
 // twice a worker's automatic window on loopback (256), and half the memory that rings of 1024
@@ -156,8 +142,9 @@ struct ShmOptions {
 // sender with more in flight than a ring holds is held back by Send taking fewer.
 inline constexpr uint32_t kShmDataPlaneRingSlots = 512;
 
-// $SWITCHML_SHM_DIR if set, else /dev/shm/switchml-<uid>.
-std::string DefaultShmDirectory();
+// The directory of transports opened with `options`: options.directory, else
+// /dev/shm/switchml-<uid> (environment.h's DefaultShmDirectory adds $SWITCHML_SHM_DIR).
+std::string ShmDirectory(const ShmOptions& options);
 
 // Removes the inboxes and group files in `dir` that no live transport holds and that only the
 // processes `pids` used: an inbox one of them made, a group file whose members were all of them
@@ -174,14 +161,15 @@ size_t RemoveShmFilesLeftBy(const std::string& dir, const std::vector<uint32_t>&
 // used afterwards. Returns how many it removed.
 size_t RemoveOwnShmFiles(const std::string& dir);
 
-// Opens one shm transport on options.port (which must not be 0). Errors: port in use
-// (kUnavailable), a directory that is not ours or is open to others (kFailedPrecondition), bad
-// options (kInvalidArgument).
-Result<std::unique_ptr<Transport>> OpenShm(const ShmOptions& options);
+// Opens one shm transport on options.port (which must not be 0), with options.shm (options.h:
+// directory, ring geometry, spin); kind and loss are the factory's and ignored here. Errors: port
+// in use (kUnavailable), a directory that is not ours or is open to others (kFailedPrecondition),
+// bad options (kInvalidArgument).
+Result<std::unique_ptr<Transport>> OpenShm(const TransportOptions& options);
 
 // Opens `count` transports on consecutive ports base.port .. base.port + count - 1; with
 // base.port == 0 a random base in [20000, 32000), retried while some port of it is in use.
-Result<std::vector<std::unique_ptr<Transport>>> OpenShmConsecutive(const ShmOptions& base,
+Result<std::vector<std::unique_ptr<Transport>>> OpenShmConsecutive(const TransportOptions& base,
                                                                    size_t count);
 
 }  // namespace switchml::transport

@@ -40,7 +40,7 @@ constexpr size_t kSlotBytes2048 = 2112;  // a slot for 2048-byte datagrams: 8 + 
 // sends `payload` to `to` once and exits without closing anything (its ring stays registered to
 // a dead pid): 0 when the datagram was sent (datagrams_sent == 1), 1 when the transport did not
 // open, 2 when the send failed. Returns the child's pid (-1: fork failed).
-pid_t ForkSenderThatExits(const ShmOptions& options, const Endpoint& to,
+pid_t ForkSenderThatExits(const TransportOptions& options, const Endpoint& to,
                           const std::vector<uint8_t>& payload, milliseconds delay) {
   const pid_t child = ::fork();
   if (child != 0) return child;
@@ -70,14 +70,14 @@ class ShmTest : public ::testing::Test {
     ::rmdir(dir_.c_str());
   }
 
-  ShmOptions Options(uint16_t port = 0) const {
-    ShmOptions o;
+  TransportOptions Options(uint16_t port = 0) const {
+    TransportOptions o;
     o.bind_ipv4 = kLoopbackIpv4;
     o.port = port;
-    o.directory = dir_;
+    o.shm.directory = dir_;
     return o;
   }
-  std::unique_ptr<Transport> Open(ShmOptions o) {
+  std::unique_ptr<Transport> Open(TransportOptions o) {
     auto ts = OpenShmConsecutive(o, 1);
     EXPECT_TRUE(ts.ok()) << ts.status().ToString();
     return ts.ok() ? std::move((*ts)[0]) : nullptr;
@@ -105,8 +105,8 @@ std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
 // come back only on the receiver's next Receive, and many rounds across the ring's end to
 // arrive intact and in order.
 TEST_F(ShmTest, FullRingStopsTheBatchAndTheRingWrapsAround) {
-  ShmOptions o = Options();
-  o.ring_slots = 8;
+  TransportOptions o = Options();
+  o.shm.ring_slots = 8;
   auto a = Open(o), b = Open(o);
   ASSERT_TRUE(a && b);
   std::vector<std::vector<uint8_t>> payloads;
@@ -197,7 +197,7 @@ struct DyingReceiver {
   uint16_t port = 0;
 };
 
-DyingReceiver ForkReceiverThatDiesAfterOneDatagram(const ShmOptions& options) {
+DyingReceiver ForkReceiverThatDiesAfterOneDatagram(const TransportOptions& options) {
   int pipefd[2];
   if (::pipe(pipefd) != 0) return {};
   const pid_t child = ::fork();
@@ -251,8 +251,8 @@ TEST_F(ShmTest, StaleInboxOfADeadProcessIsReplaced) {
 // then died leaving a fourth written but unpublished, Expect the three to arrive, nothing else,
 // and the dead sender's ring to be freed for a new sender once drained.
 TEST_F(ShmTest, DeadSenderNeitherWedgesTheReceiverNorKeepsItsRing) {
-  ShmOptions o = Options();
-  o.max_senders = 1;
+  TransportOptions o = Options();
+  o.shm.max_senders = 1;
   auto b = Open(o);
   ASSERT_TRUE(b);
   const Endpoint to = b->local_endpoint();
@@ -301,8 +301,8 @@ TEST_F(ShmTest, DeadSenderNeitherWedgesTheReceiverNorKeepsItsRing) {
 // the dead sender's ring to be freed for a new sender all the same (it was freed only by a
 // receiver that slept, so a busy switch ran out of rings as killed workers accumulated).
 TEST_F(ShmTest, ReceiverThatNeverSleepsFreesTheRingOfADeadSender) {
-  ShmOptions o = Options();
-  o.max_senders = 1;
+  TransportOptions o = Options();
+  o.shm.max_senders = 1;
   auto b = Open(o);
   ASSERT_TRUE(b);
   const Endpoint to = b->local_endpoint();
@@ -425,8 +425,8 @@ TEST_F(ShmTest, SenderLetsGoOfTheFilesOfReceiversThatAreGone) {
 // then a producer index beyond the ring), Expect the bad slot counted and dropped, the good one
 // delivered, then the corrupt ring ignored for good while other senders still get through.
 TEST_F(ShmTest, MalformedRingContentsAreCountedAndDropped) {
-  ShmOptions few = Options();
-  few.max_senders = 8;  // a header of one page (kHeaderBytes)
+  TransportOptions few = Options();
+  few.shm.max_senders = 8;  // a header of one page (kHeaderBytes)
   auto a = Open(Options()), b = Open(few), c = Open(Options());
   ASSERT_TRUE(a && b && c);
   const std::vector<uint8_t> p1(10, 1), p2(20, 2);
@@ -552,8 +552,8 @@ TEST_F(ShmTest, SenderForgetsAClosedReceiverAndFindsItsSuccessor) {
 // sent, Expect every sent datagram to arrive intact and in order across many turns of the ring,
 // those still at their lent slot to be sent in place (counted) and the others to be moved down.
 TEST_F(ShmTest, LentSlotsAreSentInPlaceAndAbandonedOnesCostNothing) {
-  ShmOptions o = Options();
-  o.ring_slots = 8;
+  TransportOptions o = Options();
+  o.shm.ring_slots = 8;
   auto a = Open(o), b = Open(o);
   ASSERT_TRUE(a && b);
   const Endpoint to = b->local_endpoint();
@@ -597,8 +597,8 @@ TEST_F(ShmTest, LentSlotsAreSentInPlaceAndAbandonedOnesCostNothing) {
 // they are free (the rest is TxBuffer's memory), the batch to stop at the full ring, and the
 // rest to go, intact, once the receiver has returned its slots.
 TEST_F(ShmTest, FullRingWhileLentFallsBackToTransmitMemory) {
-  ShmOptions o = Options();
-  o.ring_slots = 8;
+  TransportOptions o = Options();
+  o.shm.ring_slots = 8;
   auto a = Open(o), b = Open(o);
   ASSERT_TRUE(a && b);
   const Endpoint to = b->local_endpoint();
@@ -658,9 +658,9 @@ TEST_F(ShmTest, ReceiverClosedWhileLentKeepsTheMemoryUntilTheNextBatch) {
 // private memory (before, TxBufferTo lent a slot of the inbox and the tag, computed there at
 // Send, vouched for the rewritten bytes).
 TEST_F(ShmTest, AuthenticatedDatagramsAreNotBuiltInSharedMemory) {
-  ShmOptions o = Options();
-  o.ring_slots = 8;
-  o.max_senders = 4;
+  TransportOptions o = Options();
+  o.shm.ring_slots = 8;
+  o.shm.max_senders = 4;
   auto a = Open(o), b = Open(o);
   ASSERT_TRUE(a && b);
   const Endpoint from = a->local_endpoint(), to = b->local_endpoint();
@@ -750,8 +750,8 @@ class ShmGroupTest : public ShmTest {
 // once, in place when built in a lent slot) and read by every member, counted as received
 // through the group; many rounds wrap the ring.
 TEST_F(ShmGroupTest, EveryMemberReadsEachDatagramWrittenOnce) {
-  ShmOptions o = Options();
-  o.ring_slots = 16;
+  TransportOptions o = Options();
+  o.shm.ring_slots = 16;
   auto p = Open(Options());
   std::vector<std::unique_ptr<Transport>> m;
   for (int k = 0; k < 3; ++k) m.push_back(Open(o));
@@ -790,8 +790,8 @@ TEST_F(ShmGroupTest, EveryMemberReadsEachDatagramWrittenOnce) {
 // or overwrite the slow member's slots; the other member reads everything written; once the
 // slow member has read, the ring takes datagrams again.
 TEST_F(ShmGroupTest, SlowLiveMemberHoldsTheRingAndTheRestIsDroppedNotOverwritten) {
-  ShmOptions o = Options();
-  o.ring_slots = 8;
+  TransportOptions o = Options();
+  o.shm.ring_slots = 8;
   auto p = Open(Options()), fast = Open(o), slow = Open(o), other = Open(o);
   ASSERT_TRUE(p && fast && slow && other);
   ASSERT_TRUE(fast->JoinGroup(kGroup, 0).ok());
@@ -833,8 +833,8 @@ TEST_F(ShmGroupTest, SlowLiveMemberHoldsTheRingAndTheRestIsDroppedNotOverwritten
 // find its lock released once the ring is full and drop it: no datagram of the live member is
 // lost, and the group goes on.
 TEST_F(ShmGroupTest, DeadMemberIsDroppedWithoutWedgingTheGroup) {
-  ShmOptions o = Options();
-  o.ring_slots = 8;
+  TransportOptions o = Options();
+  o.shm.ring_slots = 8;
   auto p = Open(Options()), live = Open(o);
   ASSERT_TRUE(p && live);
   ASSERT_TRUE(live->JoinGroup(kGroup, 0).ok());
@@ -900,8 +900,8 @@ TEST_F(ShmGroupTest, MemberJoiningMidStreamStartsAtTheHead) {
 // dropped by the producer and joining again at the head, and the member that saw the forged
 // head joining again; datagrams written afterwards arrive.
 TEST_F(ShmGroupTest, ForgedGroupContentsAreCountedAndSurvived) {
-  ShmOptions o = Options();
-  o.ring_slots = 16;
+  TransportOptions o = Options();
+  o.shm.ring_slots = 16;
   auto p = Open(Options()), a = Open(o);
   ASSERT_TRUE(p && a);
   ASSERT_TRUE(a->JoinGroup(kGroup, 0).ok());
@@ -1099,8 +1099,8 @@ TEST_F(ShmGroupTest, StaleGroupFileIsReplacedAndBadJoinsAreRefused) {
 }
 
 TEST_F(ShmTest, BadOptionsAreRefused) {
-  ShmOptions o = Options(30001);
-  o.ring_slots = 1000;
+  TransportOptions o = Options(30001);
+  o.shm.ring_slots = 1000;
   EXPECT_EQ(OpenShm(o).status().code(), StatusCode::kInvalidArgument);
   o = Options(30001);
   o.max_datagram_bytes = 70000;

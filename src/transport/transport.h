@@ -1,20 +1,25 @@
 // Datagram transports: move datagrams between endpoints and know nothing of SwitchML.
 //
-// One interface; backends are chosen by name through one factory (factory.h: "udp", kernel UDP
-// with segmentation offloads; "udp-plain", kernel UDP without them) or made directly (memory.h:
-// an in-process network with seeded loss, duplication and reordering for tests). Wrappers add
-// behaviour to any backend (lossy.h: seeded loss injection; auth.h: per-datagram tags).
+// One interface; backends are opened by name through one table (factory.h: "udp" and
+// "udp-plain", kernel UDP with and without segmentation offloads, udp.h; "xdp", AF_XDP, xdp.h;
+// "dpdk", dpdk.h; "shm", shared memory between the processes of one host, shm.h), which also
+// says what each can do (factory.h Capabilities: which of the optional lendings below, multicast
+// groups, ...), from one TransportOptions (options.h); or made directly (memory.h: an in-process
+// network with seeded loss, duplication and reordering for tests). Wrappers add behaviour to any
+// backend (lossy.h: seeded loss injection; auth.h: per-datagram tags).
 //
 // Buffers are lent by the transport in both directions, so that a backend with its own packet
 // memory (AF_XDP, DPDK) can plug in without copies:
 //   - Receive fills RxDatagram views into the transport's memory, valid until the next Receive;
 //   - TxBuffer(i) lends the storage for the i-th datagram of the next Send; a TxDatagram may
 //     also point at caller-owned memory (a transport copies what it does not own);
-//   - where the backend allows (DPDK), a received datagram's memory is also lent for a reply
-//     built over it (RxDatagram::reply_buffer), sent like a TxBuffer;
-//   - TxBufferTo(i, destination) lends, where the backend allows (shm), memory of the
-//     destination itself (for a multicast group: the group's ring, which all its members read):
-//     the datagram is built where its receivers read it, and Send only publishes it.
+//   - where the backend allows (DPDK; Capabilities::lends_receive_buffers), a received
+//     datagram's memory is also lent for a reply built over it (RxDatagram::reply_buffer), sent
+//     like a TxBuffer;
+//   - TxBufferTo(i, destination) lends, where the backend allows (shm;
+//     Capabilities::lends_destination_memory), memory of the destination itself (for a
+//     multicast group: the group's ring, which all its members read): the datagram is built
+//     where its receivers read it, and Send only publishes it.
 // Thread-safety: a Transport is used by one thread, except Wake() and counters(), which any
 // thread may call.
 #pragma once
@@ -145,7 +150,8 @@ class Transport {
   // sent to the multicast group `group` (an address in 239.0.0.0/8 and a port), joined on the
   // interface with index `interface_index` (0: the loopback interface, for groups of this host),
   // from the next Receive on, until LeaveGroup. Kernel UDP and shm (groups of this host only:
-  // shm.h, "Groups") have it; others return UNIMPLEMENTED (wrappers do not pass it on). Datagrams
+  // shm.h, "Groups") have it (Capabilities::host_multicast, lan_multicast); others return
+  // UNIMPLEMENTED (wrappers do not pass it on). Datagrams
   // that came through the group are counted in TransportCounters::group_datagrams_received.
   // LeaveGroup ends the views of the last Receive too (shm unmaps the group's ring): call it
   // only once they are no longer read.

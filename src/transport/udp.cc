@@ -100,8 +100,8 @@ void SetBufferSize(int fd, int force_option, int option, int bytes) {
 // so the packet path does not allocate.
 class UdpTransport final : public Transport {
  public:
-  UdpTransport(int socket_fd, int wake_fd, Endpoint local, const UdpOptions& options, bool gso,
-               bool gro)
+  UdpTransport(int socket_fd, int wake_fd, Endpoint local, const TransportOptions& options,
+               bool gso, bool gro)
       : socket_fd_(socket_fd),
         wake_fd_(wake_fd),
         local_(local),
@@ -122,7 +122,7 @@ class UdpTransport final : public Transport {
         rx_addresses_(rx_messages_),
         rx_control_(rx_messages_),
         rx_segment_(rx_messages_),
-        socket_buffer_bytes_(options.socket_buffer_bytes) {}
+        socket_buffer_bytes_(options.udp.socket_buffer_bytes) {}
   ~UdpTransport() override {
     LeaveGroup();
     ::close(socket_fd_);
@@ -534,16 +534,16 @@ class UdpTransport final : public Transport {
 };
 
 // Where and how far the socket's datagrams to multicast groups go (UdpOptions::multicast_ttl).
-Status SetMulticastEgress(int fd, const UdpOptions& options, const std::string& address) {
+Status SetMulticastEgress(int fd, const TransportOptions& options, const std::string& address) {
   ip_mreqn via{};
   int ttl = 0, loop = 1;
-  if (options.multicast_ttl == 0) {
+  if (options.udp.multicast_ttl == 0) {
     via.imr_address.s_addr = htonl(INADDR_LOOPBACK);
   } else {
     constexpr uint32_t kLoopbackNet = 0x7f000000, kLoopbackMask = 0xff000000;
-    if (options.multicast_ttl < 0 || options.multicast_ttl > 255) {
+    if (options.udp.multicast_ttl < 0 || options.udp.multicast_ttl > 255) {
       return InvalidArgumentError("UDP transport on " + address + ": multicast_ttl " +
-                                  std::to_string(options.multicast_ttl) + " is not in 0..255");
+                                  std::to_string(options.udp.multicast_ttl) + " is not in 0..255");
     }
     if (options.bind_ipv4 == 0 || (options.bind_ipv4 & kLoopbackMask) == kLoopbackNet) {
       return InvalidArgumentError(
@@ -552,7 +552,7 @@ Status SetMulticastEgress(int fd, const UdpOptions& options, const std::string& 
           Ipv4ToString(options.bind_ipv4) + " (bind to that interface's address)");
     }
     via.imr_address.s_addr = htonl(options.bind_ipv4);
-    ttl = options.multicast_ttl;
+    ttl = options.udp.multicast_ttl;
     loop = 0;
   }
   if (::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &via, sizeof via) != 0 ||
@@ -566,7 +566,7 @@ Status SetMulticastEgress(int fd, const UdpOptions& options, const std::string& 
 }
 
 // Opens one socket; *in_use tells the caller that the bind failed only because the port is taken.
-Result<std::unique_ptr<Transport>> OpenUdpImpl(const UdpOptions& options, bool* in_use) {
+Result<std::unique_ptr<Transport>> OpenUdpImpl(const TransportOptions& options, bool* in_use) {
   *in_use = false;
   const std::string address = Endpoint{options.bind_ipv4, options.port}.ToString();
   if (options.max_batch == 0) {
@@ -585,9 +585,9 @@ Result<std::unique_ptr<Transport>> OpenUdpImpl(const UdpOptions& options, bool* 
     }
     return UnavailableError(std::move(message));
   }
-  if (options.socket_buffer_bytes > 0) {
-    SetBufferSize(sock.get(), SO_RCVBUFFORCE, SO_RCVBUF, options.socket_buffer_bytes);
-    SetBufferSize(sock.get(), SO_SNDBUFFORCE, SO_SNDBUF, options.socket_buffer_bytes);
+  if (options.udp.socket_buffer_bytes > 0) {
+    SetBufferSize(sock.get(), SO_RCVBUFFORCE, SO_RCVBUF, options.udp.socket_buffer_bytes);
+    SetBufferSize(sock.get(), SO_SNDBUFFORCE, SO_SNDBUF, options.udp.socket_buffer_bytes);
   }
   const sockaddr_in sin = ToSockaddr(Endpoint{options.bind_ipv4, options.port});
   if (::bind(sock.get(), reinterpret_cast<const sockaddr*>(&sin), sizeof sin) != 0) {
@@ -639,12 +639,13 @@ Result<std::unique_ptr<Transport>> OpenUdpImpl(const UdpOptions& options, bool* 
   // socket's default segment size to 0 (no segmentation unless a send asks for it).
   const int zero = 0, one = 1;
   const bool gso =
-      options.gso && ::setsockopt(sock.get(), SOL_UDP, UDP_SEGMENT, &zero, sizeof zero) == 0;
-  const bool gro = options.gro && ::setsockopt(sock.get(), SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
-  if (options.gso != gso || options.gro != gro) {
+      options.udp.gso && ::setsockopt(sock.get(), SOL_UDP, UDP_SEGMENT, &zero, sizeof zero) == 0;
+  const bool gro =
+      options.udp.gro && ::setsockopt(sock.get(), SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+  if (options.udp.gso != gso || options.udp.gro != gro) {
     LOG(kInfo, kTransport) << "UDP " << address << ": kernel without "
-                           << (options.gso != gso ? "UDP_SEGMENT " : "")
-                           << (options.gro != gro ? "UDP_GRO " : "")
+                           << (options.udp.gso != gso ? "UDP_SEGMENT " : "")
+                           << (options.udp.gro != gro ? "UDP_GRO " : "")
                            << "support; using plain batched I/O for it";
   }
   std::unique_ptr<Transport> transport =
@@ -695,16 +696,16 @@ Result<NetInterface> InterfaceToward(uint32_t destination, uint32_t source) {
   return found;
 }
 
-Result<std::unique_ptr<Transport>> OpenUdp(const UdpOptions& options) {
+Result<std::unique_ptr<Transport>> OpenUdp(const TransportOptions& options) {
   bool in_use = false;
   return OpenUdpImpl(options, &in_use);
 }
 
-Result<std::vector<std::unique_ptr<Transport>>> OpenUdpConsecutive(const UdpOptions& base,
+Result<std::vector<std::unique_ptr<Transport>>> OpenUdpConsecutive(const TransportOptions& base,
                                                                    size_t count) {
   return OpenOnConsecutivePorts(base.port, count, "UDP", " on " + Ipv4ToString(base.bind_ipv4),
                                 "free some ports", [&](uint16_t port, bool* in_use) {
-                                  UdpOptions options = base;
+                                  TransportOptions options = base;
                                   options.port = port;
                                   return OpenUdpImpl(options, in_use);
                                 });

@@ -15,31 +15,10 @@
 #include <vector>
 
 #include "switchml/status.h"
+#include "transport/options.h"
 #include "transport/transport.h"
 
 namespace switchml::transport {
-
-struct UdpOptions {
-  uint32_t bind_ipv4 = 0;             // host order; 0 = INADDR_ANY
-  uint16_t port = 0;                  // 0 = ephemeral
-  int socket_buffer_bytes = 4 << 20;  // SO_RCVBUF and SO_SNDBUF; <= 0 keeps the system default
-  size_t max_batch = 64;              // messages per sendmmsg/recvmmsg call; >= 1
-  // Received datagrams longer than this are cut to it and flagged truncated; TxBuffer's size.
-  size_t max_datagram_bytes = 2048;
-  // UDP segmentation offloads, each used only where the kernel supports it (checked when the
-  // socket opens; without them the transport falls back to plain batched I/O):
-  //   GSO: consecutive datagrams of a Send batch to one destination with one length leave in
-  //        one sendmsg (UDP_SEGMENT), up to 64 datagrams or 64 KiB;
-  //   GRO: the kernel hands over runs of datagrams of one flow as one buffer (UDP_GRO), which
-  //        Receive splits again.
-  // Either way the datagrams on the wire are the same.
-  bool gso = true;
-  bool gro = true;
-  // Datagrams sent to multicast groups (docs/architecture.md, "Multicast results"): 0, only
-  // within this host (loopback interface, TTL 0); 1..255, on the interface holding bind_ipv4
-  // (which must be a specific, non-loopback address) with that TTL, not looped back.
-  int multicast_ttl = 0;
-};
 
 // A network interface of this host, as a multicast member needs it.
 struct NetInterface {
@@ -55,16 +34,18 @@ struct NetInterface {
 // picks for the destination. Errors name the destination and what failed.
 Result<NetInterface> InterfaceToward(uint32_t destination, uint32_t source);
 
-// Opens a UDP transport bound to options.bind_ipv4:options.port. local_endpoint() reports the
+// Opens a UDP transport bound to options.bind_ipv4:options.port, with options.udp (options.h:
+// offloads, socket buffers, multicast TTL); kind and loss are the factory's and ignored here.
+// local_endpoint() reports the
 // bound address and the actual port (ipv4 0 when bound to INADDR_ANY). Errors name the address
 // and say what to do (port in use: kUnavailable; address not local or bad options:
 // kInvalidArgument; privileged port: kFailedPrecondition).
-Result<std::unique_ptr<Transport>> OpenUdp(const UdpOptions& options);
+Result<std::unique_ptr<Transport>> OpenUdp(const TransportOptions& options);
 
 // Opens `count` transports on consecutive ports base.port .. base.port + count - 1 (all with the
 // other options of base), e.g. one per worker thread. With base.port == 0 it draws a random base
 // in [20000, 32000) and retries (up to 200 times) while some port of the range is in use.
-Result<std::vector<std::unique_ptr<Transport>>> OpenUdpConsecutive(const UdpOptions& base,
+Result<std::vector<std::unique_ptr<Transport>>> OpenUdpConsecutive(const TransportOptions& base,
                                                                    size_t count);
 
 }  // namespace switchml::transport

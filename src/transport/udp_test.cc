@@ -15,11 +15,11 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 std::unique_ptr<Transport> OpenLoopback(uint16_t port = 0, bool offloads = true) {
-  UdpOptions options;
+  TransportOptions options;
   options.bind_ipv4 = kLoopbackIpv4;
   options.port = port;
-  options.gso = offloads;
-  options.gro = offloads;
+  options.udp.gso = offloads;
+  options.udp.gro = offloads;
   auto t = OpenUdp(options);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   return t.ok() ? std::move(t).value() : nullptr;
@@ -266,10 +266,10 @@ TEST(UdpTransportTest, TimeoutReturnsZeroWithinABound) {
 
 TEST_P(UdpPathTest, LongDatagramIsTruncatedAndFlagged) {
   auto a = Open();
-  UdpOptions options;
+  TransportOptions options;
   options.bind_ipv4 = kLoopbackIpv4;
   options.max_datagram_bytes = 10;
-  options.gso = options.gro = GetParam();
+  options.udp.gso = options.udp.gro = GetParam();
   auto b = std::move(OpenUdp(options)).value();
   std::vector<uint8_t> payload = Payload(100);
   ASSERT_GT(payload.size(), 10u);
@@ -325,7 +325,7 @@ TEST_P(UdpPathTest, BadDestinationIsCountedAndSkipped) {
 TEST(UdpTransportTest, PortInUseErrorNamesTheAddressAndTheFix) {
   auto a = OpenLoopback();
   ASSERT_TRUE(a);
-  UdpOptions options;
+  TransportOptions options;
   options.bind_ipv4 = kLoopbackIpv4;
   options.port = a->local_endpoint().port;
   auto b = OpenUdp(options);
@@ -338,14 +338,14 @@ TEST(UdpTransportTest, PortInUseErrorNamesTheAddressAndTheFix) {
 }
 
 TEST(UdpTransportTest, NonLocalAddressAndBadOptionsAreInvalidArguments) {
-  UdpOptions options;
+  TransportOptions options;
   options.bind_ipv4 = 0xc0000201;  // 192.0.2.1, TEST-NET-1: not an address of this host
   auto t = OpenUdp(options);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(t.status().message().find("192.0.2.1"), std::string::npos) << t.status().message();
 
-  options = UdpOptions{};
+  options = TransportOptions{};
   options.max_batch = 0;
   t = OpenUdp(options);
   ASSERT_FALSE(t.ok());
@@ -353,7 +353,7 @@ TEST(UdpTransportTest, NonLocalAddressAndBadOptionsAreInvalidArguments) {
 }
 
 TEST(UdpTransportTest, ConsecutivePortsWithARandomBase) {
-  UdpOptions options;
+  TransportOptions options;
   options.bind_ipv4 = kLoopbackIpv4;
   auto ts = OpenUdpConsecutive(options, 4);
   ASSERT_TRUE(ts.ok()) << ts.status().ToString();
@@ -367,7 +367,7 @@ TEST(UdpTransportTest, ConsecutivePortsWithARandomBase) {
 }
 
 TEST(UdpTransportTest, ConsecutivePortsWithAGivenBaseFailWhenOneIsTaken) {
-  UdpOptions options;
+  TransportOptions options;
   options.bind_ipv4 = kLoopbackIpv4;
   auto first = OpenUdpConsecutive(options, 3);
   ASSERT_TRUE(first.ok()) << first.status().ToString();

@@ -6,7 +6,8 @@ namespace switchml::transport {
 
 bool XdpAvailable() { return false; }
 
-Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const XdpOptions&, size_t) {
+Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const TransportOptions&,
+                                                                   size_t) {
   return UnimplementedError(
       "transport 'xdp' (AF_XDP) is not compiled into this build: libxdp-dev and libbpf-dev (and "
       "clang for the XDP program) were not found when it was configured; install them "
@@ -159,10 +160,10 @@ Result<Interfaces> ListInterfaces() {
   return out;
 }
 
-// The interface to use and our address on it.
-Result<LocalAddress> ChooseInterface(const Interfaces& ifs, uint32_t bind_ipv4) {
-  const char* forced = std::getenv("SWITCHML_XDP_IFACE");
-  if (forced != nullptr && *forced != '\0') {
+// The interface to use and our address on it: `forced` (XdpOptions::interface) when not empty.
+Result<LocalAddress> ChooseInterface(const Interfaces& ifs, uint32_t bind_ipv4,
+                                     const std::string& forced) {
+  if (!forced.empty()) {
     if (ifs.flags.count(forced) == 0) {
       return NotFoundError(std::string("AF_XDP: SWITCHML_XDP_IFACE names interface '") + forced +
                            "', which does not exist here");
@@ -253,7 +254,8 @@ std::optional<Mac> ArpLookup(const std::string& interface, uint32_t ip) {
 
 class XdpPort {
  public:
-  static Result<std::shared_ptr<XdpPort>> Get(const LocalAddress& local, const Interfaces& ifs);
+  static Result<std::shared_ptr<XdpPort>> Get(const LocalAddress& local, const Interfaces& ifs,
+                                              const XdpOptions& options);
   ~XdpPort();
 
   // A socket slot: its index in the XSKMAP, its transmit partition. kResourceExhausted if all
@@ -290,9 +292,14 @@ class XdpPort {
   }
 
  private:
-  XdpPort(std::string interface, int ifindex, uint32_t queue, Mac mac)
-      : interface_(std::move(interface)), ifindex_(ifindex), queue_(queue), mac_(mac) {}
-  // debug: SWITCHML_XDP_DEBUG=1, print libbpf's warnings (the verifier's log) while loading.
+  XdpPort(std::string interface, int ifindex, const XdpOptions& options, Mac mac)
+      : interface_(std::move(interface)),
+        ifindex_(ifindex),
+        queue_(options.queue),
+        attach_mode_(options.mode),
+        copy_only_(options.copy_only),
+        mac_(mac) {}
+  // debug: XdpOptions::debug, print libbpf's warnings (the verifier's log) while loading.
   Status Init(bool debug);
   Status LoadProgram(bool debug);
   Status AttachProgram();
@@ -301,6 +308,8 @@ class XdpPort {
   const std::string interface_;
   const int ifindex_;
   const uint32_t queue_;
+  const XdpAttachMode attach_mode_;
+  const bool copy_only_;  // never try zero-copy
   const Mac mac_;
   uint8_t* area_ = nullptr;
   xsk_umem* umem_ = nullptr;
@@ -327,51 +336,13 @@ std::map<std::pair<int, uint32_t>, std::weak_ptr<XdpPort>>& Registry() {
   return *r;
 }
 
-// SWITCHML_XDP_QUEUE, a queue id (default 0); anything else is refused ("abc" was queue 0, "-1"
-// queue 4294967295).
-Result<uint32_t> QueueFromEnvironment() {
-  const char* q = std::getenv("SWITCHML_XDP_QUEUE");
-  if (q == nullptr || *q == '\0') return uint32_t{0};
-  const std::string text = q;
-  uint32_t queue = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), queue);
-  if (ec != std::errc() || end != text.data() + text.size()) {
-    return InvalidArgumentError("SWITCHML_XDP_QUEUE must be a queue id (0, 1, ...), not '" + text +
-                                "'");
-  }
-  return queue;
-}
-
-// An on/off variable: 1 is on, 0 or unset off; anything else is refused, naming the variable
-// and what 1 means (`on`).
-Result<bool> SwitchFromEnvironment(const char* name, const char* on) {
-  const char* v = std::getenv(name);
-  const std::string text = v != nullptr ? v : "";
-  if (text.empty() || text == "0") return false;
-  if (text == "1") return true;
-  return InvalidArgumentError(std::string(name) + " must be 0 or 1 (1: " + on + "), not '" + text +
-                              "'");
-}
-
-// SWITCHML_XDP_COPY: 1 keeps to copy mode, 0 or unset tries zero-copy first (any value once
-// meant zero-copy, whatever it said).
-Result<bool> CopyOnlyFromEnvironment() {
-  return SwitchFromEnvironment("SWITCHML_XDP_COPY", "copy mode only");
-}
-
-// SWITCHML_XDP_DEBUG: 1 prints libbpf's warnings (the verifier's log), 0 or unset does not (any
-// value, "0" included, once meant on).
-Result<bool> DebugFromEnvironment() {
-  return SwitchFromEnvironment("SWITCHML_XDP_DEBUG", "print libbpf's warnings");
-}
-
 // One process per interface: the XDP program is the interface's, whatever queue a process binds,
 // so a second port on the interface (another process, or this one on another queue) would
 // replace the first one's program, and on closing remove it, silently cutting the first one
 // off. A lock file per network namespace and interface, held while the port lives (the kernel
 // drops it when the process dies), refuses that second port, and makes a switchml program
 // found attached while the lock is ours truly stale. Returns the lock's descriptor.
-Result<int> LockInterface(const std::string& interface, int ifindex) {
+Result<int> LockInterface(const std::string& interface, int ifindex, const std::string& lock_dir) {
   struct stat ns {};
   if (::stat("/proc/self/ns/net", &ns) != 0) {
     return InternalError("AF_XDP: cannot identify this network namespace (/proc/self/ns/net): " +
@@ -379,10 +350,10 @@ Result<int> LockInterface(const std::string& interface, int ifindex) {
   }
   // This user's own directory (private_dir.h; issue 28, found 2 and 3: the shared
   // /tmp/switchml-xdp, mode 1777, let other users plant symbolic links there and hold the lock,
-  // keeping the switch from starting); $SWITCHML_XDP_LOCK_DIR chooses another.
-  const char* env = std::getenv("SWITCHML_XDP_LOCK_DIR");
+  // keeping the switch from starting); XdpOptions::lock_dir ($SWITCHML_XDP_LOCK_DIR) chooses
+  // another.
   ASSIGN_OR_RETURN(PrivateDirectory dir,
-                   PrivateDirectory::Open(PrivateDirectoryPath("xdp", env != nullptr ? env : ""),
+                   PrivateDirectory::Open(PrivateDirectoryPath("xdp", lock_dir),
                                           "AF_XDP interface lock files", "SWITCHML_XDP_LOCK_DIR"));
   const std::string name = std::to_string(ns.st_ino) + "-" + std::to_string(ifindex) + ".lock";
   const std::string path = dir.path() + "/" + name;
@@ -404,22 +375,20 @@ Result<int> LockInterface(const std::string& interface, int ifindex) {
   return fd;
 }
 
-Result<std::shared_ptr<XdpPort>> XdpPort::Get(const LocalAddress& local, const Interfaces& ifs) {
+Result<std::shared_ptr<XdpPort>> XdpPort::Get(const LocalAddress& local, const Interfaces& ifs,
+                                              const XdpOptions& options) {
   const int ifindex = static_cast<int>(::if_nametoindex(local.interface.c_str()));
   if (ifindex == 0) {
     return NotFoundError("AF_XDP: no interface '" + local.interface + "': " + ErrnoText(errno));
   }
-  ASSIGN_OR_RETURN(const uint32_t queue, QueueFromEnvironment());
-  RETURN_IF_ERROR(CopyOnlyFromEnvironment().status());
-  ASSIGN_OR_RETURN(const bool debug, DebugFromEnvironment());
   std::lock_guard<std::mutex> lock(registry_mu);
-  auto& weak = Registry()[{ifindex, queue}];
+  auto& weak = Registry()[{ifindex, options.queue}];
   if (auto port = weak.lock()) return port;
   auto m = ifs.macs.find(local.interface);
   const Mac mac = m == ifs.macs.end() ? Mac{} : m->second;
-  std::shared_ptr<XdpPort> port(new XdpPort(local.interface, ifindex, queue, mac));
-  ASSIGN_OR_RETURN(port->lock_fd_, LockInterface(local.interface, ifindex));
-  RETURN_IF_ERROR(port->Init(debug));
+  std::shared_ptr<XdpPort> port(new XdpPort(local.interface, ifindex, options, mac));
+  ASSIGN_OR_RETURN(port->lock_fd_, LockInterface(local.interface, ifindex, options.lock_dir));
+  RETURN_IF_ERROR(port->Init(options.debug));
   weak = port;
   return port;
 }
@@ -498,15 +467,9 @@ Status XdpPort::LoadProgram(bool debug) {
 }
 
 Status XdpPort::AttachProgram() {
-  const char* mode_env = std::getenv("SWITCHML_XDP_MODE");
-  const std::string mode = mode_env != nullptr ? mode_env : "auto";
-  if (mode != "auto" && mode != "native" && mode != "generic") {
-    return InvalidArgumentError("SWITCHML_XDP_MODE must be auto, native or generic, not '" + mode +
-                                "'");
-  }
   std::vector<uint32_t> tries;
-  if (mode != "generic") tries.push_back(XDP_FLAGS_DRV_MODE);
-  if (mode != "native") tries.push_back(XDP_FLAGS_SKB_MODE);
+  if (attach_mode_ != XdpAttachMode::kGeneric) tries.push_back(XDP_FLAGS_DRV_MODE);
+  if (attach_mode_ != XdpAttachMode::kNative) tries.push_back(XDP_FLAGS_SKB_MODE);
   std::string failures;
   for (uint32_t flags : tries) {
     int r = bpf_xdp_attach(ifindex_, prog_fd_, flags | XDP_FLAGS_UPDATE_IF_NOEXIST, nullptr);
@@ -569,8 +532,7 @@ Result<xsk_socket*> XdpPort::CreateSocket(uint32_t slot, xsk_ring_cons* rx, xsk_
   // The first socket: zero-copy if the driver allows it, else copy mode. A failed bind leaves
   // the UMEM unusable for another, so it is made again. A queue that a socket just closed stays
   // busy until the kernel has released it (deferred work): retried for a second.
-  ASSIGN_OR_RETURN(const bool copy_only, CopyOnlyFromEnvironment());  // checked in Get
-  const bool allow_zero_copy = !copy_only;
+  const bool allow_zero_copy = !copy_only_;
   int r = -EOPNOTSUPP;
   for (int attempt = 0; attempt < 40; ++attempt) {
     for (bool zero_copy : {true, false}) {
@@ -1158,7 +1120,7 @@ Result<int> ReservePort(uint32_t ip, uint16_t port, bool* in_use) {
 
 bool XdpAvailable() { return true; }
 
-Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const XdpOptions& base,
+Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const TransportOptions& base,
                                                                    size_t count) {
   if (count == 0) return InvalidArgumentError("OpenXdpConsecutive: count must be at least 1");
   if (count > kMaxSockets) {
@@ -1167,7 +1129,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const XdpOpti
                                 std::to_string(count));
   }
   ASSIGN_OR_RETURN(Interfaces ifs, ListInterfaces());
-  ASSIGN_OR_RETURN(LocalAddress local, ChooseInterface(ifs, base.bind_ipv4));
+  ASSIGN_OR_RETURN(LocalAddress local, ChooseInterface(ifs, base.bind_ipv4, base.xdp.interface));
   // The ports, reserved with kernel UDP sockets.
   std::vector<int> fds;
   auto close_all = [&fds] {
@@ -1203,7 +1165,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const XdpOpti
     }
     RETURN_IF_ERROR(st);
   }
-  auto port = XdpPort::Get(local, ifs);
+  auto port = XdpPort::Get(local, ifs, base.xdp);
   if (!port.ok()) {
     close_all();
     return port.status();

@@ -3,12 +3,12 @@
 //
 // What it does:
 //   - The interface is the one that owns the bind address (with bind 0.0.0.0: the host's only
-//     non-loopback interface that is up with an IPv4 address; SWITCHML_XDP_IFACE names one).
+//     non-loopback interface that is up with an IPv4 address; XdpOptions::interface names one).
 //   - An XDP program (xdp_steer.bpf.c, compiled with clang -target bpf at build time and
 //     embedded) is attached to it: IPv4/UDP datagrams to the transports' ports go to their AF_XDP
 //     sockets (XSKMAP redirect); everything else (ARP, gRPC, other traffic) goes on to the
 //     kernel. Native (driver) mode where the driver has it, else generic (skb) mode.
-//   - Each transport is one AF_XDP socket on queue 0 (SWITCHML_XDP_QUEUE); the transports of a
+//   - Each transport is one AF_XDP socket on queue 0 (XdpOptions::queue); the transports of a
 //     process on one interface share one UMEM (packet memory) and its fill and completion rings
 //     (under a mutex); each has its own RX and TX rings. Zero-copy where the driver allows it,
 //     else copy mode (veth, generic XDP). need_wakeup is used: an idle Receive sleeps in poll(),
@@ -26,15 +26,15 @@
 //     TxBuffer(i) lends a UMEM frame whose payload is sent in place (the headers are written in
 //     front of it); a datagram in other memory, or a second destination of one buffer, is
 //     copied into a free frame.
-// Environment: SWITCHML_XDP_IFACE (interface), SWITCHML_XDP_QUEUE (queue id, default 0),
-// SWITCHML_XDP_MODE (native|generic|auto: how the program is attached; default auto),
-// SWITCHML_XDP_COPY (1: never try zero-copy), SWITCHML_XDP_DEBUG (1: print libbpf's warnings);
-// 0|1 variables refuse any other value.
+// Options: TransportOptions::xdp (options.h): interface, queue, attach mode, copy mode only,
+// libbpf's warnings, lock directory; the factory fills them from SWITCHML_XDP_IFACE, _QUEUE,
+// _MODE (native|generic|auto), _COPY, _DEBUG (0|1) and _LOCK_DIR (environment.h).
+// max_datagram_bytes is capped at what one UMEM frame holds (2006 bytes).
 // Needs CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF (root); errors say what is missing. One switchml
 // process per interface, whatever its queue (the XDP program is the interface's): a second one,
 // or this process on a second queue, is refused with a clear error (a lock file per network
 // namespace and interface in this user's lock directory, held while the interface is used:
-// /run/switchml-xdp for root, else /tmp/switchml-xdp-UID, or $SWITCHML_XDP_LOCK_DIR; made 0700,
+// /run/switchml-xdp for root, else /tmp/switchml-xdp-UID, or XdpOptions::lock_dir; made 0700,
 // files 0600, as private_dir.h says; processes of different users do not see each other's lock).
 // Thread-safety: as Transport. Compiled only where libxdp and libbpf were found at configure
 // time (XdpAvailable()).
@@ -46,16 +46,10 @@
 #include <vector>
 
 #include "switchml/status.h"
+#include "transport/options.h"
 #include "transport/transport.h"
 
 namespace switchml::transport {
-
-struct XdpOptions {
-  uint32_t bind_ipv4 = 0;            // host order; picks the interface (0: see above)
-  uint16_t port = 0;                 // 0: an ephemeral port
-  size_t max_datagram_bytes = 2048;  // capped at what one UMEM frame holds (2006 bytes)
-  size_t max_batch = 64;
-};
 
 // False when the build has no AF_XDP support (libxdp-dev/libbpf-dev missing at configure time).
 bool XdpAvailable();
@@ -64,7 +58,7 @@ bool XdpAvailable();
 // [20000, 32000)), sharing one UMEM on the interface. Errors say why AF_XDP cannot start:
 // permissions, no such interface, the kernel or driver refusing (with the errno text), a queue
 // in use by another process.
-Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const XdpOptions& base,
+Result<std::vector<std::unique_ptr<Transport>>> OpenXdpConsecutive(const TransportOptions& base,
                                                                    size_t count);
 
 }  // namespace switchml::transport
