@@ -8,6 +8,9 @@
 // contiguous staging copy (float16 widened to float32 and narrowed back).
 // The GIL: released while a context is set up and while an all-reduce is waited for; a Python
 // buffer is touched (staging, results) only with the GIL held.
+//
+// The module links libswitchml_bindings.so and sees only what it exports: the public API
+// (include/switchml/) and software_switch.h.
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -19,10 +22,9 @@
 #include <vector>
 
 #include "bindings/python/half.h"
+#include "bindings/python/software_switch.h"
 #include "bindings/python/stats.h"
-#include "runtime/switch_daemon.h"
 #include "switchml/context.h"
-#include "transport/factory.h"
 
 namespace py = pybind11;
 
@@ -330,22 +332,15 @@ std::unique_ptr<WorkerContext> CreateContext(const py::object& config, const py:
 // command is the same daemon as a process).
 class InProcessSwitch {
  public:
-  InProcessSwitch(const std::string& bind_address, uint16_t data_port, uint16_t control_port,
-                  bool require_authenticated_data, const std::string& transport) {
-    runtime::SwitchDaemonOptions o;
-    o.bind_address = bind_address;
-    o.data_port = data_port;
-    o.control_port = control_port;
-    o.transport = transport;
-    o.control.registry.require_authenticated_data = require_authenticated_data;
-    auto d = runtime::SwitchDaemon::Start(o);
-    if (!d.ok()) Raise(d.status());
-    daemon_ = std::move(d).value();
+  explicit InProcessSwitch(const SoftwareSwitchOptions& options) {
+    auto s = SoftwareSwitch::Start(options);
+    if (!s.ok()) Raise(s.status());
+    switch_ = std::move(s).value();
   }
   uint16_t data_port() const { return Get().data_port(); }
   uint16_t control_port() const { return Get().control_port(); }
   py::dict Counters() const {
-    const runtime::DaemonCounters c = Get().counters();
+    const SoftwareSwitchCounters c = Get().counters();
     py::dict d;
     d["received"] = c.received;
     d["sent"] = c.sent;
@@ -355,15 +350,15 @@ class InProcessSwitch {
   }
   void Stop() {
     py::gil_scoped_release nogil;
-    daemon_.reset();
+    switch_.reset();
   }
 
  private:
-  const runtime::SwitchDaemon& Get() const {
-    if (!daemon_) throw py::value_error("switchml.Switch: stopped");
-    return *daemon_;
+  const SoftwareSwitch& Get() const {
+    if (!switch_) throw py::value_error("switchml.Switch: stopped");
+    return *switch_;
   }
-  std::unique_ptr<runtime::SwitchDaemon> daemon_;
+  std::unique_ptr<SoftwareSwitch> switch_;
 };
 
 }  // namespace
@@ -381,9 +376,9 @@ PYBIND11_MODULE(_core, m) {
                                 PyExc_RuntimeError, nullptr));
   m.attr("SwitchMLError") = ErrorType();
   // The data-plane transports Config.transport and Switch(transport=) accept.
-  py::tuple kinds(transport::TransportKinds().size());
-  for (size_t i = 0; i < transport::TransportKinds().size(); ++i)
-    kinds[i] = transport::TransportKinds()[i];
+  const std::vector<std::string> names = TransportNames();
+  py::tuple kinds(names.size());
+  for (size_t i = 0; i < names.size(); ++i) kinds[i] = names[i];
   m.attr("TRANSPORTS") = kinds;
 
   py::class_<Config> config(m, "Config",
@@ -526,7 +521,15 @@ PYBIND11_MODULE(_core, m) {
       "require_authenticated_data: refuse jobs without Config.authenticate_data (as "
       "`switchml switch --require-auth-data`); transport: the data plane's, one of "
       "switchml.TRANSPORTS (as `switchml switch --transport`; the workers use the same).")
-      .def(py::init<const std::string&, uint16_t, uint16_t, bool, const std::string&>(),
+      .def(py::init([](const std::string& bind_address, uint16_t data_port, uint16_t control_port,
+                       bool require_authenticated_data, const std::string& transport) {
+             return std::make_unique<InProcessSwitch>(SoftwareSwitchOptions{
+                 .bind_address = bind_address,
+                 .data_port = data_port,
+                 .control_port = control_port,
+                 .require_authenticated_data = require_authenticated_data,
+                 .transport = transport});
+           }),
            py::arg("bind_address") = "127.0.0.1", py::arg("data_port") = 0,
            py::arg("control_port") = 0, py::arg("require_authenticated_data") = false,
            py::arg("transport") = "udp")

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "switchml/config.h"
+#include "switchml/export.h"
 #include "switchml/rendezvous.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
@@ -24,7 +25,7 @@ namespace switchml {
 class Context;
 
 // The handle of an asynchronous all-reduce. Copyable; all copies refer to the same operation.
-class AllReduceHandle {
+class SWITCHML_EXPORT AllReduceHandle {
  public:
   AllReduceHandle() = default;
   // Blocks until the operation ends; returns its outcome.
@@ -88,7 +89,7 @@ struct ContextStats {
   uint64_t sparse_aggregated_blocks = 0;
 };
 
-class Context {
+class SWITCHML_EXPORT Context {
  public:
   // Validates the config, opens the UDP ports and sets up the session with the switch and the
   // other workers (blocks until every worker has joined, or setup_timeout).
