@@ -1,9 +1,11 @@
 // Datagram transports: move datagrams between endpoints and know nothing of SwitchML.
 //
-// One interface; backends are chosen by name through one factory (factory.h: "udp", kernel UDP
-// with segmentation offloads; "udp-plain", kernel UDP without them) or made directly (memory.h:
-// an in-process network with seeded loss, duplication and reordering for tests). Wrappers add
-// behaviour to any backend (lossy.h: seeded loss injection; auth.h: per-datagram tags).
+// One interface; backends are chosen by name through one factory (factory.h lists them: "udp",
+// kernel UDP with segmentation offloads; "udp-plain", kernel UDP without them; "xdp", AF_XDP;
+// "dpdk", memif or a DPDK device; "shm", shared-memory rings between the processes of one host)
+// or made directly (memory.h: an in-process network with seeded loss, duplication and
+// reordering for tests). Wrappers add behaviour to any backend (lossy.h: seeded loss injection;
+// auth.h: per-datagram tags).
 //
 // Buffers are lent by the transport in both directions, so that a backend with its own packet
 // memory (AF_XDP, DPDK) can plug in without copies:
