@@ -46,6 +46,8 @@ endfunction()
 # switchml_combined_library(NAME name TYPE STATIC|SHARED ROOTS target...)
 #   One library of the objects of the roots and every switchml_* module they link; it links the
 #   other libraries those modules link (PUBLIC for a static library, PRIVATE for a shared one).
+#   A shared one exports only what the modules mark SWITCHML_EXPORT (they are built with hidden
+#   visibility; include/switchml/export.h) and nothing outside namespace switchml.
 #   Sets <name>_EXTERNAL_LIBS in the caller's scope.
 function(switchml_combined_library)
   cmake_parse_arguments(ARG "" "NAME;TYPE" "ROOTS" ${ARGN})
@@ -75,6 +77,11 @@ function(switchml_combined_library)
   add_dependencies(${ARG_NAME} ${modules})
   if(ARG_TYPE STREQUAL "SHARED")
     target_link_libraries(${ARG_NAME} PRIVATE ${external})
+    # Exports namespace switchml's default-visibility symbols only (cmake/switchml_exports.map).
+    set(map ${PROJECT_SOURCE_DIR}/cmake/switchml_exports.map)
+    target_link_options(${ARG_NAME} PRIVATE "LINKER:--version-script=${map}")
+    set_target_properties(${ARG_NAME} PROPERTIES LINK_DEPENDS ${map} CXX_VISIBILITY_PRESET hidden
+      VISIBILITY_INLINES_HIDDEN ON)
   else()
     target_link_libraries(${ARG_NAME} PUBLIC ${external})
   endif()
@@ -152,6 +159,31 @@ file(RELATIVE_PATH SWITCHML_PC_PREFIX_FROM_PCDIR /prefix/${CMAKE_INSTALL_LIBDIR}
 string(REGEX REPLACE "/$" "" SWITCHML_PC_PREFIX_FROM_PCDIR "${SWITCHML_PC_PREFIX_FROM_PCDIR}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/switchml.pc.in ${PROJECT_BINARY_DIR}/switchml.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/switchml.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The shared library's exports, checked in every build with tests (tests/exported_symbols_test.sh):
+# where the installed library is static, a shared copy is built for the check (not installed),
+# and examples/allreduce is linked against it and run (--help: the library loads and every
+# symbol the program needs is there; install_test runs the example against a switch).
+if(SWITCHML_BUILD_TESTS)
+  if(SWITCHML_BUILD_SHARED)
+    set(switchml_shared_target switchml_library)
+  else()
+    switchml_combined_library(NAME switchml_shared_check TYPE SHARED ROOTS switchml_runtime)
+    set_target_properties(switchml_shared_check PROPERTIES OUTPUT_NAME switchml
+      LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/shared_check)
+    target_include_directories(switchml_shared_check PUBLIC ${PROJECT_SOURCE_DIR}/include)
+    set(switchml_shared_target switchml_shared_check)
+  endif()
+  file(GLOB switchml_public_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/include/switchml/*.h)
+  list(TRANSFORM switchml_public_headers PREPEND "switchml:" OUTPUT_VARIABLE switchml_public_api)
+  add_executable(allreduce_example_shared ${PROJECT_SOURCE_DIR}/examples/allreduce/main.cc)
+  target_link_libraries(allreduce_example_shared PRIVATE ${switchml_shared_target})
+  add_test(NAME exported_symbols_test
+    COMMAND bash ${PROJECT_SOURCE_DIR}/tests/exported_symbols_test.sh
+            $<TARGET_FILE:${switchml_shared_target}> ${switchml_public_api})
+  add_test(NAME shared_library_link_test COMMAND allreduce_example_shared --help)
+  set_tests_properties(exported_symbols_test shared_library_link_test PROPERTIES TIMEOUT 60)
+endif()
 
 # An embedding program's view, in CI: install into a temporary prefix, check the public headers,
 # build examples/allreduce with find_package and pkg-config and run it against a switch.

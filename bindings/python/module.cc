@@ -8,6 +8,9 @@
 // contiguous staging copy (float16 widened to float32 and narrowed back).
 // The GIL: released while a context is set up and while an all-reduce is waited for; a Python
 // buffer is touched (staging, results) only with the GIL held.
+//
+// The module links libswitchml_bindings.so and sees only what it exports: the public API
+// (include/switchml/) and software_switch.h.
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -19,10 +22,9 @@
 #include <vector>
 
 #include "bindings/python/half.h"
+#include "bindings/python/software_switch.h"
 #include "bindings/python/stats.h"
-#include "runtime/switch_daemon.h"
 #include "switchml/context.h"
-#include "transport/factory.h"
 
 namespace py = pybind11;
 
@@ -330,22 +332,15 @@ std::unique_ptr<WorkerContext> CreateContext(const py::object& config, const py:
 // command is the same daemon as a process).
 class InProcessSwitch {
  public:
-  InProcessSwitch(const std::string& bind_address, uint16_t data_port, uint16_t control_port,
-                  bool require_authenticated_data, const std::string& transport) {
-    runtime::SwitchDaemonOptions o;
-    o.bind_address = bind_address;
-    o.data_port = data_port;
-    o.control_port = control_port;
-    o.transport = transport;
-    o.control.registry.require_authenticated_data = require_authenticated_data;
-    auto d = runtime::SwitchDaemon::Start(o);
-    if (!d.ok()) Raise(d.status());
-    daemon_ = std::move(d).value();
+  explicit InProcessSwitch(const SoftwareSwitchOptions& options) {
+    auto s = SoftwareSwitch::Start(options);
+    if (!s.ok()) Raise(s.status());
+    switch_ = std::move(s).value();
   }
   uint16_t data_port() const { return Get().data_port(); }
   uint16_t control_port() const { return Get().control_port(); }
   py::dict Counters() const {
-    const runtime::DaemonCounters c = Get().counters();
+    const SoftwareSwitchCounters c = Get().counters();
     py::dict d;
     d["received"] = c.received;
     d["sent"] = c.sent;
@@ -355,42 +350,41 @@ class InProcessSwitch {
   }
   void Stop() {
     py::gil_scoped_release nogil;
-    daemon_.reset();
+    switch_.reset();
   }
 
  private:
-  const runtime::SwitchDaemon& Get() const {
-    if (!daemon_) throw py::value_error("switchml.Switch: stopped");
-    return *daemon_;
+  const SoftwareSwitch& Get() const {
+    if (!switch_) throw py::value_error("switchml.Switch: stopped");
+    return *switch_;
   }
-  std::unique_ptr<runtime::SwitchDaemon> daemon_;
+  std::unique_ptr<SoftwareSwitch> switch_;
 };
 
-}  // namespace
-}  // namespace switchml::python
+// The module's contents, one function per class or area; PYBIND11_MODULE calls them in order.
 
-PYBIND11_MODULE(_core, m) {
-  using namespace switchml;
-  using namespace switchml::python;
-  m.doc() = "SwitchML worker library (in-network aggregation); see the switchml package";
-
+// switchml.SwitchMLError, which Raise() throws.
+void BindError(py::module_& m) {
   ErrorType() = py::reinterpret_steal<py::object>(
       PyErr_NewExceptionWithDoc("switchml.SwitchMLError",
                                 "An error from the SwitchML library; .code names its kind "
                                 "(e.g. 'DEADLINE_EXCEEDED', 'UNAVAILABLE'), str() says what to do.",
                                 PyExc_RuntimeError, nullptr));
   m.attr("SwitchMLError") = ErrorType();
-  // The data-plane transports Config.transport and Switch(transport=) accept.
-  py::tuple kinds(transport::TransportKinds().size());
-  for (size_t i = 0; i < transport::TransportKinds().size(); ++i)
-    kinds[i] = transport::TransportKinds()[i];
-  m.attr("TRANSPORTS") = kinds;
+}
 
-  py::class_<Config> config(m, "Config",
-                            "Everything a worker needs to join a job (switchml::Config). Every "
-                            "field is also a keyword argument of Context(). Durations are "
-                            "datetime.timedelta or float seconds.");
-  config.def(py::init<>());
+// switchml.TRANSPORTS: the data-plane transports Config.transport and Switch(transport=) accept.
+void BindTransports(py::module_& m) {
+  const std::vector<std::string> names = TransportNames();
+  py::tuple kinds(names.size());
+  for (size_t i = 0; i < names.size(); ++i) kinds[i] = names[i];
+  m.attr("TRANSPORTS") = kinds;
+}
+
+using PyConfig = py::class_<Config>;
+
+// Config: who the worker is, where the switch is, and the job's shape.
+void BindConfigJob(PyConfig& config) {
   config.def_readwrite("rank", &Config::rank, "this worker's rank in [0, num_workers)");
   config.def_readwrite("num_workers", &Config::num_workers, "the job's number of workers");
   config.def_readwrite("switch_host", &Config::switch_host, "the switch's control-plane host");
@@ -410,6 +404,10 @@ PYBIND11_MODULE(_core, m) {
   config.def_readwrite("base_rtt", &Config::base_rtt,
                        "round-trip time the automatic window is sized for");
   config.def_readwrite("packet_numel", &Config::packet_numel, "elements per packet: 64 or 256");
+}
+
+// Config: the data plane's sockets, transport and threads.
+void BindConfigDataPlane(PyConfig& config) {
   config.def_readwrite("bind_address", &Config::bind_address, "local IPv4 address to bind");
   config.def_readwrite("udp_port", &Config::udp_port, "first local UDP port (0: any)");
   config.def_readwrite(
@@ -426,6 +424,10 @@ PYBIND11_MODULE(_core, m) {
       "wake_batch", &Config::wake_batch,
       "wake-up batching in [0, 1] (docs/architecture.md 4.6; 0: off): after handling results a "
       "worker thread sleeps until about this fraction of its packets in flight should be back");
+}
+
+// Config: multicast results, as three fields and as the CLI's one mode.
+void BindConfigMulticast(PyConfig& config) {
   config.def_readwrite("loopback_multicast", &Config::loopback_multicast,
                        "with a switch on this host, results come once to a multicast group of "
                        "the job (docs/architecture.md, \"Multicast results\"); on by default");
@@ -443,9 +445,10 @@ PYBIND11_MODULE(_core, m) {
       "(loopback multicast only), 'on' (as auto, but an error without the LAN group) or 'off' "
       "(neither); a combination none of them names: reading it raises SwitchMLError, as "
       "validate() does");
-  config.def_readwrite("check_tensors", &Config::check_tensors,
-                       "have the switch check that every worker all-reduces the same element "
-                       "count and type (one control message per all-reduce)");
+}
+
+// Config: retransmission and the deadlines of setup and all-reduces.
+void BindConfigTimeouts(PyConfig& config) {
   config.def_readwrite("timeout", &Config::timeout,
                        "a packet's retransmission timeout before round trips are measured");
   config.def_readwrite("min_timeout", &Config::min_timeout, "the retransmission timeout's floor");
@@ -460,9 +463,13 @@ PYBIND11_MODULE(_core, m) {
                        "an all-reduce fails when no result arrives for this long");
   config.def_readwrite("setup_timeout", &Config::setup_timeout,
                        "session setup and barrier timeout");
-  config.def_readwrite("authenticate_data", &Config::authenticate_data,
-                       "the authenticated data plane (docs/security.md 4.4): every datagram "
-                       "carries a tag keyed per job; every worker of a job must set the same");
+}
+
+// Config: what every worker of a job must agree on beyond its shape (checks, sparsity).
+void BindConfigAgreements(PyConfig& config) {
+  config.def_readwrite("check_tensors", &Config::check_tensors,
+                       "have the switch check that every worker all-reduces the same element "
+                       "count and type (one control message per all-reduce)");
   config.def_readwrite("sparse", &Config::sparse,
                        "block-sparse all-reduces (docs/protocol.md 2.5): only the blocks non-zero "
                        "on some worker cross the network; every worker of a job must set the same");
@@ -470,6 +477,13 @@ PYBIND11_MODULE(_core, m) {
                        "with sparse, the automatic choice (docs/protocol.md 2.5): a worker "
                        "thread's share whose union holds more than 3/4 of its blocks runs dense; "
                        "a switch without block-sparse support makes the job dense");
+}
+
+// Config: the job's secret, the authenticated data plane and TLS (docs/security.md).
+void BindConfigSecurity(PyConfig& config) {
+  config.def_readwrite("authenticate_data", &Config::authenticate_data,
+                       "the authenticated data plane (docs/security.md 4.4): every datagram "
+                       "carries a tag keyed per job; every worker of a job must set the same");
   config.def_readwrite("job_secret", &Config::job_secret,
                        "the job's secret (at most 64 bytes), the same on every worker; empty: an "
                        "unprotected job (docs/security.md)");
@@ -480,17 +494,35 @@ PYBIND11_MODULE(_core, m) {
   config.def_readwrite("tls_key_file", &Config::tls_key_file, "PEM private key of tls_cert_file");
   config.def_readwrite("tls_server_name", &Config::tls_server_name,
                        "the name in the switch's certificate (default: switch_host)");
+}
+
+void BindConfig(py::module_& m) {
+  PyConfig config(m, "Config",
+                  "Everything a worker needs to join a job (switchml::Config). Every field is also "
+                  "a keyword argument of Context(). Durations are datetime.timedelta or float "
+                  "seconds.");
+  config.def(py::init<>());
+  BindConfigJob(config);
+  BindConfigDataPlane(config);
+  BindConfigMulticast(config);
+  BindConfigTimeouts(config);
+  BindConfigAgreements(config);
+  BindConfigSecurity(config);
   config.def(
       "validate", [](const Config& c) { Check(c.Validate()); },
       "Raises SwitchMLError saying which field is wrong.");
+}
 
+void BindHandle(py::module_& m) {
   py::class_<Handle>(m, "Handle", "An asynchronous all-reduce in flight.")
       .def("wait", &Handle::Wait,
            "Blocks until the all-reduce ends (the GIL released); returns its output array or "
            "raises SwitchMLError.")
       .def("is_completed", &Handle::is_completed,
            "True once the all-reduce has ended (wait() then returns at once).");
+}
 
+void BindContext(py::module_& m) {
   py::class_<WorkerContext>(m, "Context",
                             "One worker's membership in a SwitchML job. Context(config=None, "
                             "**options): options are Config fields; blocks until every worker "
@@ -519,14 +551,24 @@ PYBIND11_MODULE(_core, m) {
       .def(
           "stats", [](WorkerContext& c) { return StatsDict(c.context().stats()); },
           "The worker's counters (switchml::ContextStats) as a dict.");
+}
 
+void BindSwitch(py::module_& m) {
   py::class_<InProcessSwitch>(
       m, "Switch",
       "An in-process software switch (as `switchml switch`); port 0 picks a free one; "
       "require_authenticated_data: refuse jobs without Config.authenticate_data (as "
       "`switchml switch --require-auth-data`); transport: the data plane's, one of "
       "switchml.TRANSPORTS (as `switchml switch --transport`; the workers use the same).")
-      .def(py::init<const std::string&, uint16_t, uint16_t, bool, const std::string&>(),
+      .def(py::init([](const std::string& bind_address, uint16_t data_port, uint16_t control_port,
+                       bool require_authenticated_data, const std::string& transport) {
+             return std::make_unique<InProcessSwitch>(
+                 SoftwareSwitchOptions{.bind_address = bind_address,
+                                       .data_port = data_port,
+                                       .control_port = control_port,
+                                       .require_authenticated_data = require_authenticated_data,
+                                       .transport = transport});
+           }),
            py::arg("bind_address") = "127.0.0.1", py::arg("data_port") = 0,
            py::arg("control_port") = 0, py::arg("require_authenticated_data") = false,
            py::arg("transport") = "udp")
@@ -536,4 +578,18 @@ PYBIND11_MODULE(_core, m) {
            "The data plane's datagram counters: received, sent, truncated (oversized, dropped) "
            "and auth_dropped (tags that did not verify, dropped).")
       .def("stop", &InProcessSwitch::Stop, "Stops the switch.");
+}
+
+}  // namespace
+}  // namespace switchml::python
+
+PYBIND11_MODULE(_core, m) {
+  using namespace switchml::python;
+  m.doc() = "SwitchML worker library (in-network aggregation); see the switchml package";
+  BindError(m);
+  BindTransports(m);
+  BindConfig(m);
+  BindHandle(m);
+  BindContext(m);
+  BindSwitch(m);
 }

@@ -9,11 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "switchml/export.h"
 #include "switchml/status.h"
 
 namespace switchml {
 
-struct Config {
+struct SWITCHML_EXPORT Config {
   // This worker's rank in [0, num_workers) and the job's number of workers.
   uint32_t rank = 0;
   uint32_t num_workers = 1;

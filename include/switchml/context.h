@@ -1,7 +1,7 @@
 // Context: one worker's membership in a SwitchML job, and its all-reduce operations.
 //
 //   switchml::Config config;  config.rank = r;  config.num_workers = n;  ...
-//   auto ctx = switchml::Context::Create(config);      // session setup with the switch
+//   auto ctx = switchml::Context::Create(config);      // joins the job on the switch
 //   if (!ctx.ok()) { std::cerr << ctx.status().ToString(); ... }
 //   Status st = (*ctx)->AllReduce(in, out, count, switchml::DataType::kFloat32);
 //
@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "switchml/config.h"
+#include "switchml/export.h"
 #include "switchml/rendezvous.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
@@ -24,7 +25,7 @@ namespace switchml {
 class Context;
 
 // The handle of an asynchronous all-reduce. Copyable; all copies refer to the same operation.
-class AllReduceHandle {
+class SWITCHML_EXPORT AllReduceHandle {
  public:
   AllReduceHandle() = default;
   // Blocks until the operation ends; returns its outcome.
@@ -88,10 +89,11 @@ struct ContextStats {
   uint64_t sparse_aggregated_blocks = 0;
 };
 
-class Context {
+class SWITCHML_EXPORT Context {
  public:
-  // Validates the config, opens the UDP ports and sets up the session with the switch and the
-  // other workers (blocks until every worker has joined, or setup_timeout).
+  // Validates the config, opens the data-plane transports (one per worker thread) and registers
+  // this worker in the job on the switch (on every host of a striped job), meeting the other
+  // workers (blocks until every worker has joined, or setup_timeout).
   static Result<std::unique_ptr<Context>> Create(const Config& config);
   // The same, meeting the other workers through `rendezvous` (session-id broadcast, setup
   // barriers, Barrier()) instead of the switch's control plane; null means the control plane.

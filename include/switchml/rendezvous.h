@@ -13,11 +13,12 @@
 
 #include <cstdint>
 
+#include "switchml/export.h"
 #include "switchml/status.h"
 
 namespace switchml {
 
-class Rendezvous {
+class SWITCHML_EXPORT Rendezvous {
  public:
   virtual ~Rendezvous() = default;
 

@@ -9,6 +9,8 @@
 #include <utility>
 #include <variant>
 
+#include "switchml/export.h"
+
 namespace switchml {
 
 enum class StatusCode {
@@ -26,9 +28,9 @@ enum class StatusCode {
   kPermissionDenied,  // the caller may not do this (e.g. a job's secret is missing or wrong)
 };
 
-const char* StatusCodeName(StatusCode code);
+SWITCHML_EXPORT const char* StatusCodeName(StatusCode code);
 
-class [[nodiscard]] Status {
+class [[nodiscard]] SWITCHML_EXPORT Status {
  public:
   Status() = default;
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}

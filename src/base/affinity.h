@@ -3,9 +3,9 @@
 // Why: on a host that runs the workers and the switch together (shm, `switchml run`), worker
 // thread t exchanges every datagram with switch thread t mod S and no other. Where the scheduler
 // puts such a pair on different cores, each datagram's cache lines move between the cores' caches
-// (the writer's, then the reader's, then back for the result); on this 2-core machine that
-// doubled the time of a 64 MiB all-reduce (docs/benchmarks.md, "Threads that share a core's
-// caches"). Pinning thread t of every process to the t-th allowed CPU keeps each pair on one core.
+// (the writer's, then the reader's, then back for the result), which slows an all-reduce
+// markedly (the figures: docs/benchmarks.md, "Threads that share a core's caches"). Pinning
+// thread t of every process to the t-th allowed CPU keeps each pair on one core.
 #pragma once
 
 #include <cstdint>

@@ -3,8 +3,11 @@
 // A datagram (UDP payload) is, bit for bit as the reference P4 program and client use it:
 //
 //   byte 0     msg_type (high 4 bits) | unused (1 bit) | size code (low 3 bits)
-//   byte 1     job_number (low 8 bits of the worker's job id, echoed by the switch)
-//   bytes 2-5  tsi: the worker's packet id within its slice, echoed (we write it big-endian)
+//   byte 1     job_number: low 8 bits of the all-reduce number, echoed by the switch
+//   bytes 2-5  tsi, echoed by the switch. Our workers write the slot's running round number,
+//              big-endian, which our switch compares to recognise late copies of earlier rounds;
+//              the reference client writes its packet id within the slice, in host order, and
+//              its switch never reads it (docs/protocol.md 2.2 and 3.4)
 //   bytes 6-7  pool_index, big-endian: bit 15 = set, bit 14 unused (must be 0), bits 13..0 = slot
 //   byte 8     e0 (int8), byte 9 e1 (int8): exponents, the switch returns the max over workers
 //   bytes 10.. numel int32 values, big-endian

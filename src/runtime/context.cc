@@ -196,7 +196,9 @@ uint32_t Config::OutstandingPackets() const {
   return static_cast<uint32_t>(std::min<uint64_t>(w, kMaxAutoWindow / threads * threads));
 }
 
-struct AllReduceHandle::State {
+// The nested classes of the exported AllReduceHandle and Context are internals: hidden, not
+// exported from a shared library as their enclosing classes are (include/switchml/export.h).
+struct [[gnu::visibility("hidden")]] AllReduceHandle::State {
   std::mutex mu;
   std::condition_variable cv;
   int remaining = 0;           // slices not done yet
@@ -369,7 +371,7 @@ class ControlPlaneRendezvous final : public Rendezvous {
 
 }  // namespace
 
-class Context::Impl {
+class [[gnu::visibility("hidden")]] Context::Impl {
  public:
   Config config;
   uint64_t session_id = 0;

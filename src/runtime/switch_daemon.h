@@ -11,8 +11,9 @@
 // is correct too, as long as all workers of a job do the same.
 //
 // A shard's loop receives a batch, runs every datagram through its Switch with the reply written
-// straight into a transmit buffer lent by the transport, groups the replies by destination (so
-// the kernel sends each worker's run of replies as one segmented send) and sends them.
+// straight into a transmit buffer lent by the transport (or over the received datagram itself,
+// where the transport lends it for that: DPDK), groups the replies by destination (so the
+// kernel sends each worker's run of replies as one segmented send) and sends them.
 #pragma once
 
 #include <atomic>
@@ -53,10 +54,10 @@ struct SwitchDaemonOptions {
   // Receive coalescing, the software switch's interrupt moderation (docs/architecture.md 2):
   // after a receive that emptied the data port, sleep this long before the next one (0: off,
   // the default; at most kMaxNap). Each wake-up then finds more datagrams, so the shard and the
-  // workers that would wake it cost less CPU (this VM: about 16 us per sleep and wake-up), at the
-  // price of up to this much more latency per packet: it helps where the workers' windows
-  // are longer than the round trip (queues on slow links), and slows a path whose window just
-  // covers it (docs/benchmarks.md, "Receive coalescing at the switch").
+  // workers that would wake it spend less CPU sleeping and waking, at the price of up to this
+  // much more latency per packet: it helps where the workers' windows are longer than the round
+  // trip (queues on slow links), and slows a path whose window just covers it (the figures:
+  // docs/benchmarks.md, "Receive coalescing at the switch").
   std::chrono::microseconds nap{0};
   static constexpr std::chrono::microseconds kMaxNap{10000};
   // Multicast results on the LAN (docs/architecture.md, "Multicast results"): with kernel UDP
