@@ -48,6 +48,20 @@ class ContextCollector final : public prometheus::Collectable {
     counter("switchml_worker_rtt_samples_total", "Round trips measured.", s.rtt_samples);
     counter("switchml_worker_backoffs_total", "Times the retransmission timeout doubled.",
             s.backoffs);
+    // Block-sparse all-reduces (Config::sparse; docs/protocol.md 2.5).
+    counter("switchml_worker_sparse_allreduces_total", "Block-sparse all-reduces run.",
+            s.sparse_allreduces);
+    counter("switchml_worker_sparse_blocks_total",
+            "Blocks of the block-sparse all-reduces' tensors (announced).", s.sparse_blocks);
+    counter("switchml_worker_sparse_union_blocks_total",
+            "Of those, the blocks non-zero on some worker (the union).", s.sparse_union_blocks);
+    counter("switchml_worker_sparse_aggregated_blocks_total",
+            "Of those, the blocks that crossed the network (the union, or a dense share's every "
+            "block).",
+            s.sparse_aggregated_blocks);
+    counter("switchml_worker_sparse_dense_shares_total",
+            "Worker-thread shares of block-sparse all-reduces aggregated whole (dense).",
+            s.sparse_dense_shares);
     gauge("switchml_worker_srtt_seconds",
           "Smoothed round trip to the switch (the largest over the worker threads).",
           s.srtt_us * 1e-6);

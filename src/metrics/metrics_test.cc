@@ -82,8 +82,10 @@ TEST(ContextStatsCollector, ExposesEveryCounterInSecondsAndTotals) {
   s.packets_sent = 12;
   s.packets_retransmitted = 3;
   s.srtt_us = 250;
+  s.sparse_union_blocks = 7;
+  s.sparse_dense_shares = 2;
   auto c = ContextStatsCollector([s] { return s; });
-  bool sent = false, retransmitted = false, srtt = false;
+  bool sent = false, retransmitted = false, srtt = false, union_blocks = false, dense = false;
   for (const prometheus::MetricFamily& f : c->Collect()) {
     ASSERT_EQ(f.metric.size(), 1u) << f.name;
     if (f.name == "switchml_worker_packets_sent_total") sent = f.metric[0].counter.value == 12;
@@ -91,10 +93,18 @@ TEST(ContextStatsCollector, ExposesEveryCounterInSecondsAndTotals) {
       retransmitted = f.metric[0].counter.value == 3;
     }
     if (f.name == "switchml_worker_srtt_seconds") srtt = f.metric[0].gauge.value == 250e-6;
+    if (f.name == "switchml_worker_sparse_union_blocks_total") {
+      union_blocks = f.metric[0].counter.value == 7;
+    }
+    if (f.name == "switchml_worker_sparse_dense_shares_total") {
+      dense = f.metric[0].counter.value == 2;
+    }
   }
   EXPECT_TRUE(sent);
   EXPECT_TRUE(retransmitted);
   EXPECT_TRUE(srtt);
+  EXPECT_TRUE(union_blocks);
+  EXPECT_TRUE(dense);
 }
 
 }  // namespace
