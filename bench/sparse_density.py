@@ -41,6 +41,35 @@ def median_of(rows, system):
     return statistics.median(times)
 
 
+def plot(result, path):
+    """The speed-up over Gloo against the density, one line per mode, dense switchml beside."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows, gloo, dense = result["rows"], result["gloo_hd_s"], result["dense_switchml_s"]
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for m in dict.fromkeys(r["mode"] for r in rows):
+        pts = [(r["density"], r["speedup_vs_gloo"]) for r in rows if r["mode"] == m]
+        ax.plot([x for x, _ in pts], [y for _, y in pts], "o-",
+                label=f"switchml --sparse{'-auto' if m == 'auto' else ''}")
+    ax.axhline(gloo / dense, color="gray", ls="--", label="switchml dense")
+    ax.axhline(1, color="black", lw=0.8, label="Gloo (halving-doubling)")
+    if min(r["density"] for r in rows) > 0:
+        ax.set_xscale("log")
+    else:
+        ax.set_xscale("symlog", linthresh=0.001)
+        ax.set_xlim(left=0)
+    ax.set_yscale("log")
+    ax.set_xlabel("density (fraction of blocks non-zero on some worker)")
+    ax.set_ylabel("speed-up over Gloo")
+    ax.set_title(f"{result['setting']}, {result['workers']} workers, {result['size']} float32, "
+                 f"overlap {result['overlap']:g}")
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--setting", default="rack:1gbit", help="a bench.py setting")
@@ -55,7 +84,13 @@ def main():
     p.add_argument("--switchml", help="the switchml binary (bench.py's default otherwise)")
     p.add_argument("--out", default="build-bench/sparse-density")
     p.add_argument("--quiet", action="store_true", help="hide bench.py's own output")
+    p.add_argument("--replot", metavar="JSON", help="only redraw the plot of an earlier run's "
+                   "sparse_density.json (next to it)")
     a = p.parse_args()
+    if a.replot:
+        with open(a.replot) as f:
+            plot(json.load(f), os.path.join(os.path.dirname(a.replot), "sparse_density.png"))
+        return
     modes = {"auto": "--sparse-auto", "on": "--sparse"}
     for m in a.modes.split(","):
         if m not in modes:
@@ -88,25 +123,7 @@ def main():
         for r in rows:
             f.write(f"| {r['density']:g} | {r['mode']} | {r['median_s']:.4f} s | "
                     f"{r['speedup_vs_gloo']:.2f}x | {r['vs_dense_switchml']:.2f}x |\n")
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    for m in a.modes.split(","):
-        pts = [(r["density"], r["speedup_vs_gloo"]) for r in rows if r["mode"] == m]
-        ax.plot([x for x, _ in pts], [y for _, y in pts], "o-",
-                label=f"switchml --sparse{'-auto' if m == 'auto' else ''}")
-    ax.axhline(gloo / dense, color="gray", ls="--", label="switchml dense")
-    ax.axhline(1, color="black", lw=0.8, label="Gloo (halving-doubling)")
-    ax.set_xscale("symlog", linthresh=0.01)
-    ax.set_yscale("log")
-    ax.set_xlabel("density (fraction of blocks non-zero on some worker)")
-    ax.set_ylabel("speed-up over Gloo")
-    ax.set_title(f"{a.setting}, {a.workers} workers, {a.size} float32")
-    ax.legend()
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(os.path.join(a.out, "sparse_density.png"), dpi=120)
+    plot(result, os.path.join(a.out, "sparse_density.png"))
     print(f"wrote {a.out}/sparse_density.{{json,md,png}}")
 
 

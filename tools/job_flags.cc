@@ -116,7 +116,7 @@ void AddJobFlags(Flags* f, bool auto_transport) {
              "reference; every worker of a job the same; docs/protocol.md 2.5)");
   f->AddBool("sparse-auto",
              "--sparse with the automatic choice: a worker thread whose union holds more than "
-             "3/4 of its blocks aggregates them all, dense (in place with one thread), and a "
+             "7/8 of its blocks aggregates them all, dense (in place with one thread), and a "
              "switch without block-sparse support runs the job dense instead of refusing it "
              "(implies --sparse; every worker of a job the same; docs/protocol.md 2.5)");
   f->AddDouble("density", 1,

@@ -475,7 +475,7 @@ void BindConfigAgreements(PyConfig& config) {
                        "on some worker cross the network; every worker of a job must set the same");
   config.def_readwrite("sparse_auto", &Config::sparse_auto,
                        "with sparse, the automatic choice (docs/protocol.md 2.5): a worker "
-                       "thread's share whose union holds more than 3/4 of its blocks runs dense; "
+                       "thread's share whose union holds more than 7/8 of its blocks runs dense; "
                        "a switch without block-sparse support makes the job dense");
 }
 

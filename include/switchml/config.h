@@ -151,7 +151,7 @@ struct SWITCHML_EXPORT Config {
   // tensor costs the announcement and a read of the input more. Off by default.
   bool sparse = false;
   // With sparse, the automatic choice (docs/protocol.md 2.5, "auto"): after the announcement, a
-  // worker thread whose union holds more than 3/4 of its blocks runs its whole share dense (with
+  // worker thread whose union holds more than 7/8 of its blocks runs its whole share dense (with
   // one worker thread: in place on the tensor, without the copies in and out of the compact
   // buffer), else the compact union. The choice rests on the announced sums, which every worker
   // receives alike, so every worker makes the same one. A switch without block-sparse support

@@ -53,7 +53,7 @@ struct UdpSessionArgs {
   // job the same. A switch that does not answer sparse (one without the feature) fails the call,
   // unless sparse_auto is set: the reply then says dense (every worker gets the same answer).
   bool sparse = false;
-  // With sparse: the auto rule (docs/protocol.md 2.5: a share whose union holds more than 3/4 of
+  // With sparse: the auto rule (docs/protocol.md 2.5: a share whose union holds more than 7/8 of
   // its blocks runs dense); every worker of a job the same.
   bool sparse_auto = false;
 };

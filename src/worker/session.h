@@ -106,7 +106,7 @@ struct SliceJob {
   // packet size) with b mod lanes == lane. SparseSession runs it as two slices of its own; a
   // WorkerSession never sees one (CHECKed).
   bool sparse = false;
-  // With sparse: the auto rule (docs/protocol.md 2.5): a share whose union holds more than 3/4 of
+  // With sparse: the auto rule (docs/protocol.md 2.5): a share whose union holds more than 7/8 of
   // its blocks runs dense.
   bool sparse_auto = false;
   uint32_t lane = 0;

@@ -13,7 +13,7 @@
 //      compact buffer and all-reduced in place; its results are then copied back to their blocks
 //      of the output, and (out of place) the share's other blocks are zeroed.
 //      Or the whole share dense: when it is the whole tensor (one lane) and every block is in the
-//      union, or the auto rule chose dense (more than 3/4 of the blocks in the union), the slice
+//      union, or the auto rule chose dense (more than 7/8 of the blocks in the union), the slice
 //      runs on the tensor itself, in to out, as a dense all-reduce would (with several lanes
 //      a dense share is gathered whole: its blocks are strided).
 // The driver sees one slice: state() stays kRunning until the second ends. Everything else
@@ -85,7 +85,7 @@ class SparseSession {
   void StartUnion(Nanos now);
   // The auto rule (docs/protocol.md 2.5): a share of `blocks` blocks whose union holds `u` runs
   // dense. The same on every worker (the sums are).
-  static bool AutoChoosesDense(uint64_t u, uint64_t blocks) { return 4 * u > 3 * blocks; }
+  static bool AutoChoosesDense(uint64_t u, uint64_t blocks) { return 8 * u > 7 * blocks; }
   void FinishUnion();
   void Finish(Status status);
 

@@ -37,7 +37,7 @@ from the environment (switchml worker's flag in brackets):
                                    process of the job the same)
     SWITCHML_SPARSE=auto|on|off    block-sparse all-reduces (docs/protocol.md 2.5): only blocks
                                    non-zero on some process cross the network; auto: a bucket
-                                   whose blocks are almost all non-zero somewhere (over 3/4)
+                                   whose blocks are almost all non-zero somewhere (over 7/8)
                                    runs dense, and a switch without the feature runs the job
                                    dense (default auto; every process of the job the same)
                                    [--sparse, --sparse-auto]
