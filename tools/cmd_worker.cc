@@ -299,15 +299,14 @@ std::optional<Failure> RunIterations(Context& ctx, const JobOptions& job, const 
 void PrintSummary(const std::string& who, const JobOptions& job, const ContextStats& s,
                   const Timings& timings) {
   const double med = testing::Median(timings.times);
-  std::fprintf(stderr,
-               "%s: median %.4f s over %u iterations: %.4g elements/s, algorithm bandwidth "
-               "%.3f Gbit/s; %llu packets sent, %llu retransmitted; round trip %.0f us "
-               "(variation %.0f us), timeout %.0f us\n",
-               who.c_str(), med, job.iterations, med > 0 ? job.size / med : 0.0,
-               med > 0 ? job.size * 32.0 / med / 1e9 : 0.0,
-               static_cast<unsigned long long>(s.packets_sent),
-               static_cast<unsigned long long>(s.packets_retransmitted), s.srtt_us, s.rttvar_us,
-               s.rto_us);
+  std::fprintf(
+      stderr,
+      "%s: median %.4f s over %u iterations: %.4g elements/s, algorithm bandwidth "
+      "%.3f Gbit/s; %llu packets sent, %llu retransmitted; round trip %.0f us "
+      "(variation %.0f us), timeout %.0f us\n",
+      who.c_str(), med, job.iterations, med > 0 ? job.size / med : 0.0,
+      med > 0 ? job.size * 32.0 / med / 1e9 : 0.0, static_cast<unsigned long long>(s.packets_sent),
+      static_cast<unsigned long long>(s.packets_retransmitted), s.srtt_us, s.rttvar_us, s.rto_us);
   if (!job.sparse) return;
   std::fprintf(stderr,
                "%s: block-sparse: the union was %.3g%% of the blocks (%llu of %llu, every "

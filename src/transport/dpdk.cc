@@ -1302,9 +1302,8 @@ Result<Transports> ReserveMemifPorts(const TransportOptions& options, const std:
 
 // A memif server transport on UDP port `port`: its socket's devices, one per interface id, into
 // `ports` (on failure, the devices taken so far go back with `ports`), and the doorbells.
-Status AttachMemifServer(const TransportOptions& options, const std::string& prefix,
-                         uint16_t port, DpdkTransport* tr, std::vector<PortRef>* ports,
-                         std::string* name) {
+Status AttachMemifServer(const TransportOptions& options, const std::string& prefix, uint16_t port,
+                         DpdkTransport* tr, std::vector<PortRef>* ports, std::string* name) {
   const uint32_t interfaces = options.dpdk.memif_interfaces;
   const std::string sock = prefix + "-" + std::to_string(port);
   // The doorbells: ours, and the one of the client of each id (its id lock's file).
@@ -1326,11 +1325,11 @@ Status AttachMemifServer(const TransportOptions& options, const std::string& pre
   for (uint32_t id = 0; id < interfaces; ++id) {
     PortRef p;
     const std::string what = "dpdk memif server " + sock + " id " + std::to_string(id);
-    ASSIGN_OR_RETURN(p.port, TakeMemifServer(sock, id,
-                                             "role=server,id=" + std::to_string(id) +
-                                                 ",socket=" + sock + ",socket-abstract=yes" +
-                                                 std::string(kMemifBufferArg),
-                                             what));
+    ASSIGN_OR_RETURN(p.port,
+                     TakeMemifServer(sock, id,
+                                     "role=server,id=" + std::to_string(id) + ",socket=" + sock +
+                                         ",socket-abstract=yes" + std::string(kMemifBufferArg),
+                                     what));
     rte_eth_macaddr_get(p.port, &p.mac);
     p.device = std::make_shared<Device>();
     p.device->port = p.port;
@@ -1413,8 +1412,8 @@ Status SteerQueues(uint16_t port, uint16_t base, size_t count, const std::string
     rte_flow_error err{};
     if (rte_flow_create(port, &attr, pattern, actions, &err) == nullptr) {
       return FailedPreconditionError(what + " cannot steer UDP port " + std::to_string(base + t) +
-                                     " to queue " + std::to_string(t) + " (rte_flow: " +
-                                     (err.message ? err.message : "no message") +
+                                     " to queue " + std::to_string(t) +
+                                     " (rte_flow: " + (err.message ? err.message : "no message") +
                                      "): use one thread (--threads 1)");
     }
   }
