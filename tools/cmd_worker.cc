@@ -14,12 +14,14 @@
 #include <iostream>
 #include <memory>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/logging.h"
+#include "base/status_macros.h"
 #include "commands.h"
 #include "flags.h"
 #include "metrics/context_metrics.h"
@@ -97,9 +99,7 @@ void LingerForScrape(const std::atomic<uint64_t>& scrapes, int64_t max_seconds) 
   }
 }
 
-}  // namespace
-
-int WorkerCommand(const std::vector<std::string>& args) {
+Flags WorkerFlags() {
   Flags flags("worker",
               "Runs one worker of a SwitchML job: joins the job through the switch's control\n"
               "plane, all-reduces a verifiable tensor --iterations times and checks every\n"
@@ -134,52 +134,59 @@ int WorkerCommand(const std::vector<std::string>& args) {
   flags.AddBool("report", "print a machine-readable SWITCHML_RESULT line on stdout");
   flags.AddBool("quiet", "no progress output");
   flags.AddString("log-level", "warning", "debug, info, warning, error or off");
-  JobOptions job;
-  if (int code = ParseCommandLine("worker", args, &flags, &job); code >= 0) return code;
-  Status st;
-  Result<std::vector<Endpoint>> switches = ParseSwitchList(flags.GetString("switch"));
-  if (!switches.ok()) st = switches.status();
-  const int64_t rank = flags.GetInt("rank");
-  if (st.ok() && (rank < 0 || rank >= job.workers)) {
-    st = InvalidArgumentError("--rank " + std::to_string(rank) +
-                              " is out of range: with --workers " + std::to_string(job.workers) +
-                              " use 0.." + std::to_string(job.workers - 1));
+  return flags;
+}
+
+// What the worker's own flags (beyond the job's) ask for, checked.
+struct WorkerOptions {
+  std::vector<Endpoint> switches;
+  int64_t rank = 0;
+  uint16_t udp_port = 0;
+  bool quiet = false;
+  bool report = false;
+  std::string who;  // "switchml worker (rank R)": the prefix of every message
+};
+
+// Reads the flags WorkerFlags added beyond the job's; an error says which flag is wrong.
+Result<WorkerOptions> ReadWorkerFlags(const Flags& flags, const JobOptions& job) {
+  WorkerOptions o;
+  ASSIGN_OR_RETURN(o.switches, ParseSwitchList(flags.GetString("switch")));
+  o.rank = flags.GetInt("rank");
+  if (o.rank < 0 || o.rank >= job.workers) {
+    return InvalidArgumentError("--rank " + std::to_string(o.rank) +
+                                " is out of range: with --workers " + std::to_string(job.workers) +
+                                " use 0.." + std::to_string(job.workers - 1));
   }
   const int64_t udp_port = flags.GetInt("udp-port");
-  if (st.ok() && (udp_port < 0 || udp_port > 65535)) {
-    st = InvalidArgumentError("--udp-port must be in 0..65535 (0 = pick free ports)");
+  if (udp_port < 0 || udp_port > 65535) {
+    return InvalidArgumentError("--udp-port must be in 0..65535 (0 = pick free ports)");
   }
-  if (st.ok() && flags.GetInt("session") < 0) {
-    st = InvalidArgumentError("--session must be a non-negative job id");
+  o.udp_port = static_cast<uint16_t>(udp_port);
+  if (flags.GetInt("session") < 0) {
+    return InvalidArgumentError("--session must be a non-negative job id");
   }
-  if (!st.ok()) {
-    std::cerr << "switchml worker: " << st.message() << "\n";
-    return 2;
-  }
-  const bool quiet = flags.GetBool("quiet"), report = flags.GetBool("report");
-  const std::string who = "switchml worker (rank " + std::to_string(rank) + ")";
-  auto fail = [&](const std::string& what, const Status& s) {
-    std::cerr << who << ": " << what << ": " << s.ToString() << "\n";
-    if (report)
-      std::printf("SWITCHML_RESULT rank=%lld status=error\n", static_cast<long long>(rank));
-    std::fflush(stdout);
-    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
-  };
+  o.quiet = flags.GetBool("quiet");
+  o.report = flags.GetBool("report");
+  o.who = "switchml worker (rank " + std::to_string(o.rank) + ")";
+  return o;
+}
 
+// The context's Config from the flags; warns (unless --quiet) when the job has no secret.
+Config MakeConfig(const Flags& flags, const JobOptions& job, const WorkerOptions& w) {
   Config config;
-  config.rank = static_cast<uint32_t>(rank);
+  config.rank = static_cast<uint32_t>(w.rank);
   config.num_workers = job.workers;
-  if (switches->size() == 1) {
-    config.switch_host = Ipv4ToString((*switches)[0].ipv4);
-    config.control_port = (*switches)[0].port;
+  if (w.switches.size() == 1) {
+    config.switch_host = Ipv4ToString(w.switches[0].ipv4);
+    config.control_port = w.switches[0].port;
   } else {
-    for (const Endpoint& e : *switches) config.switch_hosts.push_back(e.ToString());
+    for (const Endpoint& e : w.switches) config.switch_hosts.push_back(e.ToString());
   }
   config.session_id = static_cast<uint64_t>(flags.GetInt("session"));
   config.num_worker_threads = job.threads;
   config.packet_numel = job.packet_numel;
   config.bind_address = flags.GetString("bind");
-  config.udp_port = static_cast<uint16_t>(udp_port);
+  config.udp_port = w.udp_port;
   config.transport = job.transport;
   config.busy_poll = job.busy_poll;
   config.pin_threads = job.pin_threads;
@@ -198,16 +205,169 @@ int WorkerCommand(const std::vector<std::string>& args) {
   if (config.job_secret.empty()) {
     if (const char* env = std::getenv("SWITCHML_JOB_SECRET")) config.job_secret = env;
   }
-  if (config.job_secret.empty() && !quiet) {
+  if (config.job_secret.empty() && !w.quiet) {
     std::fprintf(stderr,
                  "%s: warning: no job secret (--job-secret or SWITCHML_JOB_SECRET): anyone who "
                  "reaches the switch's control port can disturb this job\n",
-                 who.c_str());
+                 w.who.c_str());
   }
   config.tls_ca_file = flags.GetString("tls-ca");
   config.tls_cert_file = flags.GetString("tls-cert");
   config.tls_key_file = flags.GetString("tls-key");
   config.tls_server_name = flags.GetString("tls-server-name");
+  return config;
+}
+
+// --metrics-port: serves `ctx`'s counters, counting the scrapes in `scrapes` (for
+// --metrics-linger); nullptr when the flag is -1 (off).
+Result<std::unique_ptr<metrics::MetricsServer>> StartMetrics(
+    const Flags& flags, Context* ctx, std::shared_ptr<std::atomic<uint64_t>> scrapes) {
+  const int64_t port = flags.GetInt("metrics-port");
+  if (port < 0) return std::unique_ptr<metrics::MetricsServer>();
+  if (port > 65535) return InvalidArgumentError("--metrics-port must be in 0..65535");
+  return metrics::MetricsServer::Start(
+      {flags.GetString("metrics-bind"), static_cast<uint16_t>(port)},
+      {metrics::ContextStatsCollector([ctx, scrapes = std::move(scrapes)] {
+         scrapes->fetch_add(1, std::memory_order_relaxed);
+         return ctx->stats();
+       }),
+       metrics::ProcessCollector()});
+}
+
+// The seconds and process CPU seconds of each timed (not warm-up) all-reduce.
+struct Timings {
+  std::vector<double> times, cpu_times;
+};
+
+// A step that failed: what the worker was doing, and why.
+struct Failure {
+  std::string what;
+  Status status;
+};
+
+// The job's --warmup + --iterations all-reduces of the verifiable pattern, each after a
+// barrier, with a progress line each (unless --quiet); `in` and `out` hold job.size elements.
+std::optional<Failure> RunIterations(Context& ctx, const JobOptions& job, const WorkerOptions& w,
+                                     std::vector<uint8_t>& in, std::vector<uint8_t>& out,
+                                     Timings* timings) {
+  testing::Pattern pattern;
+  pattern.seed = job.seed;
+  pattern.num_workers = job.workers;
+  pattern.packet_numel = job.packet_numel;
+  pattern.dtype = job.dtype;
+  pattern.density = job.density;
+  pattern.overlap = job.overlap;
+  const uint32_t total = job.warmup + job.iterations;
+  for (uint32_t it = 0; it < total; ++it) {
+    pattern.iteration = it;
+    testing::FillInput(pattern, static_cast<uint32_t>(w.rank), in.data(), job.size);
+    Status b = ctx.Barrier();
+    if (!b.ok()) return Failure{"barrier before iteration " + std::to_string(it) + " failed", b};
+    const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = testing::ProcessCpuSeconds();
+    Status r = ctx.AllReduce(in.data(), out.data(), job.size, job.dtype);
+    const double cpu = testing::ProcessCpuSeconds() - cpu0;
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!r.ok()) return Failure{"all-reduce " + std::to_string(it) + " failed", r};
+    std::string verdict = "not verified";
+    if (job.verify) {
+      testing::VerifyResult v = testing::Verify(pattern, out.data(), job.size);
+      if (!v.ok()) {
+        return Failure{"all-reduce " + std::to_string(it) + " gave a wrong result",
+                       InternalError(v.ToString())};
+      }
+      verdict = "verified";
+    }
+    const bool warm = it < job.warmup;
+    if (!warm) {
+      timings->times.push_back(secs);
+      timings->cpu_times.push_back(cpu);
+    }
+    if (!w.quiet) {
+      std::fprintf(stderr, "%s: %s %u/%u: %.4f s, %.3g elements/s, %s\n", w.who.c_str(),
+                   warm ? "warm-up" : "iteration", warm ? it + 1 : it - job.warmup + 1,
+                   warm ? job.warmup : job.iterations, secs,
+                   secs > 0 ? static_cast<double>(job.size) / secs : 0.0, verdict.c_str());
+    }
+  }
+  return std::nullopt;
+}
+
+// The summary on stderr: the median and the counters, and the block-sparse figures of a
+// --sparse job.
+void PrintSummary(const std::string& who, const JobOptions& job, const ContextStats& s,
+                  const Timings& timings) {
+  const double med = testing::Median(timings.times);
+  std::fprintf(
+      stderr,
+      "%s: median %.4f s over %u iterations: %.4g elements/s, algorithm bandwidth "
+      "%.3f Gbit/s; %llu packets sent, %llu retransmitted; round trip %.0f us "
+      "(variation %.0f us), timeout %.0f us\n",
+      who.c_str(), med, job.iterations, med > 0 ? job.size / med : 0.0,
+      med > 0 ? job.size * 32.0 / med / 1e9 : 0.0, static_cast<unsigned long long>(s.packets_sent),
+      static_cast<unsigned long long>(s.packets_retransmitted), s.srtt_us, s.rttvar_us, s.rto_us);
+  if (!job.sparse) return;
+  std::fprintf(stderr,
+               "%s: block-sparse: the union was %.3g%% of the blocks (%llu of %llu, every "
+               "all-reduce), %llu of them non-zero here; %llu blocks aggregated, %llu "
+               "thread shares dense\n",
+               who.c_str(),
+               s.sparse_blocks > 0 ? 100.0 * static_cast<double>(s.sparse_union_blocks) /
+                                         static_cast<double>(s.sparse_blocks)
+                                   : 0.0,
+               static_cast<unsigned long long>(s.sparse_union_blocks),
+               static_cast<unsigned long long>(s.sparse_blocks),
+               static_cast<unsigned long long>(s.sparse_own_blocks),
+               static_cast<unsigned long long>(s.sparse_aggregated_blocks),
+               static_cast<unsigned long long>(s.sparse_dense_shares));
+}
+
+// --report: the SWITCHML_RESULT line of a job that succeeded, on stdout.
+void PrintReport(int64_t rank, const JobOptions& job, const ContextStats& s,
+                 const Timings& timings) {
+  std::ostringstream line;
+  line << "SWITCHML_RESULT rank=" << rank << " status=ok verified=" << (job.verify ? 1 : 0)
+       << " sent=" << s.packets_sent << " retransmitted=" << s.packets_retransmitted
+       << " srtt_us=" << s.srtt_us << " rto_us=" << s.rto_us
+       << " foreign_dropped=" << s.foreign_source_dropped << " auth_dropped=" << s.auth_dropped
+       << " received=" << s.datagrams_received << " group_received=" << s.group_datagrams_received
+       << " coalesced=" << s.coalesced_receives;
+  if (job.sparse) {
+    line << " sparse_blocks=" << s.sparse_blocks << " own_blocks=" << s.sparse_own_blocks
+         << " union_blocks=" << s.sparse_union_blocks;
+  }
+  line << " times=";
+  for (size_t i = 0; i < timings.times.size(); ++i) line << (i ? "," : "") << timings.times[i];
+  // CPU seconds of this whole process (all its threads) during each timed all-reduce.
+  line << " cpu=";
+  for (size_t i = 0; i < timings.cpu_times.size(); ++i) {
+    line << (i ? "," : "") << timings.cpu_times[i];
+  }
+  std::printf("%s\n", line.str().c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int WorkerCommand(const std::vector<std::string>& args) {
+  Flags flags = WorkerFlags();
+  JobOptions job;
+  if (int code = ParseCommandLine("worker", args, &flags, &job); code >= 0) return code;
+  Result<WorkerOptions> read = ReadWorkerFlags(flags, job);
+  if (!read.ok()) {
+    std::cerr << "switchml worker: " << read.status().message() << "\n";
+    return 2;
+  }
+  const WorkerOptions& w = *read;
+  auto fail = [&w](const std::string& what, const Status& s) {
+    std::cerr << w.who << ": " << what << ": " << s.ToString() << "\n";
+    if (w.report)
+      std::printf("SWITCHML_RESULT rank=%lld status=error\n", static_cast<long long>(w.rank));
+    std::fflush(stdout);
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  };
+  const Config config = MakeConfig(flags, job, w);
 
   // Buffers allocated and touched once, before the job is joined (a worker that cannot hold its
   // tensor says so at once instead of aborting mid-job with std::bad_alloc) and before anything
@@ -225,125 +385,30 @@ int WorkerCommand(const std::vector<std::string>& args) {
   }
 
   const StopOnSignal stop_on_signal(
-      who, report, static_cast<long long>(rank),
+      w.who, w.report, static_cast<long long>(w.rank),
       transport::CapabilitiesOf(config.transport).files_outlive_processes);
   auto ctx = Context::Create(config);
   if (!ctx.ok()) return fail("setup failed", ctx.status());
-  std::unique_ptr<metrics::MetricsServer> metrics_server;  // (destroyed before the context)
   // Scrapes of this worker's counters so far (for --metrics-linger).
   auto scrapes = std::make_shared<std::atomic<uint64_t>>(0);
-  if (const int64_t port = flags.GetInt("metrics-port"); port >= 0) {
-    auto m = port <= 65535 ? metrics::MetricsServer::Start(
-                                 {flags.GetString("metrics-bind"), static_cast<uint16_t>(port)},
-                                 {metrics::ContextStatsCollector([c = ctx->get(), scrapes] {
-                                    scrapes->fetch_add(1, std::memory_order_relaxed);
-                                    return c->stats();
-                                  }),
-                                  metrics::ProcessCollector()})
-                           : Result<std::unique_ptr<metrics::MetricsServer>>(
-                                 InvalidArgumentError("--metrics-port must be in 0..65535"));
-    if (!m.ok()) return fail("cannot serve metrics", m.status());
-    metrics_server = std::move(m).value();
-    if (!quiet)
-      std::fprintf(stderr, "%s: metrics on %s\n", who.c_str(), metrics_server->url().c_str());
-  }
-  if (!quiet) {
+  auto started = StartMetrics(flags, ctx->get(), scrapes);
+  if (!started.ok()) return fail("cannot serve metrics", started.status());
+  // (destroyed before the context)
+  const std::unique_ptr<metrics::MetricsServer> metrics_server = std::move(started).value();
+  if (metrics_server != nullptr && !w.quiet)
+    std::fprintf(stderr, "%s: metrics on %s\n", w.who.c_str(), metrics_server->url().c_str());
+  if (!w.quiet) {
     std::fprintf(stderr,
                  "%s: joined session %llu with %u workers; %llu %s elements per all-reduce\n",
-                 who.c_str(), static_cast<unsigned long long>((*ctx)->session_id()), job.workers,
+                 w.who.c_str(), static_cast<unsigned long long>((*ctx)->session_id()), job.workers,
                  static_cast<unsigned long long>(job.size), DataTypeName(job.dtype));
   }
 
-  testing::Pattern pattern;
-  pattern.seed = job.seed;
-  pattern.num_workers = job.workers;
-  pattern.packet_numel = job.packet_numel;
-  pattern.dtype = job.dtype;
-  pattern.density = job.density;
-  pattern.overlap = job.overlap;
-  std::vector<double> times, cpu_times;
-  const uint32_t total = job.warmup + job.iterations;
-  for (uint32_t it = 0; it < total; ++it) {
-    pattern.iteration = it;
-    testing::FillInput(pattern, config.rank, in.data(), job.size);
-    Status b = (*ctx)->Barrier();
-    if (!b.ok()) return fail("barrier before iteration " + std::to_string(it) + " failed", b);
-    const auto t0 = std::chrono::steady_clock::now();
-    const double cpu0 = testing::ProcessCpuSeconds();
-    Status r = (*ctx)->AllReduce(in.data(), out.data(), job.size, job.dtype);
-    const double cpu = testing::ProcessCpuSeconds() - cpu0;
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!r.ok()) return fail("all-reduce " + std::to_string(it) + " failed", r);
-    std::string verdict = "not verified";
-    if (job.verify) {
-      testing::VerifyResult v = testing::Verify(pattern, out.data(), job.size);
-      if (!v.ok()) {
-        return fail("all-reduce " + std::to_string(it) + " gave a wrong result",
-                    InternalError(v.ToString()));
-      }
-      verdict = "verified";
-    }
-    const bool warm = it < job.warmup;
-    if (!warm) {
-      times.push_back(secs);
-      cpu_times.push_back(cpu);
-    }
-    if (!quiet) {
-      std::fprintf(stderr, "%s: %s %u/%u: %.4f s, %.3g elements/s, %s\n", who.c_str(),
-                   warm ? "warm-up" : "iteration", warm ? it + 1 : it - job.warmup + 1,
-                   warm ? job.warmup : job.iterations, secs,
-                   secs > 0 ? static_cast<double>(job.size) / secs : 0.0, verdict.c_str());
-    }
-  }
+  Timings timings;
+  if (auto f = RunIterations(**ctx, job, w, in, out, &timings)) return fail(f->what, f->status);
   const ContextStats s = (*ctx)->stats();
-  const double med = testing::Median(times);
-  if (!quiet) {
-    std::fprintf(stderr,
-                 "%s: median %.4f s over %u iterations: %.4g elements/s, algorithm bandwidth "
-                 "%.3f Gbit/s; %llu packets sent, %llu retransmitted; round trip %.0f us "
-                 "(variation %.0f us), timeout %.0f us\n",
-                 who.c_str(), med, job.iterations, med > 0 ? job.size / med : 0.0,
-                 med > 0 ? job.size * 32.0 / med / 1e9 : 0.0,
-                 static_cast<unsigned long long>(s.packets_sent),
-                 static_cast<unsigned long long>(s.packets_retransmitted), s.srtt_us, s.rttvar_us,
-                 s.rto_us);
-  }
-  if (!quiet && job.sparse) {
-    std::fprintf(stderr,
-                 "%s: block-sparse: the union was %.3g%% of the blocks (%llu of %llu, every "
-                 "all-reduce), %llu of them non-zero here; %llu blocks aggregated, %llu "
-                 "thread shares dense\n",
-                 who.c_str(),
-                 s.sparse_blocks > 0 ? 100.0 * static_cast<double>(s.sparse_union_blocks) /
-                                           static_cast<double>(s.sparse_blocks)
-                                     : 0.0,
-                 static_cast<unsigned long long>(s.sparse_union_blocks),
-                 static_cast<unsigned long long>(s.sparse_blocks),
-                 static_cast<unsigned long long>(s.sparse_own_blocks),
-                 static_cast<unsigned long long>(s.sparse_aggregated_blocks),
-                 static_cast<unsigned long long>(s.sparse_dense_shares));
-  }
-  if (report) {
-    std::ostringstream line;
-    line << "SWITCHML_RESULT rank=" << rank << " status=ok verified=" << (job.verify ? 1 : 0)
-         << " sent=" << s.packets_sent << " retransmitted=" << s.packets_retransmitted
-         << " srtt_us=" << s.srtt_us << " rto_us=" << s.rto_us
-         << " foreign_dropped=" << s.foreign_source_dropped << " auth_dropped=" << s.auth_dropped
-         << " received=" << s.datagrams_received << " group_received=" << s.group_datagrams_received
-         << " coalesced=" << s.coalesced_receives;
-    if (job.sparse) {
-      line << " sparse_blocks=" << s.sparse_blocks << " own_blocks=" << s.sparse_own_blocks
-           << " union_blocks=" << s.sparse_union_blocks;
-    }
-    line << " times=";
-    for (size_t i = 0; i < times.size(); ++i) line << (i ? "," : "") << times[i];
-    // CPU seconds of this whole process (all its threads) during each timed all-reduce.
-    line << " cpu=";
-    for (size_t i = 0; i < cpu_times.size(); ++i) line << (i ? "," : "") << cpu_times[i];
-    std::printf("%s\n", line.str().c_str());
-    std::fflush(stdout);
-  }
+  if (!w.quiet) PrintSummary(w.who, job, s, timings);
+  if (w.report) PrintReport(w.rank, job, s, timings);
   if (metrics_server != nullptr) LingerForScrape(*scrapes, flags.GetInt("metrics-linger"));
   return 0;
 }

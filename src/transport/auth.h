@@ -13,9 +13,11 @@
 // datagram; everything else is the reference format.
 //
 // Two sides:
-//   - a worker knows one peer (the switch) and one key: MakeAuthenticated(inner, session, key)
-//     tags everything it sends and accepts only datagrams that verify (a job striped over
-//     several switch hosts: one key per host, chosen by the host's data endpoints);
+//   - a worker knows one peer (the switch) and one key: MakeAuthenticated(inner, session_id,
+//     rank, key) tags everything it sends as its rank's and accepts only datagrams that verify
+//     as the switch's. A job striped over several switch hosts has one key per host:
+//     MakeAuthenticated(inner, session_id, rank, switches) takes an AuthSwitch per host (its
+//     data endpoints and key) and picks the key by the peer's endpoint;
 //   - the switch keys each registered worker endpoint with its job's key in an AuthKeyTable,
 //     which the control plane changes when jobs come and go; each data-plane thread's wrapper
 //     keeps a copy that it refreshes when the table's version moves (the table's mutex is taken

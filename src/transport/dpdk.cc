@@ -112,7 +112,11 @@ Result<const PrivateDirectory*> LockDir(const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Process-wide state: EAL, the mbuf pool, the devices made so far.
+// Process-wide state: EAL, the mbuf pool, the devices made so far. EAL can be initialised once
+// per process and outlives every transport, so all of it lives here, in Process (reached through
+// Proc(), under Process::mu for the devices), InitEal (once, on the first open) and
+// RegisterThread (once per thread); the transports and OpenDpdkConsecutive's steps below only
+// use it. Nothing else in this file keeps state across transports.
 
 struct Process {
   std::once_flag once;
@@ -226,6 +230,9 @@ void RegisterThread() {
     if (have) pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
   }
 }
+
+// End of the process-wide state.
+// ---------------------------------------------------------------------------------------------
 
 std::string MacToString(const rte_ether_addr& a) {
   char buf[RTE_ETHER_ADDR_FMT_SIZE];
@@ -1249,105 +1256,189 @@ Status DpdkTransport::ConnectClient(const Endpoint& dst) {
   return Status();
 }
 
-}  // namespace
+// ---------------------------------------------------------------------------------------------
+// Opening: OpenDpdkConsecutive's steps. EAL and the process-wide state come from the section
+// above (InitEal, Proc()); these set up the ports and queues of one open's transports.
 
-bool DpdkAvailable() { return true; }
+using Transports = std::vector<std::unique_ptr<Transport>>;
 
-Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const TransportOptions& options,
-                                                                    size_t count) {
+// The options' checks that need no EAL.
+Status CheckOpenOptions(const TransportOptions& options, size_t count) {
   if (count == 0) return InvalidArgumentError("OpenDpdkConsecutive: count must be at least 1");
   if (options.max_datagram_bytes > kMaxPayload || options.max_datagram_bytes == 0) {
     return InvalidArgumentError("dpdk transport: max datagram bytes must be in 1.." +
                                 std::to_string(kMaxPayload));
   }
-  const std::string device = options.dpdk.device.empty() ? "memif" : options.dpdk.device;
   const uint32_t interfaces = options.dpdk.memif_interfaces;
   if (interfaces < 1 || interfaces > 256) {
     return InvalidArgumentError("dpdk transport: memif_interfaces must be in 1..256, not " +
                                 std::to_string(interfaces));
   }
+  return Status();
+}
+
+// memif: `count` consecutive UDP ports reserved in the kernel (free, unique on this host); a
+// switch side takes free memif sockets of an earlier open first.
+Result<Transports> ReserveMemifPorts(const TransportOptions& options, const std::string& prefix,
+                                     size_t count) {
+  TransportOptions u;
+  u.bind_ipv4 = 0;
+  u.port = options.port;
+  u.udp.gso = u.udp.gro = false;
+  u.udp.socket_buffer_bytes = 1;
+  u.max_batch = 1;
+  Transports kept;
+  if (options.switch_side) {
+    std::lock_guard<std::recursive_mutex> lock(Proc().mu);
+    kept = TakeFreeMemifSockets(prefix, options.port, count);
+  }
+  auto reserved = kept.empty() ? OpenUdpConsecutive(u, count) : Result<Transports>(std::move(kept));
+  if (!reserved.ok()) {
+    return Status(reserved.status().code(),
+                  "dpdk (memif): reserving ports: " + reserved.status().message());
+  }
+  return reserved;
+}
+
+// A memif server transport on UDP port `port`: its socket's devices, one per interface id, into
+// `ports` (on failure, the devices taken so far go back with `ports`), and the doorbells.
+Status AttachMemifServer(const TransportOptions& options, const std::string& prefix, uint16_t port,
+                         DpdkTransport* tr, std::vector<PortRef>* ports, std::string* name) {
+  const uint32_t interfaces = options.dpdk.memif_interfaces;
+  const std::string sock = prefix + "-" + std::to_string(port);
+  // The doorbells: ours, and the one of the client of each id (its id lock's file).
+  std::vector<std::unique_ptr<Bell>> peer_bells;
+  if (tr->doorbells()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Bell> own, Bell::Map(options.dpdk.lock_dir, BellName(sock)));
+    tr->UseSharedBell(std::move(own));
+    for (uint32_t id = 0; id < interfaces; ++id) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Bell> b,
+                       Bell::Map(options.dpdk.lock_dir, IdLockName(sock, id)));
+      peer_bells.push_back(std::move(b));
+    }
+  }
+  std::lock_guard<std::recursive_mutex> lock(Proc().mu);
+  Process::MemifServer& server = Proc().memif_servers[sock];
+  server.prefix = prefix;
+  server.udp_port = port;
+  tr->memif_server_ = sock;
+  for (uint32_t id = 0; id < interfaces; ++id) {
+    PortRef p;
+    const std::string what = "dpdk memif server " + sock + " id " + std::to_string(id);
+    ASSIGN_OR_RETURN(p.port,
+                     TakeMemifServer(sock, id,
+                                     "role=server,id=" + std::to_string(id) + ",socket=" + sock +
+                                         ",socket-abstract=yes" + std::string(kMemifBufferArg),
+                                     what));
+    rte_eth_macaddr_get(p.port, &p.mac);
+    p.device = std::make_shared<Device>();
+    p.device->port = p.port;
+    p.device->memif_server = sock;
+    p.device->memif_id = id;
+    if (!peer_bells.empty()) p.peer_bell = std::move(peer_bells[id]);
+    ports->push_back(std::move(p));
+  }
+  *name = "dpdk (memif server " + sock + ", " + std::to_string(interfaces) + " interfaces)";
+  return Status();
+}
+
+// Device "memif" (the default): a transport per reserved UDP port; a switch side serves memif
+// sockets, a worker side connects to them later (ConnectClient).
+Result<Transports> OpenMemif(const TransportOptions& options, size_t count) {
   const std::string prefix =
       options.dpdk.memif_socket.empty() ? "switchml-memif" : options.dpdk.memif_socket;
-
-  RETURN_IF_ERROR(InitEal(options.dpdk.eal_args));
-  RegisterThread();
-  std::vector<std::unique_ptr<Transport>> out;
-  const bool memif = device == "memif";
-  if (memif) {
-    // Reserve the ports in the kernel: consecutive, free, unique on this host.
-    TransportOptions u;
-    u.bind_ipv4 = 0;
-    u.port = options.port;
-    u.udp.gso = u.udp.gro = false;
-    u.udp.socket_buffer_bytes = 1;
-    u.max_batch = 1;
-    std::vector<std::unique_ptr<Transport>> kept;  // a switch side: free memif sockets first
+  ASSIGN_OR_RETURN(Transports reserved, ReserveMemifPorts(options, prefix, count));
+  Transports out;
+  for (size_t t = 0; t < count; ++t) {
+    const uint16_t port = reserved[t]->local_endpoint().port;
+    auto tr = std::make_unique<DpdkTransport>(options, port, std::move(reserved[t]));
+    tr->memif_prefix_ = prefix;
+    tr->memif_max_ids_ = 256;
+    tr->udp_checksum_ = false;
+    std::vector<PortRef> ports;
+    std::string name;
     if (options.switch_side) {
-      std::lock_guard<std::recursive_mutex> lock(Proc().mu);
-      kept = TakeFreeMemifSockets(prefix, options.port, count);
+      RETURN_IF_ERROR(AttachMemifServer(options, prefix, port, tr.get(), &ports, &name));
+    } else {
+      tr->memif_client_ = true;
+      name = "dpdk (memif client)";
     }
-    auto reserved = kept.empty() ? OpenUdpConsecutive(u, count)
-                                 : Result<std::vector<std::unique_ptr<Transport>>>(std::move(kept));
-    if (!reserved.ok()) {
-      return Status(reserved.status().code(),
-                    "dpdk (memif): reserving ports: " + reserved.status().message());
-    }
-    for (size_t t = 0; t < count; ++t) {
-      const uint16_t port = (*reserved)[t]->local_endpoint().port;
-      auto tr = std::make_unique<DpdkTransport>(options, port, std::move((*reserved)[t]));
-      tr->memif_prefix_ = prefix;
-      tr->memif_max_ids_ = 256;
-      tr->udp_checksum_ = false;
-      std::vector<PortRef> ports;
-      std::string name;
-      if (options.switch_side) {
-        const std::string sock = prefix + "-" + std::to_string(port);
-        // The doorbells: ours, and the one of the client of each id (its id lock's file).
-        std::vector<std::unique_ptr<Bell>> peer_bells;
-        if (tr->doorbells()) {
-          ASSIGN_OR_RETURN(std::unique_ptr<Bell> own,
-                           Bell::Map(options.dpdk.lock_dir, BellName(sock)));
-          tr->UseSharedBell(std::move(own));
-          for (uint32_t id = 0; id < interfaces; ++id) {
-            ASSIGN_OR_RETURN(std::unique_ptr<Bell> b,
-                             Bell::Map(options.dpdk.lock_dir, IdLockName(sock, id)));
-            peer_bells.push_back(std::move(b));
-          }
-        }
-        std::lock_guard<std::recursive_mutex> lock(Proc().mu);
-        Process::MemifServer& server = Proc().memif_servers[sock];
-        server.prefix = prefix;
-        server.udp_port = port;
-        tr->memif_server_ = sock;
-        for (uint32_t id = 0; id < interfaces; ++id) {
-          PortRef p;
-          const std::string what = "dpdk memif server " + sock + " id " + std::to_string(id);
-          // On failure, the devices taken so far go back with `ports`.
-          ASSIGN_OR_RETURN(
-              p.port, TakeMemifServer(sock, id,
-                                      "role=server,id=" + std::to_string(id) + ",socket=" + sock +
-                                          ",socket-abstract=yes" + std::string(kMemifBufferArg),
-                                      what));
-          rte_eth_macaddr_get(p.port, &p.mac);
-          p.device = std::make_shared<Device>();
-          p.device->port = p.port;
-          p.device->memif_server = sock;
-          p.device->memif_id = id;
-          if (!peer_bells.empty()) p.peer_bell = std::move(peer_bells[id]);
-          ports.push_back(std::move(p));
-        }
-        name = "dpdk (memif server " + sock + ", " + std::to_string(interfaces) + " interfaces)";
-      } else {
-        tr->memif_client_ = true;
-        name = "dpdk (memif client)";
-      }
-      RETURN_IF_ERROR(tr->Init(std::move(ports), 0, 0, std::move(name)));
-      out.push_back(std::move(tr));
-    }
-    return out;
+    RETURN_IF_ERROR(tr->Init(std::move(ports), 0, 0, std::move(name)));
+    out.push_back(std::move(tr));
   }
+  return out;
+}
 
-  // A device: one port for this process's transports, queue t for transport t.
+// The port of `device`: a virtual device ("net_...[,args]") made now (its name in `vdev`), or a
+// port EAL found by that name. Under Proc().mu.
+Result<uint16_t> FindDevicePort(const std::string& device, const std::string& what,
+                                std::string* vdev) {
+  uint16_t port = 0;
+  if (device.rfind("net_", 0) == 0) {
+    const size_t comma = device.find(',');
+    *vdev = device.substr(0, comma);
+    return MakeVdev(*vdev, comma == std::string::npos ? "" : device.substr(comma + 1), what);
+  }
+  if (rte_eth_dev_get_port_by_name(device.c_str(), &port) == 0) return port;
+  std::string ports;
+  uint16_t pid;
+  RTE_ETH_FOREACH_DEV(pid) {
+    char name[RTE_ETH_NAME_MAX_LEN];
+    if (rte_eth_dev_get_name_by_port(pid, name) == 0) ports += std::string(" ") + name;
+  }
+  return NotFoundError(
+      what + ": no such port (ports EAL found:" + (ports.empty() ? std::string(" none") : ports) +
+      "); a PCI device must be bound to vfio-pci and EAL started without "
+      "--no-pci (SWITCHML_DPDK_EAL / --dpdk-eal)");
+}
+
+// Steers UDP port base + t to queue t, for t in 0..count-1.
+Status SteerQueues(uint16_t port, uint16_t base, size_t count, const std::string& what) {
+  for (size_t t = 0; t < count; ++t) {
+    rte_flow_attr attr{};
+    attr.ingress = 1;
+    rte_flow_item_udp udp_spec{}, udp_mask{};
+    udp_spec.hdr.dst_port = rte_cpu_to_be_16(static_cast<uint16_t>(base + t));
+    udp_mask.hdr.dst_port = 0xffff;
+    rte_flow_item pattern[] = {
+        {RTE_FLOW_ITEM_TYPE_ETH, nullptr, nullptr, nullptr},
+        {RTE_FLOW_ITEM_TYPE_IPV4, nullptr, nullptr, nullptr},
+        {RTE_FLOW_ITEM_TYPE_UDP, &udp_spec, nullptr, &udp_mask},
+        {RTE_FLOW_ITEM_TYPE_END, nullptr, nullptr, nullptr},
+    };
+    rte_flow_action_queue queue{static_cast<uint16_t>(t)};
+    rte_flow_action actions[] = {{RTE_FLOW_ACTION_TYPE_QUEUE, &queue},
+                                 {RTE_FLOW_ACTION_TYPE_END, nullptr}};
+    rte_flow_error err{};
+    if (rte_flow_create(port, &attr, pattern, actions, &err) == nullptr) {
+      return FailedPreconditionError(what + " cannot steer UDP port " + std::to_string(base + t) +
+                                     " to queue " + std::to_string(t) +
+                                     " (rte_flow: " + (err.message ? err.message : "no message") +
+                                     "): use one thread (--threads 1)");
+    }
+  }
+  return Status();
+}
+
+// Starts `port` with `count` queues, waits for its link and steers each transport's UDP port
+// (from `*base`; 0: a random one, chosen here) to its queue. The caller closes the port if this
+// fails.
+Status StartDevicePort(uint16_t port, size_t count, const std::string& what, uint16_t* base,
+                       uint64_t* tx_off, uint64_t* rx_off) {
+  RETURN_IF_ERROR(StartPort(port, static_cast<uint16_t>(count), what, tx_off, rx_off));
+  RETURN_IF_ERROR(WaitLinkUp(port, what, std::chrono::seconds(5)));
+  if (*base == 0) *base = static_cast<uint16_t>(20000 + std::random_device{}() % 12000);
+  if (uint32_t{*base} + count - 1 > 65535) {
+    return InvalidArgumentError(what + ": ports pass 65535: choose a lower base port");
+  }
+  if (count > 1) RETURN_IF_ERROR(SteerQueues(port, *base, count, what));
+  return Status();
+}
+
+// A device (a PCI port or a virtual device): one port for this process's transports, queue t
+// for transport t.
+Result<Transports> OpenDevice(const TransportOptions& options, const std::string& device,
+                              size_t count) {
   if (options.bind_ipv4 == 0) {
     return InvalidArgumentError("dpdk transport on device '" + device +
                                 "' needs this host's IPv4 address on it: set the bind address "
@@ -1359,67 +1450,14 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const Transp
                                    "' is already used by this process (open it once, with one "
                                    "transport per thread)");
   }
-  uint16_t port = 0;
   std::string vdev;
   const std::string what = "dpdk device " + device;
-  if (device.rfind("net_", 0) == 0) {
-    const size_t comma = device.find(',');
-    vdev = device.substr(0, comma);
-    ASSIGN_OR_RETURN(
-        port, MakeVdev(vdev, comma == std::string::npos ? "" : device.substr(comma + 1), what));
-  } else if (rte_eth_dev_get_port_by_name(device.c_str(), &port) != 0) {
-    std::string ports;
-    uint16_t pid;
-    RTE_ETH_FOREACH_DEV(pid) {
-      char name[RTE_ETH_NAME_MAX_LEN];
-      if (rte_eth_dev_get_name_by_port(pid, name) == 0) ports += std::string(" ") + name;
-    }
-    return NotFoundError(
-        what + ": no such port (ports EAL found:" + (ports.empty() ? std::string(" none") : ports) +
-        "); a PCI device must be bound to vfio-pci and EAL started without "
-        "--no-pci (SWITCHML_DPDK_EAL / --dpdk-eal)");
-  }
-  uint64_t tx_off = 0, rx_off = 0;
-  if (Status st = StartPort(port, static_cast<uint16_t>(count), what, &tx_off, &rx_off); !st.ok()) {
-    ClosePort(port, vdev);
-    return st;
-  }
-  if (Status st = WaitLinkUp(port, what, std::chrono::seconds(5)); !st.ok()) {
-    ClosePort(port, vdev);
-    return st;
-  }
+  ASSIGN_OR_RETURN(const uint16_t port, FindDevicePort(device, what, &vdev));
   uint16_t base = options.port;
-  if (base == 0) base = static_cast<uint16_t>(20000 + std::random_device{}() % 12000);
-  if (uint32_t{base} + count - 1 > 65535) {
-    ClosePort(port, vdev);
-    return InvalidArgumentError(what + ": ports pass 65535: choose a lower base port");
-  }
-  if (count > 1) {
-    // Steer each transport's UDP port to its queue.
-    for (size_t t = 0; t < count; ++t) {
-      rte_flow_attr attr{};
-      attr.ingress = 1;
-      rte_flow_item_udp udp_spec{}, udp_mask{};
-      udp_spec.hdr.dst_port = rte_cpu_to_be_16(static_cast<uint16_t>(base + t));
-      udp_mask.hdr.dst_port = 0xffff;
-      rte_flow_item pattern[] = {
-          {RTE_FLOW_ITEM_TYPE_ETH, nullptr, nullptr, nullptr},
-          {RTE_FLOW_ITEM_TYPE_IPV4, nullptr, nullptr, nullptr},
-          {RTE_FLOW_ITEM_TYPE_UDP, &udp_spec, nullptr, &udp_mask},
-          {RTE_FLOW_ITEM_TYPE_END, nullptr, nullptr, nullptr},
-      };
-      rte_flow_action_queue queue{static_cast<uint16_t>(t)};
-      rte_flow_action actions[] = {{RTE_FLOW_ACTION_TYPE_QUEUE, &queue},
-                                   {RTE_FLOW_ACTION_TYPE_END, nullptr}};
-      rte_flow_error err{};
-      if (rte_flow_create(port, &attr, pattern, actions, &err) == nullptr) {
-        ClosePort(port, vdev);
-        return FailedPreconditionError(what + " cannot steer UDP port " + std::to_string(base + t) +
-                                       " to queue " + std::to_string(t) +
-                                       " (rte_flow: " + (err.message ? err.message : "no message") +
-                                       "): use one thread (--threads 1)");
-      }
-    }
+  uint64_t tx_off = 0, rx_off = 0;
+  if (Status st = StartDevicePort(port, count, what, &base, &tx_off, &rx_off); !st.ok()) {
+    ClosePort(port, vdev);  // the cleanup on failure: nothing else holds the port yet
+    return st;
   }
   Proc().devices_in_use[device] = port;
   auto dev = std::make_shared<Device>();
@@ -1428,6 +1466,7 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const Transp
   dev->key = device;
   rte_ether_addr mac;
   rte_eth_macaddr_get(port, &mac);
+  Transports out;
   for (size_t t = 0; t < count; ++t) {
     auto tr = std::make_unique<DpdkTransport>(options, static_cast<uint16_t>(base + t), nullptr);
     PortRef p;
@@ -1444,6 +1483,20 @@ Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const Transp
     out.push_back(std::move(tr));
   }
   return out;
+}
+
+}  // namespace
+
+bool DpdkAvailable() { return true; }
+
+Result<std::vector<std::unique_ptr<Transport>>> OpenDpdkConsecutive(const TransportOptions& options,
+                                                                    size_t count) {
+  RETURN_IF_ERROR(CheckOpenOptions(options, count));
+  RETURN_IF_ERROR(InitEal(options.dpdk.eal_args));
+  RegisterThread();
+  const std::string device = options.dpdk.device.empty() ? "memif" : options.dpdk.device;
+  if (device == "memif") return OpenMemif(options, count);
+  return OpenDevice(options, device, count);
 }
 
 }  // namespace switchml::transport
