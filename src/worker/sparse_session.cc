@@ -96,14 +96,9 @@ void SparseSession::StartUnion(Nanos now) {
     sparse_counters_.aggregated_blocks += union_.size();
   }
   if (direct_) {
-    // The share is the whole tensor: a dense slice on it, in to out.
-    SliceJob d;
-    d.job_id = job_.job_id;
-    d.dtype = job_.dtype;
-    d.in = job_.in;
-    d.out = job_.out;
-    d.count = job_.count;
-    d.element_offset = job_.element_offset;
+    // The share is the whole tensor: the job itself as a dense slice, in to out.
+    SliceJob d = job_;
+    d.sparse = d.sparse_auto = false;
     inner_.Start(d, now);
     return;
   }
