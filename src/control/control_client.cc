@@ -403,6 +403,10 @@ class AttachStream final
     }
     if (write != nullptr) StartWrite(write);
     StartRead(&event_);
+    // Announce and Fail start writes from outside the reactions: the hold keeps the stream from
+    // finishing (and gRPC from destroying it) while one may still be started. It is removed once
+    // the read has failed (the stream is ending) and no such write is being started.
+    AddHold();
     StartCall();
   }
 
@@ -430,15 +434,18 @@ class AttachStream final
         now = true;
         immediate = unsupported_ ? Status::Ok() : final_;
       } else {
-        checks_[op] = std::move(checked);
-        switchml_proto::AttachRequest m;
-        m.set_op(op);
-        m.set_count(count);
-        m.set_dtype(dtype);
-        write = Enqueue(std::move(m));
+        checks_[op] = std::move(checked);  // (OnDone answers it if the stream is ending)
+        if (!read_ended_) {
+          switchml_proto::AttachRequest m;
+          m.set_op(op);
+          m.set_count(count);
+          m.set_dtype(dtype);
+          write = Enqueue(std::move(m));
+          if (write != nullptr) ++outside_writes_;
+        }
       }
     }
-    if (write != nullptr) StartWrite(write);
+    if (write != nullptr) StartOutsideWrite(write);
     if (now) checked(immediate);
   }
 
@@ -446,14 +453,15 @@ class AttachStream final
     const switchml_proto::AttachRequest* write = nullptr;
     {
       std::lock_guard lock(mu_);
-      if (ended_ || closing_) return;
+      if (ended_ || closing_ || read_ended_) return;
       closing_ = true;  // the job ends because of this side: on_failure is not called
       failure_sent_ = true;
       switchml_proto::AttachRequest m;
       m.set_failure(why.message().empty() ? "a member reported a failure" : why.message());
       write = Enqueue(std::move(m));
+      if (write != nullptr) ++outside_writes_;
     }
-    if (write != nullptr) StartWrite(write);
+    if (write != nullptr) StartOutsideWrite(write);
   }
 
   void OnWriteDone(bool ok) override {
@@ -471,7 +479,16 @@ class AttachStream final
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows
+    if (!ok) {  // the stream is ending: no more outside writes; OnDone follows the hold
+      bool release;
+      {
+        std::lock_guard lock(mu_);
+        read_ended_ = true;
+        release = TakeHoldLocked();
+      }
+      if (release) RemoveHold();
+      return;
+    }
     std::function<void(const Status&)> checked;
     {
       std::lock_guard lock(mu_);
@@ -517,6 +534,27 @@ class AttachStream final
   }
 
  private:
+  // Starts a write from outside the reactions (counted in outside_writes_ under mu_), then lets
+  // the hold go if the stream ended meanwhile.
+  void StartOutsideWrite(const switchml_proto::AttachRequest* write) {
+    StartWrite(write);
+    bool release;
+    {
+      std::lock_guard lock(mu_);
+      --outside_writes_;
+      release = TakeHoldLocked();
+    }
+    if (release) RemoveHold();
+  }
+
+  // Under mu_: whether the caller is to remove the hold (once: the read ended, no outside write
+  // being started).
+  bool TakeHoldLocked() {
+    if (!held_ || !read_ended_ || outside_writes_ > 0) return false;
+    held_ = false;
+    return true;
+  }
+
   // Under mu_. Returns the message to start writing (outside mu_), if no write is under way.
   const switchml_proto::AttachRequest* Enqueue(switchml_proto::AttachRequest m) {
     queue_.push_back(std::move(m));
@@ -539,6 +577,9 @@ class AttachStream final
   bool ended_ = false;  // OnDone has begun: the stream is gone (Announce and Fail must not write)
   bool done_ = false;
   bool unsupported_ = false;
+  bool read_ended_ = false;  // the read failed: the stream is ending (no outside writes)
+  bool held_ = true;         // the hold of the constructor is still in place
+  int outside_writes_ = 0;   // writes being started by Announce or Fail
   Status final_;
 };
 
