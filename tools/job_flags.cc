@@ -164,16 +164,15 @@ Status ReadSeed(const Flags& f, uint64_t* out) {
 }
 
 void ResolveAutomaticJobOptions(JobOptions* o) {
+  const bool host_local = transport::CapabilitiesOf(o->transport).host_local;
   if (o->threads_automatic) {
-    const bool host_local = transport::CapabilitiesOf(o->transport).host_local;
     o->threads =
         host_local && std::thread::hardware_concurrency() >= kShmRunThreads ? kShmRunThreads : 1;
     if (!o->window_automatic) o->threads = std::min(o->threads, o->window);  // a slot each
   }
   if (o->pin_threads_automatic) {
     Result<std::vector<int>> cpus = AllowedCpus();
-    o->pin_threads = transport::CapabilitiesOf(o->transport).host_local && cpus.ok() &&
-                     cpus->size() == o->threads;
+    o->pin_threads = host_local && cpus.ok() && cpus->size() == o->threads;
   }
   if (o->window_automatic) {
     Config c;
