@@ -136,5 +136,46 @@ INSTANTIATE_TEST_SUITE_P(
              {1, 2},
              {"--sparse", "--density", "0.02", "--overlap", "0.5", "--threads", "2"}}));
 
+
+// Given two racks whose workers disagree on --sparse (rack 0's ask for block-sparse all-reduces,
+// rack 1's do not; each rack agrees within itself, so each ToR accepts its own), Expect the spine
+// to refuse the second rack's registration naming the field, that rack's workers to fail at setup
+// with it, and rack 0's workers to fail too rather than wait forever for a job that cannot run.
+TEST(HierarchyProcessMismatchTest, RacksThatDisagreeOnSparseAreRefusedAtTheSpine) {
+  SwitchProcess spine = StartSwitch({});
+  ASSERT_FALSE(spine.control.empty());
+  std::vector<SwitchProcess> tors;
+  for (uint32_t r = 0; r < 2; ++r) {
+    tors.push_back(StartSwitch(
+        {"--upstream", spine.control, "--racks", "2", "--rack-index", std::to_string(r)}));
+    ASSERT_FALSE(tors.back().control.empty());
+  }
+  const std::vector<std::string> timeout = {"--setup-timeout-ms", "20000"};
+  std::vector<std::unique_ptr<Process>> workers;
+  for (uint32_t rank = 0; rank < 4; ++rank) {
+    const uint32_t rack = rank / 2;
+    std::vector<std::string> extra = timeout;
+    if (rack == 0) extra.push_back("--sparse");
+    workers.push_back(
+        testing::StartWorkerProcess({tors[rack].control, rank, 4, "1000", "int32", "2", extra}));
+  }
+  bool named = false;  // some worker was told which field disagrees
+  for (uint32_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(workers[rank]->Wait(seconds(40)))
+        << "rank " << rank << " hangs:\n" << workers[rank]->output();
+    const std::string out = workers[rank]->output();
+    EXPECT_NE(workers[rank]->exit_code(), 0) << "rank " << rank << ":\n" << out;
+    EXPECT_EQ(out.find("status=ok"), std::string::npos) << "rank " << rank << ":\n" << out;
+    named = named || out.find("sparse") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << "no worker's error names sparse:\n"
+                     << workers[2]->output() << "\n"
+                     << workers[0]->output();
+  for (SwitchProcess* s : {&tors[0], &tors[1], &spine}) {
+    s->process->Kill(SIGTERM);
+    ASSERT_TRUE(s->process->Wait(seconds(20)));
+  }
+}
+
 }  // namespace
 }  // namespace switchml
