@@ -25,6 +25,8 @@ import tempfile
 import threading
 import time
 
+import ddp_steps
+
 SYSTEMS = ["switchml", "switchml-mcast", "switchml-unicast", "switchml-xdp", "switchml-shm",
            "switchml-shm-unpinned", "switchml-scraped", "gloo-ring", "gloo-hd", "mpi-tcp",
            "mpi-shm"]
@@ -1001,6 +1003,14 @@ def main():
                    help="record every run with `perf record -a` (root) and report the network "
                    "softirq work the kernel charged to no process of the run (another task or the "
                    "idle task): a separate figure, not in CPU s/GiB; perf's sampling adds load")
+    p.add_argument("--ddp", default="", metavar="MODELS",
+                   help="instead of the all-reduces: DDP training steps of these DNN-shaped "
+                   "models (comma-separated: " + ", ".join(ddp_steps.MODELS) + "), gloo against "
+                   "switchml, in every setting and at every worker count (the examples' "
+                   "host_train.sh and rack_train.sh; --sizes and --systems do not apply). Writes "
+                   "ddp.json, ddp.md and ddp.png; needs the torch backend in the build")
+    p.add_argument("--ddp-steps", type=int, default=10,
+                   help="with --ddp: timed steps per run (after 3 of warm-up)")
     p.add_argument("--replot", metavar="JSON", help="only redraw table and plots from a JSON")
     p.add_argument("--check-args", action="store_true",
                    help="only check the other flags (not the executables) and exit: 0 when "
@@ -1046,8 +1056,19 @@ def main():
         p.error("--run-timeout must be at least 1 second")
     if not 576 <= a.mtu <= 65000:
         p.error("--mtu must be in 576..65000 (scripts/rack.sh --mtu)")
+    a.ddp = [m for m in a.ddp.split(",") if m]
+    for m in a.ddp:
+        if m not in ddp_steps.MODELS:
+            p.error(f"--ddp: unknown model '{m}' (choose from {', '.join(ddp_steps.MODELS)})")
+    if a.ddp_steps < 1:
+        p.error("--ddp-steps must be at least 1")
     if a.check_args:
         return 0
+    if a.ddp:
+        if (why := ddp_steps.check(build)) is not None:
+            p.error(why)
+        os.makedirs(a.out, exist_ok=True)
+        return ddp_steps.run(a, build, git_commit())
     for what in ("switchml", "gloo"):
         if not os.access(getattr(a, what), os.X_OK):
             p.error(f"no executable {getattr(a, what)} (scripts/bench.sh builds it)")

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
+import ddp_steps  # noqa: E402
 
 
 class FakeProc:
@@ -208,6 +209,8 @@ class ArgumentsTest(unittest.TestCase):
             for args, named in ((["--rounds", "0"], "--rounds"),
                                 (["--rounds", "-1"], "--rounds"),
                                 (["--run-timeout", "0"], "--run-timeout"),
+                                (["--ddp", "resnet51"], "--ddp"),
+                                (["--ddp", "vgg16", "--ddp-steps", "0"], "--ddp-steps"),
                                 (["--settings", "rack:1gbit", "--mtu", "100"], "--mtu")):
                 with self.subTest(args=args):
                     r = subprocess.run(
@@ -241,6 +244,46 @@ class ArgumentsTest(unittest.TestCase):
                                capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertFalse(os.path.exists(os.path.join(tmp, "out")), "--check-args wrote")
+
+    def test_ddp_needs_the_torch_backend_in_the_build(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(os.path.join(tmp, "tools"))
+            os.symlink("/bin/true", os.path.join(tmp, "tools", "switchml"))
+            r = subprocess.run([sys.executable, os.path.join(HERE, "bench.py"), "--ddp",
+                                "resnet50", "--out", os.path.join(tmp, "out")],
+                               capture_output=True, text=True, timeout=30,
+                               env=dict(os.environ, BENCH_BUILD_DIR=tmp))
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("switchml_torch", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(tmp, "out")), "it ran before refusing")
+
+
+class DdpReportTest(unittest.TestCase):
+    def row(self):
+        return {"setting": "rack:1gbit", "model": "resnet50", "workers": 4,
+                "backends": {"gloo": {"step_s": 1.5, "losses": [2.0, 1.0], "allreduce_s": 1.2},
+                             "switchml": {"step_s": 1.0, "losses": [2.0, 1.25],
+                                          "allreduce_s": 0.8}}}
+
+    def test_speed_up_ratio_to_the_bare_all_reduce_and_loss_gap(self):
+        row = self.row()
+        ddp_steps._derive(row)
+        s = row["backends"]["switchml"]
+        self.assertAlmostEqual(s["speedup"], 1.5)
+        self.assertAlmostEqual(s["step_over_allreduce"], 1.25)
+        self.assertAlmostEqual(s["max_loss_gap"], 0.25)
+        self.assertNotIn("speedup", row["backends"]["gloo"])  # not against itself
+        self.assertAlmostEqual(row["backends"]["gloo"]["step_over_allreduce"], 1.25)
+
+    def test_table_has_a_line_per_backend_and_names_failed_runs(self):
+        row = self.row()
+        ddp_steps._derive(row)
+        text = ddp_steps.markdown({"commit": "abc", "config": {"ddp_steps": 10}, "rows": [row],
+                                   "failed": ["loopback vgg16"]})
+        self.assertIn("| rack:1gbit | resnet50 | 4 | switchml | 1.000 s | 1.50x | 1.25 | "
+                      "2.5e-01 |", text)
+        self.assertIn("| rack:1gbit | resnet50 | 4 | gloo | 1.500 s | - | 1.25 | - |", text)
+        self.assertIn("Failed runs (no row): loopback vgg16", text)
 
 
 if __name__ == "__main__":

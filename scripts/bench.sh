@@ -64,6 +64,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
   -DSWITCHML_BUILD_BENCH=ON -DSWITCHML_BUILD_TESTS=OFF >/dev/null
-ninja -C "$build_dir" switchml gloo_allreduce mpi_allreduce
+targets=(switchml gloo_allreduce mpi_allreduce)
+for arg in "$@"; do
+  case "$arg" in --ddp | --ddp=*) targets+=(switchml_python_core switchml_torch) ;; esac
+done
+ninja -C "$build_dir" "${targets[@]}"
 
 exec /usr/bin/python3 bench/bench.py "$@"
