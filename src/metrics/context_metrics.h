@@ -1,4 +1,4 @@
-// The worker library's ContextStats (include/switchml/context.h) as Prometheus metrics
+// The worker library's ContextStats (include/switchml/stats.h) as Prometheus metrics
 // (switchml_worker_*), for a program that embeds a Context and asks for them, e.g.
 // `switchml worker --metrics-port N`: serve the collector with a MetricsServer.
 #pragma once
@@ -6,7 +6,7 @@
 #include <functional>
 #include <memory>
 
-#include "switchml/context.h"
+#include "switchml/stats.h"
 
 namespace prometheus {
 class Collectable;
