@@ -349,7 +349,7 @@ void OnInterruptThread(const std::function<void()>& fn) {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
-  } call{&fn};
+  } call{&fn, {}, {}};
   auto run = [](void* arg) {
     auto* c = static_cast<Call*>(arg);
     (*c->fn)();
