@@ -135,7 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   h.config.window = in.ConsumeIntegralInRange<uint32_t>(1, 8);
   h.config.slot_start = in.ConsumeIntegralInRange<uint32_t>(0, 16);
   h.config.size = in.ConsumeBool() ? proto::SizeCode::k256B : proto::SizeCode::k1024B;
-  h.config.timeout_threshold = in.ConsumeIntegralInRange<uint32_t>(1, 8);
+  h.config.retransmit.timeout_threshold = in.ConsumeIntegralInRange<uint32_t>(1, 8);
   if (!h.config.Validate().ok()) return 0;
   WorkerSession session(h.config);
   h.session = &session;

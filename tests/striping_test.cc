@@ -46,7 +46,7 @@ struct StripingParams {
   int dead_host;
   double die_at;
   uint64_t seed;
-  uint32_t early_retransmit = 0;  // SessionConfig::early_retransmit_after
+  uint32_t early_retransmit = 0;  // RetransmitOptions::early_retransmit_after
 };
 
 void PrintTo(const StripingParams& p, std::ostream* os) {
@@ -96,10 +96,11 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
       c.session.num_workers = p.workers;
       c.session.window = kWindow;
       c.session.size = kSize;
-      c.session.timeout = c.session.min_timeout = std::chrono::microseconds(50);
-      c.session.max_timeout = std::chrono::milliseconds(5);
-      c.session.progress_timeout = std::chrono::seconds(5);
-      c.session.early_retransmit_after = p.early_retransmit;
+      c.session.retransmit.timeout = c.session.retransmit.min_timeout =
+          std::chrono::microseconds(50);
+      c.session.retransmit.max_timeout = std::chrono::milliseconds(5);
+      c.session.retransmit.peer_timeout = std::chrono::seconds(5);
+      c.session.retransmit.early_retransmit_after = p.early_retransmit;
       c.num_hosts = p.hosts;
       c.generations = p.hosts;
       c.generation_stride = kWindow;

@@ -244,9 +244,9 @@ class HierarchyTest : public ::testing::TestWithParam<HierarchyParams> {
         sc.num_workers = num_workers_;  // the GLOBAL count: the scale every worker shares
         sc.window = kWindow;
         sc.size = kSize;
-        sc.timeout = sc.min_timeout = std::chrono::microseconds(50);
-        sc.max_timeout = std::chrono::milliseconds(5);
-        sc.progress_timeout = std::chrono::seconds(5);
+        sc.retransmit.timeout = sc.retransmit.min_timeout = std::chrono::microseconds(50);
+        sc.retransmit.max_timeout = std::chrono::milliseconds(5);
+        sc.retransmit.peer_timeout = std::chrono::seconds(5);
         workers_.push_back(Worker{r, WorkerEndpoint(r, i), worker::WorkerSession(sc)});
       }
       ASSERT_TRUE(tor->SetUpstream(kJob, UpstreamSpec{kSpineEp.ipv4, kSpineEp.port, 1}).ok());

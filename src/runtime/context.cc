@@ -100,7 +100,6 @@ Status Config::Validate() const {
                                 " is not supported: use 64 or 256");
   }
   if (num_worker_threads == 0) return InvalidArgumentError("num_worker_threads must be at least 1");
-  if (timeout_threshold == 0) return InvalidArgumentError("timeout_threshold must be at least 1");
   if (max_outstanding_packets == 0) {  // the automatic window
     if (!(link_gbps > 0 && link_gbps <= 1e6)) {
       return InvalidArgumentError(
@@ -129,18 +128,12 @@ Status Config::Validate() const {
   if (udp_port != 0 && uint32_t{udp_port} + num_worker_threads > 65536) {
     return InvalidArgumentError("udp_port + num_worker_threads exceeds 65535");
   }
-  if (timeout.count() <= 0) return InvalidArgumentError("timeout must be positive");
-  if (min_timeout.count() <= 0) return InvalidArgumentError("min_timeout must be positive");
-  if (max_timeout < min_timeout) {
-    return InvalidArgumentError("max_timeout must be at least min_timeout");
-  }
-  if (peer_timeout < timeout) {
-    return InvalidArgumentError("peer_timeout must be at least the retransmission timeout");
-  }
+  RETURN_IF_ERROR(retransmit.Validate());
   if (setup_timeout.count() <= 0) return InvalidArgumentError("setup_timeout must be positive");
   if (sparse_auto && !sparse) {
-    return InvalidArgumentError("sparse_auto needs sparse: set both (block-sparse all-reduces, "
-                                "the automatic choice per worker thread) or neither");
+    return InvalidArgumentError(
+        "sparse_auto needs sparse: set both (block-sparse all-reduces, "
+        "the automatic choice per worker thread) or neither");
   }
   if (lan_multicast_required && authenticate_data) {
     return InvalidArgumentError(
@@ -660,13 +653,7 @@ Status Context::Impl::StartThreads(const std::vector<Endpoint>& data, const Resu
     sc.slot_start = t * window;
     sc.window = window;
     proto::SizeCodeForNumel(config.packet_numel, &sc.size);
-    sc.timeout = config.timeout;
-    sc.min_timeout = config.min_timeout;
-    sc.max_timeout = config.max_timeout;
-    sc.early_retransmit_after = config.early_retransmit_after;
-    sc.timeout_threshold = config.timeout_threshold;
-    sc.timeout_threshold_increment = config.timeout_threshold_increment;
-    sc.progress_timeout = config.peer_timeout;
+    sc.retransmit = config.retransmit;
     o.session.num_hosts = num_hosts;
     o.session.generations = Generations();
     o.session.generation_stride = window_total;

@@ -139,9 +139,9 @@ WorkerThreadOptions OneWorker(uint32_t window, milliseconds rto, WaitPolicy wait
   worker::SessionConfig& c = o.session.session;
   c.num_workers = 1;
   c.window = window;
-  c.timeout = rto;
-  c.min_timeout = rto;
-  c.progress_timeout = std::chrono::seconds(10);
+  c.retransmit.timeout = rto;
+  c.retransmit.min_timeout = rto;
+  c.retransmit.peer_timeout = std::chrono::seconds(10);
   o.switches.push_back(SwitchRoute{kSwitch, 0, 0, "test switch"});
   o.wait = wait;
   o.expected_group = std::move(group);

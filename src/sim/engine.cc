@@ -125,15 +125,16 @@ Status SimConfig::Validate() const {
         "the switch's packet rate must be 0 (unlimited) or in [0.001, 1e15] packets/s");
   }
   auto ns = [](worker::Nanos d) { return static_cast<double>(d.count()); };
-  if (!delay(ns(session.timeout)) || !delay(ns(session.max_timeout)) ||
-      !delay(ns(session.min_timeout)) || !delay(ns(session.clock_granularity))) {
+  if (!delay(ns(session.retransmit.timeout)) || !delay(ns(session.retransmit.max_timeout)) ||
+      !delay(ns(session.retransmit.min_timeout)) ||
+      !delay(ns(session.retransmit.clock_granularity))) {
     return InvalidArgumentError(
         "the sessions' timeouts and clock granularity must be at most 1e12 ns (1000 s)");
   }
   if (!(max_sim_seconds > 0 && max_sim_seconds <= kMaxSimSeconds)) {
     return InvalidArgumentError("the time limit must be in (0, 1e6] s");
   }
-  if (ns(session.progress_timeout) > kMaxSimSeconds * 1e9) {
+  if (ns(session.retransmit.peer_timeout) > kMaxSimSeconds * 1e9) {
     return InvalidArgumentError("the sessions' progress timeout must be at most 1e6 s");
   }
   return Status();

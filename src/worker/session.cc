@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "base/check.h"
+#include "base/status_macros.h"
 #include "quant/quantizer.h"
 #include "worker/striping.h"
 
@@ -68,18 +69,7 @@ Status SessionConfig::Validate() const {
   if (!proto::IsSupportedSize(size)) {
     return InvalidArgumentError("packet size must be 64 or 256 elements");
   }
-  if (timeout.count() <= 0) return InvalidArgumentError("timeout must be positive");
-  if (min_timeout.count() <= 0) return InvalidArgumentError("min_timeout must be positive");
-  if (max_timeout < min_timeout) {
-    return InvalidArgumentError("max_timeout must be at least min_timeout");
-  }
-  if (clock_granularity.count() < 0) {
-    return InvalidArgumentError("clock_granularity must not be negative");
-  }
-  if (timeout_threshold == 0) return InvalidArgumentError("timeout_threshold must be at least 1");
-  if (progress_timeout < timeout) {
-    return InvalidArgumentError("progress timeout must be at least the retransmission timeout");
-  }
+  RETURN_IF_ERROR(retransmit.Validate());
   if (stripes == 0 || stripes > window) {
     return InvalidArgumentError("stripes must be in 1..window (a slot per switch host at least)");
   }
@@ -104,8 +94,8 @@ WorkerSession::WorkerSession(const SessionConfig& config)
     stripe_of_slot_[l] = StripeOfSlot(l, config.window, config.stripes);
   }
   if (config.keep_last_inputs) last_inputs_.resize(size_t{config.window} * numel_ * 4);
-  current_timeout_ = ClampRto(config.timeout);
-  next_threshold_ = config.timeout_threshold;
+  current_timeout_ = ClampRto(config.retransmit.timeout);
+  next_threshold_ = config.retransmit.timeout_threshold;
   counters_.rto = current_timeout_;
 }
 
@@ -319,7 +309,7 @@ size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
       ++counters_.sent;
       s.first_sent = now;
       s.first_seq = next_send_seq_++;
-      if (config_.early_retransmit_after > 0) {
+      if (config_.retransmit.early_retransmit_after > 0) {
         FirstOrder& f = first_order_[stripe_of_slot_[local]];
         if (f.size == f.ring.size()) {  // grow the ring (rarely: it holds ~W)
           std::vector<uint32_t> bigger(std::max<size_t>(64, 2 * f.ring.size()));
@@ -369,7 +359,8 @@ void WorkerSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now)
   }
   last_progress_ = now;
   OnResult(s, now);
-  if (config_.early_retransmit_after > 0) CountLaterResult(s.first_seq, stripe_of_slot_[local]);
+  if (config_.retransmit.early_retransmit_after > 0)
+    CountLaterResult(s.first_seq, stripe_of_slot_[local]);
   Complete(local, h, datagram.subspan(proto::kPrefixBytes));
 }
 
@@ -439,7 +430,7 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
 
 void WorkerSession::HandleTimeout(Nanos now) {
   if (state_ != State::kRunning) return;
-  if (now - last_progress_ >= config_.progress_timeout) {
+  if (now - last_progress_ >= config_.retransmit.peer_timeout) {
     // Name one packet still missing, to help whoever debugs the hang.
     std::string which;
     for (uint32_t l = 0; l < slots_.size(); ++l) {
@@ -468,8 +459,8 @@ void WorkerSession::HandleTimeout(Nanos now) {
 }
 
 Nanos WorkerSession::ClampRto(Nanos rto) const {
-  const Nanos ceiling = std::min(config_.max_timeout, config_.progress_timeout);
-  return std::min(std::max(rto, config_.min_timeout), ceiling);
+  const Nanos ceiling = std::min(config_.retransmit.max_timeout, config_.retransmit.peer_timeout);
+  return std::min(std::max(rto, config_.retransmit.min_timeout), ceiling);
 }
 
 void WorkerSession::OnResult(const Slot& s, Nanos now) {
@@ -507,12 +498,12 @@ void WorkerSession::OnResult(const Slot& s, Nanos now) {
     srtt_ns_ = 0.875 * srtt_ns_ + 0.125 * r;
   }
   const double spread =
-      std::max(static_cast<double>(config_.clock_granularity.count()), 4 * rttvar_ns_);
+      std::max(static_cast<double>(config_.retransmit.clock_granularity.count()), 4 * rttvar_ns_);
   // A fresh sample ends any back-off: the RTO it gives is at least the sample itself
   // (docs/architecture.md, 4.3), so the round trip just seen is covered.
   current_timeout_ = ClampRto(Nanos{RoundNonNegative(srtt_ns_ + spread)});
   timeouts_since_sample_ = 0;
-  next_threshold_ = config_.timeout_threshold;
+  next_threshold_ = config_.retransmit.timeout_threshold;
   ++counters_.rtt_samples;
   counters_.srtt = Nanos{RoundNonNegative(srtt_ns_)};
   counters_.rttvar = Nanos{RoundNonNegative(rttvar_ns_)};
@@ -526,7 +517,7 @@ void WorkerSession::OnTimeout(Nanos now) {
   const uint64_t threshold = std::min<uint64_t>(next_threshold_, config_.window);
   if (++timeouts_since_sample_ >= threshold && now - last_backoff_ >= current_timeout_) {
     current_timeout_ = ClampRto(current_timeout_ * 2);
-    next_threshold_ += config_.timeout_threshold_increment;
+    next_threshold_ += config_.retransmit.timeout_threshold_increment;
     last_backoff_ = now;
     ++counters_.backoffs;
     counters_.rto = current_timeout_;
@@ -554,7 +545,7 @@ void WorkerSession::CountLaterResult(uint64_t seq, uint32_t stripe) {
     const uint32_t q = f.ring[(f.head + i) % cap];
     if (!waiting(q, &e)) continue;
     if (e->first_seq >= seq) break;
-    if (++e->later_results >= config_.early_retransmit_after) {
+    if (++e->later_results >= config_.retransmit.early_retransmit_after) {
       e->early = true;
       ++counters_.early_retransmits;
       Enqueue(LocalSlot(q));
@@ -564,7 +555,7 @@ void WorkerSession::CountLaterResult(uint64_t seq, uint32_t stripe) {
 
 std::optional<Nanos> WorkerSession::PollTimeout() const {
   if (state_ != State::kRunning) return std::nullopt;
-  Nanos t = last_progress_ + config_.progress_timeout;
+  Nanos t = last_progress_ + config_.retransmit.peer_timeout;
   if (HaveTimers()) t = std::min(t, EarliestDeadline());
   return t;
 }

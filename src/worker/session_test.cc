@@ -74,13 +74,13 @@ TEST(WorkerSessionTest, ValidateRejectsBadConfigs) {
   c.size = proto::SizeCode::k512B;
   EXPECT_FALSE(c.Validate().ok());
   c = SmallConfig();
-  c.progress_timeout = milliseconds(1);
+  c.retransmit.peer_timeout = milliseconds(1);
   EXPECT_FALSE(c.Validate().ok());
   c = SmallConfig();
-  c.min_timeout = Nanos{0};
+  c.retransmit.min_timeout = Nanos{0};
   EXPECT_NE(c.Validate().message().find("min_timeout"), std::string::npos);
   c = SmallConfig();
-  c.max_timeout = c.min_timeout / 2;
+  c.retransmit.max_timeout = c.retransmit.min_timeout / 2;
   EXPECT_NE(c.Validate().message().find("max_timeout"), std::string::npos);
 }
 
@@ -218,7 +218,7 @@ TEST(WorkerSessionTest, ResultForAPacketNotYetSentIsDropped) {
 // slot and set) once its timeout passes, not before.
 TEST(WorkerSessionTest, RetransmitsUnchangedOnTimeout) {
   SessionConfig c = SmallConfig(1);
-  c.timeout = milliseconds(10);
+  c.retransmit.timeout = milliseconds(10);
   WorkerSession s(c);
   std::vector<int32_t> in(64, 1), out(64);
   s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
@@ -245,8 +245,8 @@ TEST(WorkerSessionTest, EarlyRetransmissionWhenLaterResultsArrive) {
   for (uint32_t after : {0u, 2u}) {
     SCOPED_TRACE("early_retransmit_after " + std::to_string(after));
     SessionConfig c = SmallConfig(4);
-    c.timeout = milliseconds(10);
-    c.early_retransmit_after = after;
+    c.retransmit.timeout = milliseconds(10);
+    c.retransmit.early_retransmit_after = after;
     WorkerSession s(c);
     std::vector<int32_t> in(64 * 8, 1), out(64 * 8);
     s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
@@ -294,8 +294,8 @@ TEST(WorkerSessionTest, EarlyRetransmissionComparesResultsOfOneHostOnly) {
     SCOPED_TRACE("stripes " + std::to_string(stripes));
     SessionConfig c = SmallConfig(4);
     c.slot_start = 0;
-    c.timeout = milliseconds(10);
-    c.early_retransmit_after = 1;
+    c.retransmit.timeout = milliseconds(10);
+    c.retransmit.early_retransmit_after = 1;
     c.stripes = stripes;
     WorkerSession s(c);
     std::vector<int32_t> in(64 * 4, 1), out(64 * 4);
@@ -311,8 +311,8 @@ TEST(WorkerSessionTest, EarlyRetransmissionComparesResultsOfOneHostOnly) {
 
 TEST(WorkerSessionTest, EarlyRetransmissionArmsNoSecondTimer) {
   SessionConfig c = SmallConfig(4);
-  c.timeout = milliseconds(10);
-  c.early_retransmit_after = 2;
+  c.retransmit.timeout = milliseconds(10);
+  c.retransmit.early_retransmit_after = 2;
   WorkerSession s(c);
   std::vector<int32_t> in(64 * 8, 1), out(64 * 8);
   s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
@@ -365,9 +365,9 @@ TEST(WorkerSessionTest, EarlyRetransmissionArmsNoSecondTimer) {
 // Given `timeout_threshold` timeouts with no result in between, Expect the timeout to double.
 TEST(WorkerSessionTest, BacksOffWhileNothingComesBack) {
   SessionConfig c = SmallConfig(8);  // one packet outstanding; the threshold is below the window
-  c.timeout = milliseconds(10);
-  c.timeout_threshold = 2;
-  c.timeout_threshold_increment = 2;
+  c.retransmit.timeout = milliseconds(10);
+  c.retransmit.timeout_threshold = 2;
+  c.retransmit.timeout_threshold_increment = 2;
   WorkerSession s(c);
   std::vector<int32_t> in(64, 1), out(64);
   s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
@@ -392,8 +392,8 @@ TEST(WorkerSessionTest, BacksOffWhileNothingComesBack) {
 // from the estimate that sample gave.
 TEST(WorkerSessionTest, BackOffIsOncePerPeriodAndEndsWithAFreshSample) {
   SessionConfig c = SmallConfig(8);
-  c.timeout = milliseconds(10);
-  c.timeout_threshold = 4;
+  c.retransmit.timeout = milliseconds(10);
+  c.retransmit.timeout_threshold = 4;
   WorkerSession s(c);
   std::vector<int32_t> in(64 * 16, 1), out(64 * 16);
   s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
@@ -469,9 +469,9 @@ class EchoNetwork {
 
 SessionConfig EstimatorConfig(uint32_t window = 1) {
   SessionConfig c = SmallConfig(window);
-  c.timeout = milliseconds(100);
-  c.min_timeout = std::chrono::microseconds(1);
-  c.clock_granularity = std::chrono::microseconds(1);
+  c.retransmit.timeout = milliseconds(100);
+  c.retransmit.min_timeout = std::chrono::microseconds(1);
+  c.retransmit.clock_granularity = std::chrono::microseconds(1);
   return c;
 }
 
@@ -564,9 +564,9 @@ TEST(WorkerSessionTest, ResultHeldUpBehindLaterOnesIsNoSample) {
 // still reports the measured round trip.
 TEST(WorkerSessionTest, RtoIsClampedToFloorAndCeiling) {
   SessionConfig c = EstimatorConfig();
-  c.min_timeout = milliseconds(5);
-  c.max_timeout = milliseconds(200);
-  c.progress_timeout = std::chrono::seconds(10);
+  c.retransmit.min_timeout = milliseconds(5);
+  c.retransmit.max_timeout = milliseconds(200);
+  c.retransmit.peer_timeout = std::chrono::seconds(10);
   WorkerSession s(c);
   EchoNetwork fast(s, [](const proto::Packet&, uint64_t) { return std::chrono::microseconds(20); });
   fast.RunSlice(1, 64 * 20);
@@ -577,7 +577,7 @@ TEST(WorkerSessionTest, RtoIsClampedToFloorAndCeiling) {
   slow.RunSlice(1, 64 * 3);
   EXPECT_EQ(t.counters().srtt, milliseconds(150));
   EXPECT_EQ(t.counters().rto, milliseconds(200));  // 150 + 4 * 75 = 450, clamped
-  c.progress_timeout = milliseconds(120);
+  c.retransmit.peer_timeout = milliseconds(120);
   WorkerSession u(c);
   EchoNetwork slower(u, [](const proto::Packet&, uint64_t) { return milliseconds(100); });
   slower.RunSlice(1, 64);
@@ -587,7 +587,7 @@ TEST(WorkerSessionTest, RtoIsClampedToFloorAndCeiling) {
 // Given many equal round trips, Expect RTTVAR to fade and the RTO to settle at SRTT + G.
 TEST(WorkerSessionTest, RtoSettlesAtSrttPlusClockGranularity) {
   SessionConfig c = EstimatorConfig();
-  c.clock_granularity = milliseconds(1);
+  c.retransmit.clock_granularity = milliseconds(1);
   WorkerSession s(c);
   EchoNetwork net(s, [](const proto::Packet&, uint64_t) { return milliseconds(3); });
   net.RunSlice(1, 64 * 100);
@@ -617,7 +617,7 @@ TEST(WorkerSessionTest, RtoCarriesOverAcrossSlices) {
 // (none at all in the next slice): no retransmission storm.
 TEST(WorkerSessionTest, RoundTripAboveInitialTimeoutConvergesWithoutStorm) {
   SessionConfig c = EstimatorConfig(16);
-  c.timeout = milliseconds(10);
+  c.retransmit.timeout = milliseconds(10);
   WorkerSession s(c);
   EchoNetwork net(s, [](const proto::Packet&, uint64_t) { return milliseconds(50); });
   net.RunSlice(1, 64 * 16 * 20);  // 20 windows
@@ -635,7 +635,7 @@ TEST(WorkerSessionTest, RoundTripAboveInitialTimeoutConvergesWithoutStorm) {
 // finish, and the first fresh sample afterwards to bring the RTO back to the estimate.
 TEST(WorkerSessionTest, FreshSampleEndsBackOff) {
   SessionConfig c = EstimatorConfig(8);
-  c.min_timeout = milliseconds(2);
+  c.retransmit.min_timeout = milliseconds(2);
   WorkerSession s(c);
   EchoNetwork net(s, [](const proto::Packet&, uint64_t n) -> std::optional<Nanos> {
     if (n >= 80 && n < 88 + 8 * 3) return std::nullopt;  // a silence of several windows
@@ -667,7 +667,7 @@ TEST(WorkerSessionTest, AbortStopsTouchingTheBuffers) {
 // DEADLINE_EXCEEDED status whose message says what is probably wrong.
 TEST(WorkerSessionTest, FailsWithClearErrorWhenNothingComesBack) {
   SessionConfig c = SmallConfig();
-  c.progress_timeout = milliseconds(100);
+  c.retransmit.peer_timeout = milliseconds(100);
   WorkerSession s(c);
   std::vector<int32_t> in(256, 1), out(256);
   s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
