@@ -58,7 +58,7 @@ struct SparseParams {
   bool neighbor;  // a dense job of other workers on the same switches
   uint64_t seed;
   bool small = false;  // fewer, smaller all-reduces (the seeded sweep)
-  // The auto rule (SliceJob::sparse_auto): a lane whose union holds more than 7/8 of its blocks
+  // The auto rule (Slice::sparse_auto): a lane whose union holds more than 7/8 of its blocks
   // runs its share dense.
   bool sparse_auto = false;
 };
@@ -234,8 +234,8 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
     if (l.next_op >= job.ops.size()) return;
     const size_t o = l.next_op;
     const OpSpec& op = job.ops[o];
-    worker::SliceJob s;
-    s.job_id = o + 1;
+    worker::Slice s;
+    s.allreduce = o + 1;
     s.dtype = op.dtype;
     int32_t* out = w.out[o].data();
     const int32_t* in = op.in_place ? out : w.in[o].data();

@@ -154,19 +154,19 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
     if (w.running_op || w.session->state() == StripedSession::State::kRunning) return;
     if (w.next_op >= w.ops.size()) return;
     Op& op = w.ops[w.next_op];
-    worker::SliceJob job;
-    job.job_id = w.next_op + 1;
-    job.dtype = op.dtype;
+    worker::Slice slice;
+    slice.allreduce = w.next_op + 1;
+    slice.dtype = op.dtype;
     if (op.dtype == DataType::kInt32) {
-      job.in = job.out = op.int_in.data();
-      job.count = op.int_in.size();
+      slice.in = slice.out = op.int_in.data();
+      slice.count = op.int_in.size();
     } else {
-      job.in = op.in_place ? op.float_out.data() : op.float_in.data();
-      job.out = op.float_out.data();
-      job.count = op.float_in.size();
+      slice.in = op.in_place ? op.float_out.data() : op.float_in.data();
+      slice.out = op.float_out.data();
+      slice.count = op.float_in.size();
     }
     w.running_op = true;
-    w.session->Start(job, now_);
+    w.session->Start(slice, now_);
   }
 
   // After anything touched w's session: a finished op is recorded and the next started.

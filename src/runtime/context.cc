@@ -375,7 +375,7 @@ class [[gnu::visibility("hidden")]] Context::Impl {
   std::shared_ptr<Rendezvous> rendezvous;
   std::vector<std::unique_ptr<runtime::WorkerThread>> threads;
   std::mutex mu;
-  uint64_t next_job = 1;
+  uint64_t next_allreduce = 1;
   std::vector<AllReduceHandle> pending;
   // Set after a protocol failure (timeout, transport): the workers' slot states no longer
   // agree, so every later operation, and every queued one, fails at once with it.
@@ -802,7 +802,7 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
   const bool check = !checkers.empty();
   state->remaining = static_cast<int>(nthreads);
   state->check_pending = check;
-  const uint64_t job_id = next_job++;
+  const uint64_t allreduce = next_allreduce++;
   auto slice_done = [state](const Status& st) {
     std::lock_guard<std::mutex> l(state->mu);
     if (state->status.ok() && !st.ok()) state->status = st;
@@ -821,18 +821,19 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
     auto verdict = std::make_shared<Verdict>();
     verdict->waiting = checkers.size();
     for (control::Attachment* a : checkers) {
-      a->Announce(job_id, count, static_cast<uint32_t>(dtype), [state, verdict](const Status& st) {
-        {
-          std::lock_guard<std::mutex> v(verdict->mu);
-          if (verdict->given) return;
-          if (st.code() == StatusCode::kUnavailable && --verdict->waiting > 0) return;
-          verdict->given = true;
-        }
-        std::lock_guard<std::mutex> l(state->mu);
-        if (state->status.ok() && !st.ok()) state->status = st;
-        state->check_pending = false;
-        state->cv.notify_all();
-      });
+      a->Announce(allreduce, count, static_cast<uint32_t>(dtype),
+                  [state, verdict](const Status& st) {
+                    {
+                      std::lock_guard<std::mutex> v(verdict->mu);
+                      if (verdict->given) return;
+                      if (st.code() == StatusCode::kUnavailable && --verdict->waiting > 0) return;
+                      verdict->given = true;
+                    }
+                    std::lock_guard<std::mutex> l(state->mu);
+                    if (state->status.ok() && !st.ok()) state->status = st;
+                    state->check_pending = false;
+                    state->cv.notify_all();
+                  });
     }
   }
   const size_t esize = DataTypeSize(dtype);
@@ -840,26 +841,26 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
     // Slices of whole packets, the same on every worker of the job.
     const size_t p0 = packets * t / nthreads, p1 = packets * (t + 1) / nthreads;
     const size_t e0 = std::min(count, p0 * numel), e1 = std::min(count, p1 * numel);
-    worker::SliceJob job;
-    job.job_id = job_id;
-    job.dtype = dtype;
-    job.in = static_cast<const uint8_t*>(in) + e0 * esize;
-    job.out = static_cast<uint8_t*>(out) + e0 * esize;
-    job.count = e1 - e0;
-    job.element_offset = e0;
+    worker::Slice slice;
+    slice.allreduce = allreduce;
+    slice.dtype = dtype;
+    slice.in = static_cast<const uint8_t*>(in) + e0 * esize;
+    slice.out = static_cast<uint8_t*>(out) + e0 * esize;
+    slice.count = e1 - e0;
+    slice.element_offset = e0;
     if (sparse) {
       // Block-sparse (docs/protocol.md 2.5): every thread gets the whole tensor and takes the
       // blocks b with b mod nthreads = t of it (worker::SparseSession).
-      job.in = in;
-      job.out = out;
-      job.count = count;
-      job.element_offset = 0;
-      job.sparse = true;
-      job.sparse_auto = config.sparse_auto;
-      job.lane = static_cast<uint32_t>(t);
-      job.lanes = static_cast<uint32_t>(nthreads);
+      slice.in = in;
+      slice.out = out;
+      slice.count = count;
+      slice.element_offset = 0;
+      slice.sparse = true;
+      slice.sparse_auto = config.sparse_auto;
+      slice.lane = static_cast<uint32_t>(t);
+      slice.lanes = static_cast<uint32_t>(nthreads);
     }
-    threads[t]->Submit(job, slice_done);
+    threads[t]->Submit(slice, slice_done);
   }
   pending.push_back(handle);
   if (pending.size() > 1024) {

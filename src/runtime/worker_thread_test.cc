@@ -152,14 +152,14 @@ WorkerThreadOptions OneWorker(uint32_t window, milliseconds rto, WaitPolicy wait
 // Runs one int32 slice of in through the thread into out (of in's size); its status.
 Status SubmitSlice(WorkerThread* thread, const std::vector<int32_t>& in,
                    std::vector<int32_t>* out) {
-  worker::SliceJob job;
-  job.job_id = 1;
-  job.dtype = DataType::kInt32;
-  job.in = in.data();
-  job.out = out->data();
-  job.count = in.size();
+  worker::Slice slice;
+  slice.allreduce = 1;
+  slice.dtype = DataType::kInt32;
+  slice.in = in.data();
+  slice.out = out->data();
+  slice.count = in.size();
   std::promise<Status> done;
-  thread->Submit(job, [&](const Status& st) { done.set_value(st); });
+  thread->Submit(slice, [&](const Status& st) { done.set_value(st); });
   return done.get_future().get();
 }
 

@@ -766,12 +766,12 @@ void Engine::StartCollective(uint32_t j, uint32_t rank) {
     SessionState& ss = sessions_[s];
     ss.running = true;
     const size_t bytes = c.dtype == DataType::kInt32 ? 4 : 4;
-    worker::SliceJob slice{rs.collective + 1ull,
-                           c.dtype,
-                           static_cast<const uint8_t*>(in) + e0 * bytes,
-                           static_cast<uint8_t*>(out) + e0 * bytes,
-                           e1 - e0,
-                           e0};
+    worker::Slice slice{rs.collective + 1ull,
+                        c.dtype,
+                        static_cast<const uint8_t*>(in) + e0 * bytes,
+                        static_cast<uint8_t*>(out) + e0 * bytes,
+                        e1 - e0,
+                        e0};
     if (jc.sparse) {  // the whole tensor; the session takes lane t's blocks of it
       slice.in = in;
       slice.out = out;

@@ -48,7 +48,7 @@ template <bool kWrite>
 void WorkerSession::PrefetchBlock(const void* base, uint64_t block) const {
   if (block >= blocks_) return;
   const size_t first = block * numel_;
-  const size_t n = std::min(numel_, job_.count - first);
+  const size_t n = std::min(numel_, slice_.count - first);
   PrefetchBytes<kWrite>(static_cast<const char*>(base) + 4 * first, 4 * n);
 }
 
@@ -100,7 +100,7 @@ WorkerSession::WorkerSession(const SessionConfig& config)
 }
 
 bool WorkerSession::PacketExists(uint64_t q) const {
-  if (job_.dtype == DataType::kInt32) return q < blocks_;
+  if (slice_.dtype == DataType::kInt32) return q < blocks_;
   return q < blocks_ || (q >= config_.window && q < config_.window + blocks_);
 }
 
@@ -131,16 +131,16 @@ void WorkerSession::Enqueue(uint32_t local) {
   s.queued = true;
 }
 
-void WorkerSession::Start(const SliceJob& job, Nanos now) {
+void WorkerSession::Start(const Slice& slice, Nanos now) {
   CHECK(state_ != State::kRunning) << "Start() while a slice is running";
-  CHECK(job.count == 0 || (job.in != nullptr && job.out != nullptr));
-  CHECK(!job.sparse) << "a block-sparse slice goes through a SparseSession";
-  job_ = job;
+  CHECK(slice.count == 0 || (slice.in != nullptr && slice.out != nullptr));
+  CHECK(!slice.sparse) << "a block-sparse slice goes through a SparseSession";
+  slice_ = slice;
   state_ = State::kRunning;
   status_ = Status();
-  blocks_ = (job.count + numel_ - 1) / numel_;
+  blocks_ = (slice.count + numel_ - 1) / numel_;
   const uint64_t w = config_.window;
-  if (job.dtype == DataType::kInt32) {
+  if (slice.dtype == DataType::kInt32) {
     total_packets_ = blocks_;
     span_ = blocks_;
   } else {
@@ -173,21 +173,21 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
 
 SliceLayout WorkerSession::Layout() const {
   SliceLayout l;
-  l.job_id = job_.job_id;
-  l.dtype = job_.dtype;
-  l.in = job_.in;
-  l.out = job_.out;
-  l.count = job_.count;
-  l.element_offset = job_.element_offset;
+  l.allreduce = slice_.allreduce;
+  l.dtype = slice_.dtype;
+  l.in = slice_.in;
+  l.out = slice_.out;
+  l.count = slice_.count;
+  l.element_offset = slice_.element_offset;
   l.base = slice_base_;
   l.blocks = blocks_;
   return l;
 }
 
 void WorkerSession::KeepInput(uint32_t local, uint64_t block) {
-  const size_t e = block * numel_, n = std::min(numel_, job_.count - e);
+  const size_t e = block * numel_, n = std::min(numel_, slice_.count - e);
   uint8_t* dst = last_inputs_.data() + size_t{local} * numel_ * 4;
-  std::memcpy(dst, static_cast<const uint8_t*>(job_.in) + 4 * e, 4 * n);
+  std::memcpy(dst, static_cast<const uint8_t*>(slice_.in) + 4 * e, 4 * n);
   std::memset(dst + 4 * n, 0, 4 * (numel_ - n));
 }
 
@@ -195,7 +195,7 @@ void WorkerSession::OnBlockDone(uint32_t local, uint64_t block) {
   ++slots_[local].blocks_done;
   ++blocks_done_[local];
   // In place, the result overwrites the input; an out-of-place slice's is kept when it ends.
-  if (config_.keep_last_inputs && job_.in == job_.out) KeepInput(local, block);
+  if (config_.keep_last_inputs && slice_.in == slice_.out) KeepInput(local, block);
 }
 
 void WorkerSession::KeepFinishedSlice() {
@@ -205,7 +205,7 @@ void WorkerSession::KeepFinishedSlice() {
   previous_ = Layout();
   previous_->in = nullptr;  // the caller's again once the slice is reported
   previous_->out = nullptr;
-  if (!config_.keep_last_inputs || job_.in == job_.out) return;
+  if (!config_.keep_last_inputs || slice_.in == slice_.out) return;
   // The last block of each slot used: the last W blocks, one per slot.
   const uint64_t w = config_.window;
   for (uint64_t b = blocks_ > w ? blocks_ - w : 0; b < blocks_; ++b) {
@@ -235,20 +235,20 @@ size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> bu
   CHECK(buf.size() >= bytes) << "transmit buffer of " << buf.size() << " bytes";
   proto::Header h;
   h.size = config_.size;
-  h.job_number = static_cast<uint8_t>(job_.job_id);
+  h.job_number = static_cast<uint8_t>(slice_.allreduce);
   h.tsi = slot.tsi;
   h.slot = slot.id;
   // The payload is written straight into buf in wire order, by SIMD kernels that convert the byte
   // order in the same pass (no host-order copy).
   const std::span<uint8_t> payload = buf.subspan(proto::kPrefixBytes, 4 * numel_);
-  if (job_.dtype == DataType::kInt32) {
+  if (slice_.dtype == DataType::kInt32) {
     const size_t first = size_t{q} * numel_;
-    const size_t n = std::min(numel_, job_.count - first);
-    PrefetchBlock<false>(job_.in, uint64_t{q} + kPrefetchBlocks);
-    proto::StorePayload({static_cast<const int32_t*>(job_.in) + first, n}, payload.first(4 * n));
+    const size_t n = std::min(numel_, slice_.count - first);
+    PrefetchBlock<false>(slice_.in, uint64_t{q} + kPrefetchBlocks);
+    proto::StorePayload({static_cast<const int32_t*>(slice_.in) + first, n}, payload.first(4 * n));
     std::fill(payload.begin() + 4 * n, payload.end(), 0);  // the last block's padding
   } else {
-    const float* in = static_cast<const float*>(job_.in);
+    const float* in = static_cast<const float*>(slice_.in);
     h.e0 = quant::kZeroBlockExponent;  // carries no exponent: does not raise the max
     // The block whose exponent this packet carries (q < B) and the block whose data it carries
     // (q >= W, unless flagged non-finite): nearly every packet has both, quantized and scanned
@@ -256,13 +256,13 @@ size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> bu
     std::span<const float> next, data;
     if (q < blocks_) {
       const size_t first = size_t{q} * numel_;
-      next = {in + first, std::min(numel_, job_.count - first)};
+      next = {in + first, std::min(numel_, slice_.count - first)};
       PrefetchBlock<false>(in, uint64_t{q} + kPrefetchBlocks);
     }
     const bool has_data = q >= config_.window && !slot.data_non_finite;
     if (has_data) {
       const size_t first = size_t{q - config_.window} * numel_;
-      data = {in + first, std::min(numel_, job_.count - first)};
+      data = {in + first, std::min(numel_, slice_.count - first)};
     }
     quant::BlockInfo info;
     // (The quantizers zero the padding after the last block's elements themselves.)
@@ -340,7 +340,7 @@ void WorkerSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now)
     ++counters_.malformed;
     return;
   }
-  if (state_ != State::kRunning || h.job_number != static_cast<uint8_t>(job_.job_id)) {
+  if (state_ != State::kRunning || h.job_number != static_cast<uint8_t>(slice_.allreduce)) {
     ++counters_.stale;
     return;
   }
@@ -371,18 +371,18 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   const uint64_t w = config_.window;
   ++counters_.results;
   // The payload is read straight from the datagram's wire bytes (no host-order copy).
-  if (job_.dtype == DataType::kInt32) {
+  if (slice_.dtype == DataType::kInt32) {
     const size_t first = size_t{q} * numel_;
-    const size_t n = std::min(numel_, job_.count - first);
-    PrefetchBlock<true>(job_.out, uint64_t{q} + kPrefetchBlocks);
+    const size_t n = std::min(numel_, slice_.count - first);
+    PrefetchBlock<true>(slice_.out, uint64_t{q} + kPrefetchBlocks);
     OnBlockDone(local, q);
-    proto::LoadPayload(payload.first(4 * n), {static_cast<int32_t*>(job_.out) + first, n});
+    proto::LoadPayload(payload.first(4 * n), {static_cast<int32_t*>(slice_.out) + first, n});
   } else {
-    float* out = static_cast<float*>(job_.out);
+    float* out = static_cast<float*>(slice_.out);
     if (q >= w) {
       const uint64_t block = q - w;
       const size_t first = block * numel_;
-      const size_t n = std::min(numel_, job_.count - first);
+      const size_t n = std::min(numel_, slice_.count - first);
       PrefetchBlock<true>(out, block + kPrefetchBlocks);
       OnBlockDone(local, block);
       if (s.data_non_finite) {
@@ -416,8 +416,8 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
     KeepFinishedSlice();
     if (first_non_finite_block_ != UINT64_MAX) {
       const size_t first = first_non_finite_block_ * numel_;
-      const size_t a = job_.element_offset + first;
-      const size_t b = a + std::min(numel_, job_.count - first);
+      const size_t a = slice_.element_offset + first;
+      const size_t b = a + std::min(numel_, slice_.count - first);
       Finish(InvalidArgumentError(
           "input contains inf or NaN: elements [" + std::to_string(a) + ", " + std::to_string(b) +
           ") (and possibly later ones) are not finite on at least one worker; the affected "
@@ -625,8 +625,8 @@ void WorkerSession::Abort(Status status) {
 void WorkerSession::Finish(Status status) {
   state_ = State::kDone;
   status_ = std::move(status);
-  job_.in = nullptr;  // the caller may reuse the buffers now
-  job_.out = nullptr;
+  slice_.in = nullptr;  // the caller may reuse the buffers now
+  slice_.out = nullptr;
   base_ += span_;
   send_head_ = send_size_ = 0;
   for (FirstOrder& f : first_order_) f.head = f.size = 0;

@@ -9,7 +9,7 @@
 //
 // Packet ids and pool indices (reference notes, section 4): packet q of a slice uses
 // i = (q + shift) mod 2W, slot = slot_start + (i mod W), set = (i >= W), where shift is the id
-// span of all earlier slices, so set alternation continues across jobs. The tsi field carries a
+// span of all earlier slices, so set alternation continues across slices. The tsi field carries a
 // running round number of the slot rather than q: local slot l's k-th round (k = 0, 1, ...,
 // counted over all slices) has tsi (l + k W) mod 2^32, which is the running id shift + q while
 // slices use every slot. Every worker of the job sends the same tsi for the same round, and each
@@ -21,7 +21,7 @@
 // of block q - W (q >= W), scaled with the max exponent the switch returned for packet q - W. So
 // the packets of a float slice are q in [0, B) u [W, W + B).
 //
-// Use:  Start(job, now); then loop { PollTransmit -> send; receive -> HandleDatagram;
+// Use:  Start(slice, now); then loop { PollTransmit -> send; receive -> HandleDatagram;
 //       at PollTimeout() -> HandleTimeout } until state() != kRunning.
 // Thread-compatible: one thread drives a session. The slice's buffers must stay valid and
 // untouched by others until the slice ends.
@@ -65,8 +65,8 @@ struct SessionConfig {
 };
 
 // One slice of an all-reduce. `in` and `out` may be the same buffer.
-struct SliceJob {
-  uint64_t job_id = 0;  // its low 8 bits travel as job_number
+struct Slice {
+  uint64_t allreduce = 0;  // the all-reduce number; its low 8 bits travel as job_number
   DataType dtype = DataType::kFloat32;
   const void* in = nullptr;
   void* out = nullptr;
@@ -90,7 +90,7 @@ struct SessionCounters {
   uint64_t timeouts = 0;
   uint64_t results = 0;            // results accepted
   uint64_t duplicates = 0;         // results for a packet not outstanding or not yet sent (dropped)
-  uint64_t stale = 0;              // results of another job (job_number differs; dropped)
+  uint64_t stale = 0;              // results of another all-reduce (job_number differs; dropped)
   uint64_t foreign_slot = 0;       // results for a slot outside this session's range (dropped)
   uint64_t malformed = 0;          // datagrams that failed decoding (dropped)
   uint64_t rtt_samples = 0;        // round-trip times measured (results of packets sent once)
@@ -113,7 +113,7 @@ class WorkerSession {
   explicit WorkerSession(const SessionConfig& config);  // config must Validate() (CHECKed)
 
   // Starts a slice; the session must not be running. A slice of 0 elements is done at once.
-  void Start(const SliceJob& job, Nanos now);
+  void Start(const Slice& slice, Nanos now);
 
   // Feeds one received datagram. Anything malformed, stale or duplicate is counted and dropped.
   void HandleDatagram(std::span<const uint8_t> datagram, Nanos now);
@@ -235,7 +235,7 @@ class WorkerSession {
 
   State state_ = State::kIdle;
   Status status_;
-  SliceJob job_;
+  Slice slice_;
   uint64_t blocks_ = 0;
   uint64_t total_packets_ = 0;
   uint64_t completed_packets_ = 0;
