@@ -42,7 +42,7 @@ struct Harness {
   SessionConfig config;
   WorkerSession* session = nullptr;
   Nanos now{1'000'000'000};
-  uint64_t job_id = 0;
+  uint64_t allreduce = 0;
   DataType dtype = DataType::kInt32;
   size_t count = 0;
   std::vector<int32_t> in_i, out_i;
@@ -52,7 +52,7 @@ struct Harness {
   std::deque<std::vector<uint8_t>> sent;
 
   void Start(FuzzedDataProvider& in, bool honest) {
-    ++job_id;
+    ++allreduce;
     dtype = (!honest && in.ConsumeBool()) ? DataType::kFloat32 : DataType::kInt32;
     const size_t numel = proto::NumelOf(config.size);
     count = in.ConsumeIntegralInRange<size_t>(0, numel * (config.window * 3 + 1) + 3);
@@ -82,14 +82,14 @@ struct Harness {
           in_f[i] = static_cast<float>(static_cast<int32_t>(m)) / 65536.0f;
       }
     }
-    SliceJob job;
-    job.job_id = job_id;
-    job.dtype = dtype;
-    job.in = dtype == DataType::kInt32 ? static_cast<const void*>(in_i.data()) : in_f.data();
-    job.out = dtype == DataType::kInt32 ? static_cast<void*>(out_i.data()) : out_f.data();
-    job.count = count;
+    Slice slice;
+    slice.allreduce = allreduce;
+    slice.dtype = dtype;
+    slice.in = dtype == DataType::kInt32 ? static_cast<const void*>(in_i.data()) : in_f.data();
+    slice.out = dtype == DataType::kInt32 ? static_cast<void*>(out_i.data()) : out_f.data();
+    slice.count = count;
     sent.clear();
-    session->Start(job, now);
+    session->Start(slice, now);
   }
 
   void Transmit(size_t max) {
@@ -103,7 +103,7 @@ struct Harness {
       FUZZ_CHECK(h.size == config.size);
       FUZZ_CHECK(h.slot.index >= config.slot_start &&
                  h.slot.index < config.slot_start + config.window);
-      FUZZ_CHECK(h.job_number == static_cast<uint8_t>(job_id));
+      FUZZ_CHECK(h.job_number == static_cast<uint8_t>(allreduce));
       sent.emplace_back(tx.begin(), tx.begin() + static_cast<long>(len));
     }
   }
@@ -135,7 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   h.config.window = in.ConsumeIntegralInRange<uint32_t>(1, 8);
   h.config.slot_start = in.ConsumeIntegralInRange<uint32_t>(0, 16);
   h.config.size = in.ConsumeBool() ? proto::SizeCode::k256B : proto::SizeCode::k1024B;
-  h.config.timeout_threshold = in.ConsumeIntegralInRange<uint32_t>(1, 8);
+  h.config.retransmit.timeout_threshold = in.ConsumeIntegralInRange<uint32_t>(1, 8);
   if (!h.config.Validate().ok()) return 0;
   WorkerSession session(h.config);
   h.session = &session;
@@ -168,7 +168,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           proto::Header hd;
           hd.size =
               in.ConsumeIntegralInRange<int>(0, 7) == 0 ? proto::SizeCode::k256B : h.config.size;
-          hd.job_number = static_cast<uint8_t>(h.job_id + in.ConsumeIntegralInRange<int>(-1, 1));
+          hd.job_number = static_cast<uint8_t>(h.allreduce + in.ConsumeIntegralInRange<int>(-1, 1));
           hd.tsi = in.ConsumeIntegralInRange<uint32_t>(0, 64);
           hd.slot.index = static_cast<uint16_t>(in.ConsumeIntegralInRange<uint32_t>(0, 32));
           hd.slot.set = in.ConsumeBool();

@@ -71,7 +71,7 @@ class AuthDataTest : public ::testing::Test {
     for (Config& c : configs) {
       c.max_outstanding_packets = kWindow;
       c.packet_numel = 256;
-      c.peer_timeout = std::chrono::seconds(5);
+      c.retransmit.peer_timeout = std::chrono::seconds(5);
     }
     configs[1].udp_port = port1;
     auto ctx = CreateAll(configs);

@@ -95,7 +95,7 @@ TEST(ConfigTest, ValidateSaysWhatToFix) {
   c.max_outstanding_packets = 2;
   EXPECT_NE(c.Validate().message().find("each thread needs a slot"), std::string::npos);
   c = Config();
-  c.peer_timeout = std::chrono::milliseconds(1);
+  c.retransmit.peer_timeout = std::chrono::milliseconds(1);
   EXPECT_FALSE(c.Validate().ok());
   c = Config();
   c.link_gbps = 0;
@@ -103,7 +103,7 @@ TEST(ConfigTest, ValidateSaysWhatToFix) {
   c.max_outstanding_packets = 64;  // an explicit window needs no link rate
   EXPECT_TRUE(c.Validate().ok());
   c = Config();
-  c.max_timeout = std::chrono::milliseconds(1);
+  c.retransmit.max_timeout = std::chrono::milliseconds(1);
   EXPECT_NE(c.Validate().message().find("max_timeout"), std::string::npos);
 }
 
@@ -485,7 +485,7 @@ namespace {
 // ones at once after it (not one peer timeout each), and later calls to fail immediately.
 TEST_F(ContextTest, QueuedOperationsFailTogetherAfterAPeerTimeout) {
   Config c0 = MakeConfig(0, 2, 11), c1 = MakeConfig(1, 2, 11);
-  c0.peer_timeout = c1.peer_timeout = std::chrono::milliseconds(300);
+  c0.retransmit.peer_timeout = c1.retransmit.peer_timeout = std::chrono::milliseconds(300);
   c0.num_worker_threads = c1.num_worker_threads = 2;
   auto ctx = CreateAll({c0, c1});
   ASSERT_TRUE(ctx[0] && ctx[1]);
@@ -514,7 +514,7 @@ TEST_F(ContextTest, QueuedOperationsFailTogetherAfterAPeerTimeout) {
 // the peer timeout naming that rank, from the switch's tensor checks.
 TEST_F(ContextTest, PeerThatNeverStartsTheAllReduceIsNamed) {
   Config c0 = MakeConfig(0, 2, 13), c1 = MakeConfig(1, 2, 13);
-  c0.peer_timeout = c1.peer_timeout = std::chrono::milliseconds(300);
+  c0.retransmit.peer_timeout = c1.retransmit.peer_timeout = std::chrono::milliseconds(300);
   auto ctx = CreateAll({c0, c1});
   ASSERT_TRUE(ctx[0] && ctx[1]);
   std::vector<int32_t> buf(1000, 1);

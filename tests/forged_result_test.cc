@@ -65,13 +65,13 @@ TEST(ForgedResultTest, AForgedFloatResultAtOneWorkerCorruptsEveryWorkersNextRoun
   std::vector<worker::WorkerSession> s;
   for (int r = 0; r < 2; ++r) {
     s.emplace_back(wc);
-    worker::SliceJob job;
-    job.job_id = 1;
-    job.dtype = DataType::kFloat32;
-    job.in = in.data();
-    job.out = out[r].data();
-    job.count = kCount;
-    s[r].Start(job, nanoseconds(0));
+    worker::Slice slice;
+    slice.allreduce = 1;
+    slice.dtype = DataType::kFloat32;
+    slice.in = in.data();
+    slice.out = out[r].data();
+    slice.count = kCount;
+    s[r].Start(slice, nanoseconds(0));
   }
   // Rounds until both are done (first round: exponents; second: data).
   for (int round = 0; round < 2; ++round) {

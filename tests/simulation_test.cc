@@ -52,10 +52,10 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
   c.switch_config.slots_per_job = 64;
   // An RTO floor below the reordering delays: timeouts fire while results are still in flight
   // (Karn's rule and the back-off get exercised).
-  c.session.timeout = std::chrono::microseconds(200);
-  c.session.min_timeout = std::chrono::microseconds(60);
-  c.session.clock_granularity = std::chrono::microseconds(10);
-  c.session.progress_timeout = std::chrono::seconds(5);
+  c.session.retransmit.timeout = std::chrono::microseconds(200);
+  c.session.retransmit.min_timeout = std::chrono::microseconds(60);
+  c.session.retransmit.clock_granularity = std::chrono::microseconds(10);
+  c.session.retransmit.peer_timeout = std::chrono::seconds(5);
   c.payload = sim::PayloadMode::kVerified;
   c.seed = seed;
   c.max_sim_seconds = 60;
@@ -136,10 +136,10 @@ TEST(SimulationEarlyRetransmitTest, LossyDuplicatingReorderingLinks) {
     job.collectives = {{DataType::kInt32, 64 * 8 * 10 + 5}, {DataType::kFloat32, 64 * 8 * 7 + 3}};
     c.jobs = {job};
     c.switch_config.slots_per_job = 64;
-    c.session.timeout = std::chrono::microseconds(200);
-    c.session.min_timeout = std::chrono::microseconds(60);
-    c.session.clock_granularity = std::chrono::microseconds(10);
-    c.session.early_retransmit_after = 1;
+    c.session.retransmit.timeout = std::chrono::microseconds(200);
+    c.session.retransmit.min_timeout = std::chrono::microseconds(60);
+    c.session.retransmit.clock_granularity = std::chrono::microseconds(10);
+    c.session.retransmit.early_retransmit_after = 1;
     c.payload = sim::PayloadMode::kVerified;
     c.seed = seed;
     auto r = sim::Simulate(c);

@@ -58,7 +58,7 @@ struct SparseParams {
   bool neighbor;  // a dense job of other workers on the same switches
   uint64_t seed;
   bool small = false;  // fewer, smaller all-reduces (the seeded sweep)
-  // The auto rule (SliceJob::sparse_auto): a lane whose union holds more than 7/8 of its blocks
+  // The auto rule (Slice::sparse_auto): a lane whose union holds more than 7/8 of its blocks
   // runs its share dense.
   bool sparse_auto = false;
 };
@@ -141,12 +141,8 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
       double density;
       size_t blocks;
     };
-    const std::vector<D> densities = {{0, 100 * scale},
-                                      {0.001, 1200 * scale},
-                                      {0.01, 400 * scale},
-                                      {0.5, 60 * scale},
-                                      {0.9, 40 * scale},
-                                      {1, 40 * scale}};
+    const std::vector<D> densities = {{0, 100 * scale},  {0.001, 1200 * scale}, {0.01, 400 * scale},
+                                      {0.5, 60 * scale}, {0.9, 40 * scale},     {1, 40 * scale}};
     const double overlaps[] = {1, 0, 0.5};
     size_t k = 0;
     for (DataType dt : {DataType::kInt32, DataType::kFloat32}) {
@@ -197,9 +193,10 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
         c.session.slot_start = t * kWindow;
         c.session.window = kWindow;
         c.session.size = kSize;
-        c.session.timeout = c.session.min_timeout = std::chrono::microseconds(50);
-        c.session.max_timeout = std::chrono::milliseconds(5);
-        c.session.progress_timeout = std::chrono::seconds(5);
+        c.session.retransmit.timeout = c.session.retransmit.min_timeout =
+            std::chrono::microseconds(50);
+        c.session.retransmit.max_timeout = std::chrono::milliseconds(5);
+        c.session.retransmit.peer_timeout = std::chrono::seconds(5);
         c.num_hosts = p.hosts;
         c.generations = generations;
         c.generation_stride = kWindow * lanes;
@@ -237,8 +234,8 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
     if (l.next_op >= job.ops.size()) return;
     const size_t o = l.next_op;
     const OpSpec& op = job.ops[o];
-    worker::SliceJob s;
-    s.job_id = o + 1;
+    worker::Slice s;
+    s.allreduce = o + 1;
     s.dtype = op.dtype;
     int32_t* out = w.out[o].data();
     const int32_t* in = op.in_place ? out : w.in[o].data();

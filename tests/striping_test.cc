@@ -46,7 +46,7 @@ struct StripingParams {
   int dead_host;
   double die_at;
   uint64_t seed;
-  uint32_t early_retransmit = 0;  // SessionConfig::early_retransmit_after
+  uint32_t early_retransmit = 0;  // RetransmitOptions::early_retransmit_after
 };
 
 void PrintTo(const StripingParams& p, std::ostream* os) {
@@ -96,10 +96,11 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
       c.session.num_workers = p.workers;
       c.session.window = kWindow;
       c.session.size = kSize;
-      c.session.timeout = c.session.min_timeout = std::chrono::microseconds(50);
-      c.session.max_timeout = std::chrono::milliseconds(5);
-      c.session.progress_timeout = std::chrono::seconds(5);
-      c.session.early_retransmit_after = p.early_retransmit;
+      c.session.retransmit.timeout = c.session.retransmit.min_timeout =
+          std::chrono::microseconds(50);
+      c.session.retransmit.max_timeout = std::chrono::milliseconds(5);
+      c.session.retransmit.peer_timeout = std::chrono::seconds(5);
+      c.session.retransmit.early_retransmit_after = p.early_retransmit;
       c.num_hosts = p.hosts;
       c.generations = p.hosts;
       c.generation_stride = kWindow;
@@ -153,19 +154,19 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
     if (w.running_op || w.session->state() == StripedSession::State::kRunning) return;
     if (w.next_op >= w.ops.size()) return;
     Op& op = w.ops[w.next_op];
-    worker::SliceJob job;
-    job.job_id = w.next_op + 1;
-    job.dtype = op.dtype;
+    worker::Slice slice;
+    slice.allreduce = w.next_op + 1;
+    slice.dtype = op.dtype;
     if (op.dtype == DataType::kInt32) {
-      job.in = job.out = op.int_in.data();
-      job.count = op.int_in.size();
+      slice.in = slice.out = op.int_in.data();
+      slice.count = op.int_in.size();
     } else {
-      job.in = op.in_place ? op.float_out.data() : op.float_in.data();
-      job.out = op.float_out.data();
-      job.count = op.float_in.size();
+      slice.in = op.in_place ? op.float_out.data() : op.float_in.data();
+      slice.out = op.float_out.data();
+      slice.count = op.float_in.size();
     }
     w.running_op = true;
-    w.session->Start(job, now_);
+    w.session->Start(slice, now_);
   }
 
   // After anything touched w's session: a finished op is recorded and the next started.

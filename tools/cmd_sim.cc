@@ -403,21 +403,21 @@ int64_t RuleWindow(const Options& o, double switch_latency_ns, double host_laten
 // The sessions' timing from the timeout flags.
 Status ReadSessionConfig(const Flags& flags, worker::SessionConfig* s) {
   auto us = [](double v) { return worker::Nanos{static_cast<int64_t>(std::llround(v * 1000))}; };
-  s->timeout = us(flags.GetDouble("timeout-us"));
-  s->min_timeout = us(flags.GetDouble("min-timeout-us"));
-  s->max_timeout = us(flags.GetDouble("max-timeout-us"));
-  s->clock_granularity =
+  s->retransmit.timeout = us(flags.GetDouble("timeout-us"));
+  s->retransmit.min_timeout = us(flags.GetDouble("min-timeout-us"));
+  s->retransmit.max_timeout = us(flags.GetDouble("max-timeout-us"));
+  s->retransmit.clock_granularity =
       worker::Nanos{static_cast<int64_t>(flags.GetDouble("clock-granularity-ns"))};
   // Both checked before they narrow to 32 bits (4294967297 read as 1).
   if (flags.GetInt("timeout-threshold") < 1 || flags.GetInt("timeout-threshold") > UINT32_MAX) {
     return InvalidArgumentError("--timeout-threshold must be in 1..4294967295");
   }
-  s->timeout_threshold = static_cast<uint32_t>(flags.GetInt("timeout-threshold"));
+  s->retransmit.timeout_threshold = static_cast<uint32_t>(flags.GetInt("timeout-threshold"));
   if (flags.GetInt("early-retransmit") < 0 || flags.GetInt("early-retransmit") > 1000000) {
     return InvalidArgumentError("--early-retransmit must be in 0..1000000");
   }
-  s->early_retransmit_after = static_cast<uint32_t>(flags.GetInt("early-retransmit"));
-  s->progress_timeout = us(flags.GetDouble("progress-timeout-ms") * 1000);
+  s->retransmit.early_retransmit_after = static_cast<uint32_t>(flags.GetInt("early-retransmit"));
+  s->retransmit.peer_timeout = us(flags.GetDouble("progress-timeout-ms") * 1000);
   return s->Validate();
 }
 

@@ -198,7 +198,7 @@ Config MakeConfig(const Flags& flags, const JobOptions& job, const WorkerOptions
   config.authenticate_data = job.auth_data;
   config.sparse = job.sparse;
   config.sparse_auto = job.sparse_auto;
-  config.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);
+  config.retransmit.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);
   config.setup_timeout = std::chrono::milliseconds(job.setup_timeout_ms);
   ApplyPacingOptions(job, &config);
   config.job_secret = flags.GetString("job-secret");

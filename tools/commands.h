@@ -51,7 +51,7 @@ struct JobOptions {
   int64_t timeout_ms = 10;
   int64_t min_timeout_us = 10000;
   int64_t max_timeout_ms = 1000;
-  int64_t early_retransmit = 0;  // Config::early_retransmit_after
+  int64_t early_retransmit = 0;  // Config::retransmit.early_retransmit_after
   int64_t peer_timeout_ms = 10000;
   int64_t setup_timeout_ms = 30000;
   uint64_t seed = 1;

@@ -398,10 +398,10 @@ void ApplyPacingOptions(const JobOptions& o, Config* c) {
   c->max_outstanding_packets = o.window;
   c->link_gbps = o.link_gbps;
   c->base_rtt = std::chrono::microseconds(o.base_rtt_us);
-  c->timeout = std::chrono::milliseconds(o.timeout_ms);
-  c->min_timeout = std::chrono::microseconds(o.min_timeout_us);
-  c->max_timeout = std::chrono::milliseconds(o.max_timeout_ms);
-  c->early_retransmit_after = static_cast<uint32_t>(o.early_retransmit);
+  c->retransmit.timeout = std::chrono::milliseconds(o.timeout_ms);
+  c->retransmit.min_timeout = std::chrono::microseconds(o.min_timeout_us);
+  c->retransmit.max_timeout = std::chrono::milliseconds(o.max_timeout_ms);
+  c->retransmit.early_retransmit_after = static_cast<uint32_t>(o.early_retransmit);
 }
 
 int ParseCommandLine(const std::string& command, const std::vector<std::string>& args, Flags* flags,

@@ -447,20 +447,34 @@ void BindConfigMulticast(PyConfig& config) {
       "validate() does");
 }
 
+// One field of Config::retransmit (switchml::RetransmitOptions) as an attribute of Config itself,
+// under the name it had before the struct gathered them.
+template <typename T>
+void BindRetransmitField(PyConfig& config, const char* name, T RetransmitOptions::*field,
+                         const char* doc) {
+  config.def_property(
+      name, [field](const Config& c) { return c.retransmit.*field; },
+      [field](Config& c, T value) { c.retransmit.*field = value; }, doc);
+}
+
 // Config: retransmission and the deadlines of setup and all-reduces.
 void BindConfigTimeouts(PyConfig& config) {
-  config.def_readwrite("timeout", &Config::timeout,
-                       "a packet's retransmission timeout before round trips are measured");
-  config.def_readwrite("min_timeout", &Config::min_timeout, "the retransmission timeout's floor");
-  config.def_readwrite("max_timeout", &Config::max_timeout, "the retransmission timeout's ceiling");
-  config.def_readwrite("early_retransmit_after", &Config::early_retransmit_after,
-                       "re-send a packet whose result is still missing once the results of "
-                       "this many packets sent after it arrived (TCP's fast retransmit); 0: off");
-  config.def_readwrite("timeout_threshold", &Config::timeout_threshold, "back-off threshold");
-  config.def_readwrite("timeout_threshold_increment", &Config::timeout_threshold_increment,
-                       "back-off threshold increment");
-  config.def_readwrite("peer_timeout", &Config::peer_timeout,
-                       "an all-reduce fails when no result arrives for this long");
+  BindRetransmitField(config, "timeout", &RetransmitOptions::timeout,
+                      "a packet's retransmission timeout before round trips are measured");
+  BindRetransmitField(config, "min_timeout", &RetransmitOptions::min_timeout,
+                      "the retransmission timeout's floor");
+  BindRetransmitField(config, "max_timeout", &RetransmitOptions::max_timeout,
+                      "the retransmission timeout's ceiling");
+  BindRetransmitField(config, "early_retransmit_after", &RetransmitOptions::early_retransmit_after,
+                      "re-send a packet whose result is still missing once the results of "
+                      "this many packets sent after it arrived (TCP's fast retransmit); 0: off");
+  BindRetransmitField(config, "timeout_threshold", &RetransmitOptions::timeout_threshold,
+                      "back-off threshold");
+  BindRetransmitField(config, "timeout_threshold_increment",
+                      &RetransmitOptions::timeout_threshold_increment,
+                      "back-off threshold increment");
+  BindRetransmitField(config, "peer_timeout", &RetransmitOptions::peer_timeout,
+                      "an all-reduce fails when no result arrives for this long");
   config.def_readwrite("setup_timeout", &Config::setup_timeout,
                        "session setup and barrier timeout");
 }

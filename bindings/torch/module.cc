@@ -88,8 +88,10 @@ PYBIND11_MODULE(_torch, m) {
             if (bind_address) c.bind_address = *bind_address;
             if (transport) c.transport = *transport;
             if (busy_poll) c.busy_poll = *busy_poll;
-            if (peer_timeout) c.peer_timeout = *peer_timeout;
-            if (early_retransmit_after) c.early_retransmit_after = *early_retransmit_after;
+            if (peer_timeout) c.retransmit.peer_timeout = *peer_timeout;
+            if (early_retransmit_after) {
+              c.retransmit.early_retransmit_after = *early_retransmit_after;
+            }
             if (authenticate_data) c.authenticate_data = *authenticate_data;
             return c10::make_intrusive<ProcessGroupSwitchML>(store, rank, size, c, fallback);
           }),
@@ -111,9 +113,10 @@ PYBIND11_MODULE(_torch, m) {
           "The group's worker counters (switchml::ContextStats) as a dict, as "
           "switchml.Context.stats().")
       .def_property_readonly("session_id", &ProcessGroupSwitchML::session_id)
-      .def_property_readonly(
-          "early_retransmit_after",
-          [](const ProcessGroupSwitchML& pg) { return pg.config().early_retransmit_after; })
+      .def_property_readonly("early_retransmit_after",
+                             [](const ProcessGroupSwitchML& pg) {
+                               return pg.config().retransmit.early_retransmit_after;
+                             })
       .def_property_readonly(
           "authenticate_data",
           [](const ProcessGroupSwitchML& pg) { return pg.config().authenticate_data; })

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "switchml/export.h"
+#include "switchml/retransmit.h"
 #include "switchml/status.h"
 
 namespace switchml {
@@ -114,21 +115,12 @@ struct SWITCHML_EXPORT Config {
   // only as retransmission replies (the network drops the group's datagrams). Needs
   // lan_multicast; not with authenticate_data.
   bool lan_multicast_required = false;
-  // Retransmission timeout (RTO) of a packet: `timeout` until the first round trip is measured,
-  // then from the measured round trips as TCP computes it (RFC 6298), never below min_timeout
-  // nor above max_timeout; and the reference's back-off policy (docs/architecture.md, 4.3).
-  std::chrono::milliseconds timeout{10};
-  std::chrono::microseconds min_timeout{10000};
-  std::chrono::milliseconds max_timeout{1000};
-  // Early retransmission (TCP's fast retransmit), off when 0: a packet whose result is still
-  // missing once the results of this many packets sent after it arrived is re-sent at once
-  // instead of at its timeout (docs/architecture.md 4.3, docs/simulator.md).
-  uint32_t early_retransmit_after = 0;
-  uint32_t timeout_threshold = 100;
-  uint32_t timeout_threshold_increment = 100;
-  // An all-reduce fails with DEADLINE_EXCEEDED when no result arrives for this long
-  // (a peer or the switch is gone).
-  std::chrono::milliseconds peer_timeout{10000};
+  // Retransmission (retransmit.h): the timeout of a packet (`timeout` until the first round trip
+  // is measured, then from the measured round trips as TCP computes it, within [min_timeout,
+  // max_timeout]), the reference's back-off, early retransmission (ours, off by default), and
+  // the peer timeout: an all-reduce fails with DEADLINE_EXCEEDED when no result arrives for
+  // that long (a peer or the switch is gone). Each worker thread's session takes it whole.
+  RetransmitOptions retransmit;
   // Session setup and barriers fail with DEADLINE_EXCEEDED after this long.
   std::chrono::milliseconds setup_timeout{30000};
   // The job's secret, the same bytes on every worker (at most 64; `switchml run` and the PyTorch

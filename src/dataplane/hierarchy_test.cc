@@ -244,9 +244,9 @@ class HierarchyTest : public ::testing::TestWithParam<HierarchyParams> {
         sc.num_workers = num_workers_;  // the GLOBAL count: the scale every worker shares
         sc.window = kWindow;
         sc.size = kSize;
-        sc.timeout = sc.min_timeout = std::chrono::microseconds(50);
-        sc.max_timeout = std::chrono::milliseconds(5);
-        sc.progress_timeout = std::chrono::seconds(5);
+        sc.retransmit.timeout = sc.retransmit.min_timeout = std::chrono::microseconds(50);
+        sc.retransmit.max_timeout = std::chrono::milliseconds(5);
+        sc.retransmit.peer_timeout = std::chrono::seconds(5);
         workers_.push_back(Worker{r, WorkerEndpoint(r, i), worker::WorkerSession(sc)});
       }
       ASSERT_TRUE(tor->SetUpstream(kJob, UpstreamSpec{kSpineEp.ipv4, kSpineEp.port, 1}).ok());
@@ -262,16 +262,16 @@ class HierarchyTest : public ::testing::TestWithParam<HierarchyParams> {
   // Runs one all-reduce: worker w contributes in[w]; returns each worker's output.
   template <typename T>
   std::vector<std::vector<T>> AllReduce(const std::vector<std::vector<T>>& in, DataType dtype,
-                                        uint64_t job_id) {
+                                        uint64_t allreduce) {
     std::vector<std::vector<T>> out(in.size(), std::vector<T>(in[0].size()));
     for (size_t w = 0; w < workers_.size(); ++w) {
-      worker::SliceJob job;
-      job.job_id = job_id;
-      job.dtype = dtype;
-      job.in = in[w].data();
-      job.out = out[w].data();
-      job.count = in[w].size();
-      workers_[w].session.Start(job, now_);
+      worker::Slice slice;
+      slice.allreduce = allreduce;
+      slice.dtype = dtype;
+      slice.in = in[w].data();
+      slice.out = out[w].data();
+      slice.count = in[w].size();
+      workers_[w].session.Start(slice, now_);
       Drain(workers_[w]);
     }
     while (true) {
@@ -355,8 +355,8 @@ TEST_P(HierarchyTest, Int32IsExactAndFloat32WithinTheBound) {
   std::mt19937 rng(GetParam().seed);
   // Several all-reduces in a row (the sets alternate across them), sizes not multiples of the
   // packet or the window.
-  for (uint64_t job = 1; job <= 3; ++job) {
-    const size_t count = 37 * kNumel + 5 * job;
+  for (uint64_t allreduce = 1; allreduce <= 3; ++allreduce) {
+    const size_t count = 37 * kNumel + 5 * allreduce;
     std::vector<std::vector<int32_t>> in(n, std::vector<int32_t>(count));
     std::vector<int32_t> expected(count, 0);
     for (size_t w = 0; w < n; ++w) {
@@ -365,10 +365,11 @@ TEST_P(HierarchyTest, Int32IsExactAndFloat32WithinTheBound) {
         expected[k] += in[w][k];
       }
     }
-    const auto out = AllReduce(in, DataType::kInt32, job);
-    for (size_t w = 0; w < n; ++w) ASSERT_EQ(out[w], expected) << "worker " << w << " job " << job;
+    const auto out = AllReduce(in, DataType::kInt32, allreduce);
+    for (size_t w = 0; w < n; ++w)
+      ASSERT_EQ(out[w], expected) << "worker " << w << " all-reduce " << allreduce;
   }
-  for (uint64_t job = 4; job <= 5; ++job) {
+  for (uint64_t allreduce = 4; allreduce <= 5; ++allreduce) {
     const size_t count = 29 * kNumel + 3;
     // Every value positive and near its block's maximum: the rack sums are large, so a scale
     // for fewer workers than the global count would overflow where the racks' sums meet.
@@ -381,7 +382,7 @@ TEST_P(HierarchyTest, Int32IsExactAndFloat32WithinTheBound) {
         exact[k] += in[w][k];
       }
     }
-    const auto out = AllReduce(in, DataType::kFloat32, job);
+    const auto out = AllReduce(in, DataType::kFloat32, allreduce);
     for (size_t k = 0; k < count; ++k) {
       // Each worker rounds by at most half a step of 1/f, f = Scale(E, n); E = the block's max.
       const int8_t e = static_cast<int8_t>(static_cast<int>(k / kNumel % 7) - 3);

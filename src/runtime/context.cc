@@ -100,7 +100,6 @@ Status Config::Validate() const {
                                 " is not supported: use 64 or 256");
   }
   if (num_worker_threads == 0) return InvalidArgumentError("num_worker_threads must be at least 1");
-  if (timeout_threshold == 0) return InvalidArgumentError("timeout_threshold must be at least 1");
   if (max_outstanding_packets == 0) {  // the automatic window
     if (!(link_gbps > 0 && link_gbps <= 1e6)) {
       return InvalidArgumentError(
@@ -129,18 +128,12 @@ Status Config::Validate() const {
   if (udp_port != 0 && uint32_t{udp_port} + num_worker_threads > 65536) {
     return InvalidArgumentError("udp_port + num_worker_threads exceeds 65535");
   }
-  if (timeout.count() <= 0) return InvalidArgumentError("timeout must be positive");
-  if (min_timeout.count() <= 0) return InvalidArgumentError("min_timeout must be positive");
-  if (max_timeout < min_timeout) {
-    return InvalidArgumentError("max_timeout must be at least min_timeout");
-  }
-  if (peer_timeout < timeout) {
-    return InvalidArgumentError("peer_timeout must be at least the retransmission timeout");
-  }
+  RETURN_IF_ERROR(retransmit.Validate());
   if (setup_timeout.count() <= 0) return InvalidArgumentError("setup_timeout must be positive");
   if (sparse_auto && !sparse) {
-    return InvalidArgumentError("sparse_auto needs sparse: set both (block-sparse all-reduces, "
-                                "the automatic choice per worker thread) or neither");
+    return InvalidArgumentError(
+        "sparse_auto needs sparse: set both (block-sparse all-reduces, "
+        "the automatic choice per worker thread) or neither");
   }
   if (lan_multicast_required && authenticate_data) {
     return InvalidArgumentError(
@@ -382,7 +375,7 @@ class [[gnu::visibility("hidden")]] Context::Impl {
   std::shared_ptr<Rendezvous> rendezvous;
   std::vector<std::unique_ptr<runtime::WorkerThread>> threads;
   std::mutex mu;
-  uint64_t next_job = 1;
+  uint64_t next_allreduce = 1;
   std::vector<AllReduceHandle> pending;
   // Set after a protocol failure (timeout, transport): the workers' slot states no longer
   // agree, so every later operation, and every queued one, fails at once with it.
@@ -660,13 +653,7 @@ Status Context::Impl::StartThreads(const std::vector<Endpoint>& data, const Resu
     sc.slot_start = t * window;
     sc.window = window;
     proto::SizeCodeForNumel(config.packet_numel, &sc.size);
-    sc.timeout = config.timeout;
-    sc.min_timeout = config.min_timeout;
-    sc.max_timeout = config.max_timeout;
-    sc.early_retransmit_after = config.early_retransmit_after;
-    sc.timeout_threshold = config.timeout_threshold;
-    sc.timeout_threshold_increment = config.timeout_threshold_increment;
-    sc.progress_timeout = config.peer_timeout;
+    sc.retransmit = config.retransmit;
     o.session.num_hosts = num_hosts;
     o.session.generations = Generations();
     o.session.generation_stride = window_total;
@@ -815,7 +802,7 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
   const bool check = !checkers.empty();
   state->remaining = static_cast<int>(nthreads);
   state->check_pending = check;
-  const uint64_t job_id = next_job++;
+  const uint64_t allreduce = next_allreduce++;
   auto slice_done = [state](const Status& st) {
     std::lock_guard<std::mutex> l(state->mu);
     if (state->status.ok() && !st.ok()) state->status = st;
@@ -834,18 +821,19 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
     auto verdict = std::make_shared<Verdict>();
     verdict->waiting = checkers.size();
     for (control::Attachment* a : checkers) {
-      a->Announce(job_id, count, static_cast<uint32_t>(dtype), [state, verdict](const Status& st) {
-        {
-          std::lock_guard<std::mutex> v(verdict->mu);
-          if (verdict->given) return;
-          if (st.code() == StatusCode::kUnavailable && --verdict->waiting > 0) return;
-          verdict->given = true;
-        }
-        std::lock_guard<std::mutex> l(state->mu);
-        if (state->status.ok() && !st.ok()) state->status = st;
-        state->check_pending = false;
-        state->cv.notify_all();
-      });
+      a->Announce(allreduce, count, static_cast<uint32_t>(dtype),
+                  [state, verdict](const Status& st) {
+                    {
+                      std::lock_guard<std::mutex> v(verdict->mu);
+                      if (verdict->given) return;
+                      if (st.code() == StatusCode::kUnavailable && --verdict->waiting > 0) return;
+                      verdict->given = true;
+                    }
+                    std::lock_guard<std::mutex> l(state->mu);
+                    if (state->status.ok() && !st.ok()) state->status = st;
+                    state->check_pending = false;
+                    state->cv.notify_all();
+                  });
     }
   }
   const size_t esize = DataTypeSize(dtype);
@@ -853,26 +841,26 @@ Result<AllReduceHandle> Context::Impl::Submit(const void* in, void* out, size_t 
     // Slices of whole packets, the same on every worker of the job.
     const size_t p0 = packets * t / nthreads, p1 = packets * (t + 1) / nthreads;
     const size_t e0 = std::min(count, p0 * numel), e1 = std::min(count, p1 * numel);
-    worker::SliceJob job;
-    job.job_id = job_id;
-    job.dtype = dtype;
-    job.in = static_cast<const uint8_t*>(in) + e0 * esize;
-    job.out = static_cast<uint8_t*>(out) + e0 * esize;
-    job.count = e1 - e0;
-    job.element_offset = e0;
+    worker::Slice slice;
+    slice.allreduce = allreduce;
+    slice.dtype = dtype;
+    slice.in = static_cast<const uint8_t*>(in) + e0 * esize;
+    slice.out = static_cast<uint8_t*>(out) + e0 * esize;
+    slice.count = e1 - e0;
+    slice.element_offset = e0;
     if (sparse) {
       // Block-sparse (docs/protocol.md 2.5): every thread gets the whole tensor and takes the
       // blocks b with b mod nthreads = t of it (worker::SparseSession).
-      job.in = in;
-      job.out = out;
-      job.count = count;
-      job.element_offset = 0;
-      job.sparse = true;
-      job.sparse_auto = config.sparse_auto;
-      job.lane = static_cast<uint32_t>(t);
-      job.lanes = static_cast<uint32_t>(nthreads);
+      slice.in = in;
+      slice.out = out;
+      slice.count = count;
+      slice.element_offset = 0;
+      slice.sparse = true;
+      slice.sparse_auto = config.sparse_auto;
+      slice.lane = static_cast<uint32_t>(t);
+      slice.lanes = static_cast<uint32_t>(nthreads);
     }
-    threads[t]->Submit(job, slice_done);
+    threads[t]->Submit(slice, slice_done);
   }
   pending.push_back(handle);
   if (pending.size() > 1024) {

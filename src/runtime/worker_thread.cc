@@ -76,11 +76,11 @@ WorkerThread::WorkerThread(WorkerThreadOptions options,
 
 WorkerThread::~WorkerThread() { Stop(); }
 
-void WorkerThread::Submit(const worker::SliceJob& job, SliceDone done) {
+void WorkerThread::Submit(const worker::Slice& slice, SliceDone done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopped_) {
-      queue_.push_back(Pending{job, std::move(done)});
+      queue_.push_back(Pending{slice, std::move(done)});
       transport_->Wake();
       return;
     }
@@ -222,7 +222,7 @@ void WorkerThread::Run() {
       }
     }
     if (!have) {
-      // Idle: late duplicates of finished jobs may still arrive; read and drop them.
+      // Idle: late duplicates of finished slices may still arrive; read and drop them.
       constexpr auto kIdleWait = std::chrono::milliseconds(100);
       auto r = transport_->Receive(idle_rx, kIdleWait);
       if (!r.ok()) {
@@ -401,12 +401,12 @@ bool WorkerThread::RunSlice(const Pending& p) {
     p.done(failure_->Get());
     return true;
   }
-  session_.Start(p.job, Now());
+  session_.Start(p.slice, Now());
   const bool stopping = !Pump();
   Status st = session_.status();
   if (!stopping && st.code() == StatusCode::kDeadlineExceeded && explain_stall_) {
     // No result for the progress timeout: the switch may know which peer is missing.
-    if (std::string why = explain_stall_(p.job.job_id); !why.empty()) {
+    if (std::string why = explain_stall_(p.slice.allreduce); !why.empty()) {
       st = DeadlineExceededError(st.message() + "; the switch says: " + why);
     }
   }

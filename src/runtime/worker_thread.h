@@ -79,10 +79,10 @@ struct WorkerThreadOptions {
   std::string expected_group;
   bool group_required = true;
   // When not empty and a slice fails because no result came for the progress timeout
-  // (DEADLINE_EXCEEDED), called with the slice's job id (the context's all-reduce number) for a
+  // (DEADLINE_EXCEEDED), called with the slice's all-reduce number for a
   // sentence the error adds (the switch's account: which rank has not started it); it may block
   // briefly and returns "" when it knows nothing.
-  std::function<std::string(uint64_t job_id)> explain_stall;
+  std::function<std::string(uint64_t allreduce)> explain_stall;
 };
 
 class WorkerThread {
@@ -97,7 +97,7 @@ class WorkerThread {
   ~WorkerThread();  // Stop()s
 
   // Queues a slice; after Stop() it is reported as CANCELLED at once.
-  void Submit(const worker::SliceJob& job, SliceDone done);
+  void Submit(const worker::Slice& slice, SliceDone done);
   // Switch host `host` (index into options.switches) died: the thread moves its slots off it
   // (worker::StripedSession::Failover) as soon as it can; a failure to do so is latched.
   // Thread-safe; does not block.
@@ -117,7 +117,7 @@ class WorkerThread {
 
  private:
   struct Pending {
-    worker::SliceJob job;
+    worker::Slice slice;
     SliceDone done;
   };
   void Run();

@@ -139,9 +139,9 @@ WorkerThreadOptions OneWorker(uint32_t window, milliseconds rto, WaitPolicy wait
   worker::SessionConfig& c = o.session.session;
   c.num_workers = 1;
   c.window = window;
-  c.timeout = rto;
-  c.min_timeout = rto;
-  c.progress_timeout = std::chrono::seconds(10);
+  c.retransmit.timeout = rto;
+  c.retransmit.min_timeout = rto;
+  c.retransmit.peer_timeout = std::chrono::seconds(10);
   o.switches.push_back(SwitchRoute{kSwitch, 0, 0, "test switch"});
   o.wait = wait;
   o.expected_group = std::move(group);
@@ -152,14 +152,14 @@ WorkerThreadOptions OneWorker(uint32_t window, milliseconds rto, WaitPolicy wait
 // Runs one int32 slice of in through the thread into out (of in's size); its status.
 Status SubmitSlice(WorkerThread* thread, const std::vector<int32_t>& in,
                    std::vector<int32_t>* out) {
-  worker::SliceJob job;
-  job.job_id = 1;
-  job.dtype = DataType::kInt32;
-  job.in = in.data();
-  job.out = out->data();
-  job.count = in.size();
+  worker::Slice slice;
+  slice.allreduce = 1;
+  slice.dtype = DataType::kInt32;
+  slice.in = in.data();
+  slice.out = out->data();
+  slice.count = in.size();
   std::promise<Status> done;
-  thread->Submit(job, [&](const Status& st) { done.set_value(st); });
+  thread->Submit(slice, [&](const Status& st) { done.set_value(st); });
   return done.get_future().get();
 }
 

@@ -125,15 +125,16 @@ Status SimConfig::Validate() const {
         "the switch's packet rate must be 0 (unlimited) or in [0.001, 1e15] packets/s");
   }
   auto ns = [](worker::Nanos d) { return static_cast<double>(d.count()); };
-  if (!delay(ns(session.timeout)) || !delay(ns(session.max_timeout)) ||
-      !delay(ns(session.min_timeout)) || !delay(ns(session.clock_granularity))) {
+  if (!delay(ns(session.retransmit.timeout)) || !delay(ns(session.retransmit.max_timeout)) ||
+      !delay(ns(session.retransmit.min_timeout)) ||
+      !delay(ns(session.retransmit.clock_granularity))) {
     return InvalidArgumentError(
         "the sessions' timeouts and clock granularity must be at most 1e12 ns (1000 s)");
   }
   if (!(max_sim_seconds > 0 && max_sim_seconds <= kMaxSimSeconds)) {
     return InvalidArgumentError("the time limit must be in (0, 1e6] s");
   }
-  if (ns(session.progress_timeout) > kMaxSimSeconds * 1e9) {
+  if (ns(session.retransmit.peer_timeout) > kMaxSimSeconds * 1e9) {
     return InvalidArgumentError("the sessions' progress timeout must be at most 1e6 s");
   }
   return Status();
@@ -765,12 +766,12 @@ void Engine::StartCollective(uint32_t j, uint32_t rank) {
     SessionState& ss = sessions_[s];
     ss.running = true;
     const size_t bytes = c.dtype == DataType::kInt32 ? 4 : 4;
-    worker::SliceJob slice{rs.collective + 1ull,
-                           c.dtype,
-                           static_cast<const uint8_t*>(in) + e0 * bytes,
-                           static_cast<uint8_t*>(out) + e0 * bytes,
-                           e1 - e0,
-                           e0};
+    worker::Slice slice{rs.collective + 1ull,
+                        c.dtype,
+                        static_cast<const uint8_t*>(in) + e0 * bytes,
+                        static_cast<uint8_t*>(out) + e0 * bytes,
+                        e1 - e0,
+                        e0};
     if (jc.sparse) {  // the whole tensor; the session takes lane t's blocks of it
       slice.in = in;
       slice.out = out;

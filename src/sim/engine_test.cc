@@ -222,7 +222,7 @@ TEST(SimEngineTest, TimingBeyondThePicosecondClockIsRefused) {
   c.max_sim_seconds = 1e12;
   refused(c, "time limit");
   c = StarConfig(2, 1000, DataType::kInt32, 0);
-  c.session.max_timeout = std::chrono::hours(24 * 365);
+  c.session.retransmit.max_timeout = std::chrono::hours(24 * 365);
   refused(c, "timeouts");
   // And the largest accepted values of all of them at once run to the end.
   c = StarConfig(2, 1000, DataType::kInt32, 0);
@@ -232,9 +232,10 @@ TEST(SimEngineTest, TimingBeyondThePicosecondClockIsRefused) {
     l.params.buffer_bytes = kMaxBufferBytes;
   }
   c.switch_latency_ns = c.host_latency_ns = c.timer_granularity_ns = kMaxDelayNs;
-  c.session.timeout = c.session.min_timeout = c.session.max_timeout =
-      std::chrono::nanoseconds(static_cast<int64_t>(kMaxDelayNs));
-  c.session.progress_timeout = std::chrono::seconds(static_cast<int64_t>(kMaxSimSeconds));
+  c.session.retransmit.timeout = c.session.retransmit.min_timeout =
+      c.session.retransmit.max_timeout =
+          std::chrono::nanoseconds(static_cast<int64_t>(kMaxDelayNs));
+  c.session.retransmit.peer_timeout = std::chrono::seconds(static_cast<int64_t>(kMaxSimSeconds));
   c.max_sim_seconds = kMaxSimSeconds;
   auto r = Simulate(c);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -259,9 +260,10 @@ TEST(SimEngineTest, AnEndlessQueueOfSlowPacketsStopsAtTheTimeLimit) {
   }
   c.jobs[0].window = 64;
   c.switch_pps = 1e9 / kMaxDelayNs;
-  c.session.timeout = c.session.min_timeout = c.session.max_timeout = std::chrono::milliseconds(10);
-  c.session.timeout_threshold = 1000000;  // no back-off: a window every 10 ms
-  c.session.progress_timeout = std::chrono::seconds(100);
+  c.session.retransmit.timeout = c.session.retransmit.min_timeout =
+      c.session.retransmit.max_timeout = std::chrono::milliseconds(10);
+  c.session.retransmit.timeout_threshold = 1000000;  // no back-off: a window every 10 ms
+  c.session.retransmit.peer_timeout = std::chrono::seconds(100);
   c.max_sim_seconds = 50;
   auto r = Simulate(c);
   ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -12,10 +12,10 @@ namespace switchml::sim {
 
 inline void UseTestTiming(SimConfig* c) {
   c->switch_config.slots_per_job = 1024;
-  c->session.timeout = std::chrono::microseconds(200);
-  c->session.min_timeout = std::chrono::microseconds(100);
-  c->session.clock_granularity = std::chrono::microseconds(1);
-  c->session.progress_timeout = std::chrono::seconds(1);
+  c->session.retransmit.timeout = std::chrono::microseconds(200);
+  c->session.retransmit.min_timeout = std::chrono::microseconds(100);
+  c->session.retransmit.clock_granularity = std::chrono::microseconds(1);
+  c->session.retransmit.peer_timeout = std::chrono::seconds(1);
   c->payload = PayloadMode::kVerified;
 }
 

@@ -39,9 +39,9 @@
 
 namespace switchml::worker {
 
-// One slice as far as failover cares: its job and where its blocks sit in the slots.
+// One slice as far as failover cares: its all-reduce and where its blocks sit in the slots.
 struct SliceLayout {
-  uint64_t job_id = 0;
+  uint64_t allreduce = 0;
   DataType dtype = DataType::kInt32;
   const void* in = nullptr;  // valid only for a slice still running (SliceProgress::current)
   void* out = nullptr;

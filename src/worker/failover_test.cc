@@ -25,7 +25,7 @@ LaneProgress InSlice(uint64_t blocks, std::vector<uint32_t> done, std::vector<in
   p.blocks_done.assign(kW, 100);  // earlier slices: 100 blocks per slot
   for (uint32_t l = 0; l < kW; ++l) p.blocks_done[l] += done[l];
   SliceLayout s;
-  s.job_id = 9;
+  s.allreduce = 9;
   s.dtype = DataType::kInt32;
   s.count = blocks * kNumel - 1;  // the last block is short
   s.blocks = blocks;
@@ -146,7 +146,7 @@ TEST(PlanRepairTest, AWorkerASliceAheadContributesTheInputItKept) {
   ps[0].last_inputs.assign(kW * kNumel * 4, 0);
   const int32_t kept[kNumel] = {77, 0};  // (block 9 is the slice's short last block)
   std::memcpy(ps[0].last_inputs.data() + 1 * kNumel * 4, kept, sizeof(kept));  // slot 1
-  ps[0].current->job_id = 10;
+  ps[0].current->allreduce = 10;
   ps[0].current_done.assign(kW, 0);
   const std::vector<int32_t> sum = Sum(ps);
   for (uint32_t r = 0; r < kN; ++r) {

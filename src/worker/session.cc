@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "base/check.h"
+#include "base/status_macros.h"
 #include "quant/quantizer.h"
 #include "worker/striping.h"
 
@@ -47,7 +48,7 @@ template <bool kWrite>
 void WorkerSession::PrefetchBlock(const void* base, uint64_t block) const {
   if (block >= blocks_) return;
   const size_t first = block * numel_;
-  const size_t n = std::min(numel_, job_.count - first);
+  const size_t n = std::min(numel_, slice_.count - first);
   PrefetchBytes<kWrite>(static_cast<const char*>(base) + 4 * first, 4 * n);
 }
 
@@ -68,18 +69,7 @@ Status SessionConfig::Validate() const {
   if (!proto::IsSupportedSize(size)) {
     return InvalidArgumentError("packet size must be 64 or 256 elements");
   }
-  if (timeout.count() <= 0) return InvalidArgumentError("timeout must be positive");
-  if (min_timeout.count() <= 0) return InvalidArgumentError("min_timeout must be positive");
-  if (max_timeout < min_timeout) {
-    return InvalidArgumentError("max_timeout must be at least min_timeout");
-  }
-  if (clock_granularity.count() < 0) {
-    return InvalidArgumentError("clock_granularity must not be negative");
-  }
-  if (timeout_threshold == 0) return InvalidArgumentError("timeout_threshold must be at least 1");
-  if (progress_timeout < timeout) {
-    return InvalidArgumentError("progress timeout must be at least the retransmission timeout");
-  }
+  RETURN_IF_ERROR(retransmit.Validate());
   if (stripes == 0 || stripes > window) {
     return InvalidArgumentError("stripes must be in 1..window (a slot per switch host at least)");
   }
@@ -104,13 +94,13 @@ WorkerSession::WorkerSession(const SessionConfig& config)
     stripe_of_slot_[l] = StripeOfSlot(l, config.window, config.stripes);
   }
   if (config.keep_last_inputs) last_inputs_.resize(size_t{config.window} * numel_ * 4);
-  current_timeout_ = ClampRto(config.timeout);
-  next_threshold_ = config.timeout_threshold;
+  current_timeout_ = ClampRto(config.retransmit.timeout);
+  next_threshold_ = config.retransmit.timeout_threshold;
   counters_.rto = current_timeout_;
 }
 
 bool WorkerSession::PacketExists(uint64_t q) const {
-  if (job_.dtype == DataType::kInt32) return q < blocks_;
+  if (slice_.dtype == DataType::kInt32) return q < blocks_;
   return q < blocks_ || (q >= config_.window && q < config_.window + blocks_);
 }
 
@@ -141,16 +131,16 @@ void WorkerSession::Enqueue(uint32_t local) {
   s.queued = true;
 }
 
-void WorkerSession::Start(const SliceJob& job, Nanos now) {
+void WorkerSession::Start(const Slice& slice, Nanos now) {
   CHECK(state_ != State::kRunning) << "Start() while a slice is running";
-  CHECK(job.count == 0 || (job.in != nullptr && job.out != nullptr));
-  CHECK(!job.sparse) << "a block-sparse slice goes through a SparseSession";
-  job_ = job;
+  CHECK(slice.count == 0 || (slice.in != nullptr && slice.out != nullptr));
+  CHECK(!slice.sparse) << "a block-sparse slice goes through a SparseSession";
+  slice_ = slice;
   state_ = State::kRunning;
   status_ = Status();
-  blocks_ = (job.count + numel_ - 1) / numel_;
+  blocks_ = (slice.count + numel_ - 1) / numel_;
   const uint64_t w = config_.window;
-  if (job.dtype == DataType::kInt32) {
+  if (slice.dtype == DataType::kInt32) {
     total_packets_ = blocks_;
     span_ = blocks_;
   } else {
@@ -183,21 +173,21 @@ void WorkerSession::Start(const SliceJob& job, Nanos now) {
 
 SliceLayout WorkerSession::Layout() const {
   SliceLayout l;
-  l.job_id = job_.job_id;
-  l.dtype = job_.dtype;
-  l.in = job_.in;
-  l.out = job_.out;
-  l.count = job_.count;
-  l.element_offset = job_.element_offset;
+  l.allreduce = slice_.allreduce;
+  l.dtype = slice_.dtype;
+  l.in = slice_.in;
+  l.out = slice_.out;
+  l.count = slice_.count;
+  l.element_offset = slice_.element_offset;
   l.base = slice_base_;
   l.blocks = blocks_;
   return l;
 }
 
 void WorkerSession::KeepInput(uint32_t local, uint64_t block) {
-  const size_t e = block * numel_, n = std::min(numel_, job_.count - e);
+  const size_t e = block * numel_, n = std::min(numel_, slice_.count - e);
   uint8_t* dst = last_inputs_.data() + size_t{local} * numel_ * 4;
-  std::memcpy(dst, static_cast<const uint8_t*>(job_.in) + 4 * e, 4 * n);
+  std::memcpy(dst, static_cast<const uint8_t*>(slice_.in) + 4 * e, 4 * n);
   std::memset(dst + 4 * n, 0, 4 * (numel_ - n));
 }
 
@@ -205,7 +195,7 @@ void WorkerSession::OnBlockDone(uint32_t local, uint64_t block) {
   ++slots_[local].blocks_done;
   ++blocks_done_[local];
   // In place, the result overwrites the input; an out-of-place slice's is kept when it ends.
-  if (config_.keep_last_inputs && job_.in == job_.out) KeepInput(local, block);
+  if (config_.keep_last_inputs && slice_.in == slice_.out) KeepInput(local, block);
 }
 
 void WorkerSession::KeepFinishedSlice() {
@@ -215,7 +205,7 @@ void WorkerSession::KeepFinishedSlice() {
   previous_ = Layout();
   previous_->in = nullptr;  // the caller's again once the slice is reported
   previous_->out = nullptr;
-  if (!config_.keep_last_inputs || job_.in == job_.out) return;
+  if (!config_.keep_last_inputs || slice_.in == slice_.out) return;
   // The last block of each slot used: the last W blocks, one per slot.
   const uint64_t w = config_.window;
   for (uint64_t b = blocks_ > w ? blocks_ - w : 0; b < blocks_; ++b) {
@@ -245,20 +235,20 @@ size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> bu
   CHECK(buf.size() >= bytes) << "transmit buffer of " << buf.size() << " bytes";
   proto::Header h;
   h.size = config_.size;
-  h.job_number = static_cast<uint8_t>(job_.job_id);
+  h.job_number = static_cast<uint8_t>(slice_.allreduce);
   h.tsi = slot.tsi;
   h.slot = slot.id;
   // The payload is written straight into buf in wire order, by SIMD kernels that convert the byte
   // order in the same pass (no host-order copy).
   const std::span<uint8_t> payload = buf.subspan(proto::kPrefixBytes, 4 * numel_);
-  if (job_.dtype == DataType::kInt32) {
+  if (slice_.dtype == DataType::kInt32) {
     const size_t first = size_t{q} * numel_;
-    const size_t n = std::min(numel_, job_.count - first);
-    PrefetchBlock<false>(job_.in, uint64_t{q} + kPrefetchBlocks);
-    proto::StorePayload({static_cast<const int32_t*>(job_.in) + first, n}, payload.first(4 * n));
+    const size_t n = std::min(numel_, slice_.count - first);
+    PrefetchBlock<false>(slice_.in, uint64_t{q} + kPrefetchBlocks);
+    proto::StorePayload({static_cast<const int32_t*>(slice_.in) + first, n}, payload.first(4 * n));
     std::fill(payload.begin() + 4 * n, payload.end(), 0);  // the last block's padding
   } else {
-    const float* in = static_cast<const float*>(job_.in);
+    const float* in = static_cast<const float*>(slice_.in);
     h.e0 = quant::kZeroBlockExponent;  // carries no exponent: does not raise the max
     // The block whose exponent this packet carries (q < B) and the block whose data it carries
     // (q >= W, unless flagged non-finite): nearly every packet has both, quantized and scanned
@@ -266,13 +256,13 @@ size_t WorkerSession::Encode(uint32_t q, const Slot& slot, std::span<uint8_t> bu
     std::span<const float> next, data;
     if (q < blocks_) {
       const size_t first = size_t{q} * numel_;
-      next = {in + first, std::min(numel_, job_.count - first)};
+      next = {in + first, std::min(numel_, slice_.count - first)};
       PrefetchBlock<false>(in, uint64_t{q} + kPrefetchBlocks);
     }
     const bool has_data = q >= config_.window && !slot.data_non_finite;
     if (has_data) {
       const size_t first = size_t{q - config_.window} * numel_;
-      data = {in + first, std::min(numel_, job_.count - first)};
+      data = {in + first, std::min(numel_, slice_.count - first)};
     }
     quant::BlockInfo info;
     // (The quantizers zero the padding after the last block's elements themselves.)
@@ -319,7 +309,7 @@ size_t WorkerSession::PollTransmit(Nanos now, std::span<uint8_t> buf) {
       ++counters_.sent;
       s.first_sent = now;
       s.first_seq = next_send_seq_++;
-      if (config_.early_retransmit_after > 0) {
+      if (config_.retransmit.early_retransmit_after > 0) {
         FirstOrder& f = first_order_[stripe_of_slot_[local]];
         if (f.size == f.ring.size()) {  // grow the ring (rarely: it holds ~W)
           std::vector<uint32_t> bigger(std::max<size_t>(64, 2 * f.ring.size()));
@@ -350,7 +340,7 @@ void WorkerSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now)
     ++counters_.malformed;
     return;
   }
-  if (state_ != State::kRunning || h.job_number != static_cast<uint8_t>(job_.job_id)) {
+  if (state_ != State::kRunning || h.job_number != static_cast<uint8_t>(slice_.allreduce)) {
     ++counters_.stale;
     return;
   }
@@ -369,7 +359,8 @@ void WorkerSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now)
   }
   last_progress_ = now;
   OnResult(s, now);
-  if (config_.early_retransmit_after > 0) CountLaterResult(s.first_seq, stripe_of_slot_[local]);
+  if (config_.retransmit.early_retransmit_after > 0)
+    CountLaterResult(s.first_seq, stripe_of_slot_[local]);
   Complete(local, h, datagram.subspan(proto::kPrefixBytes));
 }
 
@@ -380,18 +371,18 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
   const uint64_t w = config_.window;
   ++counters_.results;
   // The payload is read straight from the datagram's wire bytes (no host-order copy).
-  if (job_.dtype == DataType::kInt32) {
+  if (slice_.dtype == DataType::kInt32) {
     const size_t first = size_t{q} * numel_;
-    const size_t n = std::min(numel_, job_.count - first);
-    PrefetchBlock<true>(job_.out, uint64_t{q} + kPrefetchBlocks);
+    const size_t n = std::min(numel_, slice_.count - first);
+    PrefetchBlock<true>(slice_.out, uint64_t{q} + kPrefetchBlocks);
     OnBlockDone(local, q);
-    proto::LoadPayload(payload.first(4 * n), {static_cast<int32_t*>(job_.out) + first, n});
+    proto::LoadPayload(payload.first(4 * n), {static_cast<int32_t*>(slice_.out) + first, n});
   } else {
-    float* out = static_cast<float*>(job_.out);
+    float* out = static_cast<float*>(slice_.out);
     if (q >= w) {
       const uint64_t block = q - w;
       const size_t first = block * numel_;
-      const size_t n = std::min(numel_, job_.count - first);
+      const size_t n = std::min(numel_, slice_.count - first);
       PrefetchBlock<true>(out, block + kPrefetchBlocks);
       OnBlockDone(local, block);
       if (s.data_non_finite) {
@@ -425,8 +416,8 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
     KeepFinishedSlice();
     if (first_non_finite_block_ != UINT64_MAX) {
       const size_t first = first_non_finite_block_ * numel_;
-      const size_t a = job_.element_offset + first;
-      const size_t b = a + std::min(numel_, job_.count - first);
+      const size_t a = slice_.element_offset + first;
+      const size_t b = a + std::min(numel_, slice_.count - first);
       Finish(InvalidArgumentError(
           "input contains inf or NaN: elements [" + std::to_string(a) + ", " + std::to_string(b) +
           ") (and possibly later ones) are not finite on at least one worker; the affected "
@@ -439,7 +430,7 @@ void WorkerSession::Complete(uint32_t local, const proto::Header& h,
 
 void WorkerSession::HandleTimeout(Nanos now) {
   if (state_ != State::kRunning) return;
-  if (now - last_progress_ >= config_.progress_timeout) {
+  if (now - last_progress_ >= config_.retransmit.peer_timeout) {
     // Name one packet still missing, to help whoever debugs the hang.
     std::string which;
     for (uint32_t l = 0; l < slots_.size(); ++l) {
@@ -468,8 +459,8 @@ void WorkerSession::HandleTimeout(Nanos now) {
 }
 
 Nanos WorkerSession::ClampRto(Nanos rto) const {
-  const Nanos ceiling = std::min(config_.max_timeout, config_.progress_timeout);
-  return std::min(std::max(rto, config_.min_timeout), ceiling);
+  const Nanos ceiling = std::min(config_.retransmit.max_timeout, config_.retransmit.peer_timeout);
+  return std::min(std::max(rto, config_.retransmit.min_timeout), ceiling);
 }
 
 void WorkerSession::OnResult(const Slot& s, Nanos now) {
@@ -507,12 +498,12 @@ void WorkerSession::OnResult(const Slot& s, Nanos now) {
     srtt_ns_ = 0.875 * srtt_ns_ + 0.125 * r;
   }
   const double spread =
-      std::max(static_cast<double>(config_.clock_granularity.count()), 4 * rttvar_ns_);
+      std::max(static_cast<double>(config_.retransmit.clock_granularity.count()), 4 * rttvar_ns_);
   // A fresh sample ends any back-off: the RTO it gives is at least the sample itself
   // (docs/architecture.md, 4.3), so the round trip just seen is covered.
   current_timeout_ = ClampRto(Nanos{RoundNonNegative(srtt_ns_ + spread)});
   timeouts_since_sample_ = 0;
-  next_threshold_ = config_.timeout_threshold;
+  next_threshold_ = config_.retransmit.timeout_threshold;
   ++counters_.rtt_samples;
   counters_.srtt = Nanos{RoundNonNegative(srtt_ns_)};
   counters_.rttvar = Nanos{RoundNonNegative(rttvar_ns_)};
@@ -526,7 +517,7 @@ void WorkerSession::OnTimeout(Nanos now) {
   const uint64_t threshold = std::min<uint64_t>(next_threshold_, config_.window);
   if (++timeouts_since_sample_ >= threshold && now - last_backoff_ >= current_timeout_) {
     current_timeout_ = ClampRto(current_timeout_ * 2);
-    next_threshold_ += config_.timeout_threshold_increment;
+    next_threshold_ += config_.retransmit.timeout_threshold_increment;
     last_backoff_ = now;
     ++counters_.backoffs;
     counters_.rto = current_timeout_;
@@ -554,7 +545,7 @@ void WorkerSession::CountLaterResult(uint64_t seq, uint32_t stripe) {
     const uint32_t q = f.ring[(f.head + i) % cap];
     if (!waiting(q, &e)) continue;
     if (e->first_seq >= seq) break;
-    if (++e->later_results >= config_.early_retransmit_after) {
+    if (++e->later_results >= config_.retransmit.early_retransmit_after) {
       e->early = true;
       ++counters_.early_retransmits;
       Enqueue(LocalSlot(q));
@@ -564,7 +555,7 @@ void WorkerSession::CountLaterResult(uint64_t seq, uint32_t stripe) {
 
 std::optional<Nanos> WorkerSession::PollTimeout() const {
   if (state_ != State::kRunning) return std::nullopt;
-  Nanos t = last_progress_ + config_.progress_timeout;
+  Nanos t = last_progress_ + config_.retransmit.peer_timeout;
   if (HaveTimers()) t = std::min(t, EarliestDeadline());
   return t;
 }
@@ -634,8 +625,8 @@ void WorkerSession::Abort(Status status) {
 void WorkerSession::Finish(Status status) {
   state_ = State::kDone;
   status_ = std::move(status);
-  job_.in = nullptr;  // the caller may reuse the buffers now
-  job_.out = nullptr;
+  slice_.in = nullptr;  // the caller may reuse the buffers now
+  slice_.out = nullptr;
   base_ += span_;
   send_head_ = send_size_ = 0;
   for (FirstOrder& f : first_order_) f.head = f.size = 0;

@@ -9,7 +9,7 @@
 //
 // Packet ids and pool indices (reference notes, section 4): packet q of a slice uses
 // i = (q + shift) mod 2W, slot = slot_start + (i mod W), set = (i >= W), where shift is the id
-// span of all earlier slices, so set alternation continues across jobs. The tsi field carries a
+// span of all earlier slices, so set alternation continues across slices. The tsi field carries a
 // running round number of the slot rather than q: local slot l's k-th round (k = 0, 1, ...,
 // counted over all slices) has tsi (l + k W) mod 2^32, which is the running id shift + q while
 // slices use every slot. Every worker of the job sends the same tsi for the same round, and each
@@ -21,7 +21,7 @@
 // of block q - W (q >= W), scaled with the max exponent the switch returned for packet q - W. So
 // the packets of a float slice are q in [0, B) u [W, W + B).
 //
-// Use:  Start(job, now); then loop { PollTransmit -> send; receive -> HandleDatagram;
+// Use:  Start(slice, now); then loop { PollTransmit -> send; receive -> HandleDatagram;
 //       at PollTimeout() -> HandleTimeout } until state() != kRunning.
 // Thread-compatible: one thread drives a session. The slice's buffers must stay valid and
 // untouched by others until the slice ends.
@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "proto/wire.h"
+#include "switchml/retransmit.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
 #include "worker/failover.h"
@@ -48,43 +49,13 @@ struct SessionConfig {
   uint32_t slot_start = 0;
   uint32_t window = 64;  // W: outstanding packets = slots owned
   proto::SizeCode size = proto::SizeCode::k1024B;
-  // Retransmission timeout (RTO) from the measured round-trip time, as TCP computes it
-  // (RFC 6298): a sample is the time from a packet's only transmission to its result (Karn's
-  // rule: none from retransmitted packets, and none from results that come after the result of a
-  // packet sent later); SRTT and RTTVAR smooth them (RTTVAR falls only once
-  // per `window` samples, as Linux's, since a window gives that many per round trip) and
-  // RTO = SRTT + max(clock_granularity, 4 RTTVAR), clamped to [min_timeout, ceiling] where the
-  // ceiling is min(max_timeout, progress_timeout). The estimate persists across slices: a slice
-  // starts with the RTO the previous one ended with; `timeout` is the RTO until the first sample.
-  //
-  // Back-off (the reference's, counted differently): after `timeout_threshold` timeouts (at most
-  // `window`) with no fresh sample in between, the RTO doubles (at most once per RTO period, up
-  // to the ceiling) and the threshold grows by `timeout_threshold_increment`. The next fresh
-  // sample ends the back-off: the RTO is recomputed from the estimate, which that sample updated.
-  // (The reference counts all timeouts, so random loss alone inflates the timeout; one window
-  // timing out at once would double it several times.) docs/architecture.md, 4.3, says why.
-  Nanos timeout = std::chrono::milliseconds(10);
-  Nanos min_timeout = std::chrono::milliseconds(10);  // measured: docs/architecture.md, 4.3
-  Nanos max_timeout = std::chrono::seconds(1);
-  Nanos clock_granularity = std::chrono::microseconds(100);
-  uint32_t timeout_threshold = 100;
-  uint32_t timeout_threshold_increment = 100;
-  // Early retransmission (as TCP's fast retransmit), off when 0. A packet sent once whose result
-  // is still missing when the results of this many packets first sent after it have arrived is
-  // re-sent at once, without waiting for its timeout (at most once early; the timer stays). On a
-  // network that keeps each link's order, results come back in send order, so a result overtaken
-  // by later ones was held up: this worker's packet or its result was lost (then the re-send
-  // recovers it within a round trip instead of an RTO), or a peer's was (then the re-send is
-  // dropped by the switch as a duplicate, as a timeout's would be). Early re-sends are
-  // retransmissions (counted in `retransmitted` too and in `early_retransmits`), not timeouts: they
-  // do not back off. docs/architecture.md 4.3 and docs/simulator.md give the measurements.
-  uint32_t early_retransmit_after = 0;
+  // When to re-send a late packet and when to give up (RTO, back-off, early retransmission,
+  // peer timeout): the context hands on Config::retransmit whole.
+  RetransmitOptions retransmit;
   // The switch hosts the window is striped over (striping.h; 1: one switch). Early retransmission
   // compares a result only with the packets sent to the same host: results of different hosts
   // come back in no particular order relative to each other.
   uint32_t stripes = 1;
-  // A slice fails with kDeadlineExceeded when no result at all arrives for this long.
-  Nanos progress_timeout = std::chrono::seconds(10);
   // Keep a copy of the input of each slot's last block with a result (W blocks), for a failover
   // of a striped job (failover.h: another worker may still lack the result, and the block is
   // aggregated again): at each result of an in-place slice, and when an out-of-place slice
@@ -94,8 +65,8 @@ struct SessionConfig {
 };
 
 // One slice of an all-reduce. `in` and `out` may be the same buffer.
-struct SliceJob {
-  uint64_t job_id = 0;  // its low 8 bits travel as job_number
+struct Slice {
+  uint64_t allreduce = 0;  // the all-reduce number; its low 8 bits travel as job_number
   DataType dtype = DataType::kFloat32;
   const void* in = nullptr;
   void* out = nullptr;
@@ -119,7 +90,7 @@ struct SessionCounters {
   uint64_t timeouts = 0;
   uint64_t results = 0;            // results accepted
   uint64_t duplicates = 0;         // results for a packet not outstanding or not yet sent (dropped)
-  uint64_t stale = 0;              // results of another job (job_number differs; dropped)
+  uint64_t stale = 0;              // results of another all-reduce (job_number differs; dropped)
   uint64_t foreign_slot = 0;       // results for a slot outside this session's range (dropped)
   uint64_t malformed = 0;          // datagrams that failed decoding (dropped)
   uint64_t rtt_samples = 0;        // round-trip times measured (results of packets sent once)
@@ -142,7 +113,7 @@ class WorkerSession {
   explicit WorkerSession(const SessionConfig& config);  // config must Validate() (CHECKed)
 
   // Starts a slice; the session must not be running. A slice of 0 elements is done at once.
-  void Start(const SliceJob& job, Nanos now);
+  void Start(const Slice& slice, Nanos now);
 
   // Feeds one received datagram. Anything malformed, stale or duplicate is counted and dropped.
   void HandleDatagram(std::span<const uint8_t> datagram, Nanos now);
@@ -264,7 +235,7 @@ class WorkerSession {
 
   State state_ = State::kIdle;
   Status status_;
-  SliceJob job_;
+  Slice slice_;
   uint64_t blocks_ = 0;
   uint64_t total_packets_ = 0;
   uint64_t completed_packets_ = 0;

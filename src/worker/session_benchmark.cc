@@ -53,9 +53,9 @@ void WorkerPath(benchmark::State& state, size_t count, uint32_t window) {
   WorkerSession s(Config(1, window));
   std::array<uint8_t, proto::kMaxDatagramBytes> buf;
   const Nanos now{0};
-  uint64_t job = 0;
+  uint64_t allreduce = 0;
   for (auto _ : state) {
-    s.Start(SliceJob{++job, dtype, in.data(), out.data(), count, 0}, now);
+    s.Start(Slice{++allreduce, dtype, in.data(), out.data(), count, 0}, now);
     while (s.state() == WorkerSession::State::kRunning) {
       const size_t len = s.PollTransmit(now, buf);
       CHECK(len > 0);
@@ -110,11 +110,11 @@ void BM_RoundTrip(benchmark::State& state) {
   std::array<uint8_t, proto::kMaxDatagramBytes> buf;
   std::array<uint8_t, proto::kMaxDatagramBytes> reply;  // the switch's transmit buffer
   const Nanos now{0};
-  uint64_t job = 0;
+  uint64_t allreduce = 0;
   for (auto _ : state) {
-    ++job;
+    ++allreduce;
     for (uint32_t r = 0; r < n; ++r) {
-      sessions[r]->Start(SliceJob{job, dtype, in.data(), out[r].data(), kCount, 0}, now);
+      sessions[r]->Start(Slice{allreduce, dtype, in.data(), out[r].data(), kCount, 0}, now);
     }
     bool running = true;
     while (running) {

@@ -74,13 +74,13 @@ TEST(WorkerSessionTest, ValidateRejectsBadConfigs) {
   c.size = proto::SizeCode::k512B;
   EXPECT_FALSE(c.Validate().ok());
   c = SmallConfig();
-  c.progress_timeout = milliseconds(1);
+  c.retransmit.peer_timeout = milliseconds(1);
   EXPECT_FALSE(c.Validate().ok());
   c = SmallConfig();
-  c.min_timeout = Nanos{0};
+  c.retransmit.min_timeout = Nanos{0};
   EXPECT_NE(c.Validate().message().find("min_timeout"), std::string::npos);
   c = SmallConfig();
-  c.max_timeout = c.min_timeout / 2;
+  c.retransmit.max_timeout = c.retransmit.min_timeout / 2;
   EXPECT_NE(c.Validate().message().find("max_timeout"), std::string::npos);
 }
 
@@ -91,7 +91,7 @@ TEST(WorkerSessionTest, ValidateRejectsBadConfigs) {
 TEST(WorkerSessionTest, AnsweredTimersAreDroppedWithTheirResults) {
   WorkerSession s(SmallConfig(8));
   std::vector<int32_t> in(64 * 1000, 1), out(in.size());
-  s.Start(SliceJob{5, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{5, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
   std::vector<proto::Packet> in_flight;
   Nanos now = kT0;
   for (const Sent& p : DrainTransmit(s, now)) in_flight.push_back(p.packet);
@@ -124,7 +124,7 @@ TEST(WorkerSessionTest, Int32SelfClockedWindow) {
   WorkerSession s(SmallConfig());
   std::vector<int32_t> in(130), out(130, -7);
   std::iota(in.begin(), in.end(), -60);
-  s.Start(SliceJob{5, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{5, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
   auto first = DrainTransmit(s, kT0);
   ASSERT_EQ(first.size(), 2u);
   EXPECT_EQ(first[0].packet.header.tsi, 0u);
@@ -152,13 +152,13 @@ TEST(WorkerSessionTest, Int32SelfClockedWindow) {
   EXPECT_EQ(s.counters().results, 3u);
 }
 
-// Given a result that already arrived, a second copy of it, a result of another job, one for a
-// slot outside the session's range and a truncated datagram, Expect all four dropped and counted
+// Given a result that already arrived, a second copy of it, a result of another all-reduce, one for
+// a slot outside the session's range and a truncated datagram, Expect all four dropped and counted
 // and the output untouched by them.
 TEST(WorkerSessionTest, DropsDuplicateStaleForeignAndMalformedResults) {
   WorkerSession s(SmallConfig());
   std::vector<int32_t> in(128, 3), out(128, 0);
-  s.Start(SliceJob{9, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{9, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
   auto sent = DrainTransmit(s, kT0);
   ASSERT_EQ(sent.size(), 2u);
   std::vector<int32_t> sums(64, 6);
@@ -194,11 +194,11 @@ TEST(WorkerSessionTest, DropsDuplicateStaleForeignAndMalformedResults) {
 TEST(WorkerSessionTest, ResultForAPacketNotYetSentIsDropped) {
   WorkerSession s(SmallConfig()), twin(SmallConfig());
   std::vector<int32_t> in(128, 3), out(128, 0), twin_out(128, 0);
-  const SliceJob job{9, DataType::kInt32, in.data(), out.data(), in.size(), 0};
-  SliceJob twin_job = job;
-  twin_job.out = twin_out.data();
-  s.Start(job, kT0);
-  twin.Start(twin_job, kT0);
+  const Slice slice{9, DataType::kInt32, in.data(), out.data(), in.size(), 0};
+  Slice twin_slice = slice;
+  twin_slice.out = twin_out.data();
+  s.Start(slice, kT0);
+  twin.Start(twin_slice, kT0);
   auto guessed = DrainTransmit(twin, kT0);  // the same headers s is about to send
   ASSERT_EQ(guessed.size(), 2u);
   std::vector<int32_t> forged(64, 999);
@@ -218,10 +218,10 @@ TEST(WorkerSessionTest, ResultForAPacketNotYetSentIsDropped) {
 // slot and set) once its timeout passes, not before.
 TEST(WorkerSessionTest, RetransmitsUnchangedOnTimeout) {
   SessionConfig c = SmallConfig(1);
-  c.timeout = milliseconds(10);
+  c.retransmit.timeout = milliseconds(10);
   WorkerSession s(c);
   std::vector<int32_t> in(64, 1), out(64);
-  s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
   auto sent = DrainTransmit(s, kT0);
   ASSERT_EQ(sent.size(), 1u);
   ASSERT_TRUE(s.PollTimeout().has_value());
@@ -245,11 +245,11 @@ TEST(WorkerSessionTest, EarlyRetransmissionWhenLaterResultsArrive) {
   for (uint32_t after : {0u, 2u}) {
     SCOPED_TRACE("early_retransmit_after " + std::to_string(after));
     SessionConfig c = SmallConfig(4);
-    c.timeout = milliseconds(10);
-    c.early_retransmit_after = after;
+    c.retransmit.timeout = milliseconds(10);
+    c.retransmit.early_retransmit_after = after;
     WorkerSession s(c);
     std::vector<int32_t> in(64 * 8, 1), out(64 * 8);
-    s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+    s.Start(Slice{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
     auto sent = DrainTransmit(s, kT0);
     ASSERT_EQ(sent.size(), 4u);
     const Nanos t1 = kT0 + milliseconds(1);
@@ -294,12 +294,12 @@ TEST(WorkerSessionTest, EarlyRetransmissionComparesResultsOfOneHostOnly) {
     SCOPED_TRACE("stripes " + std::to_string(stripes));
     SessionConfig c = SmallConfig(4);
     c.slot_start = 0;
-    c.timeout = milliseconds(10);
-    c.early_retransmit_after = 1;
+    c.retransmit.timeout = milliseconds(10);
+    c.retransmit.early_retransmit_after = 1;
     c.stripes = stripes;
     WorkerSession s(c);
     std::vector<int32_t> in(64 * 4, 1), out(64 * 4);
-    s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+    s.Start(Slice{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
     auto sent = DrainTransmit(s, kT0);
     ASSERT_EQ(sent.size(), 4u);
     const Nanos t1 = kT0 + milliseconds(1);
@@ -311,11 +311,11 @@ TEST(WorkerSessionTest, EarlyRetransmissionComparesResultsOfOneHostOnly) {
 
 TEST(WorkerSessionTest, EarlyRetransmissionArmsNoSecondTimer) {
   SessionConfig c = SmallConfig(4);
-  c.timeout = milliseconds(10);
-  c.early_retransmit_after = 2;
+  c.retransmit.timeout = milliseconds(10);
+  c.retransmit.early_retransmit_after = 2;
   WorkerSession s(c);
   std::vector<int32_t> in(64 * 8, 1), out(64 * 8);
-  s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
   auto sent = DrainTransmit(s, kT0);
   ASSERT_EQ(sent.size(), 4u);
   const Nanos t1 = kT0 + milliseconds(1);
@@ -365,12 +365,12 @@ TEST(WorkerSessionTest, EarlyRetransmissionArmsNoSecondTimer) {
 // Given `timeout_threshold` timeouts with no result in between, Expect the timeout to double.
 TEST(WorkerSessionTest, BacksOffWhileNothingComesBack) {
   SessionConfig c = SmallConfig(8);  // one packet outstanding; the threshold is below the window
-  c.timeout = milliseconds(10);
-  c.timeout_threshold = 2;
-  c.timeout_threshold_increment = 2;
+  c.retransmit.timeout = milliseconds(10);
+  c.retransmit.timeout_threshold = 2;
+  c.retransmit.timeout_threshold_increment = 2;
   WorkerSession s(c);
   std::vector<int32_t> in(64, 1), out(64);
-  s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
   Nanos now = kT0;
   DrainTransmit(s, now);
   std::vector<Nanos> gaps;
@@ -392,11 +392,11 @@ TEST(WorkerSessionTest, BacksOffWhileNothingComesBack) {
 // from the estimate that sample gave.
 TEST(WorkerSessionTest, BackOffIsOncePerPeriodAndEndsWithAFreshSample) {
   SessionConfig c = SmallConfig(8);
-  c.timeout = milliseconds(10);
-  c.timeout_threshold = 4;
+  c.retransmit.timeout = milliseconds(10);
+  c.retransmit.timeout_threshold = 4;
   WorkerSession s(c);
   std::vector<int32_t> in(64 * 16, 1), out(64 * 16);
-  s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
   auto first = DrainTransmit(s, kT0);
   ASSERT_EQ(first.size(), 8u);
   Nanos now = kT0 + milliseconds(10);
@@ -421,7 +421,7 @@ TEST(WorkerSessionTest, BackOffIsOncePerPeriodAndEndsWithAFreshSample) {
   }
   ASSERT_TRUE(s.status().ok());
   const Nanos rto = s.counters().rto;
-  s.Start(SliceJob{2, DataType::kInt32, in.data(), out.data(), 64, 0}, now);
+  s.Start(Slice{2, DataType::kInt32, in.data(), out.data(), 64, 0}, now);
   ASSERT_EQ(DrainTransmit(s, now).size(), 1u);
   EXPECT_EQ(*s.PollTimeout(), now + rto);
 }
@@ -433,10 +433,10 @@ class EchoNetwork {
   using RttFn = std::function<std::optional<Nanos>(const proto::Packet&, uint64_t n)>;
   EchoNetwork(WorkerSession& s, RttFn rtt) : s_(s), rtt_(std::move(rtt)) {}
 
-  void RunSlice(uint64_t job, size_t count) {
+  void RunSlice(uint64_t allreduce, size_t count) {
     in_.assign(count, 1);
     out_.assign(count, 0);
-    s_.Start(SliceJob{job, DataType::kInt32, in_.data(), out_.data(), count, 0}, now_);
+    s_.Start(Slice{allreduce, DataType::kInt32, in_.data(), out_.data(), count, 0}, now_);
     for (int step = 0; s_.state() == WorkerSession::State::kRunning; ++step) {
       ASSERT_LT(step, 1'000'000);
       for (auto& p : DrainTransmit(s_, now_)) {
@@ -469,9 +469,9 @@ class EchoNetwork {
 
 SessionConfig EstimatorConfig(uint32_t window = 1) {
   SessionConfig c = SmallConfig(window);
-  c.timeout = milliseconds(100);
-  c.min_timeout = std::chrono::microseconds(1);
-  c.clock_granularity = std::chrono::microseconds(1);
+  c.retransmit.timeout = milliseconds(100);
+  c.retransmit.min_timeout = std::chrono::microseconds(1);
+  c.retransmit.clock_granularity = std::chrono::microseconds(1);
   return c;
 }
 
@@ -485,7 +485,7 @@ TEST(WorkerSessionTest, RttEstimateFollowsRfc6298) {
   EXPECT_EQ(s.counters().rto, milliseconds(100));
   std::vector<std::tuple<double, double, double>> seen;  // (SRTT, RTTVAR, RTO) in ms
   std::vector<int32_t> in(64 * 4, 1), out(in.size());
-  s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
   Nanos now = kT0;
   for (Nanos rtt : rtts) {
     auto sent = DrainTransmit(s, now);
@@ -527,7 +527,7 @@ TEST(WorkerSessionTest, RttVarFallsOncePerWindowOfSamplesAndRisesAtOnce) {
 TEST(WorkerSessionTest, NoRttSampleFromRetransmittedPackets) {
   WorkerSession s(EstimatorConfig());
   std::vector<int32_t> in(64 * 2, 1), out(in.size());
-  s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
   auto sent = DrainTransmit(s, kT0);
   s.HandleDatagram(Echo(sent[0].packet), kT0 + milliseconds(30));  // sample: 30 ms
   ASSERT_EQ(s.counters().rtt_samples, 1u);
@@ -564,9 +564,9 @@ TEST(WorkerSessionTest, ResultHeldUpBehindLaterOnesIsNoSample) {
 // still reports the measured round trip.
 TEST(WorkerSessionTest, RtoIsClampedToFloorAndCeiling) {
   SessionConfig c = EstimatorConfig();
-  c.min_timeout = milliseconds(5);
-  c.max_timeout = milliseconds(200);
-  c.progress_timeout = std::chrono::seconds(10);
+  c.retransmit.min_timeout = milliseconds(5);
+  c.retransmit.max_timeout = milliseconds(200);
+  c.retransmit.peer_timeout = std::chrono::seconds(10);
   WorkerSession s(c);
   EchoNetwork fast(s, [](const proto::Packet&, uint64_t) { return std::chrono::microseconds(20); });
   fast.RunSlice(1, 64 * 20);
@@ -577,7 +577,7 @@ TEST(WorkerSessionTest, RtoIsClampedToFloorAndCeiling) {
   slow.RunSlice(1, 64 * 3);
   EXPECT_EQ(t.counters().srtt, milliseconds(150));
   EXPECT_EQ(t.counters().rto, milliseconds(200));  // 150 + 4 * 75 = 450, clamped
-  c.progress_timeout = milliseconds(120);
+  c.retransmit.peer_timeout = milliseconds(120);
   WorkerSession u(c);
   EchoNetwork slower(u, [](const proto::Packet&, uint64_t) { return milliseconds(100); });
   slower.RunSlice(1, 64);
@@ -587,7 +587,7 @@ TEST(WorkerSessionTest, RtoIsClampedToFloorAndCeiling) {
 // Given many equal round trips, Expect RTTVAR to fade and the RTO to settle at SRTT + G.
 TEST(WorkerSessionTest, RtoSettlesAtSrttPlusClockGranularity) {
   SessionConfig c = EstimatorConfig();
-  c.clock_granularity = milliseconds(1);
+  c.retransmit.clock_granularity = milliseconds(1);
   WorkerSession s(c);
   EchoNetwork net(s, [](const proto::Packet&, uint64_t) { return milliseconds(3); });
   net.RunSlice(1, 64 * 100);
@@ -606,7 +606,7 @@ TEST(WorkerSessionTest, RtoCarriesOverAcrossSlices) {
   EXPECT_LT(rto, milliseconds(5));
   const Nanos later = net.now() + std::chrono::seconds(3);
   std::vector<int32_t> in(64 * 4, 1), out(in.size());
-  s.Start(SliceJob{2, DataType::kInt32, in.data(), out.data(), in.size(), 0}, later);
+  s.Start(Slice{2, DataType::kInt32, in.data(), out.data(), in.size(), 0}, later);
   ASSERT_EQ(DrainTransmit(s, later).size(), 4u);
   EXPECT_EQ(*s.PollTimeout(), later + rto);
 }
@@ -617,7 +617,7 @@ TEST(WorkerSessionTest, RtoCarriesOverAcrossSlices) {
 // (none at all in the next slice): no retransmission storm.
 TEST(WorkerSessionTest, RoundTripAboveInitialTimeoutConvergesWithoutStorm) {
   SessionConfig c = EstimatorConfig(16);
-  c.timeout = milliseconds(10);
+  c.retransmit.timeout = milliseconds(10);
   WorkerSession s(c);
   EchoNetwork net(s, [](const proto::Packet&, uint64_t) { return milliseconds(50); });
   net.RunSlice(1, 64 * 16 * 20);  // 20 windows
@@ -635,7 +635,7 @@ TEST(WorkerSessionTest, RoundTripAboveInitialTimeoutConvergesWithoutStorm) {
 // finish, and the first fresh sample afterwards to bring the RTO back to the estimate.
 TEST(WorkerSessionTest, FreshSampleEndsBackOff) {
   SessionConfig c = EstimatorConfig(8);
-  c.min_timeout = milliseconds(2);
+  c.retransmit.min_timeout = milliseconds(2);
   WorkerSession s(c);
   EchoNetwork net(s, [](const proto::Packet&, uint64_t n) -> std::optional<Nanos> {
     if (n >= 80 && n < 88 + 8 * 3) return std::nullopt;  // a silence of several windows
@@ -651,7 +651,7 @@ TEST(WorkerSessionTest, FreshSampleEndsBackOff) {
 TEST(WorkerSessionTest, AbortStopsTouchingTheBuffers) {
   WorkerSession s(SmallConfig(2));
   std::vector<int32_t> in(128, 5), out(128, -1);
-  s.Start(SliceJob{3, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{3, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
   auto sent = DrainTransmit(s, kT0);
   ASSERT_EQ(sent.size(), 2u);
   s.Abort(UnavailableError("transport gone"));
@@ -667,10 +667,10 @@ TEST(WorkerSessionTest, AbortStopsTouchingTheBuffers) {
 // DEADLINE_EXCEEDED status whose message says what is probably wrong.
 TEST(WorkerSessionTest, FailsWithClearErrorWhenNothingComesBack) {
   SessionConfig c = SmallConfig();
-  c.progress_timeout = milliseconds(100);
+  c.retransmit.peer_timeout = milliseconds(100);
   WorkerSession s(c);
   std::vector<int32_t> in(256, 1), out(256);
-  s.Start(SliceJob{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{1, DataType::kInt32, in.data(), out.data(), in.size(), 0}, kT0);
   Nanos now = kT0;
   for (int i = 0; i < 1000 && s.state() == WorkerSession::State::kRunning; ++i) {
     DrainTransmit(s, now);
@@ -696,7 +696,7 @@ TEST(WorkerSessionTest, SetAlternationContinuesAcrossJobs) {
       {64, DataType::kFloat32},  {128, DataType::kInt32},   {500, DataType::kFloat32}};
   uint64_t id = 0;
   for (auto [count, dtype] : slices) {
-    s.Start(SliceJob{++id, dtype, in.data(), out.data(), count, 0}, kT0);
+    s.Start(Slice{++id, dtype, in.data(), out.data(), count, 0}, kT0);
     while (s.state() == WorkerSession::State::kRunning) {
       auto sent = DrainTransmit(s, kT0);
       ASSERT_FALSE(sent.empty());
@@ -724,7 +724,7 @@ TEST(WorkerSessionTest, TsiOfASlotGrowsByTheWindowPerRoundEvenWhenSlicesSkipIt) 
   std::map<uint16_t, std::vector<uint32_t>> tsis;  // by slot index
   uint64_t id = 0;
   auto run = [&](size_t count) {
-    s.Start(SliceJob{++id, DataType::kFloat32, in.data(), out.data(), count, 0}, kT0);
+    s.Start(Slice{++id, DataType::kFloat32, in.data(), out.data(), count, 0}, kT0);
     while (s.state() == WorkerSession::State::kRunning) {
       auto sent = DrainTransmit(s, kT0);
       ASSERT_FALSE(sent.empty());
@@ -754,7 +754,7 @@ TEST(WorkerSessionTest, Float32ExponentsTravelOneWindowAhead) {
   WorkerSession s(SmallConfig(2));
   std::vector<float> in(150), out(150);
   for (size_t i = 0; i < in.size(); ++i) in[i] = std::sin(0.1f * i) * (i < 64 ? 1.f : 1000.f);
-  s.Start(SliceJob{1, DataType::kFloat32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{1, DataType::kFloat32, in.data(), out.data(), in.size(), 0}, kT0);
   auto sent = DrainTransmit(s, kT0);
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(sent[0].packet.header.e0, quant::AnalyzeBlock({in.data(), 64}).exponent);
@@ -782,7 +782,7 @@ TEST(WorkerSessionTest, NonFiniteInputGivesClearErrorAndNaN) {
   WorkerSession s(SmallConfig(4));
   std::vector<float> in(192, 0.5f), out(192);
   in[70] = INFINITY;
-  s.Start(SliceJob{1, DataType::kFloat32, in.data(), out.data(), in.size(), 1000}, kT0);
+  s.Start(Slice{1, DataType::kFloat32, in.data(), out.data(), in.size(), 1000}, kT0);
   while (s.state() == WorkerSession::State::kRunning) {
     auto sent = DrainTransmit(s, kT0);
     ASSERT_FALSE(sent.empty());
@@ -799,7 +799,7 @@ TEST(WorkerSessionTest, NonFiniteInputGivesClearErrorAndNaN) {
 TEST(WorkerSessionTest, ZeroBlocksGiveZeros) {
   WorkerSession s(SmallConfig(1));
   std::vector<float> in(64, 0.f), out(64, 1.f);
-  s.Start(SliceJob{1, DataType::kFloat32, in.data(), out.data(), in.size(), 0}, kT0);
+  s.Start(Slice{1, DataType::kFloat32, in.data(), out.data(), in.size(), 0}, kT0);
   while (s.state() == WorkerSession::State::kRunning) {
     for (auto& p : DrainTransmit(s, kT0)) s.HandleDatagram(Echo(p.packet), kT0);
   }

@@ -13,17 +13,18 @@ SparseSession::SparseSession(const StripedSessionConfig& config)
       num_workers_(config.session.num_workers),
       numel_(proto::NumelOf(config.session.size)) {}
 
-void SparseSession::Start(const SliceJob& job, Nanos now) {
+void SparseSession::Start(const Slice& slice, Nanos now) {
   CHECK(state() != State::kRunning) << "Start() while a slice is running";
   own_result_ = false;
-  if (!job.sparse) {
-    inner_.Start(job, now);
+  if (!slice.sparse) {
+    inner_.Start(slice, now);
     return;
   }
-  CHECK(job.lanes >= 1 && job.lane < job.lanes) << "lane " << job.lane << " of " << job.lanes;
-  CHECK(job.count == 0 || (job.in != nullptr && job.out != nullptr));
-  job_ = job;
-  share_ = BlockShare{job.count, numel_, job.lane, job.lanes};
+  CHECK(slice.lanes >= 1 && slice.lane < slice.lanes)
+      << "lane " << slice.lane << " of " << slice.lanes;
+  CHECK(slice.count == 0 || (slice.in != nullptr && slice.out != nullptr));
+  slice_ = slice;
+  share_ = BlockShare{slice.count, numel_, slice.lane, slice.lanes};
   own_result_ = true;
   state_ = State::kRunning;
   status_ = Status();
@@ -33,9 +34,9 @@ void SparseSession::Start(const SliceJob& job, Nanos now) {
   sparse_counters_.blocks += blocks;
   sparse_counters_.announce_words += announce_.size();
   sparse_counters_.own_blocks +=
-      EncodeAnnouncement(job.in, job.dtype, share_, num_workers_, announce_);
-  SliceJob a;
-  a.job_id = job.job_id;
+      EncodeAnnouncement(slice.in, slice.dtype, share_, num_workers_, announce_);
+  Slice a;
+  a.allreduce = slice.allreduce;
   a.dtype = DataType::kInt32;
   a.in = a.out = announce_.data();
   a.count = announce_.size();
@@ -86,7 +87,7 @@ void SparseSession::StartUnion(Nanos now) {
   UnionBlocks(announce_, blocks, num_workers_, &union_);
   sparse_counters_.union_blocks += union_.size();
   const bool dense =
-      union_.size() == blocks || (job_.sparse_auto && AutoChoosesDense(union_.size(), blocks));
+      union_.size() == blocks || (slice_.sparse_auto && AutoChoosesDense(union_.size(), blocks));
   direct_ = dense && share_.lanes == 1;
   phase_ = Phase::kUnion;
   if (dense) {
@@ -97,7 +98,7 @@ void SparseSession::StartUnion(Nanos now) {
   }
   if (direct_) {
     // The share is the whole tensor: the job itself as a dense slice, in to out.
-    SliceJob d = job_;
+    Slice d = slice_;
     d.sparse = d.sparse_auto = false;
     inner_.Start(d, now);
     return;
@@ -107,10 +108,10 @@ void SparseSession::StartUnion(Nanos now) {
     for (uint64_t j = 0; j < blocks; ++j) union_[j] = j;
   }
   compact_.resize(union_.size() * numel_ * 4);
-  GatherBlocks(job_.in, share_, union_, compact_);
-  SliceJob u;
-  u.job_id = job_.job_id;
-  u.dtype = job_.dtype;
+  GatherBlocks(slice_.in, share_, union_, compact_);
+  Slice u;
+  u.allreduce = slice_.allreduce;
+  u.dtype = slice_.dtype;
   u.in = u.out = compact_.data();
   u.count = union_.size() * numel_;
   inner_.Start(u, now);
@@ -128,13 +129,13 @@ void SparseSession::FinishUnion() {
     Finish(st);
     return;
   }
-  ScatterBlocks(compact_, share_, union_, job_.out, /*zero_others=*/job_.in != job_.out);
-  if (!st.ok() && job_.dtype == DataType::kFloat32) {
+  ScatterBlocks(compact_, share_, union_, slice_.out, /*zero_others=*/slice_.in != slice_.out);
+  if (!st.ok() && slice_.dtype == DataType::kFloat32) {
     for (size_t i = 0; i < union_.size(); ++i) {
       float first;
       std::memcpy(&first, compact_.data() + i * numel_ * 4, 4);
       if (!std::isnan(first)) continue;
-      const size_t a = job_.element_offset + share_.FirstElement(union_[i]);
+      const size_t a = slice_.element_offset + share_.FirstElement(union_[i]);
       const size_t b = a + share_.Elements(union_[i]);
       st = InvalidArgumentError(
           "input contains inf or NaN: elements [" + std::to_string(a) + ", " + std::to_string(b) +
@@ -150,8 +151,8 @@ void SparseSession::Finish(Status status) {
   phase_ = Phase::kNone;
   state_ = State::kDone;
   status_ = std::move(status);
-  job_.in = nullptr;  // the caller's again
-  job_.out = nullptr;
+  slice_.in = nullptr;  // the caller's again
+  slice_.out = nullptr;
 }
 
 }  // namespace switchml::worker

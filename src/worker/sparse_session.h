@@ -3,7 +3,7 @@
 // StripedSession it wraps, with the same interface: bytes and a time in, bytes, a destination
 // host and timer deadlines out.
 //
-// A dense slice (SliceJob::sparse false) goes to the StripedSession unchanged. A sparse one is
+// A dense slice (Slice::sparse false) goes to the StripedSession unchanged. A sparse one is
 // the whole tensor and this thread's lane of it (sparse.h): Start reads the thread's blocks and
 // writes the announcement of those that are non-zero here, then runs two slices of its own on
 // the StripedSession, back to back, through the same driver loop:
@@ -37,15 +37,15 @@
 namespace switchml::worker {
 
 struct SparseCounters {
-  uint64_t allreduces = 0;      // sparse slices run
-  uint64_t blocks = 0;          // blocks of their shares (announced)
-  uint64_t own_blocks = 0;      // of those, non-zero on this worker
-  uint64_t union_blocks = 0;    // of those, non-zero on some worker
+  uint64_t allreduces = 0;    // sparse slices run
+  uint64_t blocks = 0;        // blocks of their shares (announced)
+  uint64_t own_blocks = 0;    // of those, non-zero on this worker
+  uint64_t union_blocks = 0;  // of those, non-zero on some worker
   // Shares aggregated whole (dense), without a compact buffer: every block in the union, or the
-  // auto rule's choice (SliceJob::sparse_auto); their blocks all count as aggregated.
+  // auto rule's choice (Slice::sparse_auto); their blocks all count as aggregated.
   uint64_t dense_shares = 0;
   uint64_t aggregated_blocks = 0;  // blocks of union and dense slices that crossed the network
-  uint64_t announce_words = 0;  // int32 words of the announcements
+  uint64_t announce_words = 0;     // int32 words of the announcements
 };
 
 class SparseSession {
@@ -55,7 +55,7 @@ class SparseSession {
   explicit SparseSession(const StripedSessionConfig& config);  // must Validate() (CHECKed)
 
   // Starts a slice, dense or sparse; the session must not be running.
-  void Start(const SliceJob& job, Nanos now);
+  void Start(const Slice& slice, Nanos now);
   void HandleDatagram(std::span<const uint8_t> datagram, Nanos now);
   void HandleTimeout(Nanos now);
   void Abort(Status status);
@@ -98,7 +98,7 @@ class SparseSession {
   bool own_result_ = false;
   State state_ = State::kIdle;
   Status status_;
-  SliceJob job_;
+  Slice slice_;
   BlockShare share_;
   std::vector<int32_t> announce_;  // this worker's announcement, then the sums
   std::vector<uint64_t> union_;    // share-local blocks of the union, ascending

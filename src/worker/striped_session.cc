@@ -65,20 +65,20 @@ void StripedSession::MakeInner() {
   inner_ = std::make_unique<WorkerSession>(sc);
 }
 
-void StripedSession::Run(const SliceJob& job, Nanos now) {
+void StripedSession::Run(const Slice& slice, Nanos now) {
   state_ = State::kRunning;
-  inner_->Start(job, now);
+  inner_->Start(slice, now);
   if (inner_->state() == WorkerSession::State::kDone) Advance(now);
 }
 
-void StripedSession::Start(const SliceJob& job, Nanos now) {
+void StripedSession::Start(const Slice& slice, Nanos now) {
   CHECK(state_ != State::kRunning) << "Start() while running";
   status_ = Status();
-  user_job_ = job;
+  user_slice_ = slice;
   user_active_ = true;
   non_finite_ = false;
   phase_ = Phase::kUser;
-  Run(job, now);
+  Run(slice, now);
 }
 
 void StripedSession::HandleDatagram(std::span<const uint8_t> datagram, Nanos now) {
@@ -168,12 +168,12 @@ Status StripedSession::Failover(uint32_t host, Nanos now) {
   status_ = Status();
   agreement_ = EncodeAgreement(progress_);
   phase_ = Phase::kAgreement;
-  SliceJob job;
-  job.job_id = kAgreementJob;
-  job.dtype = DataType::kInt32;
-  job.in = job.out = agreement_.data();
-  job.count = agreement_.size();
-  Run(job, now);
+  Slice slice;
+  slice.allreduce = kAgreementAllReduce;
+  slice.dtype = DataType::kInt32;
+  slice.in = slice.out = agreement_.data();
+  slice.count = agreement_.size();
+  Run(slice, now);
   return Status();
 }
 
@@ -209,14 +209,14 @@ void StripedSession::Advance(Nanos now) {
       failover_counters_.blocks_staged += plan_.staged.size();
       const SliceLayout& s =
           plan_.slice == RepairPlan::Slice::kCurrent ? *progress_.current : *progress_.previous;
-      SliceJob job;
-      job.job_id = kStagingJob;
-      job.dtype = s.dtype;
-      job.in = job.out = staging_.data();
-      job.count = plan_.staged.size() * progress_.numel;
-      job.element_offset = s.element_offset;
+      Slice slice;
+      slice.allreduce = kStagingAllReduce;
+      slice.dtype = s.dtype;
+      slice.in = slice.out = staging_.data();
+      slice.count = plan_.staged.size() * progress_.numel;
+      slice.element_offset = s.element_offset;
       phase_ = Phase::kStaging;
-      Run(job, now);
+      Run(slice, now);
       return;
     }
     case Phase::kStaging:
@@ -235,16 +235,16 @@ void StripedSession::AfterStaging(Nanos now) {
   if (plan_.slice == RepairPlan::Slice::kCurrent && plan_.tail_start < progress_.current->blocks) {
     const SliceLayout& s = *progress_.current;
     const size_t first = plan_.tail_start * progress_.numel;
-    SliceJob job;
-    job.job_id = s.job_id;
-    job.dtype = s.dtype;
-    job.in = static_cast<const uint8_t*>(s.in) + 4 * first;
-    job.out = static_cast<uint8_t*>(s.out) + 4 * first;
-    job.count = s.count - first;
-    job.element_offset = s.element_offset + first;
+    Slice slice;
+    slice.allreduce = s.allreduce;
+    slice.dtype = s.dtype;
+    slice.in = static_cast<const uint8_t*>(s.in) + 4 * first;
+    slice.out = static_cast<uint8_t*>(s.out) + 4 * first;
+    slice.count = s.count - first;
+    slice.element_offset = s.element_offset + first;
     failover_counters_.blocks_tail += s.blocks - plan_.tail_start;
     phase_ = Phase::kTail;
-    Run(job, now);
+    Run(slice, now);
     return;
   }
   AfterRepair(now);
@@ -266,15 +266,15 @@ void StripedSession::AfterRepair(Nanos now) {
     status_ =
         non_finite_
             ? InvalidArgumentError("input contains inf or NaN in elements [" +
-                                   std::to_string(user_job_.element_offset) + ", " +
-                                   std::to_string(user_job_.element_offset + user_job_.count) +
+                                   std::to_string(user_slice_.element_offset) + ", " +
+                                   std::to_string(user_slice_.element_offset + user_slice_.count) +
                                    ") on at least one worker; the affected outputs are set to NaN")
             : Status();
     return;
   }
   ++failover_counters_.slices_restarted;
   non_finite_ = false;
-  Run(user_job_, now);
+  Run(user_slice_, now);
 }
 
 }  // namespace switchml::worker

@@ -58,7 +58,7 @@ class StripedSession {
 
   explicit StripedSession(const StripedSessionConfig& config);  // must Validate() (CHECKed)
 
-  void Start(const SliceJob& job, Nanos now);
+  void Start(const Slice& slice, Nanos now);
   void HandleDatagram(std::span<const uint8_t> datagram, Nanos now);
   void HandleTimeout(Nanos now);
   void Abort(Status status);
@@ -88,7 +88,7 @@ class StripedSession {
 
  private:
   enum class Phase { kUser, kAgreement, kStaging, kTail };
-  static constexpr uint64_t kAgreementJob = 0xfa, kStagingJob = 0xfb;
+  static constexpr uint64_t kAgreementAllReduce = 0xfa, kStagingAllReduce = 0xfb;
 
   // The inner session is done: the next phase, or this session's end.
   void Advance(Nanos now);
@@ -96,7 +96,7 @@ class StripedSession {
   void AfterRepair(Nanos now);
   void Fail(Status status);
   void MakeInner();
-  void Run(const SliceJob& job, Nanos now);
+  void Run(const Slice& slice, Nanos now);
 
   StripedSessionConfig config_;
   std::unique_ptr<WorkerSession> inner_;
@@ -106,7 +106,7 @@ class StripedSession {
   Status status_;
   Phase phase_ = Phase::kUser;
   bool user_active_ = false;  // a slice of the caller's is under way
-  SliceJob user_job_;
+  Slice user_slice_;
   bool non_finite_ = false;  // a phase of the slice saw non-finite values (float)
   std::string failed_host_;  // for messages
   // The failover under way.

@@ -81,7 +81,7 @@ class Options:
     busy_poll: Optional[bool] = None
     peer_timeout: Optional[float] = None  # seconds
     setup_timeout: Optional[float] = None  # seconds
-    early_retransmit: Optional[int] = None  # Config::early_retransmit_after (0: off)
+    early_retransmit: Optional[int] = None  # Config::retransmit.early_retransmit_after (0: off)
     authenticate_data: Optional[bool] = None  # Config::authenticate_data
     session_id: int = 0  # 0: rank 0 picks a random one and shares it through the store
     link_gbps: Optional[float] = None  # Config::link_gbps (the automatic window)
@@ -90,9 +90,9 @@ class Options:
     wake_batch: Optional[float] = None  # Config::wake_batch, in [0, 1] (0: off)
     multicast: Optional[str] = None  # "auto", "on" or "off" (switchml worker --multicast)
     check_tensors: Optional[bool] = None  # Config::check_tensors
-    retransmit_timeout: Optional[float] = None  # seconds; Config::timeout
-    min_retransmit_timeout: Optional[float] = None  # seconds; Config::min_timeout
-    max_retransmit_timeout: Optional[float] = None  # seconds; Config::max_timeout
+    retransmit_timeout: Optional[float] = None  # seconds; Config::retransmit.timeout
+    min_retransmit_timeout: Optional[float] = None  # seconds; Config::retransmit.min_timeout
+    max_retransmit_timeout: Optional[float] = None  # seconds; Config::retransmit.max_timeout
     pin_threads: Optional[bool] = None  # Config::pin_threads
     sparse: Optional[str] = None  # "auto", "on" or "off": Config::sparse and sparse_auto
 

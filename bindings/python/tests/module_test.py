@@ -66,6 +66,16 @@ class ConfigTest(unittest.TestCase):
         for field in ("link_gbps", "min_timeout", "max_timeout", "max_outstanding_packets",
                       "early_retransmit_after"):
             self.assertTrue(hasattr(c, field), field)
+        # The retransmission attributes read and write the C++ Config::retransmit struct, which
+        # validate() checks: a timeout above the peer timeout is refused.
+        c.timeout = datetime.timedelta(milliseconds=20)
+        c.early_retransmit_after = 3
+        self.assertEqual((c.timeout, c.early_retransmit_after),
+                         (datetime.timedelta(milliseconds=20), 3))
+        c.peer_timeout = datetime.timedelta(milliseconds=10)
+        with self.assertRaisesRegex(switchml.SwitchMLError, "peer_timeout must be at least"):
+            c.validate()
+        c.peer_timeout = datetime.timedelta(seconds=3)
         c.packet_numel = 100
         with self.assertRaisesRegex(switchml.SwitchMLError, "use 64 or 256"):
             c.validate()
