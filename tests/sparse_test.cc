@@ -461,7 +461,9 @@ TEST_P(SparseAllReduceTest, ResultsAreDensesOnEveryWorkerAndOnlyTheUnionTravels)
   if (clean) {
     CheckTraffic();
     // The 90 %-dense ops give some lanes a union between 7/8 and all of their blocks.
-    if (p.sparse_auto) EXPECT_GT(auto_dense_, 0u);
+    if (p.sparse_auto) {
+      EXPECT_GT(auto_dense_, 0u);
+    }
   }
   for (const Worker& w : jobs_[0].workers) {
     for (const Lane& l : w.lanes) {
