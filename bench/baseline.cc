@@ -103,7 +103,7 @@ int ParseBaselineFlags(int argc, char** argv, const std::string& program, bool w
   };
   if (with_rank) {
     if (!in_range("workers", 1, 64, &o->workers)) return 2;
-    if (!flags->WasSet("rank")) return bad("--rank is required");
+    if (!flags->WasSetByName("rank")) return bad("--rank is required");
     if (!in_range("rank", 0, o->workers - 1, &o->rank)) return 2;
   }
   o->size = flags->GetSize("size");
