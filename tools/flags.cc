@@ -229,7 +229,8 @@ template <typename T>
 const T& Flags::Named(const std::string& name) const {
   auto it = flags_.find(name);
   CHECK(it != flags_.end()) << "no flag " << name;
-  CHECK(std::holds_alternative<T*>(it->second.bound)) << "flag " << name << " read as the wrong kind";
+  CHECK(std::holds_alternative<T*>(it->second.bound))
+      << "flag " << name << " read as the wrong kind";
   return *std::get<T*>(it->second.bound);
 }
 std::string Flags::GetString(const std::string& name) const { return Named<std::string>(name); }
