@@ -179,7 +179,8 @@ Status Flags::Parse(const std::vector<std::string>& args, bool* help_requested) 
 
 std::string Flags::Usage() const {
   std::ostringstream s;
-  s << "usage: switchml " << command_ << " [flags]\n\n" << summary_ << "\n\nflags:\n";
+  s << "usage: " << (program_.empty() ? "" : program_ + " ") << command_ << " [flags]\n\n"
+    << summary_ << "\n\nflags:\n";
   for (const auto& name : order_) {
     const Flag& f = flags_.at(name);
     const bool is_switch = std::holds_alternative<bool*>(f.bound);
@@ -209,36 +210,5 @@ bool Flags::WasSet(const void* bound) const {
   CHECK(false) << "WasSet: no flag is bound to this variable";
   return false;
 }
-
-void Flags::AddString(const std::string& name, std::string def, std::string help) {
-  Add(name, Owned<std::string>(std::move(def)), std::move(help));
-}
-void Flags::AddInt(const std::string& name, int64_t def, std::string help) {
-  Add(name, Owned<int64_t>(def), std::move(help));
-}
-void Flags::AddDouble(const std::string& name, double def, std::string help) {
-  Add(name, Owned<double>(def), std::move(help));
-}
-void Flags::AddBool(const std::string& name, std::string help) {
-  Add(name, Owned<bool>(false), std::move(help));
-}
-void Flags::AddSize(const std::string& name, uint64_t def, std::string help) {
-  Add(name, Owned<Size>(Size{def}), std::move(help));
-}
-template <typename T>
-const T& Flags::Named(const std::string& name) const {
-  auto it = flags_.find(name);
-  CHECK(it != flags_.end()) << "no flag " << name;
-  CHECK(std::holds_alternative<T*>(it->second.bound))
-      << "flag " << name << " read as the wrong kind";
-  return *std::get<T*>(it->second.bound);
-}
-std::string Flags::GetString(const std::string& name) const { return Named<std::string>(name); }
-std::string Flags::DefaultString(const std::string& name) const { return flags_.at(name).def; }
-int64_t Flags::GetInt(const std::string& name) const { return Named<int64_t>(name); }
-double Flags::GetDouble(const std::string& name) const { return Named<double>(name); }
-bool Flags::GetBool(const std::string& name) const { return Named<bool>(name); }
-uint64_t Flags::GetSize(const std::string& name) const { return Named<Size>(name).value; }
-bool Flags::WasSetByName(const std::string& name) const { return flags_.at(name).set; }
 
 }  // namespace switchml::tools

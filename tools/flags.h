@@ -21,7 +21,6 @@
 
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -38,8 +37,9 @@ struct Size {
 
 class Flags {
  public:
-  Flags(std::string command, std::string summary)
-      : command_(std::move(command)), summary_(std::move(summary)) {}
+  // --help's first line is "usage: PROGRAM COMMAND [flags]" (a program of its own: program "").
+  Flags(std::string command, std::string summary, std::string program = "switchml")
+      : command_(std::move(command)), summary_(std::move(summary)), program_(std::move(program)) {}
 
   // Declares --`name`, bound to *bound (whose current value is the default). The kind follows
   // the type: a string, a whole number (int64_t: the commands check their ranges before they
@@ -61,31 +61,7 @@ class Flags {
   // aborts).
   bool WasSet(const void* bound) const;
 
-  // Named access, until every command binds its flags (then removed): values held here.
-  void AddString(const std::string& name, std::string def, std::string help);
-  void AddInt(const std::string& name, int64_t def, std::string help);
-  void AddDouble(const std::string& name, double def, std::string help);
-  void AddBool(const std::string& name, std::string help);
-  void AddSize(const std::string& name, uint64_t def, std::string help);
-  std::string GetString(const std::string& name) const;
-  int64_t GetInt(const std::string& name) const;
-  double GetDouble(const std::string& name) const;
-  bool GetBool(const std::string& name) const;
-  uint64_t GetSize(const std::string& name) const;
-  bool WasSetByName(const std::string& name) const;
-  std::string DefaultString(const std::string& name) const;
-
  private:
-  template <typename T>
-  T* Owned(T def) {
-    owned_.push_back(std::make_unique<Value>(std::move(def)));
-    return &std::get<T>(*owned_.back());
-  }
-  template <typename T>
-  const T& Named(const std::string& name) const;
-  using Value = std::variant<std::string, int64_t, double, bool, Size>;
-  std::vector<std::unique_ptr<Value>> owned_;
-
   using Bound = std::variant<std::string*, int64_t*, double*, bool*, Size*>;
   struct Flag {
     Bound bound;
@@ -97,7 +73,7 @@ class Flags {
   // Parses `value` into f's variable; an error names --`name`.
   static Status Assign(const std::string& name, const std::string& value, Flag* f);
 
-  std::string command_, summary_;
+  std::string command_, summary_, program_;
   std::vector<std::string> order_;
   std::map<std::string, Flag> flags_;
 };

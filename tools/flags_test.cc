@@ -63,6 +63,13 @@ TEST(FlagsTest, UnsetFlagsKeepTheirDefaultsWhichHelpShows) {
   EXPECT_NE(usage.find("  --quiet                 quiet\n"), std::string::npos);
 }
 
+TEST(FlagsTest, UsageNamesAProgramOfItsOwn) {
+  Flags own("gen", "a load", "switchml_transport_bench");
+  EXPECT_EQ(own.Usage().rfind("usage: switchml_transport_bench gen [flags]\n", 0), 0u);
+  Flags alone("gloo_allreduce", "a baseline", /*program=*/"");
+  EXPECT_EQ(alone.Usage().rfind("usage: gloo_allreduce [flags]\n", 0), 0u);
+}
+
 TEST(FlagsTest, WasSetTellsGivenFromDefaulted) {
   Flags f("demo", "a demo");
   DemoFlags d;
