@@ -44,13 +44,13 @@ struct StatusFlags {
   double interval = 1;
   int64_t count = 0;
   std::string job_secret;
-  std::string tls_ca, tls_cert, tls_key, tls_server_name;
+  TlsClientFlags tls;
   int64_t timeout_ms = 5000;
   std::string log_level = "warning";
 };
 
-Result<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const StatusFlags& flags) {
-  const std::string &ca = flags.tls_ca, &cert = flags.tls_cert, &key = flags.tls_key;
+Result<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const TlsClientFlags& tls) {
+  const std::string &ca = tls.ca, &cert = tls.cert, &key = tls.key;
   if (ca.empty()) {
     if (!cert.empty() || !key.empty()) {
       return InvalidArgumentError("a TLS client certificate needs the CA file too (--tls-ca)");
@@ -322,11 +322,7 @@ void DefineStatusFlags(Flags* flags, StatusFlags* f) {
              "show the jobs created with this secret in full (default: "
              "$SWITCHML_JOB_SECRET); a switch run with --require-secret answers only "
              "requests that carry one");
-  flags->Add("tls-ca", &f->tls_ca, "PEM CA of the switch's certificate: talk TLS to the switch");
-  flags->Add("tls-cert", &f->tls_cert, "PEM client certificate, for a switch that requires one");
-  flags->Add("tls-key", &f->tls_key, "PEM private key of --tls-cert");
-  flags->Add("tls-server-name", &f->tls_server_name,
-             "the name in the switch's certificate (default: its host)");
+  AddTlsClientFlags(flags, &f->tls);
   flags->Add("timeout-ms", &f->timeout_ms, "how long to wait for the switch's answer");
   flags->Add("log-level", &f->log_level, "debug, info, warning, error or off");
 }
@@ -378,8 +374,8 @@ int StatusCommand(const std::vector<std::string>& given) {
   if (t.secret.empty()) {
     if (const char* env = std::getenv("SWITCHML_JOB_SECRET")) t.secret = env;
   }
-  t.server_name = flags.tls_server_name;
-  auto credentials = Credentials(flags);
+  t.server_name = flags.tls.server_name;
+  auto credentials = Credentials(flags.tls);
   if (!credentials.ok()) return Fail(credentials.status().message(), 2);
   t.credentials = *credentials;
 

@@ -108,7 +108,7 @@ struct WorkerFlags {
   std::string bind = "0.0.0.0";
   int64_t udp_port = 0;
   std::string job_secret;
-  std::string tls_ca, tls_cert, tls_key, tls_server_name;
+  TlsClientFlags tls;
   int64_t metrics_port = -1;
   std::string metrics_bind = "127.0.0.1";
   int64_t metrics_linger = 0;
@@ -132,11 +132,7 @@ void DefineWorkerFlags(Flags* flags, WorkerFlags* f) {
   flags->Add("job-secret", &f->job_secret,
              "the job's secret, the same on every worker (default: $SWITCHML_JOB_SECRET; "
              "none: an unprotected job)");
-  flags->Add("tls-ca", &f->tls_ca, "PEM CA of the switch's certificate: talk TLS to the switch");
-  flags->Add("tls-cert", &f->tls_cert, "PEM client certificate, for a switch that requires one");
-  flags->Add("tls-key", &f->tls_key, "PEM private key of --tls-cert");
-  flags->Add("tls-server-name", &f->tls_server_name,
-             "the name in the switch's certificate (default: its host)");
+  AddTlsClientFlags(flags, &f->tls);
   flags->Add("metrics-port", &f->metrics_port,
              "serve this worker's counters as Prometheus metrics on "
              "http://METRICS-BIND:N/metrics while the job runs (0 = pick a port; -1 = off)");
@@ -223,10 +219,10 @@ Config MakeConfig(const WorkerFlags& flags, const JobOptions& job, const WorkerO
                  "reaches the switch's control port can disturb this job\n",
                  w.who.c_str());
   }
-  config.tls_ca_file = flags.tls_ca;
-  config.tls_cert_file = flags.tls_cert;
-  config.tls_key_file = flags.tls_key;
-  config.tls_server_name = flags.tls_server_name;
+  config.tls_ca_file = flags.tls.ca;
+  config.tls_cert_file = flags.tls.cert;
+  config.tls_key_file = flags.tls.key;
+  config.tls_server_name = flags.tls.server_name;
   return config;
 }
 

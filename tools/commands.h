@@ -123,6 +123,13 @@ struct JobFlags {
   DpdkFlags dpdk;
 };
 
+// A control-plane client's TLS flags as given (`worker`, `status`): --tls-ca, --tls-cert,
+// --tls-key, --tls-server-name.
+struct TlsClientFlags {
+  std::string ca, cert, key, server_name;
+};
+void AddTlsClientFlags(Flags* flags, TlsClientFlags* t);
+
 // Binds the job's flags to *j. `auto_transport`: --transport defaults to kAutoTransport (`run`)
 // instead of udp, and only then accepts "auto" (the other commands refuse it).
 void AddJobFlags(Flags* flags, JobFlags* j, bool auto_transport = false);

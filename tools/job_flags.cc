@@ -39,6 +39,14 @@ void ApplyDpdkFlags(const DpdkFlags& d) {
   if (!d.device.empty()) setenv("SWITCHML_DPDK_DEVICE", d.device.c_str(), 1);
 }
 
+void AddTlsClientFlags(Flags* f, TlsClientFlags* t) {
+  f->Add("tls-ca", &t->ca, "PEM CA of the switch's certificate: talk TLS to the switch");
+  f->Add("tls-cert", &t->cert, "PEM client certificate, for a switch that requires one");
+  f->Add("tls-key", &t->key, "PEM private key of --tls-cert");
+  f->Add("tls-server-name", &t->server_name,
+         "the name in the switch's certificate (default: its host)");
+}
+
 void AddJobFlags(Flags* f, JobFlags* j, bool auto_transport) {
   j->auto_transport = auto_transport;
   j->threads = auto_transport ? 0 : 1;
