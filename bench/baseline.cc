@@ -57,26 +57,26 @@ std::string Join(const std::vector<double>& v) {
 
 }  // namespace
 
-void AddBaselineFlags(tools::Flags* flags, bool with_rank) {
+void AddBaselineFlags(tools::Flags* flags, BaselineFlags* f, bool with_rank) {
   if (with_rank) {
-    flags->AddInt("rank", -1, "this process's rank, 0..workers-1 (required)");
-    flags->AddInt("workers", 2, "number of processes, 1..64");
+    flags->Add("rank", &f->rank, "this process's rank, 0..workers-1 (required)");
+    flags->Add("workers", &f->workers, "number of processes, 1..64");
   }
-  flags->AddSize("size", 1 << 20, "elements per all-reduce (suffix K, M, G = 2^10, 2^20, 2^30)");
-  flags->AddString("dtype", "float32", "element type: float32 or int32");
-  flags->AddInt("iterations", 5, "timed all-reduces");
-  flags->AddInt("warmup", 1, "untimed all-reduces before them");
-  flags->AddInt("seed", 1, "seed of the verifiable input pattern (as switchml)");
-  flags->AddInt("packet-numel", 256,
-                "the pattern's block size (switchml's default, so the tensor is the same)");
-  flags->AddInt("timeout-s", 60, "fail when setup or any collective takes longer");
-  flags->AddBool("no-verify", "skip checking each result");
-  flags->AddBool("report", "print a BENCH_RESULT line on stdout");
-  flags->AddBool("quiet", "no progress output (rank 0 prints progress on stderr)");
+  flags->Add("size", &f->size, "elements per all-reduce (suffix K, M, G = 2^10, 2^20, 2^30)");
+  flags->Add("dtype", &f->dtype, "element type: float32 or int32");
+  flags->Add("iterations", &f->iterations, "timed all-reduces");
+  flags->Add("warmup", &f->warmup, "untimed all-reduces before them");
+  flags->Add("seed", &f->seed, "seed of the verifiable input pattern (as switchml)");
+  flags->Add("packet-numel", &f->packet_numel,
+             "the pattern's block size (switchml's default, so the tensor is the same)");
+  flags->Add("timeout-s", &f->timeout_s, "fail when setup or any collective takes longer");
+  flags->Add("no-verify", &f->no_verify, "skip checking each result");
+  flags->Add("report", &f->report, "print a BENCH_RESULT line on stdout");
+  flags->Add("quiet", &f->quiet, "no progress output (rank 0 prints progress on stderr)");
 }
 
 int ParseBaselineFlags(int argc, char** argv, const std::string& program, bool with_rank,
-                       tools::Flags* flags, BaselineOptions* o) {
+                       tools::Flags* flags, const BaselineFlags& f, BaselineOptions* o) {
   auto bad = [&](const std::string& msg) {
     std::fprintf(stderr, "%s: %s\n(see %s --help)\n", program.c_str(), msg.c_str(),
                  program.c_str());
@@ -86,13 +86,10 @@ int ParseBaselineFlags(int argc, char** argv, const std::string& program, bool w
   Status st = flags->Parse(std::vector<std::string>(argv + 1, argv + argc), &help);
   if (!st.ok()) return bad(st.message());
   if (help) {
-    std::string usage = flags->Usage();
-    if (usage.rfind("usage: switchml ", 0) == 0) usage.erase(7, 9);  // not a switchml command
-    std::fputs(usage.c_str(), stdout);
+    std::fputs(flags->Usage().c_str(), stdout);
     return 0;
   }
-  auto in_range = [&](const char* name, int64_t lo, int64_t hi, int64_t* out) {
-    const int64_t v = flags->GetInt(name);
+  auto in_range = [&](const char* name, int64_t v, int64_t lo, int64_t hi, int64_t* out) {
     if (v < lo || v > hi) {
       bad("--" + std::string(name) + " must be in " + std::to_string(lo) + ".." +
           std::to_string(hi) + ", not " + std::to_string(v));
@@ -102,25 +99,26 @@ int ParseBaselineFlags(int argc, char** argv, const std::string& program, bool w
     return true;
   };
   if (with_rank) {
-    if (!in_range("workers", 1, 64, &o->workers)) return 2;
-    if (!flags->WasSet("rank")) return bad("--rank is required");
-    if (!in_range("rank", 0, o->workers - 1, &o->rank)) return 2;
+    if (!in_range("workers", f.workers, 1, 64, &o->workers)) return 2;
+    if (!flags->WasSet(&f.rank)) return bad("--rank is required");
+    if (!in_range("rank", f.rank, 0, o->workers - 1, &o->rank)) return 2;
   }
-  o->size = flags->GetSize("size");
+  o->size = f.size.value;
   if (o->size == 0 || o->size > (uint64_t{1} << 32)) return bad("--size must be 1..4G elements");
-  if (!ParseDataType(flags->GetString("dtype"), &o->dtype))
-    return bad("--dtype must be float32 or int32, not '" + flags->GetString("dtype") + "'");
+  if (!ParseDataType(f.dtype, &o->dtype))
+    return bad("--dtype must be float32 or int32, not '" + f.dtype + "'");
   int64_t seed = 0;
-  if (!in_range("iterations", 1, 1000000, &o->iterations) ||
-      !in_range("warmup", 0, 1000000, &o->warmup) || !in_range("seed", 0, INT64_MAX, &seed) ||
-      !in_range("packet-numel", 1, 1 << 20, &o->packet_numel) ||
-      !in_range("timeout-s", 1, 86400, &o->timeout_s)) {
+  if (!in_range("iterations", f.iterations, 1, 1000000, &o->iterations) ||
+      !in_range("warmup", f.warmup, 0, 1000000, &o->warmup) ||
+      !in_range("seed", f.seed, 0, INT64_MAX, &seed) ||
+      !in_range("packet-numel", f.packet_numel, 1, 1 << 20, &o->packet_numel) ||
+      !in_range("timeout-s", f.timeout_s, 1, 86400, &o->timeout_s)) {
     return 2;
   }
   o->seed = static_cast<uint64_t>(seed);
-  o->verify = !flags->GetBool("no-verify");
-  o->report = flags->GetBool("report");
-  o->quiet = flags->GetBool("quiet");
+  o->verify = !f.no_verify;
+  o->report = f.report;
+  o->quiet = f.quiet;
   return -1;
 }
 

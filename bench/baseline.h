@@ -35,14 +35,31 @@ struct BaselineOptions {
   bool quiet = false;
 };
 
-// Adds the shared flags (--size, --dtype, --iterations, --warmup, --seed, --packet-numel,
-// --timeout-s, --no-verify, --report, --quiet; --rank and --workers when with_rank) to `flags`.
-void AddBaselineFlags(tools::Flags* flags, bool with_rank);
+// The shared flags as given (AddBaselineFlags binds them; ParseBaselineFlags checks them).
+struct BaselineFlags {
+  int64_t rank = -1;
+  int64_t workers = 2;
+  tools::Size size{1 << 20};
+  std::string dtype = "float32";
+  int64_t iterations = 5;
+  int64_t warmup = 1;
+  int64_t seed = 1;
+  int64_t packet_numel = 256;
+  int64_t timeout_s = 60;
+  bool no_verify = false;
+  bool report = false;
+  bool quiet = false;
+};
 
-// Parses argv[1..argc) into `flags` and the shared ones into `o`. Returns -1 when the program
-// should go on, else its exit code (0 after --help, 2 on a bad flag, with a message).
+// Binds the shared flags (--size, --dtype, --iterations, --warmup, --seed, --packet-numel,
+// --timeout-s, --no-verify, --report, --quiet; --rank and --workers when with_rank) to *f.
+void AddBaselineFlags(tools::Flags* flags, BaselineFlags* f, bool with_rank);
+
+// Parses argv[1..argc) with `flags` and checks the shared ones (bound to `f`) into `o`. Returns
+// -1 when the program should go on, else its exit code (0 after --help, 2 on a bad flag, with a
+// message).
 int ParseBaselineFlags(int argc, char** argv, const std::string& program, bool with_rank,
-                       tools::Flags* flags, BaselineOptions* o);
+                       tools::Flags* flags, const BaselineFlags& f, BaselineOptions* o);
 
 // The collective under test. All three may throw std::exception on failure.
 struct Collective {

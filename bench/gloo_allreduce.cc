@@ -191,20 +191,22 @@ int main(int argc, char** argv) {
       "One process of a Gloo CPU all-reduce (SUM over TCP) of the same verifiable tensor\n"
       "`switchml worker` uses; start N of them with ranks 0..N-1 and the same fresh, empty\n"
       "--rendezvous directory. Each all-reduce is preceded by a Gloo barrier, timed alone and\n"
-      "verified after the timer stops.");
-  switchml::bench::AddBaselineFlags(&flags, /*with_rank=*/true);
-  flags.AddString("algorithm", "ring",
-                  "ring (gloo::allreduce) or halving-doubling (gloo::AllreduceHalvingDoubling)");
-  flags.AddString("rendezvous", "", "an existing directory for Gloo's file store, fresh per run");
-  flags.AddString("host", "127.0.0.1", "IPv4 address this rank's TCP traffic uses");
+      "verified after the timer stops.",
+      /*program=*/"");
+  switchml::bench::BaselineFlags shared;
+  switchml::bench::AddBaselineFlags(&flags, &shared, /*with_rank=*/true);
+  std::string algorithm = "ring", rendezvous, host = "127.0.0.1";
+  flags.Add("algorithm", &algorithm,
+            "ring (gloo::allreduce) or halving-doubling (gloo::AllreduceHalvingDoubling)");
+  flags.Add("rendezvous", &rendezvous,
+            "an existing directory for Gloo's file store, fresh per run");
+  flags.Add("host", &host, "IPv4 address this rank's TCP traffic uses");
   BaselineOptions o;
-  if (int code =
-          switchml::bench::ParseBaselineFlags(argc, argv, "gloo_allreduce", true, &flags, &o);
+  if (int code = switchml::bench::ParseBaselineFlags(argc, argv, "gloo_allreduce", true, &flags,
+                                                     shared, &o);
       code >= 0) {
     return code;
   }
-  const std::string algorithm = flags.GetString("algorithm");
-  const std::string rendezvous = flags.GetString("rendezvous");
   if (algorithm != "ring" && algorithm != "halving-doubling") {
     std::fprintf(stderr, "gloo_allreduce: --algorithm must be ring or halving-doubling, not '%s'\n",
                  algorithm.c_str());
@@ -218,7 +220,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return Run(o, algorithm, rendezvous, flags.GetString("host"));
+    return Run(o, algorithm, rendezvous, host);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gloo_allreduce (rank %lld): FAILED: %s\n", static_cast<long long>(o.rank),
                  e.what());

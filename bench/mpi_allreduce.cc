@@ -35,13 +35,15 @@ int main(int argc, char** argv) {
       "mpi_allreduce",
       "One rank of an MPI_Allreduce (SUM) of the same verifiable tensor `switchml worker`\n"
       "uses; start it with mpirun -np N. Each all-reduce is preceded by MPI_Barrier, timed\n"
-      "alone and verified after the timer stops.");
-  switchml::bench::AddBaselineFlags(&flags, /*with_rank=*/false);
+      "alone and verified after the timer stops.",
+      /*program=*/"");
+  switchml::bench::BaselineFlags shared;
+  switchml::bench::AddBaselineFlags(&flags, &shared, /*with_rank=*/false);
   switchml::bench::BaselineOptions o;
   o.rank = rank;
   o.workers = size;
-  if (int code =
-          switchml::bench::ParseBaselineFlags(argc, argv, "mpi_allreduce", false, &flags, &o);
+  if (int code = switchml::bench::ParseBaselineFlags(argc, argv, "mpi_allreduce", false, &flags,
+                                                     shared, &o);
       code >= 0) {
     MPI_Finalize();
     return code;

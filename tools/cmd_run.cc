@@ -105,10 +105,21 @@ struct RunSwitches {
   std::string list;  // the workers' --switch: "127.0.0.1:p1,127.0.0.1:p2,..."
 };
 
+// The command's flags as given (RunCommand binds them).
+struct RunFlags {
+  JobFlags job;
+  double loss = 0;
+  int64_t switch_threads = 0;
+  int64_t switches = 1;
+  std::string json;
+  bool per_slot = false;
+  std::string log_level = "warning";
+};
+
 // Starts `count` switches as the flags ask. --transport auto (the default): every process of
 // this job is on this host, so shared memory (the fastest path here, docs/benchmarks.md) unless
 // this host's cannot be used; then kernel UDP.
-Result<RunSwitches> StartSwitches(const Flags& flags, const JobOptions& job, uint32_t count) {
+Result<RunSwitches> StartSwitches(const RunFlags& flags, const JobOptions& job, uint32_t count) {
   RunSwitches s;
   runtime::SwitchDaemonOptions& o = s.options;
   o.bind_address = "127.0.0.1";
@@ -116,11 +127,11 @@ Result<RunSwitches> StartSwitches(const Flags& flags, const JobOptions& job, uin
   o.control_port = 0;
   o.switch_config.max_workers_per_job = std::max<uint32_t>(32, job.workers);
   o.switch_config.slots_per_job = std::max<uint32_t>(8192, job.window);
-  o.loss = flags.GetDouble("loss");
+  o.loss = flags.loss;
   o.seed = job.seed;
   o.busy_poll = job.busy_poll;
   const bool automatic = job.transport == kAutoTransport;
-  const bool threads_automatic = flags.GetInt("switch-threads") == 0;
+  const bool threads_automatic = flags.switch_threads == 0;
   // The switch over `transport`: automatic threads as many as the workers' over it, pinned
   // where theirs are (--pin-threads), both as the workers' options resolve for it.
   auto over = [&](const std::string& transport) {
@@ -128,8 +139,7 @@ Result<RunSwitches> StartSwitches(const Flags& flags, const JobOptions& job, uin
     j.transport = transport;
     ResolveAutomaticJobOptions(&j);
     o.transport = transport;
-    o.threads =
-        threads_automatic ? j.threads : static_cast<uint32_t>(flags.GetInt("switch-threads"));
+    o.threads = threads_automatic ? j.threads : static_cast<uint32_t>(flags.switch_threads);
     o.pin_threads = j.pin_threads;
   };
   s.why = automatic ? " (auto)" : "";
@@ -340,29 +350,33 @@ runtime::DaemonCounters SwitchTotals(const RunSwitches& s, bool per_slot, std::s
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& args, const std::string& self_exe) {
-  Flags flags("run",
-              "Runs the main job on this machine: starts a software switch and --workers worker\n"
-              "processes (over shared memory by default, --transport udp for loopback UDP),\n"
-              "all-reduces a --size tensor --iterations times, verifies every result against an\n"
-              "exact float64/int64 sum and prints the median tensor aggregation time, aggregated\n"
-              "elements/s and algorithm bandwidth.");
-  AddJobFlags(&flags, /*auto_transport=*/true);
-  flags.AddDouble("loss", 0, "the switch drops this fraction of packets in each direction");
-  flags.AddInt("switch-threads", 0,
-               "the switch's data-plane threads, 1..64 (worker thread t uses switch thread t mod "
-               "this); 0: as many as the workers' --threads (with --threads 0: " +
-                   std::to_string(kShmRunThreads) + " where shm is tried on a host with at least " +
-                   std::to_string(kShmRunThreads) + " cores, else 1)");
-  flags.AddInt("switches", 1,
-               "software switches to start, 1..8; with more than one the job is striped over "
-               "them (as over switch hosts: docs/deployment.md; on one machine this shows "
-               "striping, it adds no bandwidth)");
-  flags.AddString("json", "", "also write the summary as JSON to this file");
-  flags.AddBool("per-slot", "print per-slot switch counters at the end");
-  flags.AddString("log-level", "warning", "debug, info, warning, error or off");
+  Flags parser("run",
+               "Runs the main job on this machine: starts a software switch and --workers worker\n"
+               "processes (over shared memory by default, --transport udp for loopback UDP),\n"
+               "all-reduces a --size tensor --iterations times, verifies every result against an\n"
+               "exact float64/int64 sum and prints the median tensor aggregation time, aggregated\n"
+               "elements/s and algorithm bandwidth.");
+  RunFlags flags;
+  AddJobFlags(&parser, &flags.job, /*auto_transport=*/true);
+  parser.Add("loss", &flags.loss, "the switch drops this fraction of packets in each direction");
+  parser.Add("switch-threads", &flags.switch_threads,
+             "the switch's data-plane threads, 1..64 (worker thread t uses switch thread t mod "
+             "this); 0: as many as the workers' --threads (with --threads 0: " +
+                 std::to_string(kShmRunThreads) + " where shm is tried on a host with at least " +
+                 std::to_string(kShmRunThreads) + " cores, else 1)");
+  parser.Add("switches", &flags.switches,
+             "software switches to start, 1..8; with more than one the job is striped over "
+             "them (as over switch hosts: docs/deployment.md; on one machine this shows "
+             "striping, it adds no bandwidth)");
+  parser.Add("json", &flags.json, "also write the summary as JSON to this file");
+  parser.Add("per-slot", &flags.per_slot, "print per-slot switch counters at the end");
+  parser.Add("log-level", &flags.log_level, "debug, info, warning, error or off");
   JobOptions job;
-  if (int code = ParseCommandLine("run", args, &flags, &job); code >= 0) return code;
-  const std::string json = flags.GetString("json");
+  if (int code = ParseCommandLine("run", args, &parser, flags.log_level, &flags.job, &job);
+      code >= 0) {
+    return code;
+  }
+  const std::string& json = flags.json;
   if (!json.empty()) {  // refused now, not after the run
     if (Status st = CheckOutputPath("json", json, /*allow_stdout=*/false); !st.ok()) {
       std::cerr << "switchml run: " << st.message() << "\n";
@@ -379,12 +393,12 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
                  "tests/netns_test.sh)\n";
     return 2;
   }
-  const int64_t num_switches = flags.GetInt("switches");
+  const int64_t num_switches = flags.switches;
   if (num_switches < 1 || num_switches > 8) {
     std::cerr << "switchml run: --switches must be in 1..8\n";
     return 2;
   }
-  if (flags.GetInt("switch-threads") < 0 || flags.GetInt("switch-threads") > 64) {
+  if (flags.switch_threads < 0 || flags.switch_threads > 64) {
     // Checked before it narrows to 32 bits (4294967297 read as 1).
     std::cerr << "switchml run: --switch-threads must be 0 (automatic) or in 1..64\n";
     return 2;
@@ -404,8 +418,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   std::vector<Child> children;
-  if (Status st =
-          SpawnWorkers(self_exe, job, switches->list, flags.GetString("log-level"), &children);
+  if (Status st = SpawnWorkers(self_exe, job, switches->list, flags.log_level, &children);
       !st.ok()) {
     std::cerr << "switchml run: " << st.message() << "\n";
     return 2;
@@ -427,7 +440,7 @@ int RunCommand(const std::vector<std::string>& args, const std::string& self_exe
   }
   std::string switch_reports;
   const runtime::DaemonCounters dc =
-      SwitchTotals(*switches, failure.empty() && flags.GetBool("per-slot"), &switch_reports);
+      SwitchTotals(*switches, failure.empty() && flags.per_slot, &switch_reports);
   if (!failure.empty()) {
     std::fprintf(stderr, "switchml run: FAILED: %s\n%s", failure.c_str(), switch_reports.c_str());
     return 1;

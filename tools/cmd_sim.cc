@@ -85,87 +85,139 @@ Status ExpandConfigFiles(const std::vector<std::string>& raw_args, std::vector<s
   return Status();
 }
 
-void DefineFlags(Flags* flags) {
-  flags->AddString("config", "",
-                   "JSON file of flag values, e.g. {\"workers\": 64, \"loss\": 0.01}");
-  flags->AddString("topology", "star",
-                   "star: every worker on one switch; two-level: --racks top-of-rack switches "
-                   "under one spine, the workers spread evenly over them (docs/hierarchy.md)");
-  flags->AddInt("racks", 2, "with --topology two-level: top-of-rack switches (racks)");
-  flags->AddInt("aggregators", 0,
-                "aggregation on servers (1..1024): the workers on a switch that only forwards, "
-                "and this many aggregators (each a switch on a server, on its own link to that "
-                "switch) over which every worker stripes its slots (docs/simulator.md); 0: the "
-                "star's one switch in the fabric aggregates");
-  flags->AddDouble("aggregator-gbps", 0,
-                   "with --aggregators: the rate of each aggregator's link (0 = --gbps)");
-  flags->AddInt("workers", 8,
-                "workers per job (star: at most 256; two-level: up to 4096, 256 per rack)");
-  flags->AddInt("jobs", 1, "concurrent jobs, each with its own workers, all on the one switch");
-  flags->AddBool("share-pool",
-                 "split --slots among the jobs: each job's window is at most slots / jobs");
-  flags->AddDouble("gbps", 100, "link rate, Gbit/s (every link; 0.001..1e6)");
-  flags->AddDouble("propagation-ns", 500,
-                   "one-way propagation delay of each link, ns (at most 1e12, as every delay)");
-  flags->AddInt("buffer-kb", 0,
-                "output buffer per link, KiB, tail drop beyond (0 = unbounded; at most 1048576)");
-  flags->AddDouble("switch-latency-ns", 500, "switch pipeline latency per packet, ns");
-  flags->AddDouble("switch-mpps", 0,
-                   "switch pipeline capacity, Mpackets/s (0 = unlimited; else 1e-9..1e9; with "
-                   "--aggregators each aggregator's, the fabric forwarding at line rate)");
-  flags->AddDouble("host-latency-ns", 0, "host (NIC, stack) latency per packet sent, ns");
-  flags->AddDouble("timer-granularity-ns", 1000,
-                   "host timer granularity: timeouts run at deadlines rounded up to this");
-  flags->AddInt("packet-numel", 256, "elements per packet: 64 or 256");
-  flags->AddInt("slots", 8192, "switch slots per job (the most any window may use)");
-  flags->AddInt("window", 0,
-                "outstanding packets per worker, at most --slots (0 = from the bandwidth-delay "
-                "product, docs/architecture.md 4.5, capped at --slots)");
-  flags->AddInt("threads", 1, "worker threads (sessions, slot ranges) per worker");
-  flags->AddSize("size", 64 << 20,
-                 "tensor size in BYTES (4 per element; run's and worker's --size count elements), "
-                 "suffix K, M, G = 2^10, 2^20, 2^30: 100M is 100 MiB, 26214400 elements");
-  flags->AddString("dtype", "int32", "int32 or float32");
-  flags->AddBool("sparse",
-                 "block-sparse all-reduces (docs/protocol.md 2.5): the workers announce their "
-                 "non-zero blocks, then aggregate only the union's");
-  flags->AddDouble("density", 1,
-                   "the inputs' block density: the fraction of blocks (--packet-numel elements) "
-                   "non-zero on some worker, in [0, 1]; 1 = the dense pattern (with or without "
-                   "--sparse)");
-  flags->AddDouble("overlap", 1,
-                   "with --density < 1 and --payload verified: the chance that a worker other "
-                   "than a block's owner holds it too, in [0, 1] (1: the same blocks everywhere, "
-                   "0: disjoint); shared payloads are the same everywhere");
-  flags->AddInt("iterations", 1, "all-reduces back to back per job");
-  flags->AddDouble("loss", 0, "loss rate per link and packet, e.g. 0.0001 (every link)");
-  flags->AddDouble("duplicate", 0, "duplication rate per link and packet");
-  flags->AddDouble("reorder", 0, "rate of packets delayed by up to --reorder-ns (reordered)");
-  flags->AddDouble("reorder-ns", 10000, "the largest extra delay of a reordered packet, ns");
-  flags->AddDouble(
-      "timeout-us", 100,
-      "retransmission timeout before the first RTT sample, us (0.001..1e9, as its bounds)");
-  flags->AddDouble("min-timeout-us", 20, "RTO floor, us");
-  flags->AddDouble("max-timeout-us", 100000, "RTO ceiling, us");
-  flags->AddDouble("clock-granularity-ns", 1000, "RTO = SRTT + max(this, 4 RTTVAR)");
-  flags->AddInt("early-retransmit", 0,
-                "re-send a packet once the results of this many packets sent after it arrived "
-                "(0 = off: only timeouts)");
-  flags->AddInt("timeout-threshold", 100, "timeouts (since the last RTT sample) before back-off");
-  flags->AddDouble("progress-timeout-ms", 1000,
-                   "a slice fails after this long without a result (at most 1e9)");
-  flags->AddString("payload", "shared",
-                   "shared: one tensor shared by a job's workers (memory of one tensor, output "
-                   "checked); verified: each worker its own (memory x workers, every result "
-                   "checked)");
-  flags->AddInt("seed", 1, "seed of the faults and the tensors (0..2^63-1)");
-  flags->AddDouble("max-sim-seconds", 600, "virtual-time limit (at most 1e6)");
-  flags->AddBool("baselines", "also run ring and halving-doubling (flow-level) on the same links");
-  flags->AddInt("baseline-mtu", 4096, "payload bytes per packet of the baselines (1..1048576)");
-  flags->AddString("json", "", "write the results as JSON to this file (- for stdout)");
-  flags->AddString("csv", "", "write the results as CSV to this file (- for stdout)");
-  flags->AddBool("quiet", "no progress line");
-  flags->AddString("log-level", "warning", "debug, info, warning, error or off");
+// The command's flags as given (DefineFlags binds them; ReadOptions checks them).
+struct SimFlags {
+  std::string config;
+  std::string topology = "star";
+  int64_t racks = 2;
+  int64_t aggregators = 0;
+  double aggregator_gbps = 0;
+  int64_t workers = 8;
+  int64_t jobs = 1;
+  bool share_pool = false;
+  double gbps = 100;
+  double propagation_ns = 500;
+  int64_t buffer_kb = 0;
+  double switch_latency_ns = 500;
+  double switch_mpps = 0;
+  double host_latency_ns = 0;
+  double timer_granularity_ns = 1000;
+  int64_t packet_numel = 256;
+  int64_t slots = 8192;
+  int64_t window = 0;
+  int64_t threads = 1;
+  Size size{64 << 20};
+  std::string dtype = "int32";
+  bool sparse = false;
+  double density = 1;
+  double overlap = 1;
+  int64_t iterations = 1;
+  double loss = 0;
+  double duplicate = 0;
+  double reorder = 0;
+  double reorder_ns = 10000;
+  double timeout_us = 100;
+  double min_timeout_us = 20;
+  double max_timeout_us = 100000;
+  double clock_granularity_ns = 1000;
+  int64_t early_retransmit = 0;
+  int64_t timeout_threshold = 100;
+  double progress_timeout_ms = 1000;
+  std::string payload = "shared";
+  int64_t seed = 1;
+  double max_sim_seconds = 600;
+  bool baselines = false;
+  int64_t baseline_mtu = 4096;
+  std::string json;
+  std::string csv;
+  bool quiet = false;
+  std::string log_level = "warning";
+};
+
+void DefineFlags(Flags* flags, SimFlags* f) {
+  flags->Add("config", &f->config,
+             "JSON file of flag values, e.g. {\"workers\": 64, \"loss\": 0.01}");
+  flags->Add("topology", &f->topology,
+             "star: every worker on one switch; two-level: --racks top-of-rack switches "
+             "under one spine, the workers spread evenly over them (docs/hierarchy.md)");
+  flags->Add("racks", &f->racks, "with --topology two-level: top-of-rack switches (racks)");
+  flags->Add("aggregators", &f->aggregators,
+             "aggregation on servers (1..1024): the workers on a switch that only forwards, "
+             "and this many aggregators (each a switch on a server, on its own link to that "
+             "switch) over which every worker stripes its slots (docs/simulator.md); 0: the "
+             "star's one switch in the fabric aggregates");
+  flags->Add("aggregator-gbps", &f->aggregator_gbps,
+             "with --aggregators: the rate of each aggregator's link (0 = --gbps)");
+  flags->Add("workers", &f->workers,
+             "workers per job (star: at most 256; two-level: up to 4096, 256 per rack)");
+  flags->Add("jobs", &f->jobs, "concurrent jobs, each with its own workers, all on the one switch");
+  flags->Add("share-pool", &f->share_pool,
+             "split --slots among the jobs: each job's window is at most slots / jobs");
+  flags->Add("gbps", &f->gbps, "link rate, Gbit/s (every link; 0.001..1e6)");
+  flags->Add("propagation-ns", &f->propagation_ns,
+             "one-way propagation delay of each link, ns (at most 1e12, as every delay)");
+  flags->Add("buffer-kb", &f->buffer_kb,
+             "output buffer per link, KiB, tail drop beyond (0 = unbounded; at most 1048576)");
+  flags->Add("switch-latency-ns", &f->switch_latency_ns, "switch pipeline latency per packet, ns");
+  flags->Add("switch-mpps", &f->switch_mpps,
+             "switch pipeline capacity, Mpackets/s (0 = unlimited; else 1e-9..1e9; with "
+             "--aggregators each aggregator's, the fabric forwarding at line rate)");
+  flags->Add("host-latency-ns", &f->host_latency_ns,
+             "host (NIC, stack) latency per packet sent, ns");
+  flags->Add("timer-granularity-ns", &f->timer_granularity_ns,
+             "host timer granularity: timeouts run at deadlines rounded up to this");
+  flags->Add("packet-numel", &f->packet_numel, "elements per packet: 64 or 256");
+  flags->Add("slots", &f->slots, "switch slots per job (the most any window may use)");
+  flags->Add("window", &f->window,
+             "outstanding packets per worker, at most --slots (0 = from the bandwidth-delay "
+             "product, docs/architecture.md 4.5, capped at --slots)");
+  flags->Add("threads", &f->threads, "worker threads (sessions, slot ranges) per worker");
+  flags->Add("size", &f->size,
+             "tensor size in BYTES (4 per element; run's and worker's --size count elements), "
+             "suffix K, M, G = 2^10, 2^20, 2^30: 100M is 100 MiB, 26214400 elements");
+  flags->Add("dtype", &f->dtype, "int32 or float32");
+  flags->Add("sparse", &f->sparse,
+             "block-sparse all-reduces (docs/protocol.md 2.5): the workers announce their "
+             "non-zero blocks, then aggregate only the union's");
+  flags->Add("density", &f->density,
+             "the inputs' block density: the fraction of blocks (--packet-numel elements) "
+             "non-zero on some worker, in [0, 1]; 1 = the dense pattern (with or without "
+             "--sparse)");
+  flags->Add("overlap", &f->overlap,
+             "with --density < 1 and --payload verified: the chance that a worker other "
+             "than a block's owner holds it too, in [0, 1] (1: the same blocks everywhere, "
+             "0: disjoint); shared payloads are the same everywhere");
+  flags->Add("iterations", &f->iterations, "all-reduces back to back per job");
+  flags->Add("loss", &f->loss, "loss rate per link and packet, e.g. 0.0001 (every link)");
+  flags->Add("duplicate", &f->duplicate, "duplication rate per link and packet");
+  flags->Add("reorder", &f->reorder, "rate of packets delayed by up to --reorder-ns (reordered)");
+  flags->Add("reorder-ns", &f->reorder_ns, "the largest extra delay of a reordered packet, ns");
+  flags->Add("timeout-us", &f->timeout_us,
+             "retransmission timeout before the first RTT sample, us (0.001..1e9, as its bounds)");
+  flags->Add("min-timeout-us", &f->min_timeout_us, "RTO floor, us");
+  flags->Add("max-timeout-us", &f->max_timeout_us, "RTO ceiling, us");
+  flags->Add("clock-granularity-ns", &f->clock_granularity_ns, "RTO = SRTT + max(this, 4 RTTVAR)");
+  flags->Add("early-retransmit", &f->early_retransmit,
+             "re-send a packet once the results of this many packets sent after it arrived "
+             "(0 = off: only timeouts)");
+  flags->Add("timeout-threshold", &f->timeout_threshold,
+             "timeouts (since the last RTT sample) before back-off");
+  flags->Add("progress-timeout-ms", &f->progress_timeout_ms,
+             "a slice fails after this long without a result (at most 1e9)");
+  flags->Add("payload", &f->payload,
+             "shared: one tensor shared by a job's workers (memory of one tensor, output "
+             "checked); verified: each worker its own (memory x workers, every result "
+             "checked)");
+  flags->Add("seed", &f->seed, "seed of the faults and the tensors (0..2^63-1)");
+  flags->Add("max-sim-seconds", &f->max_sim_seconds, "virtual-time limit (at most 1e6)");
+  flags->Add("baselines", &f->baselines,
+             "also run ring and halving-doubling (flow-level) on the same links");
+  flags->Add("baseline-mtu", &f->baseline_mtu,
+             "payload bytes per packet of the baselines (1..1048576)");
+  flags->Add("json", &f->json, "write the results as JSON to this file (- for stdout)");
+  flags->Add("csv", &f->csv, "write the results as CSV to this file (- for stdout)");
+  flags->Add("quiet", &f->quiet, "no progress line");
+  flags->Add("log-level", &f->log_level, "debug, info, warning, error or off");
 }
 
 enum class Shape : uint8_t { kStar, kTwoLevel, kServerAggregators };
@@ -209,16 +261,16 @@ struct Options {
 
 // The topology and the job's shape: workers, jobs, racks or aggregators, packets, threads,
 // window, element type.
-Status ReadShape(const Flags& flags, Options* o) {
-  o->workers = flags.GetInt("workers");
-  o->jobs = flags.GetInt("jobs");
-  o->numel = flags.GetInt("packet-numel");
-  o->threads = flags.GetInt("threads");
-  o->iterations = flags.GetInt("iterations");
-  o->slots = flags.GetInt("slots");
-  o->window = flags.GetInt("window");
-  const std::string topology = flags.GetString("topology");
-  const int64_t aggregators = flags.GetInt("aggregators");
+Status ReadShape(const SimFlags& flags, Options* o) {
+  o->workers = flags.workers;
+  o->jobs = flags.jobs;
+  o->numel = flags.packet_numel;
+  o->threads = flags.threads;
+  o->iterations = flags.iterations;
+  o->slots = flags.slots;
+  o->window = flags.window;
+  const std::string topology = flags.topology;
+  const int64_t aggregators = flags.aggregators;
   if (topology == "two-level") {
     o->shape = Shape::kTwoLevel;
   } else if (topology != "star") {
@@ -227,7 +279,7 @@ Status ReadShape(const Flags& flags, Options* o) {
     o->shape = Shape::kServerAggregators;
   }
   if (o->shape == Shape::kTwoLevel) {
-    o->racks = flags.GetInt("racks");
+    o->racks = flags.racks;
     if (o->jobs != 1) return InvalidArgumentError("--topology two-level runs one job (--jobs 1)");
     if (o->racks < 1 || o->racks > 256 || o->workers % o->racks != 0 ||
         o->workers / o->racks > 256) {
@@ -273,7 +325,7 @@ Status ReadShape(const Flags& flags, Options* o) {
     return InvalidArgumentError("--window " + std::to_string(o->window) + " exceeds --slots " +
                                 std::to_string(o->slots) + ": raise --slots or lower --window");
   }
-  o->dtype_name = flags.GetString("dtype");
+  o->dtype_name = flags.dtype;
   if (o->dtype_name == "int32") {
     o->dtype = DataType::kInt32;
   } else if (o->dtype_name == "float32") {
@@ -288,31 +340,32 @@ Status ReadShape(const Flags& flags, Options* o) {
 // The timing and size flags, each checked by name against the simulator's bounds
 // (sim/topology.h) before it is converted: picosecond times wrapped to negative values beyond
 // them.
-Status CheckBounds(const Flags& flags) {
+Status CheckBounds(const SimFlags& flags) {
   struct Range {
     const char* flag;
-    double lo, hi;
+    double value, lo, hi;
   };
-  for (const Range& r : {Range{"gbps", sim::kMinGbps, sim::kMaxGbps},
-                         {"propagation-ns", 0, sim::kMaxDelayNs},
-                         {"switch-latency-ns", 0, sim::kMaxDelayNs},
-                         {"host-latency-ns", 0, sim::kMaxDelayNs},
-                         {"timer-granularity-ns", 0, sim::kMaxDelayNs},
-                         {"reorder-ns", 0, sim::kMaxDelayNs},
-                         {"clock-granularity-ns", 0, sim::kMaxDelayNs},
-                         {"timeout-us", 1e-3, sim::kMaxDelayNs / 1e3},
-                         {"min-timeout-us", 1e-3, sim::kMaxDelayNs / 1e3},
-                         {"max-timeout-us", 1e-3, sim::kMaxDelayNs / 1e3},
-                         {"progress-timeout-ms", 1e-6, sim::kMaxSimSeconds * 1e3},
-                         {"max-sim-seconds", 1e-9, sim::kMaxSimSeconds}}) {
-    const double v = flags.GetDouble(r.flag);
+  for (const Range& r :
+       {Range{"gbps", flags.gbps, sim::kMinGbps, sim::kMaxGbps},
+        {"propagation-ns", flags.propagation_ns, 0, sim::kMaxDelayNs},
+        {"switch-latency-ns", flags.switch_latency_ns, 0, sim::kMaxDelayNs},
+        {"host-latency-ns", flags.host_latency_ns, 0, sim::kMaxDelayNs},
+        {"timer-granularity-ns", flags.timer_granularity_ns, 0, sim::kMaxDelayNs},
+        {"reorder-ns", flags.reorder_ns, 0, sim::kMaxDelayNs},
+        {"clock-granularity-ns", flags.clock_granularity_ns, 0, sim::kMaxDelayNs},
+        {"timeout-us", flags.timeout_us, 1e-3, sim::kMaxDelayNs / 1e3},
+        {"min-timeout-us", flags.min_timeout_us, 1e-3, sim::kMaxDelayNs / 1e3},
+        {"max-timeout-us", flags.max_timeout_us, 1e-3, sim::kMaxDelayNs / 1e3},
+        {"progress-timeout-ms", flags.progress_timeout_ms, 1e-6, sim::kMaxSimSeconds * 1e3},
+        {"max-sim-seconds", flags.max_sim_seconds, 1e-9, sim::kMaxSimSeconds}}) {
+    const double v = r.value;
     if (!(v >= r.lo && v <= r.hi)) {
       std::ostringstream m;
       m << "--" << r.flag << " must be in [" << r.lo << ", " << r.hi << "], not " << v;
       return InvalidArgumentError(m.str());
     }
   }
-  const double agg_gbps = flags.GetDouble("aggregator-gbps");
+  const double agg_gbps = flags.aggregator_gbps;
   if (!(agg_gbps == 0 || (agg_gbps >= sim::kMinGbps && agg_gbps <= sim::kMaxGbps))) {
     std::ostringstream m;
     m << "--aggregator-gbps must be 0 (--gbps) or in [" << sim::kMinGbps << ", " << sim::kMaxGbps
@@ -320,20 +373,20 @@ Status CheckBounds(const Flags& flags) {
     return InvalidArgumentError(m.str());
   }
   // 0, or a packet's service time (1e9 / pps ns) that is a delay like the others.
-  const double mpps = flags.GetDouble("switch-mpps");
+  const double mpps = flags.switch_mpps;
   if (!(mpps == 0 || (mpps >= 1e9 / sim::kMaxDelayNs / 1e6 && mpps <= 1e9))) {
     std::ostringstream m;
     m << "--switch-mpps must be 0 (unlimited) or in [" << 1e9 / sim::kMaxDelayNs / 1e6
       << ", 1e+09], not " << mpps;
     return InvalidArgumentError(m.str());
   }
-  const int64_t buffer_kb = flags.GetInt("buffer-kb");
+  const int64_t buffer_kb = flags.buffer_kb;
   if (buffer_kb < 0 || static_cast<uint64_t>(buffer_kb) > sim::kMaxBufferBytes / 1024) {
     return InvalidArgumentError("--buffer-kb must be in 0.." +
                                 std::to_string(sim::kMaxBufferBytes / 1024) +
                                 " (0 = unbounded), not " + std::to_string(buffer_kb));
   }
-  const int64_t baseline_mtu = flags.GetInt("baseline-mtu");
+  const int64_t baseline_mtu = flags.baseline_mtu;
   if (baseline_mtu < 1 || baseline_mtu > 1048576) {  // was checked after the run, >= 1 only
     return InvalidArgumentError("--baseline-mtu must be in 1..1048576, not " +
                                 std::to_string(baseline_mtu));
@@ -341,35 +394,35 @@ Status CheckBounds(const Flags& flags) {
   return Status();
 }
 
-Result<Options> ReadOptions(const Flags& flags) {
+Result<Options> ReadOptions(const SimFlags& flags) {
   Options o;
   RETURN_IF_ERROR(ReadShape(flags, &o));
   RETURN_IF_ERROR(CheckBounds(flags));
-  o.baseline_mtu = flags.GetInt("baseline-mtu");
-  o.size = flags.GetSize("size");
+  o.baseline_mtu = flags.baseline_mtu;
+  o.size = flags.size.value;
   if (o.size % 4 != 0) return InvalidArgumentError("--size must be a multiple of 4 bytes");
   o.count = o.size / 4;
   // Refused before the simulation, which may run for minutes, rather than after it.
-  for (const char* out : {"json", "csv"}) {
-    if (flags.GetString(out).empty()) continue;
-    RETURN_IF_ERROR(CheckOutputPath(out, flags.GetString(out), /*allow_stdout=*/true));
+  for (const auto& [flag, path] : {std::pair{"json", &flags.json}, {"csv", &flags.csv}}) {
+    if (path->empty()) continue;
+    RETURN_IF_ERROR(CheckOutputPath(flag, *path, /*allow_stdout=*/true));
   }
-  o.link.gbps = flags.GetDouble("gbps");
-  o.link.propagation_ns = flags.GetDouble("propagation-ns");
-  o.link.buffer_bytes = static_cast<uint64_t>(flags.GetInt("buffer-kb")) * 1024;
-  o.link.loss = flags.GetDouble("loss");
-  o.link.duplicate = flags.GetDouble("duplicate");
-  o.link.reorder = flags.GetDouble("reorder");
-  o.link.reorder_ns = flags.GetDouble("reorder-ns");
+  o.link.gbps = flags.gbps;
+  o.link.propagation_ns = flags.propagation_ns;
+  o.link.buffer_bytes = static_cast<uint64_t>(flags.buffer_kb) * 1024;
+  o.link.loss = flags.loss;
+  o.link.duplicate = flags.duplicate;
+  o.link.reorder = flags.reorder;
+  o.link.reorder_ns = flags.reorder_ns;
   RETURN_IF_ERROR(o.link.Validate());
   o.aggregator_link = o.link;
-  if (flags.GetDouble("aggregator-gbps") > 0) {
-    o.aggregator_link.gbps = flags.GetDouble("aggregator-gbps");
+  if (flags.aggregator_gbps > 0) {
+    o.aggregator_link.gbps = flags.aggregator_gbps;
   }
-  o.payload = flags.GetString("payload");
-  o.sparse = flags.GetBool("sparse");
-  o.density = flags.GetDouble("density");
-  o.overlap = flags.GetDouble("overlap");
+  o.payload = flags.payload;
+  o.sparse = flags.sparse;
+  o.density = flags.density;
+  o.overlap = flags.overlap;
   if (!(o.density >= 0 && o.density <= 1)) {
     return InvalidArgumentError("--density must be in [0, 1] (a fraction of the blocks)");
   }
@@ -401,28 +454,28 @@ int64_t RuleWindow(const Options& o, double switch_latency_ns, double host_laten
 }
 
 // The sessions' timing from the timeout flags.
-Status ReadSessionConfig(const Flags& flags, worker::SessionConfig* s) {
+Status ReadSessionConfig(const SimFlags& flags, worker::SessionConfig* s) {
   auto us = [](double v) { return worker::Nanos{static_cast<int64_t>(std::llround(v * 1000))}; };
-  s->retransmit.timeout = us(flags.GetDouble("timeout-us"));
-  s->retransmit.min_timeout = us(flags.GetDouble("min-timeout-us"));
-  s->retransmit.max_timeout = us(flags.GetDouble("max-timeout-us"));
+  s->retransmit.timeout = us(flags.timeout_us);
+  s->retransmit.min_timeout = us(flags.min_timeout_us);
+  s->retransmit.max_timeout = us(flags.max_timeout_us);
   s->retransmit.clock_granularity =
-      worker::Nanos{static_cast<int64_t>(flags.GetDouble("clock-granularity-ns"))};
+      worker::Nanos{static_cast<int64_t>(flags.clock_granularity_ns)};
   // Both checked before they narrow to 32 bits (4294967297 read as 1).
-  if (flags.GetInt("timeout-threshold") < 1 || flags.GetInt("timeout-threshold") > UINT32_MAX) {
+  if (flags.timeout_threshold < 1 || flags.timeout_threshold > UINT32_MAX) {
     return InvalidArgumentError("--timeout-threshold must be in 1..4294967295");
   }
-  s->retransmit.timeout_threshold = static_cast<uint32_t>(flags.GetInt("timeout-threshold"));
-  if (flags.GetInt("early-retransmit") < 0 || flags.GetInt("early-retransmit") > 1000000) {
+  s->retransmit.timeout_threshold = static_cast<uint32_t>(flags.timeout_threshold);
+  if (flags.early_retransmit < 0 || flags.early_retransmit > 1000000) {
     return InvalidArgumentError("--early-retransmit must be in 0..1000000");
   }
-  s->retransmit.early_retransmit_after = static_cast<uint32_t>(flags.GetInt("early-retransmit"));
-  s->retransmit.peer_timeout = us(flags.GetDouble("progress-timeout-ms") * 1000);
+  s->retransmit.early_retransmit_after = static_cast<uint32_t>(flags.early_retransmit);
+  s->retransmit.peer_timeout = us(flags.progress_timeout_ms * 1000);
   return s->Validate();
 }
 
 // The simulator's configuration; settles o->window (the rule's when --window is 0).
-Result<sim::SimConfig> BuildConfig(const Flags& flags, Options* o) {
+Result<sim::SimConfig> BuildConfig(const SimFlags& flags, Options* o) {
   sim::SimConfig c;
   const uint32_t hosts = o->hosts();
   const uint32_t per_rack = static_cast<uint32_t>(hosts / o->racks);
@@ -439,14 +492,14 @@ Result<sim::SimConfig> BuildConfig(const Flags& flags, Options* o) {
                                                     o->link, o->aggregator_link);
       break;
   }
-  c.switch_latency_ns = flags.GetDouble("switch-latency-ns");
-  c.switch_pps = flags.GetDouble("switch-mpps") * 1e6;
-  c.host_latency_ns = flags.GetDouble("host-latency-ns");
-  c.timer_granularity_ns = flags.GetDouble("timer-granularity-ns");
+  c.switch_latency_ns = flags.switch_latency_ns;
+  c.switch_pps = flags.switch_mpps * 1e6;
+  c.host_latency_ns = flags.host_latency_ns;
+  c.timer_granularity_ns = flags.timer_granularity_ns;
   c.switch_config.slots_per_job = static_cast<uint32_t>(o->slots);
   int64_t& window = o->window;
   if (window == 0) window = RuleWindow(*o, c.switch_latency_ns, c.host_latency_ns);
-  if (flags.GetBool("share-pool")) {
+  if (flags.share_pool) {
     window = std::min(window,
                       std::max<int64_t>(o->threads, o->slots / o->jobs / o->threads * o->threads));
   }
@@ -488,8 +541,8 @@ Result<sim::SimConfig> BuildConfig(const Flags& flags, Options* o) {
   } else {
     return InvalidArgumentError("--payload must be shared or verified");
   }
-  RETURN_IF_ERROR(ReadSeed(flags, &c.seed));
-  c.max_sim_seconds = flags.GetDouble("max-sim-seconds");
+  RETURN_IF_ERROR(ReadSeed(flags.seed, &c.seed));
+  c.max_sim_seconds = flags.max_sim_seconds;
   return c;
 }
 
@@ -543,14 +596,14 @@ struct BaselineRow {
 
 // Ring and halving-doubling on the same links, among job 0's workers.
 Result<std::vector<BaselineRow>> RunBaselines(sim::Topology t, const Options& o,
-                                              const Flags& flags) {
+                                              const SimFlags& flags) {
   RETURN_IF_ERROR(t.Finalize());
   sim::BaselineConfig bc;
   for (int64_t r = 0; r < o.workers; ++r) bc.hosts.push_back(static_cast<uint32_t>(r));
   bc.bytes = o.size;
   bc.mtu_payload = static_cast<uint32_t>(o.baseline_mtu);
-  bc.switch_latency_ns = flags.GetDouble("switch-latency-ns");
-  bc.host_latency_ns = flags.GetDouble("host-latency-ns");
+  bc.switch_latency_ns = flags.switch_latency_ns;
+  bc.host_latency_ns = flags.host_latency_ns;
   std::vector<BaselineRow> rows;
   for (sim::Baseline b : {sim::Baseline::kRing, sim::Baseline::kHalvingDoubling}) {
     Result<sim::BaselineResult> r = sim::SimulateBaseline(b, t, bc);
@@ -627,7 +680,7 @@ json StripesJson(const std::vector<sim::StripeResult>& stripes, const sim::SimRe
 }
 
 // The one result document: the JSON output, and the source of the CSV and the summary.
-json ResultJson(const Flags& flags, const Options& o, const sim::SimResult& result,
+json ResultJson(const SimFlags& flags, const Options& o, const sim::SimResult& result,
                 const std::vector<BaselineRow>& baselines) {
   const double ceiling = sim::GoodputCeilingElementsPerSecond(o.link.gbps, o.code);
   json out;
@@ -638,7 +691,7 @@ json ResultJson(const Flags& flags, const Options& o, const sim::SimResult& resu
                    {"jobs", o.jobs},
                    {"gbps", o.link.gbps},
                    {"propagation_ns", o.link.propagation_ns},
-                   {"switch_latency_ns", flags.GetDouble("switch-latency-ns")},
+                   {"switch_latency_ns", flags.switch_latency_ns},
                    {"packet_numel", o.numel},
                    {"slots", o.slots},
                    {"window", o.window},
@@ -650,9 +703,9 @@ json ResultJson(const Flags& flags, const Options& o, const sim::SimResult& resu
                    {"overlap", o.overlap},
                    {"iterations", o.iterations},
                    {"loss", o.link.loss},
-                   {"min_timeout_us", flags.GetDouble("min-timeout-us")},
-                   {"early_retransmit", flags.GetInt("early-retransmit")},
-                   {"seed", flags.GetInt("seed")}};
+                   {"min_timeout_us", flags.min_timeout_us},
+                   {"early_retransmit", flags.early_retransmit},
+                   {"seed", flags.seed}};
   if (o.shape == Shape::kServerAggregators) {
     out["config"]["aggregator_gbps"] = o.aggregator_link.gbps;
   }
@@ -851,17 +904,18 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int SimCommand(const std::vector<std::string>& raw_args) {
-  Flags flags(
+  Flags parser(
       "sim",
       "Simulates SwitchML jobs on a simulated network in virtual time (discrete events), running\n"
       "the real switch data plane and worker protocol for every packet, and the ring and\n"
       "halving-doubling all-reduces on the same links. Deterministic: the same flags and seed\n"
       "give the same output. Flags may also come from a JSON file (--config), which the command\n"
       "line overrides. See docs/simulator.md.");
-  DefineFlags(&flags);
+  SimFlags flags;
+  DefineFlags(&parser, &flags);
   std::vector<std::string> args;
   if (Status st = ExpandConfigFiles(raw_args, &args); !st.ok()) return Fail(st.message());
-  if (int code = ParseCommandLine("sim", args, &flags, nullptr); code >= 0) return code;
+  if (int code = ParseCommandLine("sim", args, &parser, flags.log_level); code >= 0) return code;
 
   Result<Options> options = ReadOptions(flags);
   if (!options.ok()) return Fail(options.status().message());
@@ -870,20 +924,19 @@ int SimCommand(const std::vector<std::string>& raw_args) {
   if (!config.ok()) return Fail(config.status().message());
   const sim::Topology topology = config->topology;  // for the baselines
   RunCost cost;
-  Result<sim::SimResult> result =
-      RunSimulation(std::move(*config), o, flags.GetBool("quiet"), &cost);
+  Result<sim::SimResult> result = RunSimulation(std::move(*config), o, flags.quiet, &cost);
   if (!result.ok()) return Fail(result.status().message());
 
   std::vector<BaselineRow> baselines;
-  if (flags.GetBool("baselines")) {
+  if (flags.baselines) {
     Result<std::vector<BaselineRow>> rows = RunBaselines(topology, o, flags);
     if (!rows.ok()) return Fail(rows.status().message());
     baselines = std::move(*rows);
   }
   const json out = ResultJson(flags, o, *result, baselines);
-  if (!WriteOutput(flags.GetString("json"), out.dump(2) + "\n")) return 2;
-  if (!WriteOutput(flags.GetString("csv"), CsvText(out))) return 2;
-  if (flags.GetString("json") != "-" && flags.GetString("csv") != "-") PrintSummary(out);
+  if (!WriteOutput(flags.json, out.dump(2) + "\n")) return 2;
+  if (!WriteOutput(flags.csv, CsvText(out))) return 2;
+  if (flags.json != "-" && flags.csv != "-") PrintSummary(out);
   std::fflush(stdout);
   std::fprintf(stderr,
                "sim: %.6f s simulated, %llu events in %.2f s wall, %.2f s CPU (%.2fM events per "

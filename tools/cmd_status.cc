@@ -36,9 +36,21 @@ struct Target {
   std::chrono::milliseconds timeout{5000};
 };
 
-Result<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const Flags& flags) {
-  const std::string ca = flags.GetString("tls-ca"), cert = flags.GetString("tls-cert"),
-                    key = flags.GetString("tls-key");
+// The command's flags as given (DefineStatusFlags binds them).
+struct StatusFlags {
+  std::string switches;  // --switch
+  bool json = false;
+  bool watch = false;
+  double interval = 1;
+  int64_t count = 0;
+  std::string job_secret;
+  TlsClientFlags tls;
+  int64_t timeout_ms = 5000;
+  std::string log_level = "warning";
+};
+
+Result<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const TlsClientFlags& tls) {
+  const std::string &ca = tls.ca, &cert = tls.cert, &key = tls.key;
   if (ca.empty()) {
     if (!cert.empty() || !key.empty()) {
       return InvalidArgumentError("a TLS client certificate needs the CA file too (--tls-ca)");
@@ -297,34 +309,22 @@ nlohmann::json ToJson(const std::string& address, const switchml_proto::StatusRe
   return j;
 }
 
-Flags StatusFlags() {
-  Flags flags(
-      "status",
-      "Shows what the switch whose control plane is at HOST:PORT (default "
-      "127.0.0.1:50099) is doing now: its data-plane threads and their load, the jobs\n"
-      "you may see (those without a secret and those of --job-secret) with their "
-      "workers, progress and rates, the other jobs as a count, and the control\n"
-      "plane's refusals. Rates are the change between two answers --interval apart.\n"
-      "Give the switch as the first argument (switchml status HOST[:PORT]) or as --switch.");
-  flags.AddString("switch", "", "the switch's control plane, HOST[:PORT] (or as the argument)");
-  flags.AddBool("json", "print JSON (one object per answer, one per line with --watch)");
-  flags.AddBool("watch", "refresh every --interval until interrupted (or --count answers)");
-  flags.AddDouble("interval", 1,
-                  "seconds between two answers, whose difference gives the rates (0: one answer, "
-                  "no rates)");
-  flags.AddInt("count", 0, "with --watch: stop after this many answers (0 = never)");
-  flags.AddString("job-secret", "",
-                  "show the jobs created with this secret in full (default: "
-                  "$SWITCHML_JOB_SECRET); a switch run with --require-secret answers only "
-                  "requests that carry one");
-  flags.AddString("tls-ca", "", "PEM CA of the switch's certificate: talk TLS to the switch");
-  flags.AddString("tls-cert", "", "PEM client certificate, for a switch that requires one");
-  flags.AddString("tls-key", "", "PEM private key of --tls-cert");
-  flags.AddString("tls-server-name", "",
-                  "the name in the switch's certificate (default: its host)");
-  flags.AddInt("timeout-ms", 5000, "how long to wait for the switch's answer");
-  flags.AddString("log-level", "warning", "debug, info, warning, error or off");
-  return flags;
+void DefineStatusFlags(Flags* flags, StatusFlags* f) {
+  flags->Add("switch", &f->switches,
+             "the switch's control plane, HOST[:PORT] (or as the argument)");
+  flags->Add("json", &f->json, "print JSON (one object per answer, one per line with --watch)");
+  flags->Add("watch", &f->watch, "refresh every --interval until interrupted (or --count answers)");
+  flags->Add("interval", &f->interval,
+             "seconds between two answers, whose difference gives the rates (0: one answer, "
+             "no rates)");
+  flags->Add("count", &f->count, "with --watch: stop after this many answers (0 = never)");
+  flags->Add("job-secret", &f->job_secret,
+             "show the jobs created with this secret in full (default: "
+             "$SWITCHML_JOB_SECRET); a switch run with --require-secret answers only "
+             "requests that carry one");
+  AddTlsClientFlags(flags, &f->tls);
+  flags->Add("timeout-ms", &f->timeout_ms, "how long to wait for the switch's answer");
+  flags->Add("log-level", &f->log_level, "debug, info, warning, error or off");
 }
 
 int Fail(const std::string& why, int code) {
@@ -341,9 +341,18 @@ int StatusCommand(const std::vector<std::string>& given) {
     positional = args[0];
     args.erase(args.begin());
   }
-  Flags flags = StatusFlags();
-  if (int code = ParseCommandLine("status", args, &flags, nullptr); code >= 0) return code;
-  std::string where = flags.GetString("switch");
+  Flags parser(
+      "status",
+      "Shows what the switch whose control plane is at HOST:PORT (default "
+      "127.0.0.1:50099) is doing now: its data-plane threads and their load, the jobs\n"
+      "you may see (those without a secret and those of --job-secret) with their "
+      "workers, progress and rates, the other jobs as a count, and the control\n"
+      "plane's refusals. Rates are the change between two answers --interval apart.\n"
+      "Give the switch as the first argument (switchml status HOST[:PORT]) or as --switch.");
+  StatusFlags flags;
+  DefineStatusFlags(&parser, &flags);
+  if (int code = ParseCommandLine("status", args, &parser, flags.log_level); code >= 0) return code;
+  std::string where = flags.switches;
   if (!positional.empty() && !where.empty()) {
     return Fail("give the switch once: as the argument or as --switch", 2);
   }
@@ -354,24 +363,24 @@ int StatusCommand(const std::vector<std::string>& given) {
   t.address = where.find(':') == std::string::npos
                   ? where + ":" + std::to_string(proto::kDefaultControlPort)
                   : where;
-  const double interval = flags.GetDouble("interval");
-  const int64_t count = flags.GetInt("count"), timeout = flags.GetInt("timeout-ms");
+  const double interval = flags.interval;
+  const int64_t count = flags.count, timeout = flags.timeout_ms;
   if (!(interval >= 0 && interval <= 3600)) return Fail("--interval must be in 0..3600 s", 2);
-  if (flags.GetBool("watch") && interval <= 0) return Fail("--watch needs --interval > 0", 2);
+  if (flags.watch && interval <= 0) return Fail("--watch needs --interval > 0", 2);
   if (count < 0) return Fail("--count must be >= 0 (0 = never stop)", 2);
   if (timeout < 1 || timeout > 3600000) return Fail("--timeout-ms must be in 1..3600000", 2);
   t.timeout = std::chrono::milliseconds(timeout);
-  t.secret = flags.GetString("job-secret");
+  t.secret = flags.job_secret;
   if (t.secret.empty()) {
     if (const char* env = std::getenv("SWITCHML_JOB_SECRET")) t.secret = env;
   }
-  t.server_name = flags.GetString("tls-server-name");
-  auto credentials = Credentials(flags);
+  t.server_name = flags.tls.server_name;
+  auto credentials = Credentials(flags.tls);
   if (!credentials.ok()) return Fail(credentials.status().message(), 2);
   t.credentials = *credentials;
 
   StatusClient client(t);
-  const bool json = flags.GetBool("json"), watch = flags.GetBool("watch");
+  const bool json = flags.json, watch = flags.watch;
   const auto pause = std::chrono::duration<double>(interval);
   std::optional<switchml_proto::StatusResponse> before;
   if (interval > 0 && !watch) {  // one answer with rates: a first one to difference against

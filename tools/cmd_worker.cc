@@ -99,42 +99,50 @@ void LingerForScrape(const std::atomic<uint64_t>& scrapes, int64_t max_seconds) 
   }
 }
 
-Flags WorkerFlags() {
-  Flags flags("worker",
-              "Runs one worker of a SwitchML job: joins the job through the switch's control\n"
-              "plane, all-reduces a verifiable tensor --iterations times and checks every\n"
-              "result against the exact sum. Start one per host with the same flags and\n"
-              "ranks 0..N-1.");
-  flags.AddString("switch", "127.0.0.1",
-                  "the switch's control plane, HOST[:PORT] (port 50099); or a comma-separated list "
-                  "HOST[:PORT],HOST[:PORT],... to stripe the job over several switch hosts (every "
-                  "worker lists the same hosts in the same order; docs/deployment.md)");
-  flags.AddInt("rank", 0, "this worker's rank, 0..workers-1");
-  AddJobFlags(&flags);
-  flags.AddInt("session", 0,
-               "job id on the switch; concurrent jobs need different ids "
-               "(0 = rank 0 picks one)");
-  flags.AddString("bind", "0.0.0.0", "local IPv4 address for the data-plane sockets");
-  flags.AddInt("udp-port", 0, "first local UDP port (0 = pick free ones)");
-  flags.AddString("job-secret", "",
-                  "the job's secret, the same on every worker (default: $SWITCHML_JOB_SECRET; "
-                  "none: an unprotected job)");
-  flags.AddString("tls-ca", "", "PEM CA of the switch's certificate: talk TLS to the switch");
-  flags.AddString("tls-cert", "", "PEM client certificate, for a switch that requires one");
-  flags.AddString("tls-key", "", "PEM private key of --tls-cert");
-  flags.AddString("tls-server-name", "",
-                  "the name in the switch's certificate (default: its host)");
-  flags.AddInt("metrics-port", -1,
-               "serve this worker's counters as Prometheus metrics on "
-               "http://METRICS-BIND:N/metrics while the job runs (0 = pick a port; -1 = off)");
-  flags.AddString("metrics-bind", "127.0.0.1", "IPv4 address of the metrics endpoint");
-  flags.AddInt("metrics-linger", 0,
-               "after the job, keep serving the metrics until they have been scraped once more, "
-               "at most this many seconds (so a scraper sees a short job's final counters)");
-  flags.AddBool("report", "print a machine-readable SWITCHML_RESULT line on stdout");
-  flags.AddBool("quiet", "no progress output");
-  flags.AddString("log-level", "warning", "debug, info, warning, error or off");
-  return flags;
+// The command's flags as given (DefineWorkerFlags binds them).
+struct WorkerFlags {
+  std::string switches = "127.0.0.1";
+  int64_t rank = 0;
+  JobFlags job;
+  int64_t session = 0;
+  std::string bind = "0.0.0.0";
+  int64_t udp_port = 0;
+  std::string job_secret;
+  TlsClientFlags tls;
+  int64_t metrics_port = -1;
+  std::string metrics_bind = "127.0.0.1";
+  int64_t metrics_linger = 0;
+  bool report = false;
+  bool quiet = false;
+  std::string log_level = "warning";
+};
+
+void DefineWorkerFlags(Flags* flags, WorkerFlags* f) {
+  flags->Add("switch", &f->switches,
+             "the switch's control plane, HOST[:PORT] (port 50099); or a comma-separated list "
+             "HOST[:PORT],HOST[:PORT],... to stripe the job over several switch hosts (every "
+             "worker lists the same hosts in the same order; docs/deployment.md)");
+  flags->Add("rank", &f->rank, "this worker's rank, 0..workers-1");
+  AddJobFlags(flags, &f->job);
+  flags->Add("session", &f->session,
+             "job id on the switch; concurrent jobs need different ids "
+             "(0 = rank 0 picks one)");
+  flags->Add("bind", &f->bind, "local IPv4 address for the data-plane sockets");
+  flags->Add("udp-port", &f->udp_port, "first local UDP port (0 = pick free ones)");
+  flags->Add("job-secret", &f->job_secret,
+             "the job's secret, the same on every worker (default: $SWITCHML_JOB_SECRET; "
+             "none: an unprotected job)");
+  AddTlsClientFlags(flags, &f->tls);
+  flags->Add("metrics-port", &f->metrics_port,
+             "serve this worker's counters as Prometheus metrics on "
+             "http://METRICS-BIND:N/metrics while the job runs (0 = pick a port; -1 = off)");
+  flags->Add("metrics-bind", &f->metrics_bind, "IPv4 address of the metrics endpoint");
+  flags->Add("metrics-linger", &f->metrics_linger,
+             "after the job, keep serving the metrics until they have been scraped once more, "
+             "at most this many seconds (so a scraper sees a short job's final counters)");
+  flags->Add("report", &f->report, "print a machine-readable SWITCHML_RESULT line on stdout");
+  flags->Add("quiet", &f->quiet, "no progress output");
+  flags->Add("log-level", &f->log_level, "debug, info, warning, error or off");
 }
 
 // What the worker's own flags (beyond the job's) ask for, checked.
@@ -148,31 +156,31 @@ struct WorkerOptions {
 };
 
 // Reads the flags WorkerFlags added beyond the job's; an error says which flag is wrong.
-Result<WorkerOptions> ReadWorkerFlags(const Flags& flags, const JobOptions& job) {
+Result<WorkerOptions> ReadWorkerFlags(const WorkerFlags& flags, const JobOptions& job) {
   WorkerOptions o;
-  ASSIGN_OR_RETURN(o.switches, ParseSwitchList(flags.GetString("switch")));
-  o.rank = flags.GetInt("rank");
+  ASSIGN_OR_RETURN(o.switches, ParseSwitchList(flags.switches));
+  o.rank = flags.rank;
   if (o.rank < 0 || o.rank >= job.workers) {
     return InvalidArgumentError("--rank " + std::to_string(o.rank) +
                                 " is out of range: with --workers " + std::to_string(job.workers) +
                                 " use 0.." + std::to_string(job.workers - 1));
   }
-  const int64_t udp_port = flags.GetInt("udp-port");
+  const int64_t udp_port = flags.udp_port;
   if (udp_port < 0 || udp_port > 65535) {
     return InvalidArgumentError("--udp-port must be in 0..65535 (0 = pick free ports)");
   }
   o.udp_port = static_cast<uint16_t>(udp_port);
-  if (flags.GetInt("session") < 0) {
+  if (flags.session < 0) {
     return InvalidArgumentError("--session must be a non-negative job id");
   }
-  o.quiet = flags.GetBool("quiet");
-  o.report = flags.GetBool("report");
+  o.quiet = flags.quiet;
+  o.report = flags.report;
   o.who = "switchml worker (rank " + std::to_string(o.rank) + ")";
   return o;
 }
 
 // The context's Config from the flags; warns (unless --quiet) when the job has no secret.
-Config MakeConfig(const Flags& flags, const JobOptions& job, const WorkerOptions& w) {
+Config MakeConfig(const WorkerFlags& flags, const JobOptions& job, const WorkerOptions& w) {
   Config config;
   config.rank = static_cast<uint32_t>(w.rank);
   config.num_workers = job.workers;
@@ -182,10 +190,10 @@ Config MakeConfig(const Flags& flags, const JobOptions& job, const WorkerOptions
   } else {
     for (const Endpoint& e : w.switches) config.switch_hosts.push_back(e.ToString());
   }
-  config.session_id = static_cast<uint64_t>(flags.GetInt("session"));
+  config.session_id = static_cast<uint64_t>(flags.session);
   config.num_worker_threads = job.threads;
   config.packet_numel = job.packet_numel;
-  config.bind_address = flags.GetString("bind");
+  config.bind_address = flags.bind;
   config.udp_port = w.udp_port;
   config.transport = job.transport;
   config.busy_poll = job.busy_poll;
@@ -201,7 +209,7 @@ Config MakeConfig(const Flags& flags, const JobOptions& job, const WorkerOptions
   config.retransmit.peer_timeout = std::chrono::milliseconds(job.peer_timeout_ms);
   config.setup_timeout = std::chrono::milliseconds(job.setup_timeout_ms);
   ApplyPacingOptions(job, &config);
-  config.job_secret = flags.GetString("job-secret");
+  config.job_secret = flags.job_secret;
   if (config.job_secret.empty()) {
     if (const char* env = std::getenv("SWITCHML_JOB_SECRET")) config.job_secret = env;
   }
@@ -211,22 +219,22 @@ Config MakeConfig(const Flags& flags, const JobOptions& job, const WorkerOptions
                  "reaches the switch's control port can disturb this job\n",
                  w.who.c_str());
   }
-  config.tls_ca_file = flags.GetString("tls-ca");
-  config.tls_cert_file = flags.GetString("tls-cert");
-  config.tls_key_file = flags.GetString("tls-key");
-  config.tls_server_name = flags.GetString("tls-server-name");
+  config.tls_ca_file = flags.tls.ca;
+  config.tls_cert_file = flags.tls.cert;
+  config.tls_key_file = flags.tls.key;
+  config.tls_server_name = flags.tls.server_name;
   return config;
 }
 
 // --metrics-port: serves `ctx`'s counters, counting the scrapes in `scrapes` (for
 // --metrics-linger); nullptr when the flag is -1 (off).
 Result<std::unique_ptr<metrics::MetricsServer>> StartMetrics(
-    const Flags& flags, Context* ctx, std::shared_ptr<std::atomic<uint64_t>> scrapes) {
-  const int64_t port = flags.GetInt("metrics-port");
+    const WorkerFlags& flags, Context* ctx, std::shared_ptr<std::atomic<uint64_t>> scrapes) {
+  const int64_t port = flags.metrics_port;
   if (port < 0) return std::unique_ptr<metrics::MetricsServer>();
   if (port > 65535) return InvalidArgumentError("--metrics-port must be in 0..65535");
   return metrics::MetricsServer::Start(
-      {flags.GetString("metrics-bind"), static_cast<uint16_t>(port)},
+      {flags.metrics_bind, static_cast<uint16_t>(port)},
       {metrics::ContextStatsCollector([ctx, scrapes = std::move(scrapes)] {
          scrapes->fetch_add(1, std::memory_order_relaxed);
          return ctx->stats();
@@ -351,9 +359,18 @@ void PrintReport(int64_t rank, const JobOptions& job, const ContextStats& s,
 }  // namespace
 
 int WorkerCommand(const std::vector<std::string>& args) {
-  Flags flags = WorkerFlags();
+  Flags parser("worker",
+               "Runs one worker of a SwitchML job: joins the job through the switch's control\n"
+               "plane, all-reduces a verifiable tensor --iterations times and checks every\n"
+               "result against the exact sum. Start one per host with the same flags and\n"
+               "ranks 0..N-1.");
+  WorkerFlags flags;
+  DefineWorkerFlags(&parser, &flags);
   JobOptions job;
-  if (int code = ParseCommandLine("worker", args, &flags, &job); code >= 0) return code;
+  if (int code = ParseCommandLine("worker", args, &parser, flags.log_level, &flags.job, &job);
+      code >= 0) {
+    return code;
+  }
   Result<WorkerOptions> read = ReadWorkerFlags(flags, job);
   if (!read.ok()) {
     std::cerr << "switchml worker: " << read.status().message() << "\n";
@@ -409,7 +426,7 @@ int WorkerCommand(const std::vector<std::string>& args) {
   const ContextStats s = (*ctx)->stats();
   if (!w.quiet) PrintSummary(w.who, job, s, timings);
   if (w.report) PrintReport(w.rank, job, s, timings);
-  if (metrics_server != nullptr) LingerForScrape(*scrapes, flags.GetInt("metrics-linger"));
+  if (metrics_server != nullptr) LingerForScrape(*scrapes, flags.metrics_linger);
   return 0;
 }
 

@@ -76,22 +76,76 @@ struct JobOptions {
   bool lan_multicast_required = false;  // Config::lan_multicast_required (--multicast on)
 };
 
-// `auto_transport`: --transport defaults to kAutoTransport (`run`) instead of udp, and only
-// then accepts "auto" (ReadJobFlags tells from that default; the other commands refuse it).
-void AddJobFlags(Flags* flags, bool auto_transport = false);
+// --dpdk-eal and --dpdk-device as given: the dpdk transport's EAL arguments and device.
+struct DpdkFlags {
+  std::string eal;
+  std::string device;
+};
+
+// The job's flags as given on the command line (AddJobFlags binds them; ReadJobFlags checks them
+// into a JobOptions). Whole numbers stay int64_t here so that ranges are checked before they
+// narrow.
+struct JobFlags {
+  // `run`'s: --transport defaults to kAutoTransport, --threads to 0 and --pin-threads is
+  // on/off/auto (set by AddJobFlags).
+  bool auto_transport = false;
+  int64_t workers = 2;
+  Size size{1 << 20};
+  std::string dtype = "float32";
+  int64_t iterations = 5;
+  int64_t warmup = 1;
+  int64_t threads = 1;  // 0 (automatic) by default where auto_transport
+  int64_t window = 0;
+  double link_gbps = 10;
+  int64_t base_rtt_us = 100;
+  int64_t packet_numel = 256;
+  int64_t timeout_ms = 10;
+  int64_t min_timeout_us = 10000;
+  int64_t max_timeout_ms = 1000;
+  int64_t early_retransmit = 0;
+  int64_t peer_timeout_ms = 10000;
+  int64_t setup_timeout_ms = 30000;
+  int64_t seed = 1;
+  bool no_verify = false;
+  std::string transport;  // set by AddJobFlags
+  bool busy_poll = false;
+  bool pin_threads = false;               // --pin-threads without auto_transport
+  std::string pin_threads_mode = "auto";  // --pin-threads on/off/auto with auto_transport
+  double wake_batch = 0;
+  bool no_tensor_check = false;
+  bool auth_data = false;
+  bool sparse = false;
+  bool sparse_auto = false;
+  double density = 1;
+  double overlap = 1;
+  std::string multicast = "auto";
+  bool no_loopback_multicast = false;
+  DpdkFlags dpdk;
+};
+
+// A control-plane client's TLS flags as given (`worker`, `status`): --tls-ca, --tls-cert,
+// --tls-key, --tls-server-name.
+struct TlsClientFlags {
+  std::string ca, cert, key, server_name;
+};
+void AddTlsClientFlags(Flags* flags, TlsClientFlags* t);
+
+// Binds the job's flags to *j. `auto_transport`: --transport defaults to kAutoTransport (`run`)
+// instead of udp, and only then accepts "auto" (the other commands refuse it).
+void AddJobFlags(Flags* flags, JobFlags* j, bool auto_transport = false);
 // The help line of --transport, listing the kinds.
 std::string TransportHelp();
-// --dpdk-eal and --dpdk-device (the dpdk transport's EAL arguments and device), and applying them:
-// they set SWITCHML_DPDK_EAL / SWITCHML_DPDK_DEVICE, which the processes `run` starts inherit.
-void AddDpdkFlags(Flags* flags);
-void ApplyDpdkFlags(const Flags& flags);
+// Binds --dpdk-eal and --dpdk-device; ApplyDpdkFlags sets SWITCHML_DPDK_EAL /
+// SWITCHML_DPDK_DEVICE from those given, which the processes `run` starts inherit.
+void AddDpdkFlags(Flags* flags, DpdkFlags* d);
+void ApplyDpdkFlags(const DpdkFlags& d);
 // Checks a --transport value: a transport kind, or kAutoTransport where auto_transport.
 Status CheckTransportFlag(const std::string& kind, bool auto_transport);
-// Reads --seed (an int flag) into *out; negative values are refused (not wrapped to 2^64 - n,
-// which no command line could give back: the flag parser reads at most 2^63 - 1).
-Status ReadSeed(const Flags& flags, uint64_t* out);
-// Reads and checks the flags AddJobFlags added; errors say which flag is wrong.
-Status ReadJobFlags(const Flags& flags, JobOptions* out);
+// Checks --seed into *out; negative values are refused (not wrapped to 2^64 - n, which no
+// command line could give back: the flag parser reads at most 2^63 - 1).
+Status ReadSeed(int64_t seed, uint64_t* out);
+// Checks the flags AddJobFlags bound into *out; errors say which flag is wrong.
+Status ReadJobFlags(const JobFlags& flags, JobOptions* out);
 // The worker threads `run` uses over shm when --threads is 0 (automatic) on a host with at least
 // that many cores (else 1; over the other transports 1): the switch's data-plane work then
 // spreads over the cores too (`run`'s switch gets as many threads; docs/benchmarks.md).
@@ -109,10 +163,12 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o);
 // hosts), each resolved; a host listed twice (after resolution) is refused.
 Result<std::vector<Endpoint>> ParseSwitchList(const std::string& text);
 
-// Parses a command's flags (which must include "log-level"), reads the job flags into *job when
-// job is not null, and applies --log-level. Returns -1 to go on, or the exit code to return at
-// once: 0 after printing --help, 2 after printing what is wrong with the command line.
+// Parses a command's flags, checks the job's (bound by AddJobFlags to *job_flags) into *job when
+// job is not null, and applies `log_level` (the variable the command bound --log-level to).
+// Returns -1 to go on, or the exit code to return at once: 0 after printing --help, 2 after
+// printing what is wrong with the command line.
 int ParseCommandLine(const std::string& command, const std::vector<std::string>& args, Flags* flags,
-                     JobOptions* job);
+                     const std::string& log_level, const JobFlags* job_flags = nullptr,
+                     JobOptions* job = nullptr);
 
 }  // namespace switchml::tools

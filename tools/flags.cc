@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/check.h"
+#include "base/status_macros.h"
 
 namespace switchml::tools {
 
@@ -75,34 +76,70 @@ Status CheckOutputPath(const std::string& flag, const std::string& path, bool al
   return Status();
 }
 
-void Flags::Add(const std::string& name, Kind kind, std::string def, std::string help) {
+void Flags::Declare(const std::string& name, Bound bound, std::string def, std::string help) {
   CHECK(flags_.count(name) == 0) << name;
   order_.push_back(name);
-  flags_[name] = Flag{kind, def, std::move(help), def};
+  flags_[name] = Flag{bound, std::move(help), std::move(def)};
 }
 
-void Flags::AddString(const std::string& name, std::string def, std::string help) {
-  Add(name, Kind::kString, std::move(def), std::move(help));
+void Flags::Add(const std::string& name, std::string* bound, std::string help) {
+  Declare(name, bound, *bound, std::move(help));
 }
-void Flags::AddInt(const std::string& name, int64_t def, std::string help) {
-  Add(name, Kind::kInt, std::to_string(def), std::move(help));
+void Flags::Add(const std::string& name, int64_t* bound, std::string help) {
+  Declare(name, bound, std::to_string(*bound), std::move(help));
 }
-void Flags::AddDouble(const std::string& name, double def, std::string help) {
+void Flags::Add(const std::string& name, double* bound, std::string help) {
   std::ostringstream s;
-  s << def;
-  Add(name, Kind::kDouble, s.str(), std::move(help));
+  s << *bound;
+  Declare(name, bound, s.str(), std::move(help));
 }
-void Flags::AddBool(const std::string& name, std::string help) {
-  Add(name, Kind::kBool, "false", std::move(help));
+void Flags::Add(const std::string& name, bool* bound, std::string help) {
+  CHECK(!*bound) << "--" << name << ": a switch is off unless given";
+  Declare(name, bound, "false", std::move(help));
 }
-void Flags::AddSize(const std::string& name, uint64_t def, std::string help) {
-  Add(name, Kind::kSize, std::to_string(def), std::move(help));
+void Flags::Add(const std::string& name, Size* bound, std::string help) {
+  Declare(name, bound, std::to_string(bound->value), std::move(help));
+}
+
+Status Flags::Assign(const std::string& name, const std::string& value, Flag* f) {
+  char* end = nullptr;
+  if (auto* s = std::get_if<std::string*>(&f->bound)) {
+    **s = value;
+  } else if (auto* i = std::get_if<int64_t*>(&f->bound)) {
+    errno = 0;
+    const long long v = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0') {
+      return InvalidArgumentError("--" + name + " wants a whole number, not '" + value + "'");
+    }
+    if (errno == ERANGE) {  // strtoll clamps: the flag would read as another number
+      return InvalidArgumentError("--" + name + " " + value + " is out of range");
+    }
+    **i = v;
+  } else if (auto* d = std::get_if<double*>(&f->bound)) {
+    errno = 0;
+    const double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0') {
+      return InvalidArgumentError("--" + name + " wants a number, not '" + value + "'");
+    }
+    // strtod also takes nan, inf and overflows to inf: no flag means any of them.
+    if (!std::isfinite(v) || (errno == ERANGE && std::fabs(v) > 1)) {
+      return InvalidArgumentError("--" + name + " wants a finite number, not '" + value + "'");
+    }
+    **d = v;
+  } else if (auto* z = std::get_if<Size*>(&f->bound)) {
+    if (!ParseSize(value, &(*z)->value)) {
+      return InvalidArgumentError("--" + name + " wants a count like 1000, 64K, 64M or 1G, not '" +
+                                  value + "'");
+    }
+  }
+  f->set = true;
+  return Status();
 }
 
 Status Flags::Parse(const std::vector<std::string>& args, bool* help_requested) {
   *help_requested = false;
   for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i];
+    const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
       *help_requested = true;
       return Status();
@@ -123,11 +160,11 @@ Status Flags::Parse(const std::vector<std::string>& args, bool* help_requested) 
       return InvalidArgumentError("unknown flag --" + name + " (see " + command_ + " --help)");
     }
     Flag& f = it->second;
-    if (f.kind == Kind::kBool) {
+    if (auto* b = std::get_if<bool*>(&f.bound)) {
       if (has_value && value != "true" && value != "false") {
         return InvalidArgumentError("--" + name + " takes no value (or =true/=false)");
       }
-      f.value = has_value ? value : "true";
+      **b = !has_value || value == "true";
       f.set = true;
       continue;
     }
@@ -135,93 +172,43 @@ Status Flags::Parse(const std::vector<std::string>& args, bool* help_requested) 
       if (i + 1 >= args.size()) return InvalidArgumentError("--" + name + " needs a value");
       value = args[++i];
     }
-    char* end = nullptr;
-    switch (f.kind) {
-      case Kind::kInt:
-        errno = 0;
-        std::strtoll(value.c_str(), &end, 10);
-        if (value.empty() || *end != '\0') {
-          return InvalidArgumentError("--" + name + " wants a whole number, not '" + value + "'");
-        }
-        if (errno == ERANGE) {  // strtoll clamps: the flag would read as another number
-          return InvalidArgumentError("--" + name + " " + value + " is out of range");
-        }
-        break;
-      case Kind::kDouble: {
-        errno = 0;
-        const double d = std::strtod(value.c_str(), &end);
-        if (value.empty() || *end != '\0') {
-          return InvalidArgumentError("--" + name + " wants a number, not '" + value + "'");
-        }
-        // strtod also takes nan, inf and overflows to inf: no flag means any of them.
-        if (!std::isfinite(d) || (errno == ERANGE && std::fabs(d) > 1)) {
-          return InvalidArgumentError("--" + name + " wants a finite number, not '" + value + "'");
-        }
-        break;
-      }
-      case Kind::kSize: {
-        uint64_t v;
-        if (!ParseSize(value, &v)) {
-          return InvalidArgumentError(
-              "--" + name + " wants a count like 1000, 64K, 64M or 1G, not '" + value + "'");
-        }
-        value = std::to_string(v);
-        break;
-      }
-      default:
-        break;
-    }
-    f.value = value;
-    f.set = true;
+    RETURN_IF_ERROR(Assign(name, value, &f));
   }
   return Status();
 }
 
 std::string Flags::Usage() const {
   std::ostringstream s;
-  s << "usage: switchml " << command_ << " [flags]\n\n" << summary_ << "\n\nflags:\n";
+  s << "usage: " << (program_.empty() ? "" : program_ + " ") << command_ << " [flags]\n\n"
+    << summary_ << "\n\nflags:\n";
   for (const auto& name : order_) {
     const Flag& f = flags_.at(name);
+    const bool is_switch = std::holds_alternative<bool*>(f.bound);
     std::string left = "  --" + name;
-    if (f.kind != Kind::kBool) left += " " + std::string(f.kind == Kind::kString ? "S" : "N");
+    if (!is_switch) {
+      left += std::holds_alternative<std::string*>(f.bound) ? " S" : " N";
+    }
     s << left;
     if (left.size() < 26)
       s << std::string(26 - left.size(), ' ');
     else
       s << "\n" << std::string(26, ' ');
     s << f.help;
-    if (f.kind != Kind::kBool && !f.def.empty()) s << " (default " << f.def << ")";
+    if (!is_switch && !f.def.empty()) s << " (default " << f.def << ")";
     s << "\n";
   }
   s << "  --help                  this text\n";
   return s.str();
 }
 
-const Flags::Flag& Flags::Get(const std::string& name, Kind kind) const {
-  auto it = flags_.find(name);
-  CHECK(it != flags_.end()) << "no flag " << name;
-  CHECK(it->second.kind == kind) << "flag " << name << " read as the wrong kind";
-  return it->second;
+bool Flags::WasSet(const void* bound) const {
+  for (const auto& [name, f] : flags_) {
+    if (std::visit([bound](auto* p) { return static_cast<const void*>(p) == bound; }, f.bound)) {
+      return f.set;
+    }
+  }
+  CHECK(false) << "WasSet: no flag is bound to this variable";
+  return false;
 }
-
-std::string Flags::GetString(const std::string& name) const {
-  return Get(name, Kind::kString).value;
-}
-std::string Flags::DefaultString(const std::string& name) const {
-  return Get(name, Kind::kString).def;
-}
-int64_t Flags::GetInt(const std::string& name) const {
-  return std::strtoll(Get(name, Kind::kInt).value.c_str(), nullptr, 10);
-}
-double Flags::GetDouble(const std::string& name) const {
-  return std::strtod(Get(name, Kind::kDouble).value.c_str(), nullptr);
-}
-bool Flags::GetBool(const std::string& name) const {
-  return Get(name, Kind::kBool).value == "true";
-}
-uint64_t Flags::GetSize(const std::string& name) const {
-  return std::strtoull(Get(name, Kind::kSize).value.c_str(), nullptr, 10);
-}
-bool Flags::WasSet(const std::string& name) const { return flags_.at(name).set; }
 
 }  // namespace switchml::tools

@@ -1,55 +1,79 @@
 // A small command-line flag parser for the `switchml` subcommands: "--name value",
-// "--name=value" and boolean "--name"; every flag has a default and a help line; --help prints
-// the usage. Errors name the flag and say what is expected.
+// "--name=value" and boolean "--name"; --help prints the usage. Errors name the flag and say what
+// is expected.
+//
+// Every flag is bound to a typed variable when it is declared: the variable's value then is the
+// flag's default (shown by --help), and Parse writes what the command line gives into it, so
+// that a command reads its flags as the fields of its own struct, never by name:
+//
+//   struct DemoFlags { int64_t workers = 2; Size size{1 << 20}; bool quiet = false; };
+//   DemoFlags d;
+//   Flags flags("demo", "Does a demo.");
+//   flags.Add("workers", &d.workers, "number of workers");
+//   ...
+//   RETURN_IF_ERROR(flags.Parse(args, &help));  // then d.workers holds --workers
+//
+// The bound variables must outlive the Flags (and stay where they are: Flags keeps pointers).
+// Range checks stay with the command that knows the range and says it in its own words; the
+// parser refuses only what its kind cannot hold (a malformed or out-of-64-bit-range whole
+// number, a non-finite number, a malformed size). Not thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "switchml/status.h"
 
 namespace switchml::tools {
 
+// A count given as a plain number or with a binary suffix K, M, G (x 2^10, 2^20, 2^30), e.g.
+// 64M: the kind of a size flag.
+struct Size {
+  uint64_t value = 0;
+};
+
 class Flags {
  public:
-  Flags(std::string command, std::string summary)
-      : command_(std::move(command)), summary_(std::move(summary)) {}
+  // --help's first line is "usage: PROGRAM COMMAND [flags]" (a program of its own: program "").
+  Flags(std::string command, std::string summary, std::string program = "switchml")
+      : command_(std::move(command)), summary_(std::move(summary)), program_(std::move(program)) {}
 
-  void AddString(const std::string& name, std::string def, std::string help);
-  void AddInt(const std::string& name, int64_t def, std::string help);
-  void AddDouble(const std::string& name, double def, std::string help);
-  void AddBool(const std::string& name, std::string help);
-  // A size: plain number, or with suffix K, M, G (x 2^10, 2^20, 2^30), e.g. 64M.
-  void AddSize(const std::string& name, uint64_t def, std::string help);
+  // Declares --`name`, bound to *bound (whose current value is the default). The kind follows
+  // the type: a string, a whole number (int64_t: the commands check their ranges before they
+  // narrow), a finite number, a switch (bool: false unless given; "--name" or "--name=true"
+  // sets it) or a Size. Each name once (a second declaration aborts: a programming error).
+  void Add(const std::string& name, std::string* bound, std::string help);
+  void Add(const std::string& name, int64_t* bound, std::string help);
+  void Add(const std::string& name, double* bound, std::string help);
+  void Add(const std::string& name, bool* bound, std::string help);
+  void Add(const std::string& name, Size* bound, std::string help);
 
-  // Parses args (without the program and command names). help_requested is set on --help.
+  // Parses args (without the program and command names) into the bound variables.
+  // help_requested is set on --help (or -h), which ends the parse.
   Status Parse(const std::vector<std::string>& args, bool* help_requested);
   std::string Usage() const;
 
-  std::string GetString(const std::string& name) const;
-  int64_t GetInt(const std::string& name) const;
-  double GetDouble(const std::string& name) const;
-  bool GetBool(const std::string& name) const;
-  uint64_t GetSize(const std::string& name) const;
-  bool WasSet(const std::string& name) const;
-  // A string flag's default (as given to AddString).
-  std::string DefaultString(const std::string& name) const;
+  // Whether Parse has been given the flag bound to `bound` (for flags whose presence matters
+  // beyond their value). `bound` must be a variable given to Add (else a programming error:
+  // aborts).
+  bool WasSet(const void* bound) const;
 
  private:
-  enum class Kind { kString, kInt, kDouble, kBool, kSize };
+  using Bound = std::variant<std::string*, int64_t*, double*, bool*, Size*>;
   struct Flag {
-    Kind kind;
-    std::string value;
+    Bound bound;
     std::string help;
-    std::string def;
+    std::string def;  // the default as --help shows it
     bool set = false;
   };
-  void Add(const std::string& name, Kind kind, std::string def, std::string help);
-  const Flag& Get(const std::string& name, Kind kind) const;
+  void Declare(const std::string& name, Bound bound, std::string def, std::string help);
+  // Parses `value` into f's variable; an error names --`name`.
+  static Status Assign(const std::string& name, const std::string& value, Flag* f);
 
-  std::string command_, summary_;
+  std::string command_, summary_, program_;
   std::vector<std::string> order_;
   std::map<std::string, Flag> flags_;
 };

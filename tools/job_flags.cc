@@ -25,117 +25,127 @@ std::string TransportHelp() {
          "host, switch included, in $SWITCHML_SHM_DIR or /dev/shm/switchml-<uid>)";
 }
 
-void AddDpdkFlags(Flags* f) {
-  f->AddString("dpdk-eal", "",
-               "--transport dpdk: EAL arguments (default: SWITCHML_DPDK_EAL, else --no-huge "
-               "--no-pci --no-shconf -m 512, virtual devices only)");
-  f->AddString("dpdk-device", "",
-               "--transport dpdk: memif (shared memory between the processes of this host, the "
-               "default), a PCI address or a virtual device such as net_af_packet0,iface=veth0");
+void AddDpdkFlags(Flags* f, DpdkFlags* d) {
+  f->Add("dpdk-eal", &d->eal,
+         "--transport dpdk: EAL arguments (default: SWITCHML_DPDK_EAL, else --no-huge "
+         "--no-pci --no-shconf -m 512, virtual devices only)");
+  f->Add("dpdk-device", &d->device,
+         "--transport dpdk: memif (shared memory between the processes of this host, the "
+         "default), a PCI address or a virtual device such as net_af_packet0,iface=veth0");
 }
 
-void ApplyDpdkFlags(const Flags& f) {
-  if (!f.GetString("dpdk-eal").empty())
-    setenv("SWITCHML_DPDK_EAL", f.GetString("dpdk-eal").c_str(), 1);
-  if (!f.GetString("dpdk-device").empty()) {
-    setenv("SWITCHML_DPDK_DEVICE", f.GetString("dpdk-device").c_str(), 1);
-  }
+void ApplyDpdkFlags(const DpdkFlags& d) {
+  if (!d.eal.empty()) setenv("SWITCHML_DPDK_EAL", d.eal.c_str(), 1);
+  if (!d.device.empty()) setenv("SWITCHML_DPDK_DEVICE", d.device.c_str(), 1);
 }
 
-void AddJobFlags(Flags* f, bool auto_transport) {
-  f->AddInt("workers", 2, "number of workers in the job");
-  f->AddSize("size", 1 << 20,
-             "elements per all-reduce, not bytes (4 bytes each; sim's --size is in bytes), "
-             "suffix K, M, G = 2^10, 2^20, 2^30: 64M is 64 Mi elements, 256 MiB; at most 1024G");
-  f->AddString("dtype", "float32", "element type: float32 or int32");
-  f->AddInt("iterations", 5, "timed all-reduces (at most 1000000)");
-  f->AddInt("warmup", 1, "untimed all-reduces before them (at most 1000000)");
+void AddTlsClientFlags(Flags* f, TlsClientFlags* t) {
+  f->Add("tls-ca", &t->ca, "PEM CA of the switch's certificate: talk TLS to the switch");
+  f->Add("tls-cert", &t->cert, "PEM client certificate, for a switch that requires one");
+  f->Add("tls-key", &t->key, "PEM private key of --tls-cert");
+  f->Add("tls-server-name", &t->server_name,
+         "the name in the switch's certificate (default: its host)");
+}
+
+void AddJobFlags(Flags* f, JobFlags* j, bool auto_transport) {
+  j->auto_transport = auto_transport;
+  j->threads = auto_transport ? 0 : 1;
+  j->transport = auto_transport ? kAutoTransport : transport::kDefaultTransportKind;
+  f->Add("workers", &j->workers, "number of workers in the job");
+  f->Add("size", &j->size,
+         "elements per all-reduce, not bytes (4 bytes each; sim's --size is in bytes), "
+         "suffix K, M, G = 2^10, 2^20, 2^30: 64M is 64 Mi elements, 256 MiB; at most 1024G");
+  f->Add("dtype", &j->dtype, "element type: float32 or int32");
+  f->Add("iterations", &j->iterations, "timed all-reduces (at most 1000000)");
+  f->Add("warmup", &j->warmup, "untimed all-reduces before them (at most 1000000)");
   if (auto_transport) {
-    f->AddInt("threads", 0,
-              "worker threads (UDP ports) per worker; 0: " + std::to_string(kShmRunThreads) +
-                  " over shm on a host with at least " + std::to_string(kShmRunThreads) +
-                  " cores, else 1");
+    f->Add("threads", &j->threads,
+           "worker threads (UDP ports) per worker; 0: " + std::to_string(kShmRunThreads) +
+               " over shm on a host with at least " + std::to_string(kShmRunThreads) +
+               " cores, else 1");
   } else {
-    f->AddInt("threads", 1, "worker threads (UDP ports) per worker");
+    f->Add("threads", &j->threads, "worker threads (UDP ports) per worker");
   }
-  f->AddInt("window", 0,
-            "packets in flight per worker (slots used on the switch); 0: twice the "
-            "bandwidth-delay product of --link-gbps and --base-rtt-us, at least 64 (over shm "
-            "at least " +
-                std::to_string(Config::kMinShmAutoWindow) + ")");
-  f->AddDouble("link-gbps", 10, "link rate (Gbit/s) the automatic window is sized for");
-  f->AddInt("base-rtt-us", 100, "round trip through the switch, queues empty, for the window");
-  f->AddInt("packet-numel", 256, "elements per packet: 64 or 256");
-  f->AddInt("timeout-ms", 10, "retransmission timeout until a round trip has been measured");
-  f->AddInt("min-timeout-us", 10000,
-            "floor of the retransmission timeout measured from round trips");
-  f->AddInt("max-timeout-ms", 1000, "ceiling of the retransmission timeout, back-off included");
-  f->AddInt("early-retransmit", 0,
-            "re-send a packet at once when the results of this many packets sent after it came "
-            "back first (TCP's fast retransmit; 0 = off, wait for the timeout)");
-  f->AddInt("peer-timeout-ms", 10000, "fail when no result arrives for this long");
-  f->AddInt("setup-timeout-ms", 30000, "fail when session setup or a barrier takes longer");
-  f->AddInt("seed", 1, "seed of the verifiable input pattern (0..2^63-1)");
-  f->AddBool("no-verify", "skip checking each result against the exact sum");
-  if (auto_transport) {
-    f->AddString("transport", kAutoTransport,
-                 TransportHelp() +
-                     "; auto: shm where this host's shared memory can be used (every "
-                     "process of the job is on this host), else udp");
-  } else {
-    f->AddString("transport", transport::kDefaultTransportKind, TransportHelp());
-  }
-  f->AddBool("busy-poll", "poll for packets without sleeping (lower latency, busy cores)");
+  f->Add("window", &j->window,
+         "packets in flight per worker (slots used on the switch); 0: twice the "
+         "bandwidth-delay product of --link-gbps and --base-rtt-us, at least 64 (over shm "
+         "at least " +
+             std::to_string(Config::kMinShmAutoWindow) + ")");
+  f->Add("link-gbps", &j->link_gbps, "link rate (Gbit/s) the automatic window is sized for");
+  f->Add("base-rtt-us", &j->base_rtt_us,
+         "round trip through the switch, queues empty, for the window");
+  f->Add("packet-numel", &j->packet_numel, "elements per packet: 64 or 256");
+  f->Add("timeout-ms", &j->timeout_ms,
+         "retransmission timeout until a round trip has been measured");
+  f->Add("min-timeout-us", &j->min_timeout_us,
+         "floor of the retransmission timeout measured from round trips");
+  f->Add("max-timeout-ms", &j->max_timeout_ms,
+         "ceiling of the retransmission timeout, back-off included");
+  f->Add("early-retransmit", &j->early_retransmit,
+         "re-send a packet at once when the results of this many packets sent after it came "
+         "back first (TCP's fast retransmit; 0 = off, wait for the timeout)");
+  f->Add("peer-timeout-ms", &j->peer_timeout_ms, "fail when no result arrives for this long");
+  f->Add("setup-timeout-ms", &j->setup_timeout_ms,
+         "fail when session setup or a barrier takes longer");
+  f->Add("seed", &j->seed, "seed of the verifiable input pattern (0..2^63-1)");
+  f->Add("no-verify", &j->no_verify, "skip checking each result against the exact sum");
+  f->Add("transport", &j->transport,
+         auto_transport ? TransportHelp() +
+                              "; auto: shm where this host's shared memory can be used (every "
+                              "process of the job is on this host), else udp"
+                        : TransportHelp());
+  f->Add("busy-poll", &j->busy_poll,
+         "poll for packets without sleeping (lower latency, busy cores)");
   const std::string pin_help =
       "pin worker thread t to the t-th CPU this process may run on (round robin), as the "
       "switch's --pin-threads does with its thread t: the threads that exchange every datagram "
       "then share one core's caches (docs/architecture.md, \"Pinned threads\")";
   if (auto_transport) {
-    f->AddString("pin-threads", "auto",
-                 "on, off or auto: " + pin_help +
-                     "; auto = on over shm where the threads per process equal this host's CPUs");
+    f->Add("pin-threads", &j->pin_threads_mode,
+           "on, off or auto: " + pin_help +
+               "; auto = on over shm where the threads per process equal this host's CPUs");
   } else {
-    f->AddBool("pin-threads", pin_help + "; for workers on the switch's host");
+    f->Add("pin-threads", &j->pin_threads, pin_help + "; for workers on the switch's host");
   }
-  f->AddDouble("wake-batch", 0,
-               "after handling results, sleep until about this fraction of the packets in flight "
-               "should be back at the measured rate, so that one wake-up handles several of the "
-               "network's runs (0 = wake for every arrival; at most 1)");
-  f->AddBool("no-tensor-check",
-             "do not have the switch compare every worker's element count and type for each "
-             "all-reduce (saves one control round trip per all-reduce; a mismatch then goes "
-             "unnoticed)");
-  f->AddBool("auth-data",
-             "authenticated data plane: every datagram carries an 8-byte tag keyed with a per-job "
-             "key from the switch; forged or altered datagrams are dropped and counted (beyond "
-             "the reference wire format; every worker of a job the same; docs/security.md 4.4)");
-  f->AddBool("sparse",
-             "block-sparse all-reduces: the workers announce which blocks (--packet-numel "
-             "elements) are non-zero on them, then aggregate only the blocks non-zero on some "
-             "worker; the others come back as zeros without crossing the network (beyond the "
-             "reference; every worker of a job the same; docs/protocol.md 2.5)");
-  f->AddBool("sparse-auto",
-             "--sparse with the automatic choice: a worker thread whose union holds more than "
-             "7/8 of its blocks aggregates them all, dense (in place with one thread), and a "
-             "switch without block-sparse support runs the job dense instead of refusing it "
-             "(implies --sparse; every worker of a job the same; docs/protocol.md 2.5)");
-  f->AddDouble("density", 1,
-               "the input pattern's block density: the fraction of blocks non-zero on some "
-               "worker, in [0, 1] (1: the dense pattern; for benchmarks of --sparse, which it "
-               "does not turn on)");
-  f->AddDouble("overlap", 1,
-               "with --density below 1: the chance that a worker other than a non-zero block's "
-               "owner holds it too, in [0, 1] (1: the same blocks on every worker; 0: disjoint)");
-  f->AddString("multicast", "auto",
-               "results sent once to a multicast group of the job instead of once per worker "
-               "(docs/architecture.md, \"Multicast results\"): auto = with a switch on this host "
-               "(loopback multicast) and on the LAN (the group joined on the interface toward "
-               "the switch, which must be bound to its LAN address) where the switch and the "
-               "network allow it, else one copy per worker; local = with a switch on this host "
-               "only; on = as auto, but setup fails if the LAN group cannot be had, and a job if "
-               "no result arrives on it; off = never");
-  f->AddBool("no-loopback-multicast", "the same as --multicast off");
-  AddDpdkFlags(f);
+  f->Add("wake-batch", &j->wake_batch,
+         "after handling results, sleep until about this fraction of the packets in flight "
+         "should be back at the measured rate, so that one wake-up handles several of the "
+         "network's runs (0 = wake for every arrival; at most 1)");
+  f->Add("no-tensor-check", &j->no_tensor_check,
+         "do not have the switch compare every worker's element count and type for each "
+         "all-reduce (saves one control round trip per all-reduce; a mismatch then goes "
+         "unnoticed)");
+  f->Add("auth-data", &j->auth_data,
+         "authenticated data plane: every datagram carries an 8-byte tag keyed with a per-job "
+         "key from the switch; forged or altered datagrams are dropped and counted (beyond "
+         "the reference wire format; every worker of a job the same; docs/security.md 4.4)");
+  f->Add("sparse", &j->sparse,
+         "block-sparse all-reduces: the workers announce which blocks (--packet-numel "
+         "elements) are non-zero on them, then aggregate only the blocks non-zero on some "
+         "worker; the others come back as zeros without crossing the network (beyond the "
+         "reference; every worker of a job the same; docs/protocol.md 2.5)");
+  f->Add("sparse-auto", &j->sparse_auto,
+         "--sparse with the automatic choice: a worker thread whose union holds more than "
+         "7/8 of its blocks aggregates them all, dense (in place with one thread), and a "
+         "switch without block-sparse support runs the job dense instead of refusing it "
+         "(implies --sparse; every worker of a job the same; docs/protocol.md 2.5)");
+  f->Add("density", &j->density,
+         "the input pattern's block density: the fraction of blocks non-zero on some "
+         "worker, in [0, 1] (1: the dense pattern; for benchmarks of --sparse, which it "
+         "does not turn on)");
+  f->Add("overlap", &j->overlap,
+         "with --density below 1: the chance that a worker other than a non-zero block's "
+         "owner holds it too, in [0, 1] (1: the same blocks on every worker; 0: disjoint)");
+  f->Add("multicast", &j->multicast,
+         "results sent once to a multicast group of the job instead of once per worker "
+         "(docs/architecture.md, \"Multicast results\"): auto = with a switch on this host "
+         "(loopback multicast) and on the LAN (the group joined on the interface toward "
+         "the switch, which must be bound to its LAN address) where the switch and the "
+         "network allow it, else one copy per worker; local = with a switch on this host "
+         "only; on = as auto, but setup fails if the LAN group cannot be had, and a job if "
+         "no result arrives on it; off = never");
+  f->Add("no-loopback-multicast", &j->no_loopback_multicast, "the same as --multicast off");
+  AddDpdkFlags(f, &j->dpdk);
 }
 
 Status CheckTransportFlag(const std::string& kind, bool auto_transport) {
@@ -153,8 +163,7 @@ Status CheckTransportFlag(const std::string& kind, bool auto_transport) {
   return InvalidArgumentError(why);
 }
 
-Status ReadSeed(const Flags& f, uint64_t* out) {
-  const int64_t v = f.GetInt("seed");
+Status ReadSeed(int64_t v, uint64_t* out) {
   if (v < 0) {  // was cast to uint64_t: -1 read as 18446744073709551615
     return InvalidArgumentError("--seed must be in 0.." + std::to_string(INT64_MAX) + ", not " +
                                 std::to_string(v));
@@ -185,125 +194,128 @@ void ResolveAutomaticJobOptions(JobOptions* o) {
   }
 }
 
-Status ReadJobFlags(const Flags& f, JobOptions* o) {
-  // "auto" is accepted where AddJobFlags made it the default (`run`): one source for both.
-  const bool auto_transport = f.DefaultString("transport") == kAutoTransport;
-  auto positive = [&](const char* name, int64_t max, int64_t* v) -> Status {
-    *v = f.GetInt(name);
-    if (*v < 1 || *v > max) {
+Status ReadJobFlags(const JobFlags& f, JobOptions* o) {
+  // "auto" is accepted where AddJobFlags made it the default (`run`).
+  const bool auto_transport = f.auto_transport;
+  auto positive = [](const char* name, int64_t v, int64_t max) -> Status {
+    if (v < 1 || v > max) {
       return InvalidArgumentError(std::string("--") + name + " must be in 1.." +
                                   std::to_string(max));
     }
     return Status();
   };
-  int64_t v;
-  RETURN_IF_ERROR(positive("workers", 64, &v));
-  o->workers = static_cast<uint32_t>(v);
-  o->size = f.GetSize("size");
+  RETURN_IF_ERROR(positive("workers", f.workers, 64));
+  o->workers = static_cast<uint32_t>(f.workers);
+  o->size = f.size.value;
   if (o->size > kMaxJobSize) {  // 4 bytes each: beyond this the buffer size wraps
     return InvalidArgumentError("--size " + std::to_string(o->size) +
                                 " is too large: at most 1024G elements");
   }
-  if (!ParseDataType(f.GetString("dtype"), &o->dtype)) {
-    return InvalidArgumentError("--dtype must be float32 or int32, not '" + f.GetString("dtype") +
-                                "'");
+  if (!ParseDataType(f.dtype, &o->dtype)) {
+    return InvalidArgumentError("--dtype must be float32 or int32, not '" + f.dtype + "'");
   }
-  RETURN_IF_ERROR(positive("iterations", 1000000, &v));
-  o->iterations = static_cast<uint32_t>(v);
-  o->warmup = static_cast<uint32_t>(f.GetInt("warmup"));
-  if (f.GetInt("warmup") < 0 || f.GetInt("warmup") > 1000000) {
+  RETURN_IF_ERROR(positive("iterations", f.iterations, 1000000));
+  o->iterations = static_cast<uint32_t>(f.iterations);
+  o->warmup = static_cast<uint32_t>(f.warmup);
+  if (f.warmup < 0 || f.warmup > 1000000) {
     return InvalidArgumentError("--warmup must be in 0..1000000");
   }
-  o->threads_automatic = auto_transport && f.GetInt("threads") == 0;
+  o->threads_automatic = auto_transport && f.threads == 0;
   if (o->threads_automatic) {
     o->threads = 1;  // until ResolveAutomaticJobOptions knows the transport
   } else {
-    RETURN_IF_ERROR(positive("threads", 64, &v));
-    o->threads = static_cast<uint32_t>(v);
+    RETURN_IF_ERROR(positive("threads", f.threads, 64));
+    o->threads = static_cast<uint32_t>(f.threads);
   }
-  o->window = static_cast<uint32_t>(f.GetInt("window"));
+  o->window = static_cast<uint32_t>(f.window);
   o->window_automatic = o->window == 0;
-  if (f.GetInt("window") != 0 && !positive("window", 16384, &v).ok()) {
+  if (f.window != 0 && !positive("window", f.window, 16384).ok()) {
     return InvalidArgumentError("--window must be 0 (automatic) or in 1..16384, not " +
-                                std::to_string(f.GetInt("window")));
+                                std::to_string(f.window));
   }
   if (o->window != 0 && o->window < o->threads) {
     return InvalidArgumentError("--window (" + std::to_string(o->window) +
                                 ") must be at least --threads (" + std::to_string(o->threads) +
                                 "): each worker thread needs at least one slot");
   }
-  o->packet_numel = static_cast<uint32_t>(f.GetInt("packet-numel"));
+  o->packet_numel = static_cast<uint32_t>(f.packet_numel);
   if (o->packet_numel != 64 && o->packet_numel != 256) {
     return InvalidArgumentError("--packet-numel must be 64 or 256");
   }
-  RETURN_IF_ERROR(positive("timeout-ms", 3600000, &o->timeout_ms));
-  RETURN_IF_ERROR(positive("min-timeout-us", 3600000000, &o->min_timeout_us));
-  RETURN_IF_ERROR(positive("max-timeout-ms", 3600000, &o->max_timeout_ms));
-  o->early_retransmit = f.GetInt("early-retransmit");
+  RETURN_IF_ERROR(positive("timeout-ms", f.timeout_ms, 3600000));
+  RETURN_IF_ERROR(positive("min-timeout-us", f.min_timeout_us, 3600000000));
+  RETURN_IF_ERROR(positive("max-timeout-ms", f.max_timeout_ms, 3600000));
+  o->timeout_ms = f.timeout_ms;
+  o->min_timeout_us = f.min_timeout_us;
+  o->max_timeout_ms = f.max_timeout_ms;
+  o->early_retransmit = f.early_retransmit;
   if (o->early_retransmit < 0 || o->early_retransmit > 1000000) {
     return InvalidArgumentError("--early-retransmit must be in [0, 1000000]");
   }
   if (o->max_timeout_ms * 1000 < o->min_timeout_us) {
     return InvalidArgumentError("--max-timeout-ms must be at least --min-timeout-us");
   }
-  o->link_gbps = f.GetDouble("link-gbps");
+  o->link_gbps = f.link_gbps;
   if (!(o->link_gbps > 0 && o->link_gbps <= 1e6)) {
     return InvalidArgumentError("--link-gbps must be in (0, 1e6]");
   }
-  RETURN_IF_ERROR(positive("base-rtt-us", 10000000, &o->base_rtt_us));
-  o->transport = f.GetString("transport");
+  RETURN_IF_ERROR(positive("base-rtt-us", f.base_rtt_us, 10000000));
+  o->base_rtt_us = f.base_rtt_us;
+  o->transport = f.transport;
   RETURN_IF_ERROR(CheckTransportFlag(o->transport, auto_transport));
   // Resolved here so that every command can report them (`run` again once its transport is known).
   ResolveAutomaticJobOptions(o);
-  RETURN_IF_ERROR(positive("peer-timeout-ms", 86400000, &o->peer_timeout_ms));
-  RETURN_IF_ERROR(positive("setup-timeout-ms", 86400000, &o->setup_timeout_ms));
-  RETURN_IF_ERROR(ReadSeed(f, &o->seed));
-  o->verify = !f.GetBool("no-verify");
-  o->busy_poll = f.GetBool("busy-poll");
+  RETURN_IF_ERROR(positive("peer-timeout-ms", f.peer_timeout_ms, 86400000));
+  RETURN_IF_ERROR(positive("setup-timeout-ms", f.setup_timeout_ms, 86400000));
+  o->peer_timeout_ms = f.peer_timeout_ms;
+  o->setup_timeout_ms = f.setup_timeout_ms;
+  RETURN_IF_ERROR(ReadSeed(f.seed, &o->seed));
+  o->verify = !f.no_verify;
+  o->busy_poll = f.busy_poll;
   if (auto_transport) {
-    const std::string pin = f.GetString("pin-threads");
+    const std::string& pin = f.pin_threads_mode;
     if (pin != "auto" && pin != "on" && pin != "off") {
       return InvalidArgumentError("--pin-threads must be on, off or auto, not '" + pin + "'");
     }
     o->pin_threads_automatic = pin == "auto";
     o->pin_threads = pin == "on";
   } else {
-    o->pin_threads = f.GetBool("pin-threads");
+    o->pin_threads = f.pin_threads;
   }
-  o->wake_batch = f.GetDouble("wake-batch");
+  o->wake_batch = f.wake_batch;
   if (!(o->wake_batch >= 0 && o->wake_batch <= 1)) {
     return InvalidArgumentError("--wake-batch must be in [0, 1]");
   }
-  o->tensor_check = !f.GetBool("no-tensor-check");
-  o->auth_data = f.GetBool("auth-data");
-  o->sparse_auto = f.GetBool("sparse-auto");
-  o->sparse = f.GetBool("sparse") || o->sparse_auto;
-  o->density = f.GetDouble("density");
+  o->tensor_check = !f.no_tensor_check;
+  o->auth_data = f.auth_data;
+  o->sparse_auto = f.sparse_auto;
+  o->sparse = f.sparse || o->sparse_auto;
+  o->density = f.density;
   if (!(o->density >= 0 && o->density <= 1)) {
     return InvalidArgumentError("--density must be in [0, 1] (a fraction of the blocks)");
   }
-  o->overlap = f.GetDouble("overlap");
+  o->overlap = f.overlap;
   if (!(o->overlap >= 0 && o->overlap <= 1)) {
     return InvalidArgumentError("--overlap must be in [0, 1] (a probability)");
   }
-  const std::string mc = f.GetString("multicast");
+  const std::string& mc = f.multicast;
   if (mc != "auto" && mc != "local" && mc != "on" && mc != "off") {
     return InvalidArgumentError("--multicast must be auto, local, on or off, not '" + mc + "'");
   }
-  if ((mc == "on" || mc == "local") && f.GetBool("no-loopback-multicast")) {  // was silently off
+  if ((mc == "on" || mc == "local") && f.no_loopback_multicast) {  // was silently off
     return InvalidArgumentError(
         "--multicast " + mc +
         " cannot go with --no-loopback-multicast (the same as --multicast off): both use "
         "loopback multicast (Config::lan_multicast needs loopback_multicast); drop one");
   }
-  o->loopback_multicast = mc != "off" && !f.GetBool("no-loopback-multicast");
+  o->loopback_multicast = mc != "off" && !f.no_loopback_multicast;
   o->lan_multicast = o->loopback_multicast && (mc == "auto" || mc == "on");
   o->lan_multicast_required = mc == "on";
   if (o->lan_multicast_required && o->auth_data) {
     return InvalidArgumentError(
         "--multicast on cannot go with --auth-data: datagrams to a group carry no tag");
   }
-  ApplyDpdkFlags(f);
+  ApplyDpdkFlags(f.dpdk);
   return Status();
 }
 
@@ -405,16 +417,16 @@ void ApplyPacingOptions(const JobOptions& o, Config* c) {
 }
 
 int ParseCommandLine(const std::string& command, const std::vector<std::string>& args, Flags* flags,
-                     JobOptions* job) {
+                     const std::string& log_level, const JobFlags* job_flags, JobOptions* job) {
   bool help = false;
   Status st = flags->Parse(args, &help);
   if (help) {
     std::cout << flags->Usage();
     return 0;
   }
-  if (st.ok() && job != nullptr) st = ReadJobFlags(*flags, job);
+  if (st.ok() && job != nullptr) st = ReadJobFlags(*job_flags, job);
   LogLevel level = LogLevel::kWarning;
-  if (st.ok() && !ParseLogLevel(flags->GetString("log-level"), &level)) {
+  if (st.ok() && !ParseLogLevel(log_level, &level)) {
     st = InvalidArgumentError("--log-level must be debug, info, warning, error or off");
   }
   if (!st.ok()) {

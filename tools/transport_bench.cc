@@ -23,6 +23,7 @@
 
 #include "base/endpoint.h"
 #include "control/control_client.h"
+#include "flags.h"
 #include "proto/wire.h"
 #include "transport/address.h"
 #include "transport/factory.h"
@@ -40,6 +41,7 @@
 namespace {
 
 using namespace switchml;
+using switchml::tools::Flags;
 using Clock = std::chrono::steady_clock;
 
 double CpuSeconds() {
@@ -48,25 +50,49 @@ double CpuSeconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-std::string Arg(int argc, char** argv, const char* name, const char* def) {
-  for (int i = 2; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+// Parses the flags of `role` (argv[2..argc)) into the variables bound to `flags`. Returns -1 to
+// go on, else the exit code: 0 after --help, 2 after saying what is wrong.
+int ParseRoleFlags(const char* role, Flags* flags, int argc, char** argv) {
+  bool help = false;
+  const Status st = flags->Parse(std::vector<std::string>(argv + 2, argv + argc), &help);
+  if (help) {
+    std::fputs(flags->Usage().c_str(), stdout);
+    return 0;
   }
-  return def;
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s: %s\n", role, st.message().c_str());
+    return 2;
+  }
+  return -1;
 }
 
 int Gen(int argc, char** argv) {
-  const std::string kind = Arg(argc, argv, "--kind", "udp");
-  const uint32_t window = std::stoul(Arg(argc, argv, "--window", "256"));
-  const double seconds = std::stod(Arg(argc, argv, "--seconds", "3"));
-  auto data = transport::ParseHostPort(Arg(argc, argv, "--data", "127.0.0.1:48864"), 48864);
+  std::string kind = "udp", data_text = "127.0.0.1:48864", bind_text = "127.0.0.1", control;
+  int64_t window = 256;
+  double seconds = 3;
+  Flags flags("gen",
+              "One worker thread's load on a switch (or forwarder) at --data: --window packets in "
+              "flight.",
+              "switchml_transport_bench");
+  flags.Add("kind", &kind, "the transport");
+  flags.Add("data", &data_text, "the switch's data plane, HOST:PORT");
+  flags.Add("control", &control, "the switch's control plane, HOST:PORT (none: a forwarder)");
+  flags.Add("bind", &bind_text, "local IPv4 address");
+  flags.Add("window", &window, "packets in flight, 1..16384");
+  flags.Add("seconds", &seconds, "measured seconds");
+  if (int code = ParseRoleFlags("gen", &flags, argc, argv); code >= 0) return code;
+  if (window < 1 || window > 16384 || !(seconds > 0)) {
+    std::fprintf(stderr, "gen: --window must be in 1..16384 and --seconds above 0\n");
+    return 2;
+  }
+  auto data = transport::ParseHostPort(data_text, 48864);
   if (!data.ok()) {
     std::fprintf(stderr, "gen: %s\n", data.status().ToString().c_str());
     return 2;
   }
   uint32_t bind = kLoopbackIpv4;
-  if (const std::string b = Arg(argc, argv, "--bind", "127.0.0.1"); !ParseIpv4(b, &bind)) {
-    std::fprintf(stderr, "gen: --bind %s is not an IPv4 address\n", b.c_str());
+  if (!ParseIpv4(bind_text, &bind)) {
+    std::fprintf(stderr, "gen: --bind %s is not an IPv4 address\n", bind_text.c_str());
     return 2;
   }
   transport::TransportOptions o;
@@ -80,7 +106,6 @@ int Gen(int argc, char** argv) {
   }
   transport::Transport& tr = **t;
   Endpoint dst = *data;
-  const std::string control = Arg(argc, argv, "--control", "");
   uint8_t job = 0;
   if (!control.empty()) {
     control::ControlClient c(control, std::chrono::seconds(10));
@@ -89,7 +114,7 @@ int Gen(int argc, char** argv) {
     a.num_workers = 1;
     a.ipv4 = bind;
     a.udp_port = tr.local_endpoint().port;
-    a.max_outstanding_packets = window;
+    a.max_outstanding_packets = static_cast<uint32_t>(window);
     a.size = proto::SizeCode::k1024B;
     auto r = c.UdpSession(a);
     if (!r.ok()) {
@@ -186,8 +211,14 @@ int Fwd(int argc, char** argv) {
   std::fprintf(stderr, "fwd: this build has no DPDK\n");
   return 2;
 #else
-  const std::string port = Arg(argc, argv, "--port", "48864");
-  const double seconds = std::stod(Arg(argc, argv, "--seconds", "10"));
+  int64_t port_number = 48864;
+  double seconds = 10;
+  Flags flags("fwd", "A memif server that sends every frame back with addresses and ports swapped.",
+              "switchml_transport_bench");
+  flags.Add("port", &port_number, "names the memif socket, switchml-memif-PORT");
+  flags.Add("seconds", &seconds, "how long to forward");
+  if (int code = ParseRoleFlags("fwd", &flags, argc, argv); code >= 0) return code;
+  const std::string port = std::to_string(port_number);
   std::vector<std::string> words = {"fwd", "--no-huge", "--no-pci",       "--no-shconf",
                                     "-m",  "256",       "--no-telemetry", "--log-level=*:error"};
   std::vector<char*> eargv;
