@@ -64,8 +64,7 @@ ShmRingConsumer::ShmRingConsumer(std::span<uint8_t> region, uint32_t ring_slots,
 
 ShmRead ShmRingConsumer::Take(std::span<RxDatagram> out, const Endpoint& source) {
   if (broken_ || out.empty()) return {};
-  const uint64_t head =
-      ShmRef<uint64_t>(base_, kShmRingHeadOffset).load(std::memory_order_acquire);
+  const uint64_t head = ShmRef<uint64_t>(base_, kShmRingHeadOffset).load(std::memory_order_acquire);
   const uint64_t waiting = head - tail_;
   if (waiting == 0) return {};
   if (waiting > slots_.ring_slots()) {

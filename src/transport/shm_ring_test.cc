@@ -23,10 +23,10 @@ const Endpoint kSource{0x7f000001, 4000};
 class Region {
  public:
   explicit Region(uint64_t bytes)
-      : bytes_(bytes), p_(static_cast<uint8_t*>(::operator new(bytes, std::align_val_t{64}))) {
+      : bytes_(bytes), p_(static_cast<uint8_t*>(::operator new (bytes, std::align_val_t{64}))) {
     std::memset(p_, 0, bytes);
   }
-  ~Region() { ::operator delete(p_, std::align_val_t{64}); }
+  ~Region() { ::operator delete (p_, std::align_val_t{64}); }
   std::span<uint8_t> span() const { return {p_, bytes_}; }
   template <class T>
   void Poke(size_t offset, T v) {
@@ -106,7 +106,8 @@ TEST_F(ShmRingTest, FullRingRefusesUntilTheConsumerReturnsAndThenWrapsAround) {
     producer_.Publish();
     const auto got = TakeAll();
     ASSERT_EQ(got.size(), 5u);
-    for (uint8_t k = 0; k < 5; ++k) EXPECT_EQ(got[k], Payload(7, static_cast<uint8_t>(round * 16 + k)));
+    for (uint8_t k = 0; k < 5; ++k)
+      EXPECT_EQ(got[k], Payload(7, static_cast<uint8_t>(round * 16 + k)));
     consumer_.Return();
   }
   EXPECT_EQ(producer_.head(), kSlots + 15);

@@ -1,0 +1,92 @@
+// What the pieces of the shm transport (shm.h) share: owned descriptors and mappings, the checks
+// every file of the directory passes before it is mapped, byte locks, the futex, and the
+// transport's counters. Internal to src/transport.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "switchml/status.h"
+#include "transport/transport.h"
+
+namespace switchml::transport {
+
+inline constexpr size_t kShmPage = 4096;
+inline constexpr size_t kShmMaxDatagram = 65507;  // as UDP's
+
+std::string ErrnoText(int err);
+
+// An owned file descriptor (closed on destruction).
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept;
+  ~Fd() { Reset(); }
+  int get() const { return fd_; }
+  void Reset();
+
+ private:
+  int fd_;
+};
+
+// An owned shared read-write mapping (unmapped on destruction).
+class Mapping {
+ public:
+  Mapping() = default;
+  Mapping(uint8_t* base, size_t bytes) : base_(base), bytes_(bytes) {}
+  Mapping(Mapping&& o) noexcept
+      : base_(std::exchange(o.base_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  Mapping& operator=(Mapping&& o) noexcept;
+  ~Mapping() { Reset(); }
+  uint8_t* get() const { return base_; }
+  void Reset();
+
+  // `bytes` of fd from `offset`, shared; a null mapping when mmap fails.
+  static Mapping Map(int fd, size_t bytes, off_t offset);
+
+ private:
+  uint8_t* base_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Makes dir (0700) if it is missing; refuses one that is not a directory of ours closed to others.
+Status EnsureDirectory(const std::string& dir);
+
+// Whether path names the file open as fd.
+bool SameFile(const std::string& path, int fd);
+
+// Whether fd is a regular file of this user of at least a page; *bytes: its size.
+bool OwnFileBytes(int fd, uint64_t* bytes);
+
+// Opens path read-write without following a link; the descriptor, if it is a regular file of
+// this user of at least a page (*bytes: its size), else an invalid one (errno from open when it
+// failed there, else 0).
+Fd OpenOwnFile(const std::string& path, uint64_t* bytes);
+
+// One-byte OFD locks (fcntl F_OFD_*: per open file description, released when the holder closes
+// the file or dies). ByteLocked: whether another description holds the byte (yes when the
+// question cannot be answered: the cautious answer).
+bool LockByte(int fd, off_t byte);
+void UnlockByte(int fd, off_t byte);
+bool ByteLocked(int fd, off_t byte);
+
+// FUTEX_WAIT (timeout null: forever) and FUTEX_WAKE on a shared word (not FUTEX_PRIVATE).
+void FutexWait(uint32_t* word, uint32_t expected, const struct timespec* timeout);
+void FutexWake(uint32_t* word, int waiters);
+
+// Whether a process of that pid exists (in our pid namespace).
+bool ProcessAlive(uint32_t pid);
+
+// The counters of one shm transport, written by its thread (shm.h's Transport::counters()).
+struct ShmCounters {
+  SingleWriterTransportCounters io;
+  SingleWriterCounter malformed, doorbells, sent_in_place, group_received;
+  TransportCounters Snapshot() const;
+};
+
+}  // namespace switchml::transport
