@@ -186,13 +186,13 @@ class ShmTransport final : public Transport {
   // one are unmapped now (their slots were the caller's until this call).
   void NewLendingBatch() {
     ++lending_batch_;
-    peers_.NewLendingBatch(lending_batch_);
-    groups_.NewLendingBatch(lending_batch_);
+    peers_.sends().NewLendingBatch(lending_batch_);
+    groups_.sends().NewLendingBatch(lending_batch_);
   }
 
   // Publishes the rings this Send filled, then rings the doorbells of receivers that sleep.
   void Publish() {
-    if (!peers_.touched() && !groups_.touched()) return;
+    if (!peers_.sends().touched() && !groups_.sends().touched()) return;
     counters_.io.send_calls.Add(peers_.PublishRings() + groups_.PublishRings());
     std::atomic_thread_fence(std::memory_order_seq_cst);
     const size_t rang = groups_.RingDoorbells() + peers_.RingDoorbells();

@@ -5,10 +5,13 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "switchml/status.h"
 #include "transport/transport.h"
@@ -81,6 +84,42 @@ void FutexWake(uint32_t* word, int waiters);
 
 // Whether a process of that pid exists (in our pid namespace).
 bool ProcessAlive(uint32_t pid);
+
+// The destinations of one kind (inboxes, groups) that a transport sends to, as Send and lending
+// see them: those the current Send wrote to (touched: to publish), and those dropped while slots of
+// theirs were lent in the current lending batch (kept, mapped, until the next one: the caller may
+// still hold that memory). T has `bool touched` and `uint64_t lent_batch`.
+template <class T>
+class ShmSendSet {
+ public:
+  bool touched() const { return !touched_.empty(); }
+  const std::vector<T*>& touched_list() const { return touched_; }
+  void Touch(T* p) {
+    if (p->touched) return;
+    p->touched = true;
+    touched_.push_back(p);
+  }
+  void ClearTouched() {
+    for (T* p : touched_) p->touched = false;
+    touched_.clear();
+  }
+  // Starts lending batch `batch`: those dropped while lent in the last one are let go now.
+  void NewLendingBatch(uint64_t batch) {
+    lending_batch_ = batch;
+    retired_.clear();
+  }
+  void Lent(T* p) const { p->lent_batch = lending_batch_; }
+  // Forgets a destination that was dropped: kept until the next batch if lent in this one.
+  void Drop(std::unique_ptr<T> p) {
+    touched_.erase(std::remove(touched_.begin(), touched_.end(), p.get()), touched_.end());
+    if (p->lent_batch == lending_batch_ && lending_batch_ != 0) retired_.push_back(std::move(p));
+  }
+
+ private:
+  std::vector<T*> touched_;
+  uint64_t lending_batch_ = 0;
+  std::vector<std::unique_ptr<T>> retired_;
+};
 
 // The counters of one shm transport, written by its thread (shm.h's Transport::counters()).
 struct ShmCounters {

@@ -231,11 +231,8 @@ void ShmGroupProducer::Drop(const Endpoint& group) {
   auto it = groups_.find(group);
   if (it == groups_.end()) return;
   Group* p = it->second.get();
-  touched_.erase(std::remove(touched_.begin(), touched_.end(), p), touched_.end());
   if (last_group_ == p) last_group_ = nullptr;
-  if (p->lent_batch == lending_batch_ && lending_batch_ != 0) {
-    retired_.push_back(std::move(it->second));
-  }
+  sends_.Drop(std::move(it->second));
   groups_.erase(it);
 }
 
@@ -380,7 +377,7 @@ std::span<uint8_t> ShmGroupProducer::Lend(const Endpoint& group, size_t index, s
   if (p == nullptr || p->file.g.max_datagram_bytes < bytes) return {};
   RescanMembers(*p);
   if (!Room(*p, index + 1, /*reclaim=*/false)) return {};
-  p->lent_batch = lending_batch_;
+  sends_.Lent(p);
   return {p->file.slots.Data(p->head + index), bytes};
 }
 
@@ -399,29 +396,25 @@ bool ShmGroupProducer::Send(const Endpoint& group, std::span<const uint8_t> data
     return false;
   }
   *in_place += p->file.slots.Write(p->head++, data) ? 1 : 0;
-  if (!p->touched) {
-    p->touched = true;
-    touched_.push_back(p);
-  }
+  sends_.Touch(p);
   return true;
 }
 
 size_t ShmGroupProducer::PublishRings() {
-  for (Group* p : touched_) {
+  for (Group* p : sends_.touched_list()) {
     ShmRef<uint64_t>(p->file.header(), kGroupHeadOffset).store(p->head, std::memory_order_release);
   }
-  return touched_.size();
+  return sends_.touched_list().size();
 }
 
 size_t ShmGroupProducer::RingDoorbells() {
   size_t rang = 0;
-  for (Group* p : touched_) {
+  for (Group* p : sends_.touched_list()) {
     for (const Member& m : p->members) {
       if (m.bell.valid() && m.bell.RingIfSleeping()) ++rang;
     }
-    p->touched = false;
   }
-  touched_.clear();
+  sends_.ClearTouched();
   return rang;
 }
 

@@ -114,6 +114,8 @@ bool MapGroupFile(GroupFile* f);
 // of groups whose last member left when it opens a new one, except while lent. Thread-safety: one
 // thread. Blocking: never (a system call per member when a ring is full, at most every 10 ms).
 class ShmGroupProducer {
+  struct Group;
+
  public:
   ShmGroupProducer(std::string dir, const Endpoint& source, ShmCounters* counters)
       : dir_(std::move(dir)), source_(source), counters_(counters) {}
@@ -125,18 +127,14 @@ class ShmGroupProducer {
   // file, another producer, or a live member has not read the ring's oldest slot).
   bool Send(const Endpoint& group, std::span<const uint8_t> data, uint64_t* in_place);
 
-  bool touched() const { return !touched_.empty(); }
   // Publishes the rings Send filled: how many.
   size_t PublishRings();
   // After PublishRings and a full fence: rings the doorbells of the members that sleep, and starts
   // the next Send. Returns how many it rang.
   size_t RingDoorbells();
 
-  // Starts lending batch `batch`: groups dropped while lent in the last one let go now.
-  void NewLendingBatch(uint64_t batch) {
-    lending_batch_ = batch;
-    retired_.clear();
-  }
+  // What Send touched and lending holds (shm_files.h).
+  ShmSendSet<Group>& sends() { return sends_; }
 
  private:
   // A member as the producer knows it: its entry, the state it saw there, its inbox's doorbell.
@@ -174,9 +172,7 @@ class ShmGroupProducer {
   ShmCounters* const counters_;
   std::unordered_map<Endpoint, std::unique_ptr<Group>> groups_;
   Group* last_group_ = nullptr;  // Find's last answer
-  std::vector<Group*> touched_;  // hold datagrams of the current Send
-  uint64_t lending_batch_ = 0;
-  std::vector<std::unique_ptr<Group>> retired_;  // closed while lent in this batch
+  ShmSendSet<Group> sends_;
   std::unordered_map<Endpoint, std::chrono::steady_clock::time_point> retry_;  // no file till then
   std::unordered_set<Endpoint> producer_warned_;  // groups another producer held, logged
 };

@@ -62,13 +62,10 @@ void ShmPeers::ForgetGone() {
 void ShmPeers::Drop(uint16_t port) {
   auto it = peers_.find(port);
   if (it == peers_.end()) return;
-  touched_.erase(std::remove(touched_.begin(), touched_.end(), it->second.get()), touched_.end());
   if (last_peer_ == it->second.get()) last_peer_ = nullptr;
   // Lent in this batch: the caller may still hold its memory, so it stays mapped until the next
   // batch (its entry is marked closed then, which a closed receiver no longer reads).
-  if (it->second->lent_batch == lending_batch_ && lending_batch_ != 0) {
-    retired_.push_back(std::move(it->second));
-  }
+  sends_.Drop(std::move(it->second));
   peers_.erase(it);
 }
 
@@ -149,31 +146,24 @@ std::unique_ptr<ShmPeers::Peer> ShmPeers::Open(uint16_t port) {
 std::span<uint8_t> ShmPeers::Lend(uint16_t port, size_t index, size_t bytes) {
   Peer* p = Find(port);
   if (p == nullptr || p->g.max_datagram_bytes < bytes || !p->ring.HasRoom(index + 1)) return {};
-  p->lent_batch = lending_batch_;
+  sends_.Lent(p);
   return p->ring.Lend(index).first(bytes);
 }
 
 bool ShmPeers::Push(Peer& p, std::span<const uint8_t> data) {
-  const bool in_place = p.ring.Push(data);
-  if (!p.touched) {
-    p.touched = true;
-    touched_.push_back(&p);
-  }
-  return in_place;
+  sends_.Touch(&p);
+  return p.ring.Push(data);
 }
 
 size_t ShmPeers::PublishRings() {
-  for (Peer* p : touched_) {
-    p->ring.Publish();
-    p->touched = false;
-  }
-  return touched_.size();
+  for (Peer* p : sends_.touched_list()) p->ring.Publish();
+  return sends_.touched_list().size();
 }
 
 size_t ShmPeers::RingDoorbells() {
   size_t rang = 0;
-  for (Peer* p : touched_) rang += p->doorbell().RingIfSleeping() ? 1 : 0;
-  touched_.clear();
+  for (Peer* p : sends_.touched_list()) rang += p->doorbell().RingIfSleeping() ? 1 : 0;
+  sends_.ClearTouched();
   return rang;
 }
 

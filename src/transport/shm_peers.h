@@ -62,18 +62,14 @@ class ShmPeers {
   // place. Published by PublishRings.
   bool Push(Peer& p, std::span<const uint8_t> data);
 
-  bool touched() const { return !touched_.empty(); }
   // Publishes the rings Push filled: how many.
   size_t PublishRings();
   // After PublishRings and a full fence: rings the doorbells of those receivers that sleep, and
   // starts the next Send. Returns how many it rang.
   size_t RingDoorbells();
 
-  // Starts lending batch `batch`: destinations dropped while lent in the last one let go now.
-  void NewLendingBatch(uint64_t batch) {
-    lending_batch_ = batch;
-    retired_.clear();
-  }
+  // What Send touched and lending holds (shm_files.h).
+  ShmSendSet<Peer>& sends() { return sends_; }
 
  private:
   std::unique_ptr<Peer> Open(uint16_t port);
@@ -83,11 +79,9 @@ class ShmPeers {
   const Endpoint source_;
   const uint32_t pid_;
   std::unordered_map<uint16_t, std::unique_ptr<Peer>> peers_;
-  std::vector<Peer*> touched_;
+  ShmSendSet<Peer> sends_;
   Peer* last_peer_ = nullptr;  // Find's last answer, and its port
   uint16_t last_port_ = 0;
-  uint64_t lending_batch_ = 0;
-  std::vector<std::unique_ptr<Peer>> retired_;   // dropped while lent in the current batch
   std::unordered_set<uint16_t> missing_warned_;  // ports without an inbox already logged
 };
 
