@@ -25,10 +25,7 @@ Fd& Fd::operator=(Fd&& o) noexcept {
   return *this;
 }
 
-void Fd::Reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
+void Fd::Close(int fd) { ::close(fd); }
 
 Mapping& Mapping::operator=(Mapping&& o) noexcept {
   if (this != &o) {
@@ -39,10 +36,7 @@ Mapping& Mapping::operator=(Mapping&& o) noexcept {
   return *this;
 }
 
-void Mapping::Reset() {
-  if (base_ != nullptr) ::munmap(base_, bytes_);
-  base_ = nullptr;
-}
+void Mapping::Unmap(uint8_t* base, size_t bytes) { ::munmap(base, bytes); }
 
 Mapping Mapping::Map(int fd, size_t bytes, off_t offset) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, offset);

@@ -31,9 +31,13 @@ class Fd {
   Fd& operator=(Fd&& o) noexcept;
   ~Fd() { Reset(); }
   int get() const { return fd_; }
-  void Reset();
+  void Reset() {
+    if (fd_ >= 0) Close(fd_);
+    fd_ = -1;
+  }
 
  private:
+  static void Close(int fd);
   int fd_;
 };
 
@@ -47,12 +51,16 @@ class Mapping {
   Mapping& operator=(Mapping&& o) noexcept;
   ~Mapping() { Reset(); }
   uint8_t* get() const { return base_; }
-  void Reset();
+  void Reset() {
+    if (base_ != nullptr) Unmap(base_, bytes_);
+    base_ = nullptr;
+  }
 
   // `bytes` of fd from `offset`, shared; a null mapping when mmap fails.
   static Mapping Map(int fd, size_t bytes, off_t offset);
 
  private:
+  static void Unmap(uint8_t* base, size_t bytes);
   uint8_t* base_ = nullptr;
   size_t bytes_ = 0;
 };
