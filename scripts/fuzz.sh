@@ -20,7 +20,7 @@ esac
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 seconds="${FUZZ_SECONDS:-10}"
-targets="${FUZZ_TARGETS:-codec_fuzz switch_fuzz session_fuzz registry_fuzz control_fuzz frame_fuzz}"
+targets="${FUZZ_TARGETS:-codec_fuzz switch_fuzz session_fuzz registry_fuzz control_fuzz frame_fuzz shm_ring_fuzz}"
 build_dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 out="${FUZZ_OUT:-$(mktemp -d /tmp/switchml-fuzz.XXXXXX)}"
 

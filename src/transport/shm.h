@@ -114,6 +114,10 @@
 // Not here: other users (the directory is per user); groups on a LAN (interface_index must be
 // 0).
 //
+// Implementation (internal headers): the ring protocol, pure, in shm_ring.h; the inbox (receiver)
+// in shm_inbox.h; the inboxes a transport sends to in shm_peers.h; groups (producer, member) in
+// shm_group.h; the removal of dead processes' files in shm_cleanup.cc; shm.cc composes them.
+//
 // Ownership: a Transport owns its inbox (file, lock, mapping), its mappings of the inboxes and
 // groups it sends to (those whose receiver closed or died, or whose last member left, are let go
 // when it opens a new one: a long-lived sender such as the switch meets new ones with every job),
