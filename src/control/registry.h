@@ -3,9 +3,11 @@
 // and the per-all-reduce tensor check. control::ControlServer is a thin gRPC adapter over it; the
 // unit tests drive it directly (registry_test.cc).
 //
-// The registry keeps the job table, the secrets and the worker streams itself; the rest lives in
-// rooms of its own, each used under the registry's lock: CallLimits (who holds how many calls
-// and streams), SyncRounds (the Barrier/Broadcast rendezvous), an OpChecks per job (the
+// The registry is a coordinator: it holds the lock, mirrors its jobs into the data plane
+// (dataplane::Switch) and runs the hooks; the state lives in rooms of its own, each used under
+// the registry's lock: JobTable (the jobs by id, a pure core), Streams (the worker streams of
+// Session.Attach and the fan-out of their ends and confirmations), CallLimits (who holds how many
+// calls and streams), SyncRounds (the Barrier/Broadcast rendezvous), an OpChecks per job (the
 // per-all-reduce check) and FailureMarks (sessions marked failed). request_rules.h checks a
 // request's fields before the lock is taken; RefusalLog logs refusals at a bounded rate.
 //
@@ -38,9 +40,12 @@
 #include <vector>
 
 #include "control/call_limits.h"
+#include "control/deferred.h"
 #include "control/error_reason.h"
 #include "control/failure_marks.h"
+#include "control/job_table.h"
 #include "control/refusal_log.h"
+#include "control/streams.h"
 #include "control/sync_rounds.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
@@ -189,9 +194,9 @@ class Registry {
   // it, else kNone), and a Broadcast's value.
   using SyncDone = SyncRounds::Done;
   // The end of an attached stream (always an error status: why the job ended for this worker).
-  using StreamEnd = std::function<void(const Status&)>;
+  using StreamEnd = Streams::End;
   // A confirmed all-reduce check.
-  using Checked = std::function<void(uint64_t op)>;
+  using Checked = Streams::Checked;
   // Packets the data plane received for a job so far (its activity); may be empty.
   using Activity = std::function<uint64_t(uint64_t session_id)>;
 
@@ -279,15 +284,7 @@ class Registry {
   void Shutdown();
 
   // A job as `switchml status` and the metrics show it (Monitor.Status).
-  struct JobSummary {
-    uint64_t session_id = 0;
-    uint32_t num_workers = 0;
-    uint32_t registered = 0, attached = 0, closed = 0;  // ranks
-    std::chrono::steady_clock::duration age{};
-    uint64_t allreduces = 0;  // the newest all-reduce every rank announced alike
-    bool has_secret = false;
-    bool authenticated_data = false;
-  };
+  using JobSummary = control::JobSummary;
   // Every job (secret null), by session id; or only those a caller holding `secret` may see in
   // full: the jobs created without a secret and those created with this one. *hidden (when not
   // null) counts the others.
@@ -307,49 +304,44 @@ class Registry {
   bool HasJob(uint64_t session_id) const;
 
  private:
-  struct Job;
-  struct Stream;
-  struct PendingStream;
   using Charge = CallLimits::Charge;
-  // Callbacks collected under the lock and run after it is released.
-  using Deferred = SyncRounds::Deferred;
-
-  std::chrono::steady_clock::time_point Now() const;
-  Status RegisterLocked(const RegisterRequest& r, uint32_t worker_ipv4, Deferred& deferred);
-  Status CheckSecretLocked(const Job& job, const std::string& secret, uint64_t session_id) const;
-  bool OwnsLocked(uint64_t session_id, const std::string& secret) const;
-  // Frees whatever blocks a new job or worker: expired jobs in the way. Refuses otherwise.
-  Status MakeRoomLocked(uint64_t session_id, Deferred& deferred);
-  Status ClearAddressLocked(uint64_t session_id, uint32_t ipv4, uint32_t port, uint32_t num_ports,
-                            Deferred& deferred);
-  bool ExpiredLocked(const Job& job) const;
-  bool RankAliveLocked(const Job& job, uint32_t rank) const;
-  // The single places where jobs enter and leave the switch.
-  Status CreateJobLocked(const dataplane::JobSpec& spec, const std::string& secret);
   // How a job ends, for RegistryHooks::job_ended.
   enum class Ending { kClean, kFailed, kReplaced };
+
+  std::chrono::steady_clock::time_point Now() const;
+  // Registration: a job rank 0 creates (or re-creates), and a rank joining it.
+  Status RegisterLocked(const RegisterRequest& r, uint32_t worker_ipv4, Deferred& deferred);
+  Result<Job*> OpenJobLocked(const RegisterRequest& r, const dataplane::JobSpec& spec,
+                             uint32_t ipv4, Deferred& deferred);
+  Status AddWorkerLocked(const RegisterRequest& r, const dataplane::JobSpec& spec, uint32_t ipv4,
+                         Job& job, Deferred& deferred);
+  // Frees whatever blocks a new job or worker: expired jobs in the way. Refuses otherwise.
+  Status MakeRoomLocked(uint64_t session_id, Deferred& deferred);
+  Status ClearAddressLocked(const dataplane::JobSpec& spec, uint32_t ipv4, uint32_t port,
+                            Deferred& deferred);
+  // The single places where jobs enter and leave the switch (and the table).
+  Status CreateJobLocked(const dataplane::JobSpec& spec, const std::string& secret);
   void RemoveJobLocked(uint64_t session_id, const Status& why, Deferred& deferred, Ending ending);
+  // Removes expired jobs `ids`, logging "<session name><how>".
+  void RemoveExpiredLocked(const std::vector<uint64_t>& ids, const std::string& how,
+                           Deferred& deferred);
   // Marks the session failed (its sync calls fail for failure_memory), fails its rounds, ends its
   // streams and removes its job.
   void FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
                          Deferred& deferred);
   const Status* FailureLocked(uint64_t session_id, const std::string& secret);
-  // Admits the call or stream `ticket` (CallLimits::Admit): a member's of `member_session` (0: a
+  // Whether the stream's rank may attach: *job, its job.
+  Status AttachableLocked(const AttachRequest& q, Job** job);
+  // Admits the call or stream `ticket` (CallLimits::Admit): a member's of `member` (session 0: a
   // stranger's). May evict another (its callback goes to `deferred`).
-  Status AdmitLocked(const Caller& caller, uint64_t member_session, uint64_t ticket, bool evictable,
-                     Deferred& deferred, Charge* charge);
-  // A member's job as CallLimits counts it (session 0: a stranger).
-  CallLimits::Member AllowanceLocked(uint64_t member_session) const;
-  // Ends an evicted call (EvictLocked), its callback going to `deferred`.
+  Status AdmitLocked(const Caller& caller, const CallLimits::Member& member, uint64_t ticket,
+                     bool evictable, Deferred& deferred, Charge* charge);
+  // The member a request with `secret` for `session_id` is (the session's job exists and has that
+  // secret), else a stranger (session 0).
+  CallLimits::Member MemberLocked(uint64_t session_id, const std::string& secret) const;
+  // Ends a stranger's wait or unattached stream to make room (RESOURCE_EXHAUSTED, `why`), its
+  // callback going to `deferred`.
   CallLimits::Evict EvictorLocked(Deferred& deferred);
-  // Whether a request with `secret` for `session_id` is a member's (the session's job exists
-  // and has that secret).
-  bool MemberLocked(uint64_t session_id, const std::string& secret) const;
-  // Ends a stranger's wait or unattached stream to make room (RESOURCE_EXHAUSTED, `why`).
-  void EvictLocked(uint64_t ticket, const std::string& why, Deferred& deferred);
-  void Touch(Job& job);
-  // Confirms all-reduce `op` to every stream of the job.
-  void ConfirmLocked(const Job& job, uint64_t op, Deferred& deferred);
   void LogRefusal(const std::string& what, const Caller& caller, const Status& why);
 
   const RegistryOptions options_;
@@ -361,13 +353,13 @@ class Registry {
   Activity activity_;
   bool shut_down_ = false;
   uint64_t next_ticket_ = 1;
-  std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;
+  JobTable jobs_;
   // Sessions marked failed (failure_marks.h).
   FailureMarks failures_;
-  std::unordered_map<uint64_t, std::unique_ptr<Stream>> streams_;
-  std::unordered_map<uint64_t, std::unique_ptr<PendingStream>> pending_;
   // Who holds how many calls and streams (call_limits.h).
   CallLimits limits_;
+  // The worker streams (streams.h); they hold charges of limits_.
+  Streams streams_;
   // Barrier and Broadcast rounds (sync_rounds.h); their waits hold charges of limits_.
   SyncRounds rounds_;
   RefusalLog refusals_;  // (its own lock: logged outside mu_)

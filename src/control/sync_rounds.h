@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "control/call_limits.h"
+#include "control/deferred.h"
 #include "control/error_reason.h"
 #include "switchml/status.h"
 
@@ -33,7 +34,7 @@ class SyncRounds {
   // A call's completion (Registry::SyncDone): its status, the reason beside it, a Broadcast's
   // value.
   using Done = std::function<void(const Status&, ErrorReason reason, uint64_t value)>;
-  using Deferred = std::vector<std::function<void()>>;
+  using Deferred = control::Deferred;
   using TimePoint = std::chrono::steady_clock::time_point;
 
   // `limits`: where the waiting calls' charges are released; not owned, outlives this.
