@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "control/op_checks.h"
+#include "control/allreduce_checks.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
 
@@ -45,9 +45,9 @@ struct Job {
   };
   std::vector<Rank> ranks;
   TimePoint last_activity{};
-  uint64_t packets = 0;            // the data plane's count when last looked at
-  std::optional<OpChecks> checks;  // the per-all-reduce check (set when the job is created)
-  TimePoint created{};             // (JobSummaries: its age)
+  uint64_t packets = 0;                   // the data plane's count when last looked at
+  std::optional<AllReduceChecks> checks;  // the per-all-reduce check (set when the job is created)
+  TimePoint created{};                    // (JobSummaries: its age)
 
   void Touch(TimePoint now) { last_activity = now; }
   // The tickets of the streams attached to the job, by rank.

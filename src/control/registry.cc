@@ -654,16 +654,16 @@ void Registry::Report(uint64_t ticket, uint64_t op, uint64_t count, uint32_t dty
     Job* job = jobs_.Find(session_id);
     if (job == nullptr) return;
     job->Touch(Now());
-    OpChecks::Verdict v = job->checks->Announce(op, count, dtype, s->rank, s->name);
+    AllReduceChecks::Verdict v = job->checks->Announce(op, count, dtype, s->rank, s->name);
     switch (v.kind) {
-      case OpChecks::Verdict::Kind::kPending:
+      case AllReduceChecks::Verdict::Kind::kPending:
         break;
-      case OpChecks::Verdict::Kind::kFailed:
+      case AllReduceChecks::Verdict::Kind::kFailed:
         // (This removes the job.)
         FailSessionLocked(session_id, job->secret, FailedPreconditionError(std::move(v.failure)),
                           deferred);
         break;
-      case OpChecks::Verdict::Kind::kAgreed:
+      case AllReduceChecks::Verdict::Kind::kAgreed:
         if (hooks_.check_agreed) {
           deferred.push_back([f = hooks_.check_agreed, session_id, op, v] {
             f(session_id, op, v.count, v.dtype);

@@ -7,8 +7,8 @@
 // (dataplane::Switch) and runs the hooks; the state lives in rooms of its own, each used under
 // the registry's lock: JobTable (the jobs by id, a pure core), Streams (the worker streams of
 // Session.Attach and the fan-out of their ends and confirmations), CallLimits (who holds how many
-// calls and streams), SyncRounds (the Barrier/Broadcast rendezvous), an OpChecks per job (the
-// per-all-reduce check) and FailureMarks (sessions marked failed). request_rules.h checks a
+// calls and streams), SyncRounds (the Barrier/Broadcast rendezvous), an AllReduceChecks per job
+// (the per-all-reduce check) and FailureMarks (sessions marked failed). request_rules.h checks a
 // request's fields before the lock is taken; RefusalLog logs refusals at a bounded rate.
 //
 // Waiting calls hold no thread: Barrier/Broadcast take a completion callback that runs exactly

@@ -1,4 +1,4 @@
-#include "control/op_checks.h"
+#include "control/allreduce_checks.h"
 
 #include <algorithm>
 #include <utility>
@@ -17,11 +17,11 @@ std::string TypeName(uint32_t dtype) {
 
 }  // namespace
 
-OpChecks::OpChecks(std::string session_name, uint32_t num_workers, uint32_t max_open)
+AllReduceChecks::AllReduceChecks(std::string session_name, uint32_t num_workers, uint32_t max_open)
     : session_name_(std::move(session_name)), num_workers_(num_workers), max_open_(max_open) {}
 
-OpChecks::Verdict OpChecks::Announce(uint64_t op, uint64_t count, uint32_t dtype, uint32_t rank,
-                                     const std::string& name) {
+AllReduceChecks::Verdict AllReduceChecks::Announce(uint64_t op, uint64_t count, uint32_t dtype,
+                                                   uint32_t rank, const std::string& name) {
   Verdict v;
   auto c = open_.find(op);
   if (c == open_.end()) {
@@ -54,8 +54,8 @@ OpChecks::Verdict OpChecks::Announce(uint64_t op, uint64_t count, uint32_t dtype
   return v;
 }
 
-std::string OpChecks::Describe(uint64_t op,
-                               const std::function<bool(uint32_t rank)>& closed) const {
+std::string AllReduceChecks::Describe(uint64_t op,
+                                      const std::function<bool(uint32_t rank)>& closed) const {
   const std::string what = "all-reduce " + std::to_string(op) + " of " + session_name_;
   auto c = open_.find(op);
   if (c == open_.end()) {

@@ -1,6 +1,6 @@
-// OpChecks without a registry: agreement, disagreement, a rank too far ahead, and what a stuck
-// all-reduce's description names.
-#include "control/op_checks.h"
+// AllReduceChecks without a registry: agreement, disagreement, a rank too far ahead, and what a
+// stuck all-reduce's description names.
+#include "control/allreduce_checks.h"
 
 #include <gtest/gtest.h>
 
@@ -11,39 +11,41 @@ namespace {
 
 constexpr uint32_t kFloat32 = static_cast<uint32_t>(DataType::kFloat32);
 
-TEST(OpChecksTest, AgreedOnceEveryRankAnnouncedAlike) {
-  OpChecks checks("session 7", 3, 16);
-  EXPECT_EQ(checks.Announce(1, 100, kFloat32, 0, "rank 0").kind, OpChecks::Verdict::Kind::kPending);
-  EXPECT_EQ(checks.Announce(1, 100, kFloat32, 2, "rank 2").kind, OpChecks::Verdict::Kind::kPending);
-  const OpChecks::Verdict v = checks.Announce(1, 100, kFloat32, 1, "rank 1");
-  EXPECT_EQ(v.kind, OpChecks::Verdict::Kind::kAgreed);
+TEST(AllReduceChecksTest, AgreedOnceEveryRankAnnouncedAlike) {
+  AllReduceChecks checks("session 7", 3, 16);
+  EXPECT_EQ(checks.Announce(1, 100, kFloat32, 0, "rank 0").kind,
+            AllReduceChecks::Verdict::Kind::kPending);
+  EXPECT_EQ(checks.Announce(1, 100, kFloat32, 2, "rank 2").kind,
+            AllReduceChecks::Verdict::Kind::kPending);
+  const AllReduceChecks::Verdict v = checks.Announce(1, 100, kFloat32, 1, "rank 1");
+  EXPECT_EQ(v.kind, AllReduceChecks::Verdict::Kind::kAgreed);
   EXPECT_EQ(v.count, 100u);
   EXPECT_EQ(v.dtype, kFloat32);
   EXPECT_EQ(checks.newest_agreed_op(), 1u);
 }
 
-TEST(OpChecksTest, DisagreementFailsNamingBothRanks) {
-  OpChecks checks("session 7", 2, 16);
+TEST(AllReduceChecksTest, DisagreementFailsNamingBothRanks) {
+  AllReduceChecks checks("session 7", 2, 16);
   checks.Announce(4, 100, kFloat32, 1, "rank 1");
-  const OpChecks::Verdict v = checks.Announce(4, 99, kFloat32, 0, "rank 0");
-  EXPECT_EQ(v.kind, OpChecks::Verdict::Kind::kFailed);
+  const AllReduceChecks::Verdict v = checks.Announce(4, 99, kFloat32, 0, "rank 0");
+  EXPECT_EQ(v.kind, AllReduceChecks::Verdict::Kind::kFailed);
   EXPECT_NE(v.failure.find("rank 1 passed 100 float32 elements, rank 0 99 float32"),
             std::string::npos)
       << v.failure;
   EXPECT_EQ(checks.newest_agreed_op(), 0u);
 }
 
-TEST(OpChecksTest, ARankTooFarAheadFails) {
-  OpChecks checks("session 7", 2, 2);
+TEST(AllReduceChecksTest, ARankTooFarAheadFails) {
+  AllReduceChecks checks("session 7", 2, 2);
   checks.Announce(1, 1, kFloat32, 0, "rank 0");
   checks.Announce(2, 1, kFloat32, 0, "rank 0");
-  const OpChecks::Verdict v = checks.Announce(3, 1, kFloat32, 0, "rank 0");
-  EXPECT_EQ(v.kind, OpChecks::Verdict::Kind::kFailed);
+  const AllReduceChecks::Verdict v = checks.Announce(3, 1, kFloat32, 0, "rank 0");
+  EXPECT_EQ(v.kind, AllReduceChecks::Verdict::Kind::kFailed);
   EXPECT_EQ(v.failure, "session 7 failed: rank 0 is 2 all-reduces ahead of another rank");
 }
 
-TEST(OpChecksTest, DescribeNamesWhoHasNotStarted) {
-  OpChecks checks("session 7", 4, 16);
+TEST(AllReduceChecksTest, DescribeNamesWhoHasNotStarted) {
+  AllReduceChecks checks("session 7", 4, 16);
   checks.Announce(5, 8, kFloat32, 0, "rank 0");
   const auto closed = [](uint32_t r) { return r == 3; };
   EXPECT_EQ(checks.Describe(5, closed),

@@ -1,4 +1,4 @@
-// OpChecks: one job's per-all-reduce tensor check (docs/protocol.md 4.2, Attach). Each rank
+// AllReduceChecks: one job's per-all-reduce tensor check (docs/protocol.md 4.2, Attach). Each rank
 // announces all-reduce `op` on its stream with its element count and data type; the check is
 // agreed once every rank announced it alike, and fails the job on the first disagreement, or
 // when one rank runs max_open all-reduces ahead of another. Also says, for a stuck all-reduce,
@@ -16,10 +16,10 @@
 
 namespace switchml::control {
 
-class OpChecks {
+class AllReduceChecks {
  public:
   // `session_name` ("session 7") starts the texts.
-  OpChecks(std::string session_name, uint32_t num_workers, uint32_t max_open);
+  AllReduceChecks(std::string session_name, uint32_t num_workers, uint32_t max_open);
 
   // What an announcement did.
   struct Verdict {
