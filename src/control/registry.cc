@@ -106,7 +106,7 @@ Registry::Registry(const RegistryOptions& options, dataplane::LockedSwitch* sw, 
       failures_(options.failure_memory),
       limits_(options),
       streams_(&limits_),
-      rounds_(&limits_) {}
+      meetings_(&limits_) {}
 
 Registry::~Registry() { Shutdown(); }
 
@@ -126,7 +126,7 @@ uint64_t Registry::NewTicket() {
 
 uint32_t Registry::waiting_calls() const {
   std::lock_guard lock(mu_);
-  return static_cast<uint32_t>(rounds_.waiting());
+  return static_cast<uint32_t>(meetings_.waiting());
 }
 
 uint32_t Registry::attached_streams() const {
@@ -396,7 +396,7 @@ void Registry::FailSessionLocked(uint64_t session_id, const std::string& secret,
   const bool has_job = jobs_.Find(session_id) != nullptr;
   const bool owner = jobs_.Owns(session_id, secret);
   failures_.Mark(session_id, secret, why, has_job && owner, Now());
-  rounds_.FailSession(session_id, secret, why, deferred);
+  meetings_.FailSession(session_id, secret, why, deferred);
   if (has_job && owner) {
     LOG(kInfo, kControl) << why.message();
     RemoveJobLocked(session_id, FailedPreconditionError(why.message()), deferred, Ending::kFailed);
@@ -416,7 +416,7 @@ CallLimits::Member Registry::MemberLocked(uint64_t session_id, const std::string
 CallLimits::Evict Registry::EvictorLocked(Deferred& deferred) {
   return [this, &deferred](uint64_t ticket, const std::string& why) {
     const Status status = ResourceExhaustedError(why);
-    if (SyncDone done = rounds_.Leave(ticket)) {
+    if (SyncDone done = meetings_.Leave(ticket)) {
       deferred.push_back([done = std::move(done), status] { done(status, ErrorReason::kNone, 0); });
       return;
     }
@@ -480,11 +480,11 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
     }
     if (st.ok()) {
       if (job != nullptr) job->Touch(Now());
-      bool whole_round = false;
-      st = rounds_.Join(ticket, q, scope, charge, done, Now(), deferred, &whole_round);
-      if (!st.ok() && whole_round) {
+      bool whole_meeting = false;
+      st = meetings_.Join(ticket, q, scope, charge, done, Now(), deferred, &whole_meeting);
+      if (!st.ok() && whole_meeting) {
         if (q.session_id != 0) FailSessionLocked(q.session_id, q.secret, st, deferred);
-        rounds_.FailRoundOf(q, st, deferred);
+        meetings_.FailMeetingOf(q, st, deferred);
       }
     }
   }
@@ -499,7 +499,7 @@ void Registry::CancelWait(uint64_t ticket, const Status& why) {
   SyncDone done;
   {
     std::lock_guard lock(mu_);
-    done = rounds_.Leave(ticket);
+    done = meetings_.Leave(ticket);
   }
   if (!done) return;
   LOG(kDebug, kControl) << "a waiting call left its round: " << why.ToString();
@@ -511,7 +511,7 @@ void Registry::ExpireWait(uint64_t ticket) {
   Status why;
   {
     std::lock_guard lock(mu_);
-    done = rounds_.Expire(ticket, Now(), &why);
+    done = meetings_.Expire(ticket, Now(), &why);
   }
   if (!done) return;
   LOG(kInfo, kControl) << why.message();
@@ -783,7 +783,7 @@ void Registry::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
     const Status why = ShuttingDown();
-    rounds_.FailAll(why, deferred);
+    meetings_.FailAll(why, deferred);
     streams_.EndAll(why, deferred);
     for (uint64_t id : jobs_.ids()) {
       for (Job::Rank& r : jobs_.Find(id)->ranks) r.stream = 0;

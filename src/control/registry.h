@@ -1,5 +1,5 @@
 // Registry: the switch's control-plane state, without gRPC: jobs (who owns them, which ranks are
-// registered, attached and closed), their leases, barrier and broadcast rounds, worker streams
+// registered, attached and closed), their leases, barrier and broadcast meetings, worker streams
 // and the per-all-reduce tensor check. control::ControlServer is a thin gRPC adapter over it; the
 // unit tests drive it directly (registry_test.cc).
 //
@@ -7,12 +7,12 @@
 // (dataplane::Switch) and runs the hooks; the state lives in rooms of its own, each used under
 // the registry's lock: JobTable (the jobs by id, a pure core), Streams (the worker streams of
 // Session.Attach and the fan-out of their ends and confirmations), CallLimits (who holds how many
-// calls and streams), SyncRounds (the Barrier/Broadcast rendezvous), an AllReduceChecks per job
+// calls and streams), Meetings (the Barrier/Broadcast rendezvous), an AllReduceChecks per job
 // (the per-all-reduce check) and FailureMarks (sessions marked failed). request_rules.h checks a
 // request's fields before the lock is taken; RefusalLog logs refusals at a bounded rate.
 //
 // Waiting calls hold no thread: Barrier/Broadcast take a completion callback that runs exactly
-// once, when the round completes, fails, or the call is cancelled (CancelWait) or the registry
+// once, when the meeting completes, fails, or the call is cancelled (CancelWait) or the registry
 // shuts down. Attach registers a worker's stream with callbacks for its end and its checks.
 // Callbacks never run under the registry's lock (they may call back into the registry), but
 // they may run inline, before the call that registered them returns.
@@ -44,9 +44,9 @@
 #include "control/error_reason.h"
 #include "control/failure_marks.h"
 #include "control/job_table.h"
+#include "control/meetings.h"
 #include "control/refusal_log.h"
 #include "control/streams.h"
-#include "control/sync_rounds.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
 
@@ -192,7 +192,7 @@ class Registry {
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
   // Completion of a wait: the status, the reason beside it (kRoundExpired when ExpireWait ended
   // it, else kNone), and a Broadcast's value.
-  using SyncDone = SyncRounds::Done;
+  using SyncDone = Meetings::Done;
   // The end of an attached stream (always an error status: why the job ended for this worker).
   using StreamEnd = Streams::End;
   // A confirmed all-reduce check.
@@ -220,11 +220,11 @@ class Registry {
   uint64_t NewTicket();
   // Sync.Barrier / Sync.Broadcast under `ticket` (from NewTicket). `done` runs exactly once.
   void Sync(uint64_t ticket, const SyncRequest& request, const Caller& caller, SyncDone done);
-  // The call's client went away (cancelled, deadline): it leaves its round, and `done` runs with
+  // The call's client went away (cancelled, deadline): it leaves its meeting, and `done` runs with
   // `why`. No effect when the wait already ended.
   void CancelWait(uint64_t ticket, const Status& why);
   // The call's deadline is about to pass (the control server calls this shortly before it): the
-  // call leaves its round, and `done` runs with kDeadlineExceeded naming the ranks that did not
+  // call leaves its meeting, and `done` runs with kDeadlineExceeded naming the ranks that did not
   // arrive, and ErrorReason::kRoundExpired, so that the worker's error can say which peer is
   // missing (a client whose own deadline passes first can only say that one is). No effect when
   // the wait already ended.
@@ -325,7 +325,7 @@ class Registry {
   // Removes expired jobs `ids`, logging "<session name><how>".
   void RemoveExpiredLocked(const std::vector<uint64_t>& ids, const std::string& how,
                            Deferred& deferred);
-  // Marks the session failed (its sync calls fail for failure_memory), fails its rounds, ends its
+  // Marks the session failed (its sync calls fail for failure_memory), fails its meetings, ends its
   // streams and removes its job.
   void FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
                          Deferred& deferred);
@@ -360,8 +360,8 @@ class Registry {
   CallLimits limits_;
   // The worker streams (streams.h); they hold charges of limits_.
   Streams streams_;
-  // Barrier and Broadcast rounds (sync_rounds.h); their waits hold charges of limits_.
-  SyncRounds rounds_;
+  // Barrier and Broadcast meetings (meetings.h); their waits hold charges of limits_.
+  Meetings meetings_;
   RefusalLog refusals_;  // (its own lock: logged outside mu_)
 };
 
