@@ -21,7 +21,7 @@ TEST(AllReduceChecksTest, AgreedOnceEveryRankAnnouncedAlike) {
   EXPECT_EQ(v.kind, AllReduceChecks::Verdict::Kind::kAgreed);
   EXPECT_EQ(v.count, 100u);
   EXPECT_EQ(v.dtype, kFloat32);
-  EXPECT_EQ(checks.newest_agreed_op(), 1u);
+  EXPECT_EQ(checks.newest_agreed_allreduce(), 1u);
 }
 
 TEST(AllReduceChecksTest, DisagreementFailsNamingBothRanks) {
@@ -32,7 +32,7 @@ TEST(AllReduceChecksTest, DisagreementFailsNamingBothRanks) {
   EXPECT_NE(v.failure.find("rank 1 passed 100 float32 elements, rank 0 99 float32"),
             std::string::npos)
       << v.failure;
-  EXPECT_EQ(checks.newest_agreed_op(), 0u);
+  EXPECT_EQ(checks.newest_agreed_allreduce(), 0u);
 }
 
 TEST(AllReduceChecksTest, ARankTooFarAheadFails) {

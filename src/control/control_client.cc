@@ -366,11 +366,11 @@ Status ControlClient::Close(uint64_t session_id, const std::string& job_secret,
 }
 
 Result<std::string> ControlClient::Diagnose(uint64_t session_id, const std::string& job_secret,
-                                            uint64_t op, std::chrono::milliseconds timeout) {
+                                            uint64_t allreduce, std::chrono::milliseconds timeout) {
   switchml_proto::DiagnoseRequest req;
   req.set_session_id(session_id);
   req.set_job_secret(job_secret);
-  req.set_op(op);
+  req.set_op(allreduce);
   switchml_proto::DiagnoseResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
@@ -423,7 +423,7 @@ class AttachStream final
     cv_.wait(lock, [&] { return done_; });
   }
 
-  void Announce(uint64_t op, uint64_t count, uint32_t dtype,
+  void Announce(uint64_t allreduce, uint64_t count, uint32_t dtype,
                 std::function<void(const Status&)> checked) override {
     Status immediate;
     bool now = false;
@@ -434,10 +434,10 @@ class AttachStream final
         now = true;
         immediate = unsupported_ ? Status::Ok() : final_;
       } else {
-        checks_[op] = std::move(checked);  // (OnDone answers it if the stream is ending)
+        checks_[allreduce] = std::move(checked);  // (OnDone answers it if the stream is ending)
         if (!read_ended_) {
           switchml_proto::AttachRequest m;
-          m.set_op(op);
+          m.set_op(allreduce);
           m.set_count(count);
           m.set_dtype(dtype);
           write = Enqueue(std::move(m));
@@ -527,7 +527,7 @@ class AttachStream final
       if (!closing_ && !unsupported_) notify = std::move(on_failure_);
     }
     if (notify) notify(failure);
-    for (auto& [op, checked] : checks) checked(failure);
+    for (auto& [allreduce, checked] : checks) checked(failure);
     std::lock_guard lock(mu_);
     done_ = true;
     cv_.notify_all();

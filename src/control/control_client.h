@@ -75,11 +75,11 @@ struct ControlTlsOptions {
 class Attachment {
  public:
   virtual ~Attachment() = default;
-  // Announces all-reduce `op` (1, 2, ... in the same order on every worker) of `count` elements
-  // of type `dtype`. `checked` runs once: OK when every worker announced the same, or the
+  // Announces all-reduce `allreduce` (1, 2, ... in the same order on every worker) of `count`
+  // elements of type `dtype`. `checked` runs once: OK when every worker announced the same, or the
   // failure when the job failed first. Against a switch without Attach (a reference switch),
   // at once with OK.
-  virtual void Announce(uint64_t op, uint64_t count, uint32_t dtype,
+  virtual void Announce(uint64_t allreduce, uint64_t count, uint32_t dtype,
                         std::function<void(const Status&)> checked) = 0;
   // Tells the switch that the job failed on this side, and why (a top-of-rack switch whose rack
   // lost a worker): the switch fails the job on every member with that text. The stream then
@@ -149,11 +149,11 @@ class ControlClient {
   // the session failed on this side, and why; the switch fails it (CloseRequest.failure).
   Status Close(uint64_t session_id, const std::string& job_secret, std::optional<uint32_t> rank,
                std::chrono::milliseconds timeout, const std::string& failure = "");
-  // Session.Diagnose (ours): the switch's one-sentence account of why all-reduce `op` of the
+  // Session.Diagnose (ours): the switch's one-sentence account of why all-reduce `allreduce` of the
   // session may be stuck (which ranks have not started it). UNIMPLEMENTED from a reference
   // switch. Waits at most `timeout`.
-  Result<std::string> Diagnose(uint64_t session_id, const std::string& job_secret, uint64_t op,
-                               std::chrono::milliseconds timeout);
+  Result<std::string> Diagnose(uint64_t session_id, const std::string& job_secret,
+                               uint64_t allreduce, std::chrono::milliseconds timeout);
   // Opens this registered worker's Attach stream. `on_failure` runs at most once, from a gRPC
   // thread, when the stream ends for another reason than the Attachment's destruction or Fail:
   // the job failed on the switch (the status says why, e.g. which rank died) or the switch is

@@ -308,8 +308,8 @@ struct ControlServer::Impl {
         Status st = impl_->registry.Attach(
             ticket_, q, caller_,
             [shared = shared_](const Status& why) { shared->Finish(ToGrpc(why)); },
-            [weak](uint64_t op) {
-              if (auto s = weak.lock()) s->Write(op);
+            [weak](uint64_t allreduce) {
+              if (auto s = weak.lock()) s->Write(allreduce);
             });
         if (!st.ok()) {
           shared_->Finish(ToGrpc(st));
@@ -359,10 +359,10 @@ struct ControlServer::Impl {
         // Outside mu (OnDone takes it). r stays valid: only this Finish can lead to OnDone.
         r->Finish(status);
       }
-      void Write(uint64_t op) {
+      void Write(uint64_t allreduce) {
         std::lock_guard lock(mu);
         if (is_finished || reactor == nullptr) return;
-        queue.emplace_back().set_op(op);
+        queue.emplace_back().set_op(allreduce);
         if (!writing) {
           writing = true;
           reactor->StartWrite(&queue.front());
@@ -437,7 +437,7 @@ struct ControlServer::Impl {
                                        switchml_proto::DiagnoseResponse* resp) override {
       auto* reactor = ctx->DefaultReactor();
       Result<std::string> text =
-          impl_->registry.DescribeOp(req->session_id(), req->job_secret(), req->op());
+          impl_->registry.DescribeAllReduce(req->session_id(), req->job_secret(), req->op());
       if (text.ok()) resp->set_text(*text);
       reactor->Finish(ToGrpc(text.status()));
       return reactor;

@@ -182,7 +182,7 @@ std::vector<JobSummary> JobTable::Summaries(const std::string* secret, uint32_t*
       s.closed += r.closed;
     }
     s.age = now - job->created;
-    s.allreduces = job->checks->newest_agreed_op();
+    s.allreduces = job->checks->newest_agreed_allreduce();
     s.has_secret = !job->secret.empty();
     s.authenticated_data = !job->data_key.empty();
   }

@@ -644,17 +644,17 @@ Status Registry::AttachableLocked(const AttachRequest& q, Job** job) {
   return Status::Ok();
 }
 
-void Registry::Report(uint64_t ticket, uint64_t op, uint64_t count, uint32_t dtype) {
+void Registry::Report(uint64_t ticket, uint64_t allreduce, uint64_t count, uint32_t dtype) {
   Deferred deferred;
   {
     std::lock_guard lock(mu_);
     const Streams::Attached* s = streams_.Find(ticket);
-    if (s == nullptr || op == 0) return;
+    if (s == nullptr || allreduce == 0) return;
     const uint64_t session_id = s->job_id;
     Job* job = jobs_.Find(session_id);
     if (job == nullptr) return;
     job->Touch(Now());
-    AllReduceChecks::Verdict v = job->checks->Announce(op, count, dtype, s->rank, s->name);
+    AllReduceChecks::Verdict v = job->checks->Announce(allreduce, count, dtype, s->rank, s->name);
     switch (v.kind) {
       case AllReduceChecks::Verdict::Kind::kPending:
         break;
@@ -665,11 +665,11 @@ void Registry::Report(uint64_t ticket, uint64_t op, uint64_t count, uint32_t dty
         break;
       case AllReduceChecks::Verdict::Kind::kAgreed:
         if (hooks_.check_agreed) {
-          deferred.push_back([f = hooks_.check_agreed, session_id, op, v] {
-            f(session_id, op, v.count, v.dtype);
+          deferred.push_back([f = hooks_.check_agreed, session_id, allreduce, v] {
+            f(session_id, allreduce, v.count, v.dtype);
           });
         } else {
-          streams_.Confirm(job->Streams(), op, deferred);
+          streams_.Confirm(job->Streams(), allreduce, deferred);
         }
         break;
     }
@@ -677,11 +677,12 @@ void Registry::Report(uint64_t ticket, uint64_t op, uint64_t count, uint32_t dty
   RunAll(deferred);
 }
 
-void Registry::ConfirmCheck(uint64_t session_id, uint64_t op) {
+void Registry::ConfirmCheck(uint64_t session_id, uint64_t allreduce) {
   Deferred deferred;
   {
     std::lock_guard lock(mu_);
-    if (const Job* job = jobs_.Find(session_id)) streams_.Confirm(job->Streams(), op, deferred);
+    if (const Job* job = jobs_.Find(session_id))
+      streams_.Confirm(job->Streams(), allreduce, deferred);
   }
   RunAll(deferred);
 }
@@ -709,8 +710,8 @@ void Registry::Detach(uint64_t ticket) {
   RunAll(deferred);
 }
 
-Result<std::string> Registry::DescribeOp(uint64_t session_id, const std::string& secret,
-                                         uint64_t op) {
+Result<std::string> Registry::DescribeAllReduce(uint64_t session_id, const std::string& secret,
+                                                uint64_t allreduce) {
   std::lock_guard lock(mu_);
   if (secret.size() > kMaxSecretBytes) return InvalidArgumentError("job secret too long");
   // Another secret's job is answered as no job (issue 28, found 8).
@@ -718,7 +719,7 @@ Result<std::string> Registry::DescribeOp(uint64_t session_id, const std::string&
   if (const Status* failure = FailureLocked(session_id, secret)) return *failure;
   if (job == nullptr) return NotFoundError(SessionName(session_id) + kNotOpenForThisSecret);
   return job->checks->Describe(
-      op, [job](uint32_t r) { return r < job->ranks.size() && job->ranks[r].closed; });
+      allreduce, [job](uint32_t r) { return r < job->ranks.size() && job->ranks[r].closed; });
 }
 
 void Registry::ReportFailure(uint64_t ticket, const std::string& why) {

@@ -183,7 +183,7 @@ struct RegistryHooks {
   // When set, an all-reduce check that every rank agreed on is handed here instead of being
   // confirmed to the streams at once; ConfirmCheck confirms it later (a top-of-rack switch first
   // has the upstream switch compare it with the other racks').
-  std::function<void(uint64_t session_id, uint64_t op, uint64_t count, uint32_t dtype)>
+  std::function<void(uint64_t session_id, uint64_t allreduce, uint64_t count, uint32_t dtype)>
       check_agreed;
 };
 
@@ -233,11 +233,12 @@ class Registry {
   // Session.Close.
   Status Close(const CloseRequest& request, const Caller& caller);
 
-  // Session.Diagnose: one sentence on why all-reduce `op` of a session may be stuck: the ranks
-  // that have not announced it on their streams (not started it), or that every rank has (then
-  // its packets are being lost). Fails as Sync does for a wrong secret or a failed session, and
-  // with NOT_FOUND when the switch has no such job.
-  Result<std::string> DescribeOp(uint64_t session_id, const std::string& secret, uint64_t op);
+  // Session.Diagnose: one sentence on why all-reduce `allreduce` of a session may be stuck: the
+  // ranks that have not announced it on their streams (not started it), or that every rank has
+  // (then its packets are being lost). Fails as Sync does for a wrong secret or a failed session,
+  // and with NOT_FOUND when the switch has no such job.
+  Result<std::string> DescribeAllReduce(uint64_t session_id, const std::string& secret,
+                                        uint64_t allreduce);
 
   // Session.Attach opened, before its first message: counted as a stranger's call from then on
   // (until Attach makes it a member's, or it ends). `end` runs at most once, if the stream is
@@ -251,17 +252,18 @@ class Registry {
   // A refused stream (and its OpenStream's count) is dropped.
   Status Attach(uint64_t ticket, const AttachRequest& request, const Caller& caller, StreamEnd end,
                 Checked checked);
-  // A later message: all-reduce `op` of `count` elements of `dtype`. A disagreement with another
-  // rank fails the job (every stream ends with the reason).
-  void Report(uint64_t ticket, uint64_t op, uint64_t count, uint32_t dtype);
+  // A later message: all-reduce `allreduce` of `count` elements of `dtype`. A disagreement with
+  // another rank fails the job (every stream ends with the reason).
+  void Report(uint64_t ticket, uint64_t allreduce, uint64_t count, uint32_t dtype);
   // The stream ended on the worker's side (it closed it, or the connection broke). Unless the
   // rank closed its session first, that is a dead worker: the job fails, naming the rank.
   void Detach(uint64_t ticket);
   // The stream's worker reports that the job failed on its side (a top-of-rack switch whose
   // rack lost a worker): the job fails with `why` (cut to 1 KiB) on every worker.
   void ReportFailure(uint64_t ticket, const std::string& why);
-  // Confirms all-reduce `op` of a session to its streams (after RegistryHooks::check_agreed).
-  void ConfirmCheck(uint64_t session_id, uint64_t op);
+  // Confirms all-reduce `allreduce` of a session to its streams (after
+  // RegistryHooks::check_agreed).
+  void ConfirmCheck(uint64_t session_id, uint64_t allreduce);
 
   // Fails a session from outside (e.g. a hierarchy hook refused a worker), as a refusal of one of
   // its own does: only when `secret` is the job's (or there is no job yet).

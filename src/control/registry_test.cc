@@ -122,8 +122,8 @@ class RegistryTest : public ::testing::Test {
     AttachRequest q{session, rank, kSecret, label};
     Status st = registry_->Attach(
         ticket, q, At(kLocal), [ended](const Status& why) { *ended = why; },
-        [checked](uint64_t op) {
-          if (checked != nullptr) checked->push_back(op);
+        [checked](uint64_t allreduce) {
+          if (checked != nullptr) checked->push_back(allreduce);
         });
     EXPECT_TRUE(st.ok()) << st.ToString();
     return ticket;
@@ -472,9 +472,9 @@ TEST_F(RegistryTest, TensorMismatchFailsTheJobNamingBothRanks) {
   EXPECT_FALSE(SwitchHasJob(20));
 }
 
-// Given 3 ranks announcing all-reduces on their streams, Expect DescribeOp to name the ranks that
-// have not announced one, to say when every rank has, and to refuse a wrong secret.
-TEST_F(RegistryTest, DescribeOpNamesTheRanksThatHaveNotStartedAnAllReduce) {
+// Given 3 ranks announcing all-reduces on their streams, Expect DescribeAllReduce to name the ranks
+// that have not announced one, to say when every rank has, and to refuse a wrong secret.
+TEST_F(RegistryTest, DescribeAllReduceNamesTheRanksThatHaveNotStartedAnAllReduce) {
   Open(24, 3, 40100);
   std::vector<uint64_t> t;
   for (uint32_t r = 0; r < 3; ++r) {
@@ -482,22 +482,22 @@ TEST_F(RegistryTest, DescribeOpNamesTheRanksThatHaveNotStartedAnAllReduce) {
   }
   registry_->Report(t[0], 1, 100, 1);
   registry_->Report(t[2], 1, 100, 1);
-  auto text = registry_->DescribeOp(24, kSecret, 1);
+  auto text = registry_->DescribeAllReduce(24, kSecret, 1);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_EQ(*text, "all-reduce 1 of session 24: rank 1 has not started it (ranks 0 and 2 have)");
   registry_->Report(t[1], 1, 100, 1);
-  text = registry_->DescribeOp(24, kSecret, 1);
+  text = registry_->DescribeAllReduce(24, kSecret, 1);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_NE(text->find("every rank started all-reduce 1 of session 24, so its packets or results "
                        "are being lost"),
             std::string::npos)
       << *text;
-  text = registry_->DescribeOp(24, kSecret, 2);
+  text = registry_->DescribeAllReduce(24, kSecret, 2);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_NE(text->find("no rank announced all-reduce 2"), std::string::npos) << *text;
-  EXPECT_EQ(registry_->DescribeOp(24, "another secret", 1).status().code(),
+  EXPECT_EQ(registry_->DescribeAllReduce(24, "another secret", 1).status().code(),
             StatusCode::kNotFound);  // as if it did not exist (issue 28, found 8)
-  EXPECT_EQ(registry_->DescribeOp(99, kSecret, 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(registry_->DescribeAllReduce(99, kSecret, 1).status().code(), StatusCode::kNotFound);
 }
 
 // Found 5, first case: a killed worker was noticed only after the peer timeout, unnamed.
@@ -887,7 +887,8 @@ TEST_F(RegistryTest, AStrangerCannotTellAnOpenSessionFromAnAbsentOne) {
        registry_->Close({61, guess, true, 0, ""}, At(kStranger)));
   same(registry_->Close({60, guess, false, 0, ""}, At(kStranger)),
        registry_->Close({61, guess, false, 0, ""}, At(kStranger)));
-  same(registry_->DescribeOp(60, guess, 1).status(), registry_->DescribeOp(61, guess, 1).status());
+  same(registry_->DescribeAllReduce(60, guess, 1).status(),
+       registry_->DescribeAllReduce(61, guess, 1).status());
   auto attach = [&](uint64_t session) {
     return registry_->Attach(
         registry_->NewTicket(), AttachRequest{session, 1, guess, ""}, At(kStranger),
@@ -930,9 +931,9 @@ TEST(RegistryHooksTest, CreatedAndRemovedAreReported) {
 // the job with its reason, and every end of a job reported (OK for a clean close).
 TEST_F(RegistryTest, TopOfRackHooksHoldChecksAndReportHowJobsEnd) {
   std::vector<std::string> agreed, ended;
-  hooks_.check_agreed = [&](uint64_t id, uint64_t op, uint64_t count, uint32_t dtype) {
-    agreed.push_back(std::to_string(id) + ":" + std::to_string(op) + ":" + std::to_string(count) +
-                     ":" + std::to_string(dtype));
+  hooks_.check_agreed = [&](uint64_t id, uint64_t allreduce, uint64_t count, uint32_t dtype) {
+    agreed.push_back(std::to_string(id) + ":" + std::to_string(allreduce) + ":" +
+                     std::to_string(count) + ":" + std::to_string(dtype));
   };
   hooks_.job_ended = [&](uint64_t id, const Status& why) {
     ended.push_back(std::to_string(id) + ":" + (why.ok() ? "ok" : why.message()));
