@@ -174,7 +174,7 @@ std::vector<JobSummary> JobTable::Summaries(const std::string* secret, uint32_t*
       continue;
     }
     JobSummary& s = out.emplace_back();
-    s.session_id = id;
+    s.job_id = id;
     s.num_workers = job->spec.num_workers;
     for (const Job::Rank& r : job->ranks) {
       s.registered += r.registered;
@@ -187,7 +187,7 @@ std::vector<JobSummary> JobTable::Summaries(const std::string* secret, uint32_t*
     s.authenticated_data = !job->data_key.empty();
   }
   std::sort(out.begin(), out.end(),
-            [](const JobSummary& a, const JobSummary& b) { return a.session_id < b.session_id; });
+            [](const JobSummary& a, const JobSummary& b) { return a.job_id < b.job_id; });
   return out;
 }
 

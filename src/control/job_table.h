@@ -56,7 +56,7 @@ struct Job {
 
 // A job as `switchml status` and the metrics show it (Monitor.Status).
 struct JobSummary {
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   uint32_t num_workers = 0;
   uint32_t registered = 0, attached = 0, closed = 0;  // ranks
   std::chrono::steady_clock::duration age{};

@@ -129,7 +129,7 @@ TEST_F(JobTableTest, ALaterRankMustMatchTheJobRankZeroCreated) {
   Job& job = Add(7, 2);
   job.sparse = true;
   RegisterRequest r;
-  r.session_id = 7;
+  r.job_id = 7;
   r.sparse = true;
   dataplane::JobSpec spec = job.spec;
   EXPECT_TRUE(CheckSameJob(job, spec, r).ok());
@@ -150,8 +150,8 @@ TEST_F(JobTableTest, SummariesShowOnlyTheJobsASecretMaySee) {
   const std::string secret = "a";
   std::vector<JobSummary> seen = table_.Summaries(&secret, &hidden, t0_ + 4s);
   ASSERT_EQ(seen.size(), 2u);
-  EXPECT_EQ(seen[0].session_id, 1u);
-  EXPECT_EQ(seen[1].session_id, 2u);
+  EXPECT_EQ(seen[0].job_id, 1u);
+  EXPECT_EQ(seen[1].job_id, 2u);
   EXPECT_TRUE(seen[1].has_secret);
   EXPECT_EQ(seen[1].age, 4s);
   EXPECT_EQ(hidden, 1u);

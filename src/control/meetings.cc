@@ -45,7 +45,7 @@ Meetings::Meetings(CallLimits* limits) : limits_(limits) {}
 Meetings::~Meetings() = default;
 
 Meetings::Key Meetings::KeyOf(const SyncRequest& q) {
-  return Key{q.broadcast, q.session_id, q.session_id == 0 ? q.num_workers : 0, q.secret};
+  return Key{q.broadcast, q.job_id, q.job_id == 0 ? q.num_workers : 0, q.secret};
 }
 
 Status Meetings::Join(uint64_t ticket, const SyncRequest& q, const std::string& scope,
@@ -137,11 +137,11 @@ void Meetings::FailMeetingOf(const SyncRequest& q, const Status& why, Deferred& 
   if (auto it = meetings_.find(KeyOf(q)); it != meetings_.end()) FailMeeting(it, why, deferred);
 }
 
-void Meetings::FailSession(uint64_t session_id, const std::string& secret, const Status& why,
+void Meetings::FailSession(uint64_t job_id, const std::string& secret, const Status& why,
                            Deferred& deferred) {
   for (auto it = meetings_.begin(); it != meetings_.end();) {
     auto next = std::next(it);
-    if (it->first.session_id == session_id && SameSecret(it->first.secret, secret)) {
+    if (it->first.job_id == job_id && SameSecret(it->first.secret, secret)) {
       FailMeeting(it, why, deferred);
     }
     it = next;
@@ -185,7 +185,7 @@ std::string Meetings::MissingText(const Wait& wait, TimePoint now) {
   const uint32_t n = meeting.num_workers;
   // (An unscoped meeting's name already says how many workers: "unscoped barrier of 4 workers".)
   std::string text =
-      wait.scope + (wait.key.session_id == 0 ? "" : " (" + std::to_string(n) + " workers)") + ": ";
+      wait.scope + (wait.key.job_id == 0 ? "" : " (" + std::to_string(n) + " workers)") + ": ";
   // (The whole sentence is the switch's: a client passes it on as it is, ErrorReason
   // kRoundExpired, and so does a top-of-rack switch on its way.)
   constexpr const char* kAskWhy = ": did it fail or start with other arguments?";

@@ -52,8 +52,8 @@ class Meetings {
               bool* whole_meeting);
   // Fails the meeting `request` would join, if there is one.
   void FailMeetingOf(const SyncRequest& request, const Status& why, Deferred& deferred);
-  // Fails every meeting of `session_id` with `secret`.
-  void FailSession(uint64_t session_id, const std::string& secret, const Status& why,
+  // Fails every meeting of `job_id` with `secret`.
+  void FailSession(uint64_t job_id, const std::string& secret, const Status& why,
                    Deferred& deferred);
   // Fails every meeting (shutdown).
   void FailAll(const Status& why, Deferred& deferred);
@@ -70,7 +70,7 @@ class Meetings {
  private:
   struct Key {
     bool broadcast;
-    uint64_t session_id;
+    uint64_t job_id;
     uint32_t unscoped_num_workers;
     std::string secret;
     auto operator<=>(const Key&) const = default;

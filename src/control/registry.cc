@@ -57,7 +57,7 @@ void LogUnexpectedEvictions(const std::vector<uint64_t>& evicted) {
 dataplane::JobSpec SpecOf(const RegisterRequest& r, uint32_t ipv4,
                           const dataplane::SwitchConfig& config) {
   dataplane::JobSpec spec;
-  spec.session_id = r.session_id;
+  spec.session_id = r.job_id;
   spec.num_workers = r.num_workers;
   spec.size = static_cast<proto::SizeCode>(r.packet_size);
   spec.num_ports = r.num_udp_ports == 0 ? 1 : r.num_udp_ports;
@@ -149,14 +149,14 @@ uint32_t Registry::stranger_calls() const {
   return limits_.stranger_calls();
 }
 
-uint32_t Registry::member_calls(uint64_t session_id) const {
+uint32_t Registry::member_calls(uint64_t job_id) const {
   std::lock_guard lock(mu_);
-  return limits_.member_calls(session_id);
+  return limits_.member_calls(job_id);
 }
 
-bool Registry::HasJob(uint64_t session_id) const {
+bool Registry::HasJob(uint64_t job_id) const {
   std::lock_guard lock(mu_);
-  return jobs_.Find(session_id) != nullptr;
+  return jobs_.Find(job_id) != nullptr;
 }
 
 std::vector<JobSummary> Registry::JobSummaries(const std::string* secret, uint32_t* hidden) const {
@@ -184,21 +184,21 @@ Status Registry::CreateJobLocked(const dataplane::JobSpec& spec, const std::stri
   return Status::Ok();
 }
 
-void Registry::RemoveJobLocked(uint64_t session_id, const Status& why, Deferred& deferred,
+void Registry::RemoveJobLocked(uint64_t job_id, const Status& why, Deferred& deferred,
                                Ending ending) {
-  const Job* job = jobs_.Find(session_id);
+  const Job* job = jobs_.Find(job_id);
   if (job == nullptr) return;
   if (hooks_.job_ended && ending != Ending::kReplaced) {
-    deferred.push_back([f = hooks_.job_ended, session_id,
-                        st = ending == Ending::kClean ? Status::Ok() : why] { f(session_id, st); });
+    deferred.push_back([f = hooks_.job_ended, job_id,
+                        st = ending == Ending::kClean ? Status::Ok() : why] { f(job_id, st); });
   }
   {
     std::lock_guard lock(sw_->mu);
-    sw_->sw.RemoveJob(session_id).IgnoreError();
+    sw_->sw.RemoveJob(job_id).IgnoreError();
   }
-  if (hooks_.job_removed) hooks_.job_removed(session_id);
+  if (hooks_.job_removed) hooks_.job_removed(job_id);
   streams_.EndAttached(job->Streams(), why, deferred);
-  jobs_.Erase(session_id);
+  jobs_.Erase(job_id);
 }
 
 void Registry::RemoveExpiredLocked(const std::vector<uint64_t>& ids, const std::string& how,
@@ -210,9 +210,9 @@ void Registry::RemoveExpiredLocked(const std::vector<uint64_t>& ids, const std::
   }
 }
 
-Status Registry::MakeRoomLocked(uint64_t session_id, Deferred& deferred) {
+Status Registry::MakeRoomLocked(uint64_t job_id, Deferred& deferred) {
   const uint32_t max_jobs = sw_->sw.config().max_jobs;
-  if (jobs_.size() < max_jobs || jobs_.Find(session_id) != nullptr) return Status::Ok();
+  if (jobs_.size() < max_jobs || jobs_.Find(job_id) != nullptr) return Status::Ok();
   RemoveExpiredLocked(jobs_.Expired(Now()),
                       " expired (no worker attached, no activity for " +
                           std::to_string(options_.lease.count() / 1000) +
@@ -265,11 +265,11 @@ Status Registry::Register(const RegisterRequest& r, const Caller& caller, std::s
       st = ShuttingDown();
     } else if (st.ok()) {
       st = RegisterLocked(r, worker_ipv4, deferred);
-      if (st.ok() && data_key != nullptr) *data_key = jobs_.Find(r.session_id)->data_key;
+      if (st.ok() && data_key != nullptr) *data_key = jobs_.Find(r.job_id)->data_key;
       if (st.ok() && multicast_group_kept != nullptr) {
         // The switch's spec: it clears a group it cannot keep (dataplane::Switch::CreateJob).
         std::lock_guard sw_lock(sw_->mu);
-        const dataplane::JobSpec* spec = sw_->sw.FindJob(r.session_id);
+        const dataplane::JobSpec* spec = sw_->sw.FindJob(r.job_id);
         *multicast_group_kept = spec != nullptr && spec->multicast_group.ipv4 != 0 &&
                                 spec->multicast_group.ipv4 == r.multicast_group_ipv4 &&
                                 spec->multicast_group.port == r.multicast_group_port;
@@ -280,11 +280,11 @@ Status Registry::Register(const RegisterRequest& r, const Caller& caller, std::s
     // id itself is bad.
     // (A caller with another secret than the job's marks only its own calls failed: the job is
     // not its to fail; FailSessionLocked.)
-    if (!st.ok() && ValidJobId(r.session_id) && st.code() != StatusCode::kPermissionDenied &&
+    if (!st.ok() && ValidJobId(r.job_id) && st.code() != StatusCode::kPermissionDenied &&
         st.code() != StatusCode::kUnavailable && r.secret.size() <= kMaxSecretBytes) {
       FailSessionLocked(
-          r.session_id, r.secret,
-          FailedPreconditionError(SessionName(r.session_id) + " failed at setup: rank " +
+          r.job_id, r.secret,
+          FailedPreconditionError(SessionName(r.job_id) + " failed at setup: rank " +
                                   std::to_string(r.rank) + " was refused: " + st.message()),
           deferred);
     }
@@ -300,14 +300,14 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
   if (r.rank == 0) {
     ASSIGN_OR_RETURN(job, OpenJobLocked(r, spec, ipv4, deferred));
   } else {
-    if (const Status* failure = FailureLocked(r.session_id, r.secret)) return *failure;
+    if (const Status* failure = FailureLocked(r.job_id, r.secret)) return *failure;
     // Another secret's job is answered as no job (issue 28, found 8: whether a session id is in
     // use is not told to a stranger; Register of rank 0 and Sync still refuse a live job's
     // session id with PERMISSION_DENIED, docs/security.md 2).
-    job = jobs_.FindFor(r.session_id, r.secret);
+    job = jobs_.FindFor(r.job_id, r.secret);
     if (job == nullptr) {
       return FailedPreconditionError(
-          SessionName(r.session_id) +
+          SessionName(r.job_id) +
           " does not exist on the switch for this job secret: rank 0 must open it before the "
           "other ranks, with the secret every worker of the job uses (was rank 0 started, with "
           "the same session id and job secret?)");
@@ -320,26 +320,25 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
 
 Result<Job*> Registry::OpenJobLocked(const RegisterRequest& r, const dataplane::JobSpec& spec,
                                      uint32_t ipv4, Deferred& deferred) {
-  if (const Job* old = jobs_.Find(r.session_id)) {
-    RETURN_IF_ERROR(CheckSecret(*old, r.secret, r.session_id));
+  if (const Job* old = jobs_.Find(r.job_id)) {
+    RETURN_IF_ERROR(CheckSecret(*old, r.secret, r.job_id));
     if (jobs_.RankAlive(*old, 0, Now())) {
       const Job::Rank& first = old->ranks[0];
       return AlreadyExistsError(
-          "rank 0 of " + SessionName(r.session_id) +
-          " is already registered by a live worker (at " +
+          "rank 0 of " + SessionName(r.job_id) + " is already registered by a live worker (at " +
           PortsText(first.ipv4, first.port, old->spec.num_ports) +
           "): two workers were started as rank 0, or two jobs use one session id");
     }
     RemoveJobLocked(
-        r.session_id,
-        FailedPreconditionError(SessionName(r.session_id) + " was re-created by a new rank 0"),
+        r.job_id,
+        FailedPreconditionError(SessionName(r.job_id) + " was re-created by a new rank 0"),
         deferred, Ending::kReplaced);
   }
-  failures_.Forget(r.session_id);
-  RETURN_IF_ERROR(MakeRoomLocked(r.session_id, deferred));
+  failures_.Forget(r.job_id);
+  RETURN_IF_ERROR(MakeRoomLocked(r.job_id, deferred));
   RETURN_IF_ERROR(ClearAddressLocked(spec, ipv4, r.udp_port, deferred));
   RETURN_IF_ERROR(CreateJobLocked(spec, r.secret));
-  Job* job = jobs_.Find(r.session_id);
+  Job* job = jobs_.Find(r.job_id);
   if (r.authenticate_data) job->data_key = NewDataKey();
   job->switch_list = r.switch_list;
   job->sparse = r.sparse;
@@ -353,18 +352,18 @@ Status Registry::AddWorkerLocked(const RegisterRequest& r, const dataplane::JobS
   Status added;
   {
     std::lock_guard lock(sw_->mu);
-    added = sw_->sw.AddWorker(r.session_id, r.rank,
+    added = sw_->sw.AddWorker(r.job_id, r.rank,
                               dataplane::WorkerSpec{ipv4, static_cast<uint16_t>(r.udp_port)},
                               &evicted, spec.multicast_group);
   }
   LogUnexpectedEvictions(evicted);
   if (!added.ok()) {
     // Without rank 0 the job can never run: do not leave it holding a job entry.
-    if (r.rank == 0) RemoveJobLocked(r.session_id, added, deferred, Ending::kFailed);
+    if (r.rank == 0) RemoveJobLocked(r.job_id, added, deferred, Ending::kFailed);
     return added;
   }
   if (!job.data_key.empty() && hooks_.data_key_added) {
-    hooks_.data_key_added(r.session_id, job.data_key, r.rank, ipv4, r.udp_port, spec.num_ports);
+    hooks_.data_key_added(r.job_id, job.data_key, r.rank, ipv4, r.udp_port, spec.num_ports);
   }
   Job::Rank& rank = job.ranks[r.rank];
   rank.registered = true;
@@ -372,9 +371,8 @@ Status Registry::AddWorkerLocked(const RegisterRequest& r, const dataplane::JobS
   rank.port = r.udp_port;
   rank.registered_at = Now();
   job.Touch(Now());
-  LOG(kInfo, kControl) << SessionName(r.session_id) << ": rank " << r.rank << " of "
-                       << r.num_workers << " registered at "
-                       << PortsText(ipv4, r.udp_port, spec.num_ports)
+  LOG(kInfo, kControl) << SessionName(r.job_id) << ": rank " << r.rank << " of " << r.num_workers
+                       << " registered at " << PortsText(ipv4, r.udp_port, spec.num_ports)
                        << (r.rank == 0 ? " (job created" : "")
                        << (r.rank == 0 ? (r.secret.empty() ? ", no secret" : ", with a secret")
                                        : "")
@@ -386,31 +384,31 @@ Status Registry::AddWorkerLocked(const RegisterRequest& r, const dataplane::JobS
 // ---------------------------------------------------------------------------------------------
 // Failures.
 
-const Status* Registry::FailureLocked(uint64_t session_id, const std::string& secret) {
-  return failures_.Find(session_id, secret, Now());
+const Status* Registry::FailureLocked(uint64_t job_id, const std::string& secret) {
+  return failures_.Find(job_id, secret, Now());
 }
 
-void Registry::FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
+void Registry::FailSessionLocked(uint64_t job_id, const std::string& secret, const Status& why,
                                  Deferred& deferred) {
-  if (session_id == 0) return;  // 0 is the unscoped sync group, never a failed session
-  const bool has_job = jobs_.Find(session_id) != nullptr;
-  const bool owner = jobs_.Owns(session_id, secret);
-  failures_.Mark(session_id, secret, why, has_job && owner, Now());
-  meetings_.FailSession(session_id, secret, why, deferred);
+  if (job_id == 0) return;  // 0 is the unscoped sync group, never a failed session
+  const bool has_job = jobs_.Find(job_id) != nullptr;
+  const bool owner = jobs_.Owns(job_id, secret);
+  failures_.Mark(job_id, secret, why, has_job && owner, Now());
+  meetings_.FailSession(job_id, secret, why, deferred);
   if (has_job && owner) {
     LOG(kInfo, kControl) << why.message();
-    RemoveJobLocked(session_id, FailedPreconditionError(why.message()), deferred, Ending::kFailed);
+    RemoveJobLocked(job_id, FailedPreconditionError(why.message()), deferred, Ending::kFailed);
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Limits.
 
-CallLimits::Member Registry::MemberLocked(uint64_t session_id, const std::string& secret) const {
-  if (session_id == 0) return {};
-  const Job* job = jobs_.Find(session_id);
+CallLimits::Member Registry::MemberLocked(uint64_t job_id, const std::string& secret) const {
+  if (job_id == 0) return {};
+  const Job* job = jobs_.Find(job_id);
   if (job == nullptr || !SameSecret(job->secret, secret)) return {};
-  return {session_id, job->spec.num_workers};
+  return {job_id, job->spec.num_workers};
 }
 
 CallLimits::Evict Registry::EvictorLocked(Deferred& deferred) {
@@ -430,7 +428,7 @@ Status Registry::AdmitLocked(const Caller& caller, const CallLimits::Member& mem
                        charge);
 }
 
-Status Registry::AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t session_id,
+Status Registry::AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t job_id,
                                 const std::string& secret, bool upstream) {
   Status st;
   Deferred deferred;
@@ -439,8 +437,8 @@ Status Registry::AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t 
     if (shut_down_) {
       st = ShuttingDown();
     } else {
-      st = limits_.AdmitForwarded(ClientKey(caller), MemberLocked(session_id, secret), ticket,
-                                  upstream, EvictorLocked(deferred));
+      st = limits_.AdmitForwarded(ClientKey(caller), MemberLocked(job_id, secret), ticket, upstream,
+                                  EvictorLocked(deferred));
     }
   }
   RunAll(deferred);
@@ -464,18 +462,18 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
     std::lock_guard lock(mu_);
     if (st.ok() && shut_down_) st = ShuttingDown();
     Job* job = nullptr;
-    if (st.ok() && q.session_id != 0) {
-      job = jobs_.Find(q.session_id);
-      if (job != nullptr) st = CheckSecret(*job, q.secret, q.session_id);
+    if (st.ok() && q.job_id != 0) {
+      job = jobs_.Find(q.job_id);
+      if (job != nullptr) st = CheckSecret(*job, q.secret, q.job_id);
       if (st.ok()) {
-        if (const Status* failure = FailureLocked(q.session_id, q.secret)) st = *failure;
+        if (const Status* failure = FailureLocked(q.job_id, q.secret)) st = *failure;
       }
     }
     Charge charge;
     if (st.ok()) {
-      const CallLimits::Member member =
-          job != nullptr ? CallLimits::Member{q.session_id, job->spec.num_workers}
-                         : CallLimits::Member{};
+      const CallLimits::Member member = job != nullptr
+                                            ? CallLimits::Member{q.job_id, job->spec.num_workers}
+                                            : CallLimits::Member{};
       st = AdmitLocked(caller, member, ticket, /*evictable=*/true, deferred, &charge);
     }
     if (st.ok()) {
@@ -483,7 +481,7 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
       bool whole_meeting = false;
       st = meetings_.Join(ticket, q, scope, charge, done, Now(), deferred, &whole_meeting);
       if (!st.ok() && whole_meeting) {
-        if (q.session_id != 0) FailSessionLocked(q.session_id, q.secret, st, deferred);
+        if (q.job_id != 0) FailSessionLocked(q.job_id, q.secret, st, deferred);
         meetings_.FailMeetingOf(q, st, deferred);
       }
     }
@@ -526,18 +524,18 @@ Status Registry::Close(const CloseRequest& q, const Caller& caller) {
   Deferred deferred;
   {
     std::lock_guard lock(mu_);
-    const std::string name = SessionName(q.session_id);
-    Job* job = jobs_.FindFor(q.session_id, q.secret);
+    const std::string name = SessionName(q.job_id);
+    Job* job = jobs_.FindFor(q.job_id, q.secret);
     if (q.secret.size() > kMaxSecretBytes) {
       st = InvalidArgumentError("job secret too long");
     } else if (!q.failure.empty()) {
       // A member's side failed: the session fails here too, also before it has a job (its
       // waiting barriers and broadcasts end), as a refusal of one of its ranks fails it.
       // (A stranger's report, with another secret than the job's, fails only its own calls.)
-      if (!ValidJobId(q.session_id)) {
+      if (!ValidJobId(q.job_id)) {
         st = InvalidArgumentError("a failure needs a session id");
       } else {
-        FailSessionLocked(q.session_id, q.secret,
+        FailSessionLocked(q.job_id, q.secret,
                           FailedPreconditionError(q.failure.substr(0, kMaxReason)), deferred);
       }
     } else if (job == nullptr) {
@@ -550,7 +548,7 @@ Status Registry::Close(const CloseRequest& q, const Caller& caller) {
       } else if (*all_closed) {
         LOG(kInfo, kControl) << name << " closed" << (q.has_rank ? " by all its ranks" : "");
         RemoveJobLocked(
-            q.session_id,
+            q.job_id,
             FailedPreconditionError(name + " was closed by a Close request from " + caller.peer),
             deferred, Ending::kClean);
       }
@@ -598,11 +596,11 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
     }
     Charge charge;
     if (st.ok()) {
-      st = AdmitLocked(caller, {q.session_id, job->spec.num_workers}, ticket,
+      st = AdmitLocked(caller, {q.job_id, job->spec.num_workers}, ticket,
                        /*evictable=*/false, deferred, &charge);
     }
     if (st.ok()) {
-      streams_.Attach(ticket, Streams::Attached{q.session_id, q.rank,
+      streams_.Attach(ticket, Streams::Attached{q.job_id, q.rank,
                                                 q.label.empty() ? "rank " + std::to_string(q.rank)
                                                                 : q.label.substr(0, 128),
                                                 charge, std::move(end), std::move(checked)});
@@ -616,14 +614,14 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
 }
 
 Status Registry::AttachableLocked(const AttachRequest& q, Job** job) {
-  const std::string name = SessionName(q.session_id);
+  const std::string name = SessionName(q.job_id);
   if (q.secret.size() > kMaxSecretBytes) return InvalidArgumentError("job secret too long");
-  *job = jobs_.FindFor(q.session_id, q.secret);
+  *job = jobs_.FindFor(q.job_id, q.secret);
   if (*job == nullptr) {
     // A session that failed at setup (another rank was refused) is gone from the table: its
     // worker hears why, not that it never registered. Another secret's job is answered as no
     // job (issue 28, found 8).
-    if (const Status* failed = FailureLocked(q.session_id, q.secret)) return *failed;
+    if (const Status* failed = FailureLocked(q.job_id, q.secret)) return *failed;
     return FailedPreconditionError(name +
                                    " does not exist on the switch for this job secret: attach "
                                    "after registering (UdpSession)");
@@ -650,8 +648,8 @@ void Registry::Report(uint64_t ticket, uint64_t allreduce, uint64_t count, uint3
     std::lock_guard lock(mu_);
     const Streams::Attached* s = streams_.Find(ticket);
     if (s == nullptr || allreduce == 0) return;
-    const uint64_t session_id = s->job_id;
-    Job* job = jobs_.Find(session_id);
+    const uint64_t job_id = s->job_id;
+    Job* job = jobs_.Find(job_id);
     if (job == nullptr) return;
     job->Touch(Now());
     AllReduceChecks::Verdict v = job->checks->Announce(allreduce, count, dtype, s->rank, s->name);
@@ -660,13 +658,13 @@ void Registry::Report(uint64_t ticket, uint64_t allreduce, uint64_t count, uint3
         break;
       case AllReduceChecks::Verdict::Kind::kFailed:
         // (This removes the job.)
-        FailSessionLocked(session_id, job->secret, FailedPreconditionError(std::move(v.failure)),
+        FailSessionLocked(job_id, job->secret, FailedPreconditionError(std::move(v.failure)),
                           deferred);
         break;
       case AllReduceChecks::Verdict::Kind::kAgreed:
         if (hooks_.check_agreed) {
-          deferred.push_back([f = hooks_.check_agreed, session_id, allreduce, v] {
-            f(session_id, allreduce, v.count, v.dtype);
+          deferred.push_back([f = hooks_.check_agreed, job_id, allreduce, v] {
+            f(job_id, allreduce, v.count, v.dtype);
           });
         } else {
           streams_.Confirm(job->Streams(), allreduce, deferred);
@@ -677,12 +675,11 @@ void Registry::Report(uint64_t ticket, uint64_t allreduce, uint64_t count, uint3
   RunAll(deferred);
 }
 
-void Registry::ConfirmCheck(uint64_t session_id, uint64_t allreduce) {
+void Registry::ConfirmCheck(uint64_t job_id, uint64_t allreduce) {
   Deferred deferred;
   {
     std::lock_guard lock(mu_);
-    if (const Job* job = jobs_.Find(session_id))
-      streams_.Confirm(job->Streams(), allreduce, deferred);
+    if (const Job* job = jobs_.Find(job_id)) streams_.Confirm(job->Streams(), allreduce, deferred);
   }
   RunAll(deferred);
 }
@@ -710,14 +707,14 @@ void Registry::Detach(uint64_t ticket) {
   RunAll(deferred);
 }
 
-Result<std::string> Registry::DescribeAllReduce(uint64_t session_id, const std::string& secret,
+Result<std::string> Registry::DescribeAllReduce(uint64_t job_id, const std::string& secret,
                                                 uint64_t allreduce) {
   std::lock_guard lock(mu_);
   if (secret.size() > kMaxSecretBytes) return InvalidArgumentError("job secret too long");
   // Another secret's job is answered as no job (issue 28, found 8).
-  const Job* job = jobs_.FindFor(session_id, secret);
-  if (const Status* failure = FailureLocked(session_id, secret)) return *failure;
-  if (job == nullptr) return NotFoundError(SessionName(session_id) + kNotOpenForThisSecret);
+  const Job* job = jobs_.FindFor(job_id, secret);
+  if (const Status* failure = FailureLocked(job_id, secret)) return *failure;
+  if (job == nullptr) return NotFoundError(SessionName(job_id) + kNotOpenForThisSecret);
   return job->checks->Describe(
       allreduce, [job](uint32_t r) { return r < job->ranks.size() && job->ranks[r].closed; });
 }
@@ -739,13 +736,12 @@ void Registry::ReportFailure(uint64_t ticket, const std::string& why) {
   RunAll(deferred);
 }
 
-void Registry::Fail(uint64_t session_id, const std::string& secret, const Status& why) {
+void Registry::Fail(uint64_t job_id, const std::string& secret, const Status& why) {
   Deferred deferred;
   {
     std::lock_guard lock(mu_);
-    if (ValidJobId(session_id) && secret.size() <= kMaxSecretBytes &&
-        jobs_.Owns(session_id, secret)) {
-      FailSessionLocked(session_id, secret, why, deferred);
+    if (ValidJobId(job_id) && secret.size() <= kMaxSecretBytes && jobs_.Owns(job_id, secret)) {
+      FailSessionLocked(job_id, secret, why, deferred);
     }
   }
   RunAll(deferred);

@@ -107,7 +107,7 @@ struct Caller {
 
 // UdpSessionRequest, as plain values (0 means the default, as on the wire).
 struct RegisterRequest {
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   uint32_t rank = 0;
   uint32_t num_workers = 0;
   uint32_t ipv4 = 0;
@@ -133,7 +133,7 @@ struct RegisterRequest {
 // A Barrier (broadcast = false) or Broadcast call.
 struct SyncRequest {
   bool broadcast = false;
-  uint64_t session_id = 0;  // 0: unscoped
+  uint64_t job_id = 0;  // 0: unscoped
   uint32_t num_workers = 0;
   bool has_rank = false;  // Barrier: whether the caller sent its rank; Broadcast: always
   uint32_t rank = 0;
@@ -143,7 +143,7 @@ struct SyncRequest {
 };
 
 struct CloseRequest {
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   std::string secret;
   bool has_rank = false;  // false: the whole job
   uint32_t rank = 0;
@@ -153,7 +153,7 @@ struct CloseRequest {
 };
 
 struct AttachRequest {
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   uint32_t rank = 0;
   std::string secret;
   // How errors name this stream's worker (a top-of-rack switch: "rack 1 (ranks 2..3)"; a
@@ -167,23 +167,23 @@ struct AttachRequest {
 // go, for per-job resources kept elsewhere (e.g. data-plane keys). Run under the registry's lock:
 // must not call into the registry.
 struct RegistryHooks {
-  std::function<void(uint64_t session_id)> job_created;
-  std::function<void(uint64_t session_id)> job_removed;
+  std::function<void(uint64_t job_id)> job_created;
+  std::function<void(uint64_t job_id)> job_removed;
   // Rank `rank` of a job with an authenticated data plane was registered: its UDP ports
   // [port, port + num_ports) at ipv4 now speak with the job's key (16 bytes; docs/security.md
   // 4.4). Removed with the job (job_removed).
-  std::function<void(uint64_t session_id, const std::string& data_key, uint32_t rank, uint32_t ipv4,
+  std::function<void(uint64_t job_id, const std::string& data_key, uint32_t rank, uint32_t ipv4,
                      uint32_t port, uint32_t num_ports)>
       data_key_added;
   // The hooks below run outside the registry's lock (they may call into it), from the thread of
   // the call that caused them.
   // A job left the switch: `why` is OK when it ended cleanly (every rank closed, or it expired),
   // else why it failed. Not called when a new rank 0 re-creates the job.
-  std::function<void(uint64_t session_id, const Status& why)> job_ended;
+  std::function<void(uint64_t job_id, const Status& why)> job_ended;
   // When set, an all-reduce check that every rank agreed on is handed here instead of being
   // confirmed to the streams at once; ConfirmCheck confirms it later (a top-of-rack switch first
   // has the upstream switch compare it with the other racks').
-  std::function<void(uint64_t session_id, uint64_t allreduce, uint64_t count, uint32_t dtype)>
+  std::function<void(uint64_t job_id, uint64_t allreduce, uint64_t count, uint32_t dtype)>
       check_agreed;
 };
 
@@ -198,7 +198,7 @@ class Registry {
   // A confirmed all-reduce check.
   using Checked = Streams::Checked;
   // Packets the data plane received for a job so far (its activity); may be empty.
-  using Activity = std::function<uint64_t(uint64_t session_id)>;
+  using Activity = std::function<uint64_t(uint64_t job_id)>;
 
   // clock: empty = steady_clock::now.
   Registry(const RegistryOptions& options, dataplane::LockedSwitch* sw, Clock clock = {},
@@ -237,7 +237,7 @@ class Registry {
   // ranks that have not announced it on their streams (not started it), or that every rank has
   // (then its packets are being lost). Fails as Sync does for a wrong secret or a failed session,
   // and with NOT_FOUND when the switch has no such job.
-  Result<std::string> DescribeAllReduce(uint64_t session_id, const std::string& secret,
+  Result<std::string> DescribeAllReduce(uint64_t job_id, const std::string& secret,
                                         uint64_t allreduce);
 
   // Session.Attach opened, before its first message: counted as a stranger's call from then on
@@ -263,19 +263,19 @@ class Registry {
   void ReportFailure(uint64_t ticket, const std::string& why);
   // Confirms all-reduce `allreduce` of a session to its streams (after
   // RegistryHooks::check_agreed).
-  void ConfirmCheck(uint64_t session_id, uint64_t allreduce);
+  void ConfirmCheck(uint64_t job_id, uint64_t allreduce);
 
   // Fails a session from outside (e.g. a hierarchy hook refused a worker), as a refusal of one of
   // its own does: only when `secret` is the job's (or there is no job yet).
-  void Fail(uint64_t session_id, const std::string& secret, const Status& why);
+  void Fail(uint64_t job_id, const std::string& secret, const Status& why);
 
   // A call this switch runs on a thread of its own instead of answering it itself (a top-of-rack
   // switch's UdpSession, which may wait for its upstream switch, and its Barrier/Broadcast,
   // which it passes on there: `upstream`), under `ticket`: counted as a member's of
-  // `session_id` when `secret` is its job's, else as a stranger's (never evicted: it holds a
+  // `job_id` when `secret` is its job's, else as a stranger's (never evicted: it holds a
   // thread, not a wait; passed upstream, also within the max_forwarded_stranger_calls limits),
   // until ReleaseForwarded.
-  Status AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t session_id,
+  Status AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t job_id,
                         const std::string& secret, bool upstream);
   void ReleaseForwarded(uint64_t ticket);
 
@@ -302,8 +302,8 @@ class Registry {
   uint32_t forwarded_calls() const;
   // Calls counted against strangers (see RegistryOptions), and against a job's allowance.
   uint32_t stranger_calls() const;
-  uint32_t member_calls(uint64_t session_id) const;
-  bool HasJob(uint64_t session_id) const;
+  uint32_t member_calls(uint64_t job_id) const;
+  bool HasJob(uint64_t job_id) const;
 
  private:
   using Charge = CallLimits::Charge;
@@ -318,29 +318,29 @@ class Registry {
   Status AddWorkerLocked(const RegisterRequest& r, const dataplane::JobSpec& spec, uint32_t ipv4,
                          Job& job, Deferred& deferred);
   // Frees whatever blocks a new job or worker: expired jobs in the way. Refuses otherwise.
-  Status MakeRoomLocked(uint64_t session_id, Deferred& deferred);
+  Status MakeRoomLocked(uint64_t job_id, Deferred& deferred);
   Status ClearAddressLocked(const dataplane::JobSpec& spec, uint32_t ipv4, uint32_t port,
                             Deferred& deferred);
   // The single places where jobs enter and leave the switch (and the table).
   Status CreateJobLocked(const dataplane::JobSpec& spec, const std::string& secret);
-  void RemoveJobLocked(uint64_t session_id, const Status& why, Deferred& deferred, Ending ending);
+  void RemoveJobLocked(uint64_t job_id, const Status& why, Deferred& deferred, Ending ending);
   // Removes expired jobs `ids`, logging "<session name><how>".
   void RemoveExpiredLocked(const std::vector<uint64_t>& ids, const std::string& how,
                            Deferred& deferred);
   // Marks the session failed (its sync calls fail for failure_memory), fails its meetings, ends its
   // streams and removes its job.
-  void FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
+  void FailSessionLocked(uint64_t job_id, const std::string& secret, const Status& why,
                          Deferred& deferred);
-  const Status* FailureLocked(uint64_t session_id, const std::string& secret);
+  const Status* FailureLocked(uint64_t job_id, const std::string& secret);
   // Whether the stream's rank may attach: *job, its job.
   Status AttachableLocked(const AttachRequest& q, Job** job);
   // Admits the call or stream `ticket` (CallLimits::Admit): a member's of `member` (session 0: a
   // stranger's). May evict another (its callback goes to `deferred`).
   Status AdmitLocked(const Caller& caller, const CallLimits::Member& member, uint64_t ticket,
                      bool evictable, Deferred& deferred, Charge* charge);
-  // The member a request with `secret` for `session_id` is (the session's job exists and has that
+  // The member a request with `secret` for `job_id` is (the session's job exists and has that
   // secret), else a stranger (session 0).
-  CallLimits::Member MemberLocked(uint64_t session_id, const std::string& secret) const;
+  CallLimits::Member MemberLocked(uint64_t job_id, const std::string& secret) const;
   // Ends a stranger's wait or unattached stream to make room (RESOURCE_EXHAUSTED, `why`), its
   // callback going to `deferred`.
   CallLimits::Evict EvictorLocked(Deferred& deferred);

@@ -64,7 +64,7 @@ class RegistryTest : public ::testing::Test {
   static RegisterRequest Req(uint64_t session, uint32_t rank, uint32_t n, uint32_t port,
                              const std::string& secret = kSecret) {
     RegisterRequest r;
-    r.session_id = session;
+    r.job_id = session;
     r.rank = rank;
     r.num_workers = n;
     r.packet_size = 3;
@@ -99,7 +99,7 @@ class RegistryTest : public ::testing::Test {
   static SyncRequest Barrier(uint64_t session, uint32_t n, std::optional<uint32_t> rank = {},
                              const std::string& secret = kSecret) {
     SyncRequest q;
-    q.session_id = session;
+    q.job_id = session;
     q.num_workers = n;
     q.has_rank = rank.has_value();
     q.rank = rank.value_or(0);
@@ -274,7 +274,7 @@ TEST(RegistryLoopbackGroupTest, GroupsAreValidatedKeptOnceAndOnlyOnLoopback) {
   Registry registry(options, &sw);
   auto req = [](uint64_t session, uint32_t port, uint32_t group, uint32_t group_port) {
     RegisterRequest r;
-    r.session_id = session;
+    r.job_id = session;
     r.num_workers = 1;
     r.packet_size = 3;
     r.udp_port = port;
@@ -308,7 +308,7 @@ TEST(RegistryLoopbackGroupTest, GroupsAreValidatedKeptOnceAndOnlyOnLoopback) {
 TEST(RegistryLanGroupTest, GroupsAreKeptOnlyInTheSwitchsScope) {
   auto req = [](uint64_t session, uint32_t ipv4, uint32_t group) {
     RegisterRequest r;
-    r.session_id = session;
+    r.job_id = session;
     r.num_workers = 2;
     r.packet_size = 3;
     r.ipv4 = ipv4;
@@ -580,7 +580,7 @@ TEST_F(RegistryTest, CloseWithAFailureFailsTheSession) {
   EXPECT_TRUE(registry_->Close(stranger, At(kLocal)).ok());
   EXPECT_FALSE(waiting->done);
   EXPECT_TRUE(SwitchHasJob(28));
-  failure.session_id = 28;
+  failure.job_id = 28;
   ASSERT_TRUE(registry_->Close(failure, At(kLocal)).ok());
   ASSERT_TRUE(waiting->done);
   EXPECT_EQ(waiting->status.message(), "rack 1's first rank was refused");
@@ -917,7 +917,7 @@ TEST(RegistryHooksTest, CreatedAndRemovedAreReported) {
   hooks.job_removed = [&](uint64_t id) { events.push_back("-" + std::to_string(id)); };
   Registry registry(RegistryOptions{}, &sw, {}, hooks);
   RegisterRequest r;
-  r.session_id = 5;
+  r.job_id = 5;
   r.num_workers = 1;
   r.packet_size = 3;
   r.udp_port = 40000;
