@@ -131,7 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         case 0:
         case 1: {
           RegisterRequest r;
-          r.session_id = session;
+          r.job_id = session;
           r.rank = in.ConsumeIntegralInRange<uint32_t>(0, 9);
           r.num_workers = in.ConsumeIntegralInRange<uint32_t>(0, 9);
           r.ipv4 = in.ConsumeBool() ? 0 : caller.ipv4 + in.ConsumeIntegralInRange<uint32_t>(0, 1);
@@ -154,7 +154,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         case 3: {
           SyncRequest r;
           r.broadcast = in.ConsumeBool();
-          r.session_id = session;
+          r.job_id = session;
           r.num_workers = in.ConsumeIntegralInRange<uint32_t>(0, 5);
           r.has_rank = in.ConsumeBool();
           r.rank = in.ConsumeIntegralInRange<uint32_t>(0, 5);
@@ -178,7 +178,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           break;
         case 5: {
           CloseRequest r;
-          r.session_id = session;
+          r.job_id = session;
           r.secret = secret;
           r.has_rank = in.ConsumeBool();
           r.rank = in.ConsumeIntegralInRange<uint32_t>(0, 5);
@@ -194,7 +194,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         case 6: {
           AttachRequest r;
-          r.session_id = session;
+          r.job_id = session;
           r.rank = in.ConsumeIntegralInRange<uint32_t>(0, 5);
           r.secret = secret;
           if (in.ConsumeBool()) r.label = "rack " + std::to_string(r.rank);

@@ -110,7 +110,7 @@ int Gen(int argc, char** argv) {
   if (!control.empty()) {
     control::ControlClient c(control, std::chrono::seconds(10));
     control::UdpSessionArgs a;
-    a.session_id = std::random_device{}() | 1;
+    a.job_id = std::random_device{}() | 1;
     a.num_workers = 1;
     a.ipv4 = bind;
     a.udp_port = tr.local_endpoint().port;
@@ -122,7 +122,7 @@ int Gen(int argc, char** argv) {
       return 2;
     }
     dst.port = r->data_port;
-    job = static_cast<uint8_t>(a.session_id);
+    job = static_cast<uint8_t>(a.job_id);
   }
   std::vector<int32_t> values(proto::kMaxNumel, 1);
   std::vector<uint32_t> tsi(window);

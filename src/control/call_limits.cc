@@ -10,8 +10,8 @@ CallLimits::CallLimits(const RegistryOptions& options)
       max_forwarded_per_client_(options.max_forwarded_stranger_calls_per_client),
       max_forwarded_total_(options.max_forwarded_stranger_calls) {}
 
-uint32_t CallLimits::member_calls(uint64_t session_id) const {
-  auto it = member_calls_.find(session_id);
+uint32_t CallLimits::member_calls(uint64_t job_id) const {
+  auto it = member_calls_.find(job_id);
   return it == member_calls_.end() ? 0 : it->second;
 }
 
@@ -22,19 +22,19 @@ void CallLimits::SetStrangerCount(const std::string& client, uint32_t from, uint
 
 Status CallLimits::Admit(const std::string& client, const Member& member, uint64_t ticket,
                          bool evictable, const Evict& evict, Charge* charge) {
-  if (member.session_id != 0) {
+  if (member.job_id != 0) {
     const uint32_t allowance = kMemberCallsPerWorker * (member.num_workers + 1);
-    uint32_t& mine = member_calls_[member.session_id];
+    uint32_t& mine = member_calls_[member.job_id];
     if (mine >= allowance) {
       return ResourceExhaustedError(
-          "session " + std::to_string(member.session_id) + " already has " + std::to_string(mine) +
+          "session " + std::to_string(member.job_id) + " already has " + std::to_string(mine) +
           " calls waiting or streams attached, the most a job of " +
           std::to_string(member.num_workers) + " workers may have (" +
           std::to_string(kMemberCallsPerWorker) +
           " per worker): its workers make more calls at once than the protocol does");
     }
     ++mine;
-    *charge = Charge{member.session_id, {}};
+    *charge = Charge{member.job_id, {}};
     return Status::Ok();
   }
   Client& mine = strangers_[client];
@@ -81,8 +81,8 @@ Status CallLimits::Admit(const std::string& client, const Member& member, uint64
 }
 
 void CallLimits::Release(const Charge& charge, uint64_t ticket) {
-  if (charge.session_id != 0) {
-    auto it = member_calls_.find(charge.session_id);
+  if (charge.job_id != 0) {
+    auto it = member_calls_.find(charge.job_id);
     if (it != member_calls_.end() && --it->second == 0) member_calls_.erase(it);
     return;
   }
@@ -98,7 +98,7 @@ void CallLimits::Release(const Charge& charge, uint64_t ticket) {
 
 Status CallLimits::AdmitForwarded(const std::string& client, const Member& member, uint64_t ticket,
                                   bool upstream, const Evict& evict) {
-  const bool counted = upstream && member.session_id == 0;  // within the forwarded limits
+  const bool counted = upstream && member.job_id == 0;  // within the forwarded limits
   Status st;
   Charge charge;
   if (counted && forwarded_strangers_ >= max_forwarded_total_) {

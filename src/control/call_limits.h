@@ -30,15 +30,15 @@ inline constexpr uint32_t kMemberCallsPerWorker = 4;
 
 class CallLimits {
  public:
-  // What a call or stream is counted against: a job's allowance (session_id != 0, a member's) or
+  // What a call or stream is counted against: a job's allowance (job_id != 0, a member's) or
   // a stranger's client address.
   struct Charge {
-    uint64_t session_id = 0;
+    uint64_t job_id = 0;
     std::string client;
   };
   // A member's job: its session id and its number of workers (the allowance's size).
   struct Member {
-    uint64_t session_id = 0;
+    uint64_t job_id = 0;
     uint32_t num_workers = 0;
   };
   // Ends the call `ticket` to make room (RESOURCE_EXHAUSTED, `why`) and releases it here
@@ -49,7 +49,7 @@ class CallLimits {
   explicit CallLimits(const RegistryOptions& options);
 
   // Admits the call or stream `ticket` of `client` (its IPv4 text, or the peer string): as a
-  // member's of `member` when its session_id is not 0, else as a stranger's. `evictable`: a
+  // member's of `member` when its job_id is not 0, else as a stranger's. `evictable`: a
   // stranger's wait or unattached stream, which a later stranger may evict when the total is
   // full. On success *charge says what to Release it against.
   Status Admit(const std::string& client, const Member& member, uint64_t ticket, bool evictable,
@@ -67,7 +67,7 @@ class CallLimits {
   void Clear();
 
   uint32_t stranger_calls() const { return stranger_calls_; }
-  uint32_t member_calls(uint64_t session_id) const;
+  uint32_t member_calls(uint64_t job_id) const;
   uint32_t forwarded_calls() const { return static_cast<uint32_t>(forwarded_.size()); }
 
  private:

@@ -231,7 +231,7 @@ void ControlClient::set_wait_for_ready(bool wait) {
 
 Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   switchml_proto::UdpSessionRequest req;
-  req.set_session_id(args.session_id);
+  req.set_session_id(args.job_id);
   req.set_rank(args.rank);
   req.set_num_workers(args.num_workers);
   req.set_ipv4(args.ipv4);
@@ -253,7 +253,7 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   const grpc::Status answer = impl_->session->UdpSession(&ctx, req, &resp);
   RETURN_IF_ERROR(impl_->Convert(ctx, answer, ""));
   UdpSessionReply reply;
-  reply.session_id = resp.session_id();
+  reply.job_id = resp.session_id();
   reply.switch_ipv4 = resp.ipv4();
   // A reference controller does not send the extension fields: its data port is the default.
   reply.data_port =
@@ -302,19 +302,19 @@ Result<UdpSessionReply> ControlClient::UdpSession(const UdpSessionArgs& args) {
   return reply;
 }
 
-Status ControlClient::Barrier(uint64_t session_id, uint32_t num_workers,
-                              const std::string& job_secret, std::optional<uint32_t> rank,
+Status ControlClient::Barrier(uint64_t job_id, uint32_t num_workers, const std::string& job_secret,
+                              std::optional<uint32_t> rank,
                               std::chrono::system_clock::time_point deadline, ErrorReason* reason) {
   switchml_proto::BarrierRequest req;
-  req.set_session_id(session_id);
+  req.set_session_id(job_id);
   req.set_num_workers(num_workers);
   req.set_job_secret(job_secret);
   if (rank) req.set_rank(*rank);
   switchml_proto::BarrierResponse resp;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx, deadline);
-  const std::string what = (session_id == 0 ? std::string("unscoped barrier")
-                                            : "barrier of session " + std::to_string(session_id)) +
+  const std::string what = (job_id == 0 ? std::string("unscoped barrier")
+                                        : "barrier of session " + std::to_string(job_id)) +
                            " (" + std::to_string(num_workers) + " workers)";
   Status why;
   if (reason != nullptr) *reason = ErrorReason::kNone;
@@ -323,14 +323,14 @@ Status ControlClient::Barrier(uint64_t session_id, uint32_t num_workers,
   return impl_->End(&ctx, impl_->Convert(ctx, answer, what, reason), reason);
 }
 
-Result<uint64_t> ControlClient::Broadcast(uint64_t session_id, uint64_t value, uint32_t rank,
+Result<uint64_t> ControlClient::Broadcast(uint64_t job_id, uint64_t value, uint32_t rank,
                                           uint32_t num_workers, uint32_t root,
                                           const std::string& job_secret,
                                           std::chrono::system_clock::time_point deadline,
                                           ErrorReason* reason) {
   switchml_proto::BroadcastRequest req;
   req.set_job_secret(job_secret);
-  req.set_session_id(session_id);
+  req.set_session_id(job_id);
   req.set_value(value);
   req.set_rank(rank);
   req.set_num_workers(num_workers);
@@ -338,10 +338,10 @@ Result<uint64_t> ControlClient::Broadcast(uint64_t session_id, uint64_t value, u
   switchml_proto::BroadcastResponse resp;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx, deadline);
-  const std::string what =
-      (session_id == 0 ? std::string("unscoped broadcast")
-                       : "broadcast of session " + std::to_string(session_id)) +
-      " (" + std::to_string(num_workers) + " workers, root " + std::to_string(root) + ")";
+  const std::string what = (job_id == 0 ? std::string("unscoped broadcast")
+                                        : "broadcast of session " + std::to_string(job_id)) +
+                           " (" + std::to_string(num_workers) + " workers, root " +
+                           std::to_string(root) + ")";
   Status why;
   if (reason != nullptr) *reason = ErrorReason::kNone;
   if (!impl_->Begin(&ctx, &why)) return why;
@@ -350,11 +350,11 @@ Result<uint64_t> ControlClient::Broadcast(uint64_t session_id, uint64_t value, u
   return resp.value();
 }
 
-Status ControlClient::Close(uint64_t session_id, const std::string& job_secret,
+Status ControlClient::Close(uint64_t job_id, const std::string& job_secret,
                             std::optional<uint32_t> rank, std::chrono::milliseconds timeout,
                             const std::string& failure) {
   switchml_proto::CloseRequest req;
-  req.set_session_id(session_id);
+  req.set_session_id(job_id);
   req.set_job_secret(job_secret);
   if (rank) req.set_rank(*rank);
   req.set_failure(failure);
@@ -365,12 +365,12 @@ Status ControlClient::Close(uint64_t session_id, const std::string& job_secret,
   return impl_->Convert(ctx, answer, "");
 }
 
-Result<std::string> ControlClient::Diagnose(uint64_t session_id, const std::string& job_secret,
-                                            uint64_t op, std::chrono::milliseconds timeout) {
+Result<std::string> ControlClient::Diagnose(uint64_t job_id, const std::string& job_secret,
+                                            uint64_t allreduce, std::chrono::milliseconds timeout) {
   switchml_proto::DiagnoseRequest req;
-  req.set_session_id(session_id);
+  req.set_session_id(job_id);
   req.set_job_secret(job_secret);
-  req.set_op(op);
+  req.set_op(allreduce);
   switchml_proto::DiagnoseResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
@@ -386,13 +386,13 @@ class AttachStream final
     : public Attachment,
       public grpc::ClientBidiReactor<switchml_proto::AttachRequest, switchml_proto::AttachEvent> {
  public:
-  AttachStream(switchml_proto::Session::Stub* stub, std::string target, uint64_t session_id,
+  AttachStream(switchml_proto::Session::Stub* stub, std::string target, uint64_t job_id,
                uint32_t rank, const std::string& secret,
                std::function<void(const Status&)> on_failure, const std::string& member)
       : target_(std::move(target)), on_failure_(std::move(on_failure)) {
     stub->async()->Attach(&ctx_, this);
     switchml_proto::AttachRequest first;
-    first.set_session_id(session_id);
+    first.set_session_id(job_id);
     first.set_rank(rank);
     first.set_job_secret(secret);
     first.set_member(member);
@@ -423,7 +423,7 @@ class AttachStream final
     cv_.wait(lock, [&] { return done_; });
   }
 
-  void Announce(uint64_t op, uint64_t count, uint32_t dtype,
+  void Announce(uint64_t allreduce, uint64_t count, uint32_t dtype,
                 std::function<void(const Status&)> checked) override {
     Status immediate;
     bool now = false;
@@ -434,10 +434,10 @@ class AttachStream final
         now = true;
         immediate = unsupported_ ? Status::Ok() : final_;
       } else {
-        checks_[op] = std::move(checked);  // (OnDone answers it if the stream is ending)
+        checks_[allreduce] = std::move(checked);  // (OnDone answers it if the stream is ending)
         if (!read_ended_) {
           switchml_proto::AttachRequest m;
-          m.set_op(op);
+          m.set_op(allreduce);
           m.set_count(count);
           m.set_dtype(dtype);
           write = Enqueue(std::move(m));
@@ -527,7 +527,7 @@ class AttachStream final
       if (!closing_ && !unsupported_) notify = std::move(on_failure_);
     }
     if (notify) notify(failure);
-    for (auto& [op, checked] : checks) checked(failure);
+    for (auto& [allreduce, checked] : checks) checked(failure);
     std::lock_guard lock(mu_);
     done_ = true;
     cv_.notify_all();
@@ -585,11 +585,11 @@ class AttachStream final
 
 }  // namespace
 
-std::unique_ptr<Attachment> ControlClient::Attach(uint64_t session_id, uint32_t rank,
+std::unique_ptr<Attachment> ControlClient::Attach(uint64_t job_id, uint32_t rank,
                                                   const std::string& job_secret,
                                                   std::function<void(const Status&)> on_failure,
                                                   const std::string& member) {
-  return std::make_unique<AttachStream>(impl_->session.get(), impl_->target, session_id, rank,
+  return std::make_unique<AttachStream>(impl_->session.get(), impl_->target, job_id, rank,
                                         job_secret, std::move(on_failure), member);
 }
 

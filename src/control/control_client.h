@@ -25,7 +25,7 @@
 namespace switchml::control {
 
 struct UdpSessionArgs {
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   uint32_t rank = 0;
   uint32_t num_workers = 0;
   // The worker's data-plane IPv4 in host byte order (127.0.0.1 = 0x7f000001); 0 = the address
@@ -75,11 +75,11 @@ struct ControlTlsOptions {
 class Attachment {
  public:
   virtual ~Attachment() = default;
-  // Announces all-reduce `op` (1, 2, ... in the same order on every worker) of `count` elements
-  // of type `dtype`. `checked` runs once: OK when every worker announced the same, or the
+  // Announces all-reduce `allreduce` (1, 2, ... in the same order on every worker) of `count`
+  // elements of type `dtype`. `checked` runs once: OK when every worker announced the same, or the
   // failure when the job failed first. Against a switch without Attach (a reference switch),
   // at once with OK.
-  virtual void Announce(uint64_t op, uint64_t count, uint32_t dtype,
+  virtual void Announce(uint64_t allreduce, uint64_t count, uint32_t dtype,
                         std::function<void(const Status&)> checked) = 0;
   // Tells the switch that the job failed on this side, and why (a top-of-rack switch whose rack
   // lost a worker): the switch fails the job on every member with that text. The stream then
@@ -88,7 +88,7 @@ class Attachment {
 };
 
 struct UdpSessionReply {
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   // The switch's data-plane IPv4 (host byte order); 0 = use the control plane's address.
   uint32_t switch_ipv4 = 0;
   // The switch's data-plane UDP port (48864 when the switch does not say, as the reference).
@@ -125,7 +125,7 @@ class ControlClient {
 
   // Registers this worker; rank 0 (re)creates the session's job, so it must come first.
   Result<UdpSessionReply> UdpSession(const UdpSessionArgs& args);
-  // Returns once num_workers workers called Barrier with the same session_id (0 = unscoped) and
+  // Returns once num_workers workers called Barrier with the same job_id (0 = unscoped) and
   // job secret. `rank`, when given, lets the switch refuse two callers with one rank.
   // `deadline`, when given (not the epoch), ends the wait earlier than the client's timeout.
   // `reason`, when not null, receives the typed reason the switch sent beside an error
@@ -133,33 +133,31 @@ class ControlClient {
   // switch). A DEADLINE_EXCEEDED with kRoundExpired keeps the switch's message (it names the
   // ranks that did not arrive); one without a reason gets this client's own (docs/protocol.md
   // 4.7).
-  Status Barrier(uint64_t session_id, uint32_t num_workers, const std::string& job_secret = "",
+  Status Barrier(uint64_t job_id, uint32_t num_workers, const std::string& job_secret = "",
                  std::optional<uint32_t> rank = std::nullopt,
                  std::chrono::system_clock::time_point deadline = {},
                  ErrorReason* reason = nullptr);
   // Returns the value of the caller whose rank == root once num_workers workers called. Errors
   // and `reason` as Barrier's.
-  Result<uint64_t> Broadcast(uint64_t session_id, uint64_t value, uint32_t rank,
-                             uint32_t num_workers, uint32_t root,
-                             const std::string& job_secret = "",
+  Result<uint64_t> Broadcast(uint64_t job_id, uint64_t value, uint32_t rank, uint32_t num_workers,
+                             uint32_t root, const std::string& job_secret = "",
                              std::chrono::system_clock::time_point deadline = {},
                              ErrorReason* reason = nullptr);
   // Tells the switch that `rank` (absent: the whole job) is done with the session; waits at most
   // `timeout`. The job's slots are freed once every registered rank closed. `failure` not empty:
   // the session failed on this side, and why; the switch fails it (CloseRequest.failure).
-  Status Close(uint64_t session_id, const std::string& job_secret, std::optional<uint32_t> rank,
+  Status Close(uint64_t job_id, const std::string& job_secret, std::optional<uint32_t> rank,
                std::chrono::milliseconds timeout, const std::string& failure = "");
-  // Session.Diagnose (ours): the switch's one-sentence account of why all-reduce `op` of the
+  // Session.Diagnose (ours): the switch's one-sentence account of why all-reduce `allreduce` of the
   // session may be stuck (which ranks have not started it). UNIMPLEMENTED from a reference
   // switch. Waits at most `timeout`.
-  Result<std::string> Diagnose(uint64_t session_id, const std::string& job_secret, uint64_t op,
+  Result<std::string> Diagnose(uint64_t job_id, const std::string& job_secret, uint64_t allreduce,
                                std::chrono::milliseconds timeout);
   // Opens this registered worker's Attach stream. `on_failure` runs at most once, from a gRPC
   // thread, when the stream ends for another reason than the Attachment's destruction or Fail:
   // the job failed on the switch (the status says why, e.g. which rank died) or the switch is
   // gone. `member`: how the switch's errors name this worker (empty: "rank R").
-  std::unique_ptr<Attachment> Attach(uint64_t session_id, uint32_t rank,
-                                     const std::string& job_secret,
+  std::unique_ptr<Attachment> Attach(uint64_t job_id, uint32_t rank, const std::string& job_secret,
                                      std::function<void(const Status&)> on_failure,
                                      const std::string& member = "");
 

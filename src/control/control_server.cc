@@ -217,7 +217,7 @@ struct ControlServer::Impl {
           ctx_(ctx),
           ticket_(impl->registry.NewTicket()),
           broadcast_(q.broadcast),
-          session_id_(q.session_id) {
+          job_id_(q.job_id) {
       impl->registry.Sync(
           ticket_, q, CallerOf(ctx),
           [this, broadcast_response](const Status& st, ErrorReason reason, uint64_t value) {
@@ -246,7 +246,7 @@ struct ControlServer::Impl {
       // orders this call after the constructor.)
       const std::string scope =
           std::string(broadcast_ ? "broadcast" : "barrier") +
-          (session_id_ == 0 ? " (unscoped)" : " of session " + std::to_string(session_id_));
+          (job_id_ == 0 ? " (unscoped)" : " of session " + std::to_string(job_id_));
       const bool late = std::chrono::system_clock::now() >= ctx_->deadline();
       impl_->registry.CancelWait(ticket_, late ? DeadlineExceededError(scope + ": deadline passed")
                                                : CancelledError(scope + ": cancelled"));
@@ -258,7 +258,7 @@ struct ControlServer::Impl {
     grpc::CallbackServerContext* ctx_;
     const uint64_t ticket_;
     const bool broadcast_;
-    const uint64_t session_id_;
+    const uint64_t job_id_;
     grpc::Alarm expiry_;
   };
 
@@ -299,7 +299,7 @@ struct ControlServer::Impl {
           }
         }
         AttachRequest q;
-        q.session_id = request_.session_id();
+        q.job_id = request_.session_id();
         q.rank = request_.rank();
         q.secret = request_.job_secret();
         q.label = request_.member();
@@ -308,8 +308,8 @@ struct ControlServer::Impl {
         Status st = impl_->registry.Attach(
             ticket_, q, caller_,
             [shared = shared_](const Status& why) { shared->Finish(ToGrpc(why)); },
-            [weak](uint64_t op) {
-              if (auto s = weak.lock()) s->Write(op);
+            [weak](uint64_t allreduce) {
+              if (auto s = weak.lock()) s->Write(allreduce);
             });
         if (!st.ok()) {
           shared_->Finish(ToGrpc(st));
@@ -359,10 +359,10 @@ struct ControlServer::Impl {
         // Outside mu (OnDone takes it). r stays valid: only this Finish can lead to OnDone.
         r->Finish(status);
       }
-      void Write(uint64_t op) {
+      void Write(uint64_t allreduce) {
         std::lock_guard lock(mu);
         if (is_finished || reactor == nullptr) return;
-        queue.emplace_back().set_op(op);
+        queue.emplace_back().set_op(allreduce);
         if (!writing) {
           writing = true;
           reactor->StartWrite(&queue.front());
@@ -424,7 +424,7 @@ struct ControlServer::Impl {
         req = &mapped;
       }
       CloseRequest q;
-      q.session_id = req->session_id();
+      q.job_id = req->session_id();
       q.secret = req->job_secret();
       q.has_rank = req->has_rank();
       q.rank = req->rank();
@@ -437,7 +437,7 @@ struct ControlServer::Impl {
                                        switchml_proto::DiagnoseResponse* resp) override {
       auto* reactor = ctx->DefaultReactor();
       Result<std::string> text =
-          impl_->registry.DescribeOp(req->session_id(), req->job_secret(), req->op());
+          impl_->registry.DescribeAllReduce(req->session_id(), req->job_secret(), req->op());
       if (text.ok()) resp->set_text(*text);
       reactor->Finish(ToGrpc(text.status()));
       return reactor;
@@ -488,7 +488,7 @@ struct ControlServer::Impl {
             });
       }
       SyncRequest q;
-      q.session_id = req->session_id();
+      q.job_id = req->session_id();
       q.num_workers = req->num_workers();
       q.secret = req->job_secret();
       q.has_rank = req->has_rank();
@@ -510,7 +510,7 @@ struct ControlServer::Impl {
       }
       SyncRequest q;
       q.broadcast = true;
-      q.session_id = req->session_id();
+      q.job_id = req->session_id();
       q.num_workers = req->num_workers();
       q.secret = req->job_secret();
       q.has_rank = true;
@@ -540,7 +540,7 @@ struct ControlServer::Impl {
       }
     }
     RegisterRequest q;
-    q.session_id = req.session_id();
+    q.job_id = req.session_id();
     q.rank = req.rank();
     q.num_workers = req.num_workers();
     q.ipv4 = req.ipv4();
@@ -594,16 +594,16 @@ struct ControlServer::Impl {
   // barrier waits for the whole job at the upstream switch) would hold one, and a few such
   // waits would stop the control plane, the waits' own peers included (a rack's third worker's
   // barrier was never read). Each is admitted by the registry first, as a member's call of the
-  // job of session_id when it carries that job's secret, else as a stranger's
+  // job of job_id when it carries that job's secret, else as a stranger's
   // (Registry::AdmitForwarded: the threads and this switch's calls upstream stay bounded); and
   // at most kMaxBlockingCalls at once (RESOURCE_EXHAUSTED beyond). Shutdown joins them once gRPC
   // is done with the calls.
-  grpc::ServerUnaryReactor* RunBlocking(grpc::CallbackServerContext* ctx, uint64_t session_id,
+  grpc::ServerUnaryReactor* RunBlocking(grpc::CallbackServerContext* ctx, uint64_t job_id,
                                         const std::string& secret, bool upstream,
                                         std::function<grpc::Status()> work) {
     auto* reactor = ctx->DefaultReactor();
     const uint64_t ticket = registry.NewTicket();
-    if (Status st = registry.AdmitForwarded(ticket, CallerOf(ctx), session_id, secret, upstream);
+    if (Status st = registry.AdmitForwarded(ticket, CallerOf(ctx), job_id, secret, upstream);
         !st.ok()) {
       reactor->Finish(ToGrpc(st));
       return reactor;

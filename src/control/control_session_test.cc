@@ -51,7 +51,7 @@ class ControlSessionTest : public ::testing::Test {
 
   static UdpSessionArgs Args(uint64_t session, uint32_t rank, uint32_t n) {
     UdpSessionArgs a;
-    a.session_id = session;
+    a.job_id = session;
     a.rank = rank;
     a.num_workers = n;
     a.ipv4 = kIpBase + static_cast<uint32_t>(session % 1000) * 256 + rank;
@@ -102,7 +102,7 @@ TEST_F(ControlSessionTest, FourWorkersOpenASession) {
     args.max_outstanding_packets = 128;
     auto reply = client.UdpSession(args);
     ASSERT_TRUE(reply.ok()) << reply.status().ToString();
-    EXPECT_EQ(reply->session_id, 77u);
+    EXPECT_EQ(reply->job_id, 77u);
     EXPECT_EQ(reply->switch_ipv4, kLoopbackIpv4);
     EXPECT_EQ(reply->data_port, 48864);
     EXPECT_EQ(reply->max_workers, 32u);
@@ -306,7 +306,7 @@ TEST(ControlReferenceSwitchTest, SparseNeedsASwitchThatConfirmsIt) {
   ASSERT_GT(port, 0);
   ControlClient client("127.0.0.1:" + std::to_string(port), 10s);
   UdpSessionArgs a;
-  a.session_id = 5;
+  a.job_id = 5;
   a.num_workers = 2;
   a.size = proto::SizeCode::k256B;
   auto dense = client.UdpSession(a);
@@ -468,7 +468,7 @@ TEST(ControlFailureMemoryTest, AnOldFailureDoesNotFailANewAttempt) {
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   ControlClient client("127.0.0.1:" + std::to_string((*server)->port()), 5s);
   UdpSessionArgs a0;
-  a0.session_id = 55;
+  a0.job_id = 55;
   a0.rank = 0;
   a0.num_workers = 2;
   a0.ipv4 = 0x0a000101;

@@ -310,7 +310,7 @@ TEST(ControlClientTest, NoSwitchListeningFailsWithinTheTimeout) {
   ControlClient client(target, 500ms);
   const auto start = std::chrono::steady_clock::now();
   UdpSessionArgs args;
-  args.session_id = 1;
+  args.job_id = 1;
   args.num_workers = 1;
   auto reply = client.UdpSession(args);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);

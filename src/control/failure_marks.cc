@@ -13,8 +13,8 @@ bool FailureMarks::Prune(std::vector<Entry>& entries, TimePoint now) {
   return !entries.empty();
 }
 
-const Status* FailureMarks::Find(uint64_t session_id, const std::string& secret, TimePoint now) {
-  auto it = marks_.find(session_id);
+const Status* FailureMarks::Find(uint64_t job_id, const std::string& secret, TimePoint now) {
+  auto it = marks_.find(job_id);
   if (it == marks_.end()) return nullptr;
   if (!Prune(it->second, now)) {
     marks_.erase(it);
@@ -26,23 +26,23 @@ const Status* FailureMarks::Find(uint64_t session_id, const std::string& secret,
   return nullptr;
 }
 
-void FailureMarks::Mark(uint64_t session_id, const std::string& secret, const Status& why,
+void FailureMarks::Mark(uint64_t job_id, const std::string& secret, const Status& why,
                         bool job_owner, TimePoint now) {
   for (auto it = marks_.begin(); it != marks_.end();) {
     it = Prune(it->second, now) ? std::next(it) : marks_.erase(it);
   }
-  std::vector<Entry>& mine = marks_[session_id];
+  std::vector<Entry>& mine = marks_[job_id];
   const bool marked = std::any_of(mine.begin(), mine.end(),
                                   [&](const Entry& e) { return SameSecret(e.secret, secret); });
   if (!marked && (job_owner || count_ < kMaxMarks)) {
     mine.push_back(Entry{FailedPreconditionError(why.message()), secret, now});
     ++count_;
   }
-  if (mine.empty()) marks_.erase(session_id);
+  if (mine.empty()) marks_.erase(job_id);
 }
 
-void FailureMarks::Forget(uint64_t session_id) {
-  auto it = marks_.find(session_id);
+void FailureMarks::Forget(uint64_t job_id) {
+  auto it = marks_.find(job_id);
   if (it == marks_.end()) return;
   count_ -= it->second.size();
   marks_.erase(it);

@@ -26,15 +26,15 @@ class FailureMarks {
 
   explicit FailureMarks(std::chrono::milliseconds memory) : memory_(memory) {}
 
-  // The failure a caller with `secret` sees for `session_id` at `now`, or null.
-  const Status* Find(uint64_t session_id, const std::string& secret, TimePoint now);
-  // Marks `session_id` failed with `why` (as FAILED_PRECONDITION) for callers with `secret`,
+  // The failure a caller with `secret` sees for `job_id` at `now`, or null.
+  const Status* Find(uint64_t job_id, const std::string& secret, TimePoint now);
+  // Marks `job_id` failed with `why` (as FAILED_PRECONDITION) for callers with `secret`,
   // unless it is marked for them already. `job_owner`: the mark of the session's job (its
   // secret), always kept; any other only within kMaxMarks.
-  void Mark(uint64_t session_id, const std::string& secret, const Status& why, bool job_owner,
+  void Mark(uint64_t job_id, const std::string& secret, const Status& why, bool job_owner,
             TimePoint now);
   // Forgets the session's marks (rank 0 opened it again).
-  void Forget(uint64_t session_id);
+  void Forget(uint64_t job_id);
 
  private:
   struct Entry {

@@ -1,16 +1,18 @@
 // Registry: the switch's control-plane state, without gRPC: jobs (who owns them, which ranks are
-// registered, attached and closed), their leases, barrier and broadcast rounds, worker streams
+// registered, attached and closed), their leases, barrier and broadcast meetings, worker streams
 // and the per-all-reduce tensor check. control::ControlServer is a thin gRPC adapter over it; the
 // unit tests drive it directly (registry_test.cc).
 //
-// The registry keeps the job table, the secrets and the worker streams itself; the rest lives in
-// rooms of its own, each used under the registry's lock: CallLimits (who holds how many calls
-// and streams), SyncRounds (the Barrier/Broadcast rendezvous), an OpChecks per job (the
-// per-all-reduce check) and FailureMarks (sessions marked failed). request_rules.h checks a
+// The registry is a coordinator: it holds the lock, mirrors its jobs into the data plane
+// (dataplane::Switch) and runs the hooks; the state lives in rooms of its own, each used under
+// the registry's lock: JobTable (the jobs by id, a pure core), Streams (the worker streams of
+// Session.Attach and the fan-out of their ends and confirmations), CallLimits (who holds how many
+// calls and streams), Meetings (the Barrier/Broadcast rendezvous), an AllReduceChecks per job
+// (the per-all-reduce check) and FailureMarks (sessions marked failed). request_rules.h checks a
 // request's fields before the lock is taken; RefusalLog logs refusals at a bounded rate.
 //
 // Waiting calls hold no thread: Barrier/Broadcast take a completion callback that runs exactly
-// once, when the round completes, fails, or the call is cancelled (CancelWait) or the registry
+// once, when the meeting completes, fails, or the call is cancelled (CancelWait) or the registry
 // shuts down. Attach registers a worker's stream with callbacks for its end and its checks.
 // Callbacks never run under the registry's lock (they may call back into the registry), but
 // they may run inline, before the call that registered them returns.
@@ -38,10 +40,13 @@
 #include <vector>
 
 #include "control/call_limits.h"
+#include "control/deferred.h"
 #include "control/error_reason.h"
 #include "control/failure_marks.h"
+#include "control/job_table.h"
+#include "control/meetings.h"
 #include "control/refusal_log.h"
-#include "control/sync_rounds.h"
+#include "control/streams.h"
 #include "dataplane/switch.h"
 #include "switchml/status.h"
 
@@ -102,7 +107,7 @@ struct Caller {
 
 // UdpSessionRequest, as plain values (0 means the default, as on the wire).
 struct RegisterRequest {
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   uint32_t rank = 0;
   uint32_t num_workers = 0;
   uint32_t ipv4 = 0;
@@ -128,7 +133,7 @@ struct RegisterRequest {
 // A Barrier (broadcast = false) or Broadcast call.
 struct SyncRequest {
   bool broadcast = false;
-  uint64_t session_id = 0;  // 0: unscoped
+  uint64_t job_id = 0;  // 0: unscoped
   uint32_t num_workers = 0;
   bool has_rank = false;  // Barrier: whether the caller sent its rank; Broadcast: always
   uint32_t rank = 0;
@@ -138,7 +143,7 @@ struct SyncRequest {
 };
 
 struct CloseRequest {
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   std::string secret;
   bool has_rank = false;  // false: the whole job
   uint32_t rank = 0;
@@ -148,7 +153,7 @@ struct CloseRequest {
 };
 
 struct AttachRequest {
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   uint32_t rank = 0;
   std::string secret;
   // How errors name this stream's worker (a top-of-rack switch: "rack 1 (ranks 2..3)"; a
@@ -162,23 +167,23 @@ struct AttachRequest {
 // go, for per-job resources kept elsewhere (e.g. data-plane keys). Run under the registry's lock:
 // must not call into the registry.
 struct RegistryHooks {
-  std::function<void(uint64_t session_id)> job_created;
-  std::function<void(uint64_t session_id)> job_removed;
+  std::function<void(uint64_t job_id)> job_created;
+  std::function<void(uint64_t job_id)> job_removed;
   // Rank `rank` of a job with an authenticated data plane was registered: its UDP ports
   // [port, port + num_ports) at ipv4 now speak with the job's key (16 bytes; docs/security.md
   // 4.4). Removed with the job (job_removed).
-  std::function<void(uint64_t session_id, const std::string& data_key, uint32_t rank, uint32_t ipv4,
+  std::function<void(uint64_t job_id, const std::string& data_key, uint32_t rank, uint32_t ipv4,
                      uint32_t port, uint32_t num_ports)>
       data_key_added;
   // The hooks below run outside the registry's lock (they may call into it), from the thread of
   // the call that caused them.
   // A job left the switch: `why` is OK when it ended cleanly (every rank closed, or it expired),
   // else why it failed. Not called when a new rank 0 re-creates the job.
-  std::function<void(uint64_t session_id, const Status& why)> job_ended;
+  std::function<void(uint64_t job_id, const Status& why)> job_ended;
   // When set, an all-reduce check that every rank agreed on is handed here instead of being
   // confirmed to the streams at once; ConfirmCheck confirms it later (a top-of-rack switch first
   // has the upstream switch compare it with the other racks').
-  std::function<void(uint64_t session_id, uint64_t op, uint64_t count, uint32_t dtype)>
+  std::function<void(uint64_t job_id, uint64_t allreduce, uint64_t count, uint32_t dtype)>
       check_agreed;
 };
 
@@ -187,13 +192,13 @@ class Registry {
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
   // Completion of a wait: the status, the reason beside it (kRoundExpired when ExpireWait ended
   // it, else kNone), and a Broadcast's value.
-  using SyncDone = SyncRounds::Done;
+  using SyncDone = Meetings::Done;
   // The end of an attached stream (always an error status: why the job ended for this worker).
-  using StreamEnd = std::function<void(const Status&)>;
+  using StreamEnd = Streams::End;
   // A confirmed all-reduce check.
-  using Checked = std::function<void(uint64_t op)>;
+  using Checked = Streams::Checked;
   // Packets the data plane received for a job so far (its activity); may be empty.
-  using Activity = std::function<uint64_t(uint64_t session_id)>;
+  using Activity = std::function<uint64_t(uint64_t job_id)>;
 
   // clock: empty = steady_clock::now.
   Registry(const RegistryOptions& options, dataplane::LockedSwitch* sw, Clock clock = {},
@@ -215,11 +220,11 @@ class Registry {
   uint64_t NewTicket();
   // Sync.Barrier / Sync.Broadcast under `ticket` (from NewTicket). `done` runs exactly once.
   void Sync(uint64_t ticket, const SyncRequest& request, const Caller& caller, SyncDone done);
-  // The call's client went away (cancelled, deadline): it leaves its round, and `done` runs with
+  // The call's client went away (cancelled, deadline): it leaves its meeting, and `done` runs with
   // `why`. No effect when the wait already ended.
   void CancelWait(uint64_t ticket, const Status& why);
   // The call's deadline is about to pass (the control server calls this shortly before it): the
-  // call leaves its round, and `done` runs with kDeadlineExceeded naming the ranks that did not
+  // call leaves its meeting, and `done` runs with kDeadlineExceeded naming the ranks that did not
   // arrive, and ErrorReason::kRoundExpired, so that the worker's error can say which peer is
   // missing (a client whose own deadline passes first can only say that one is). No effect when
   // the wait already ended.
@@ -228,11 +233,12 @@ class Registry {
   // Session.Close.
   Status Close(const CloseRequest& request, const Caller& caller);
 
-  // Session.Diagnose: one sentence on why all-reduce `op` of a session may be stuck: the ranks
-  // that have not announced it on their streams (not started it), or that every rank has (then
-  // its packets are being lost). Fails as Sync does for a wrong secret or a failed session, and
-  // with NOT_FOUND when the switch has no such job.
-  Result<std::string> DescribeOp(uint64_t session_id, const std::string& secret, uint64_t op);
+  // Session.Diagnose: one sentence on why all-reduce `allreduce` of a session may be stuck: the
+  // ranks that have not announced it on their streams (not started it), or that every rank has
+  // (then its packets are being lost). Fails as Sync does for a wrong secret or a failed session,
+  // and with NOT_FOUND when the switch has no such job.
+  Result<std::string> DescribeAllReduce(uint64_t job_id, const std::string& secret,
+                                        uint64_t allreduce);
 
   // Session.Attach opened, before its first message: counted as a stranger's call from then on
   // (until Attach makes it a member's, or it ends). `end` runs at most once, if the stream is
@@ -246,29 +252,30 @@ class Registry {
   // A refused stream (and its OpenStream's count) is dropped.
   Status Attach(uint64_t ticket, const AttachRequest& request, const Caller& caller, StreamEnd end,
                 Checked checked);
-  // A later message: all-reduce `op` of `count` elements of `dtype`. A disagreement with another
-  // rank fails the job (every stream ends with the reason).
-  void Report(uint64_t ticket, uint64_t op, uint64_t count, uint32_t dtype);
+  // A later message: all-reduce `allreduce` of `count` elements of `dtype`. A disagreement with
+  // another rank fails the job (every stream ends with the reason).
+  void Report(uint64_t ticket, uint64_t allreduce, uint64_t count, uint32_t dtype);
   // The stream ended on the worker's side (it closed it, or the connection broke). Unless the
   // rank closed its session first, that is a dead worker: the job fails, naming the rank.
   void Detach(uint64_t ticket);
   // The stream's worker reports that the job failed on its side (a top-of-rack switch whose
   // rack lost a worker): the job fails with `why` (cut to 1 KiB) on every worker.
   void ReportFailure(uint64_t ticket, const std::string& why);
-  // Confirms all-reduce `op` of a session to its streams (after RegistryHooks::check_agreed).
-  void ConfirmCheck(uint64_t session_id, uint64_t op);
+  // Confirms all-reduce `allreduce` of a session to its streams (after
+  // RegistryHooks::check_agreed).
+  void ConfirmCheck(uint64_t job_id, uint64_t allreduce);
 
   // Fails a session from outside (e.g. a hierarchy hook refused a worker), as a refusal of one of
   // its own does: only when `secret` is the job's (or there is no job yet).
-  void Fail(uint64_t session_id, const std::string& secret, const Status& why);
+  void Fail(uint64_t job_id, const std::string& secret, const Status& why);
 
   // A call this switch runs on a thread of its own instead of answering it itself (a top-of-rack
   // switch's UdpSession, which may wait for its upstream switch, and its Barrier/Broadcast,
   // which it passes on there: `upstream`), under `ticket`: counted as a member's of
-  // `session_id` when `secret` is its job's, else as a stranger's (never evicted: it holds a
+  // `job_id` when `secret` is its job's, else as a stranger's (never evicted: it holds a
   // thread, not a wait; passed upstream, also within the max_forwarded_stranger_calls limits),
   // until ReleaseForwarded.
-  Status AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t session_id,
+  Status AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t job_id,
                         const std::string& secret, bool upstream);
   void ReleaseForwarded(uint64_t ticket);
 
@@ -279,15 +286,7 @@ class Registry {
   void Shutdown();
 
   // A job as `switchml status` and the metrics show it (Monitor.Status).
-  struct JobSummary {
-    uint64_t session_id = 0;
-    uint32_t num_workers = 0;
-    uint32_t registered = 0, attached = 0, closed = 0;  // ranks
-    std::chrono::steady_clock::duration age{};
-    uint64_t allreduces = 0;  // the newest all-reduce every rank announced alike
-    bool has_secret = false;
-    bool authenticated_data = false;
-  };
+  using JobSummary = control::JobSummary;
   // Every job (secret null), by session id; or only those a caller holding `secret` may see in
   // full: the jobs created without a secret and those created with this one. *hidden (when not
   // null) counts the others.
@@ -303,53 +302,48 @@ class Registry {
   uint32_t forwarded_calls() const;
   // Calls counted against strangers (see RegistryOptions), and against a job's allowance.
   uint32_t stranger_calls() const;
-  uint32_t member_calls(uint64_t session_id) const;
-  bool HasJob(uint64_t session_id) const;
+  uint32_t member_calls(uint64_t job_id) const;
+  bool HasJob(uint64_t job_id) const;
 
  private:
-  struct Job;
-  struct Stream;
-  struct PendingStream;
   using Charge = CallLimits::Charge;
-  // Callbacks collected under the lock and run after it is released.
-  using Deferred = SyncRounds::Deferred;
-
-  std::chrono::steady_clock::time_point Now() const;
-  Status RegisterLocked(const RegisterRequest& r, uint32_t worker_ipv4, Deferred& deferred);
-  Status CheckSecretLocked(const Job& job, const std::string& secret, uint64_t session_id) const;
-  bool OwnsLocked(uint64_t session_id, const std::string& secret) const;
-  // Frees whatever blocks a new job or worker: expired jobs in the way. Refuses otherwise.
-  Status MakeRoomLocked(uint64_t session_id, Deferred& deferred);
-  Status ClearAddressLocked(uint64_t session_id, uint32_t ipv4, uint32_t port, uint32_t num_ports,
-                            Deferred& deferred);
-  bool ExpiredLocked(const Job& job) const;
-  bool RankAliveLocked(const Job& job, uint32_t rank) const;
-  // The single places where jobs enter and leave the switch.
-  Status CreateJobLocked(const dataplane::JobSpec& spec, const std::string& secret);
   // How a job ends, for RegistryHooks::job_ended.
   enum class Ending { kClean, kFailed, kReplaced };
-  void RemoveJobLocked(uint64_t session_id, const Status& why, Deferred& deferred, Ending ending);
-  // Marks the session failed (its sync calls fail for failure_memory), fails its rounds, ends its
+
+  std::chrono::steady_clock::time_point Now() const;
+  // Registration: a job rank 0 creates (or re-creates), and a rank joining it.
+  Status RegisterLocked(const RegisterRequest& r, uint32_t worker_ipv4, Deferred& deferred);
+  Result<Job*> OpenJobLocked(const RegisterRequest& r, const dataplane::JobSpec& spec,
+                             uint32_t ipv4, Deferred& deferred);
+  Status AddWorkerLocked(const RegisterRequest& r, const dataplane::JobSpec& spec, uint32_t ipv4,
+                         Job& job, Deferred& deferred);
+  // Frees whatever blocks a new job or worker: expired jobs in the way. Refuses otherwise.
+  Status MakeRoomLocked(uint64_t job_id, Deferred& deferred);
+  Status ClearAddressLocked(const dataplane::JobSpec& spec, uint32_t ipv4, uint32_t port,
+                            Deferred& deferred);
+  // The single places where jobs enter and leave the switch (and the table).
+  Status CreateJobLocked(const dataplane::JobSpec& spec, const std::string& secret);
+  void RemoveJobLocked(uint64_t job_id, const Status& why, Deferred& deferred, Ending ending);
+  // Removes expired jobs `ids`, logging "<session name><how>".
+  void RemoveExpiredLocked(const std::vector<uint64_t>& ids, const std::string& how,
+                           Deferred& deferred);
+  // Marks the session failed (its sync calls fail for failure_memory), fails its meetings, ends its
   // streams and removes its job.
-  void FailSessionLocked(uint64_t session_id, const std::string& secret, const Status& why,
+  void FailSessionLocked(uint64_t job_id, const std::string& secret, const Status& why,
                          Deferred& deferred);
-  const Status* FailureLocked(uint64_t session_id, const std::string& secret);
-  // Admits the call or stream `ticket` (CallLimits::Admit): a member's of `member_session` (0: a
+  const Status* FailureLocked(uint64_t job_id, const std::string& secret);
+  // Whether the stream's rank may attach: *job, its job.
+  Status AttachableLocked(const AttachRequest& q, Job** job);
+  // Admits the call or stream `ticket` (CallLimits::Admit): a member's of `member` (session 0: a
   // stranger's). May evict another (its callback goes to `deferred`).
-  Status AdmitLocked(const Caller& caller, uint64_t member_session, uint64_t ticket, bool evictable,
-                     Deferred& deferred, Charge* charge);
-  // A member's job as CallLimits counts it (session 0: a stranger).
-  CallLimits::Member AllowanceLocked(uint64_t member_session) const;
-  // Ends an evicted call (EvictLocked), its callback going to `deferred`.
+  Status AdmitLocked(const Caller& caller, const CallLimits::Member& member, uint64_t ticket,
+                     bool evictable, Deferred& deferred, Charge* charge);
+  // The member a request with `secret` for `job_id` is (the session's job exists and has that
+  // secret), else a stranger (session 0).
+  CallLimits::Member MemberLocked(uint64_t job_id, const std::string& secret) const;
+  // Ends a stranger's wait or unattached stream to make room (RESOURCE_EXHAUSTED, `why`), its
+  // callback going to `deferred`.
   CallLimits::Evict EvictorLocked(Deferred& deferred);
-  // Whether a request with `secret` for `session_id` is a member's (the session's job exists
-  // and has that secret).
-  bool MemberLocked(uint64_t session_id, const std::string& secret) const;
-  // Ends a stranger's wait or unattached stream to make room (RESOURCE_EXHAUSTED, `why`).
-  void EvictLocked(uint64_t ticket, const std::string& why, Deferred& deferred);
-  void Touch(Job& job);
-  // Confirms all-reduce `op` to every stream of the job.
-  void ConfirmLocked(const Job& job, uint64_t op, Deferred& deferred);
   void LogRefusal(const std::string& what, const Caller& caller, const Status& why);
 
   const RegistryOptions options_;
@@ -361,15 +355,15 @@ class Registry {
   Activity activity_;
   bool shut_down_ = false;
   uint64_t next_ticket_ = 1;
-  std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;
+  JobTable jobs_;
   // Sessions marked failed (failure_marks.h).
   FailureMarks failures_;
-  std::unordered_map<uint64_t, std::unique_ptr<Stream>> streams_;
-  std::unordered_map<uint64_t, std::unique_ptr<PendingStream>> pending_;
   // Who holds how many calls and streams (call_limits.h).
   CallLimits limits_;
-  // Barrier and Broadcast rounds (sync_rounds.h); their waits hold charges of limits_.
-  SyncRounds rounds_;
+  // The worker streams (streams.h); they hold charges of limits_.
+  Streams streams_;
+  // Barrier and Broadcast meetings (meetings.h); their waits hold charges of limits_.
+  Meetings meetings_;
   RefusalLog refusals_;  // (its own lock: logged outside mu_)
 };
 

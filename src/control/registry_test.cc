@@ -64,7 +64,7 @@ class RegistryTest : public ::testing::Test {
   static RegisterRequest Req(uint64_t session, uint32_t rank, uint32_t n, uint32_t port,
                              const std::string& secret = kSecret) {
     RegisterRequest r;
-    r.session_id = session;
+    r.job_id = session;
     r.rank = rank;
     r.num_workers = n;
     r.packet_size = 3;
@@ -99,7 +99,7 @@ class RegistryTest : public ::testing::Test {
   static SyncRequest Barrier(uint64_t session, uint32_t n, std::optional<uint32_t> rank = {},
                              const std::string& secret = kSecret) {
     SyncRequest q;
-    q.session_id = session;
+    q.job_id = session;
     q.num_workers = n;
     q.has_rank = rank.has_value();
     q.rank = rank.value_or(0);
@@ -122,8 +122,8 @@ class RegistryTest : public ::testing::Test {
     AttachRequest q{session, rank, kSecret, label};
     Status st = registry_->Attach(
         ticket, q, At(kLocal), [ended](const Status& why) { *ended = why; },
-        [checked](uint64_t op) {
-          if (checked != nullptr) checked->push_back(op);
+        [checked](uint64_t allreduce) {
+          if (checked != nullptr) checked->push_back(allreduce);
         });
     EXPECT_TRUE(st.ok()) << st.ToString();
     return ticket;
@@ -274,7 +274,7 @@ TEST(RegistryLoopbackGroupTest, GroupsAreValidatedKeptOnceAndOnlyOnLoopback) {
   Registry registry(options, &sw);
   auto req = [](uint64_t session, uint32_t port, uint32_t group, uint32_t group_port) {
     RegisterRequest r;
-    r.session_id = session;
+    r.job_id = session;
     r.num_workers = 1;
     r.packet_size = 3;
     r.udp_port = port;
@@ -308,7 +308,7 @@ TEST(RegistryLoopbackGroupTest, GroupsAreValidatedKeptOnceAndOnlyOnLoopback) {
 TEST(RegistryLanGroupTest, GroupsAreKeptOnlyInTheSwitchsScope) {
   auto req = [](uint64_t session, uint32_t ipv4, uint32_t group) {
     RegisterRequest r;
-    r.session_id = session;
+    r.job_id = session;
     r.num_workers = 2;
     r.packet_size = 3;
     r.ipv4 = ipv4;
@@ -472,9 +472,9 @@ TEST_F(RegistryTest, TensorMismatchFailsTheJobNamingBothRanks) {
   EXPECT_FALSE(SwitchHasJob(20));
 }
 
-// Given 3 ranks announcing all-reduces on their streams, Expect DescribeOp to name the ranks that
-// have not announced one, to say when every rank has, and to refuse a wrong secret.
-TEST_F(RegistryTest, DescribeOpNamesTheRanksThatHaveNotStartedAnAllReduce) {
+// Given 3 ranks announcing all-reduces on their streams, Expect DescribeAllReduce to name the ranks
+// that have not announced one, to say when every rank has, and to refuse a wrong secret.
+TEST_F(RegistryTest, DescribeAllReduceNamesTheRanksThatHaveNotStartedAnAllReduce) {
   Open(24, 3, 40100);
   std::vector<uint64_t> t;
   for (uint32_t r = 0; r < 3; ++r) {
@@ -482,22 +482,22 @@ TEST_F(RegistryTest, DescribeOpNamesTheRanksThatHaveNotStartedAnAllReduce) {
   }
   registry_->Report(t[0], 1, 100, 1);
   registry_->Report(t[2], 1, 100, 1);
-  auto text = registry_->DescribeOp(24, kSecret, 1);
+  auto text = registry_->DescribeAllReduce(24, kSecret, 1);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_EQ(*text, "all-reduce 1 of session 24: rank 1 has not started it (ranks 0 and 2 have)");
   registry_->Report(t[1], 1, 100, 1);
-  text = registry_->DescribeOp(24, kSecret, 1);
+  text = registry_->DescribeAllReduce(24, kSecret, 1);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_NE(text->find("every rank started all-reduce 1 of session 24, so its packets or results "
                        "are being lost"),
             std::string::npos)
       << *text;
-  text = registry_->DescribeOp(24, kSecret, 2);
+  text = registry_->DescribeAllReduce(24, kSecret, 2);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_NE(text->find("no rank announced all-reduce 2"), std::string::npos) << *text;
-  EXPECT_EQ(registry_->DescribeOp(24, "another secret", 1).status().code(),
+  EXPECT_EQ(registry_->DescribeAllReduce(24, "another secret", 1).status().code(),
             StatusCode::kNotFound);  // as if it did not exist (issue 28, found 8)
-  EXPECT_EQ(registry_->DescribeOp(99, kSecret, 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(registry_->DescribeAllReduce(99, kSecret, 1).status().code(), StatusCode::kNotFound);
 }
 
 // Found 5, first case: a killed worker was noticed only after the peer timeout, unnamed.
@@ -580,7 +580,7 @@ TEST_F(RegistryTest, CloseWithAFailureFailsTheSession) {
   EXPECT_TRUE(registry_->Close(stranger, At(kLocal)).ok());
   EXPECT_FALSE(waiting->done);
   EXPECT_TRUE(SwitchHasJob(28));
-  failure.session_id = 28;
+  failure.job_id = 28;
   ASSERT_TRUE(registry_->Close(failure, At(kLocal)).ok());
   ASSERT_TRUE(waiting->done);
   EXPECT_EQ(waiting->status.message(), "rack 1's first rank was refused");
@@ -887,7 +887,8 @@ TEST_F(RegistryTest, AStrangerCannotTellAnOpenSessionFromAnAbsentOne) {
        registry_->Close({61, guess, true, 0, ""}, At(kStranger)));
   same(registry_->Close({60, guess, false, 0, ""}, At(kStranger)),
        registry_->Close({61, guess, false, 0, ""}, At(kStranger)));
-  same(registry_->DescribeOp(60, guess, 1).status(), registry_->DescribeOp(61, guess, 1).status());
+  same(registry_->DescribeAllReduce(60, guess, 1).status(),
+       registry_->DescribeAllReduce(61, guess, 1).status());
   auto attach = [&](uint64_t session) {
     return registry_->Attach(
         registry_->NewTicket(), AttachRequest{session, 1, guess, ""}, At(kStranger),
@@ -916,7 +917,7 @@ TEST(RegistryHooksTest, CreatedAndRemovedAreReported) {
   hooks.job_removed = [&](uint64_t id) { events.push_back("-" + std::to_string(id)); };
   Registry registry(RegistryOptions{}, &sw, {}, hooks);
   RegisterRequest r;
-  r.session_id = 5;
+  r.job_id = 5;
   r.num_workers = 1;
   r.packet_size = 3;
   r.udp_port = 40000;
@@ -930,9 +931,9 @@ TEST(RegistryHooksTest, CreatedAndRemovedAreReported) {
 // the job with its reason, and every end of a job reported (OK for a clean close).
 TEST_F(RegistryTest, TopOfRackHooksHoldChecksAndReportHowJobsEnd) {
   std::vector<std::string> agreed, ended;
-  hooks_.check_agreed = [&](uint64_t id, uint64_t op, uint64_t count, uint32_t dtype) {
-    agreed.push_back(std::to_string(id) + ":" + std::to_string(op) + ":" + std::to_string(count) +
-                     ":" + std::to_string(dtype));
+  hooks_.check_agreed = [&](uint64_t id, uint64_t allreduce, uint64_t count, uint32_t dtype) {
+    agreed.push_back(std::to_string(id) + ":" + std::to_string(allreduce) + ":" +
+                     std::to_string(count) + ":" + std::to_string(dtype));
   };
   hooks_.job_ended = [&](uint64_t id, const Status& why) {
     ended.push_back(std::to_string(id) + ":" + (why.ok() ? "ok" : why.message()));

@@ -32,7 +32,7 @@ std::string PacketSizeName(int value) {
 
 Status ValidateRegistration(const RegistryOptions& options, const dataplane::SwitchConfig& config,
                             const RegisterRequest& r, const Caller& caller, uint32_t* worker_ipv4) {
-  const std::string name = SessionName(r.session_id);
+  const std::string name = SessionName(r.job_id);
   if (r.secret.size() > kMaxSecretBytes) {
     return InvalidArgumentError("job secret of " + std::to_string(r.secret.size()) +
                                 " bytes is too long (at most " + std::to_string(kMaxSecretBytes) +
@@ -58,8 +58,8 @@ Status ValidateRegistration(const RegistryOptions& options, const dataplane::Swi
         "does not ask for it: start every worker with --auth-data "
         "(Config::authenticate_data)");
   }
-  if (r.session_id == 0 || r.session_id == UINT64_MAX) {
-    return InvalidArgumentError("session id " + std::to_string(r.session_id) +
+  if (r.job_id == 0 || r.job_id == UINT64_MAX) {
+    return InvalidArgumentError("session id " + std::to_string(r.job_id) +
                                 " is reserved; use 1 .. 2^64 - 2");
   }
   if (r.packet_size < 0 || r.packet_size > 3 ||
@@ -146,9 +146,9 @@ Status ValidateRegistration(const RegistryOptions& options, const dataplane::Swi
 
 std::string SyncScope(const SyncRequest& q) {
   const char* what = q.broadcast ? "broadcast" : "barrier";
-  return q.session_id == 0
+  return q.job_id == 0
              ? std::string("unscoped ") + what + " of " + std::to_string(q.num_workers) + " workers"
-             : std::string(what) + " of " + SessionName(q.session_id);
+             : std::string(what) + " of " + SessionName(q.job_id);
 }
 
 Status ValidateSync(const RegistryOptions& options, const dataplane::SwitchConfig& config,
@@ -171,7 +171,7 @@ Status ValidateSync(const RegistryOptions& options, const dataplane::SwitchConfi
     return InvalidArgumentError(scope + ": root " + std::to_string(q.root) +
                                 " must be below num_workers " + std::to_string(q.num_workers));
   }
-  if (q.session_id == UINT64_MAX) {
+  if (q.job_id == UINT64_MAX) {
     return InvalidArgumentError(scope + ": session id 2^64 - 1 is reserved");
   }
   return Status::Ok();

@@ -45,7 +45,7 @@ grpc::Status AnswerStatus(const Registry& registry, const CallStats& calls,
   }
   for (const Registry::JobSummary& j : jobs) {
     switchml_proto::StatusJob* out = response->add_jobs();
-    out->set_session_id(j.session_id);
+    out->set_session_id(j.job_id);
     out->set_num_workers(j.num_workers);
     out->set_workers_registered(j.registered);
     out->set_workers_attached(j.attached);
@@ -55,7 +55,7 @@ grpc::Status AnswerStatus(const Registry& registry, const CallStats& calls,
     out->set_has_secret(j.has_secret);
     out->set_authenticated_data(j.authenticated_data);
     if (snapshot == nullptr) continue;
-    auto it = snapshot->jobs.find(j.session_id);
+    auto it = snapshot->jobs.find(j.job_id);
     if (it == snapshot->jobs.end()) continue;
     const JobDataSnapshot& d = it->second;
     out->set_packets_received(d.counters.received);

@@ -55,7 +55,7 @@ class StatusServiceTest : public ::testing::Test {
     ControlClient client(target_, 10s);
     for (uint32_t r = 0; r < n; ++r) {
       UdpSessionArgs a;
-      a.session_id = session;
+      a.job_id = session;
       a.rank = r;
       a.num_workers = n;
       a.ipv4 = 0x0a000001 + static_cast<uint32_t>(session) * 256 + r;

@@ -528,7 +528,7 @@ uint32_t Context::Impl::Generations() const {
 
 control::UdpSessionArgs Context::Impl::Registration(uint32_t bind_ip, uint16_t base_port) const {
   control::UdpSessionArgs args;
-  args.session_id = session_id;
+  args.job_id = session_id;
   args.rank = config.rank;
   args.num_workers = config.num_workers;
   args.ipv4 = bind_ip;  // 0: the switch uses the address our control connection comes from

@@ -151,13 +151,13 @@ class SwitchCollector final : public prometheus::Collectable {
     auto drops =
         Counter("switchml_job_packets_dropped_total", "The job's packets dropped, by cause.");
     for (const control::Registry::JobSummary& j : jobs) {
-      const Labels l = {{"session", std::to_string(j.session_id)}};
+      const Labels l = {{"session", std::to_string(j.job_id)}};
       workers.Add(j.num_workers, l);
       registered.Add(j.registered, l);
       attached.Add(j.attached, l);
       age.Add(std::chrono::duration<double>(j.age).count(), l);
       allreduces.Add(static_cast<double>(j.allreduces), l);
-      auto it = snap.jobs.find(j.session_id);
+      auto it = snap.jobs.find(j.job_id);
       if (it == snap.jobs.end()) continue;
       const control::JobDataSnapshot& d = it->second;
       const dataplane::JobCounters& c = d.counters;

@@ -341,7 +341,7 @@ void Uplink::UdpSessionRefused(const switchml_proto::UdpSessionRequest& sent,
 
 Status Uplink::OpenUpstream(const switchml_proto::UdpSessionRequest& request) {
   control::UdpSessionArgs args;
-  args.session_id = request.session_id();
+  args.job_id = request.session_id();
   args.rank = options_.rack_index;
   args.num_workers = options_.racks;
   args.ipv4 = options_.data_ipv4;

@@ -172,7 +172,7 @@ TEST(UplinkTest, RackStopsWaitingWhenItsFirstRankIsRefused) {
   control::ControlClient first(target, 30s), second(target, 30s);
   // 4 workers over 2 racks: this ToR holds ranks 2-3.
   control::UdpSessionArgs a;
-  a.session_id = 11;
+  a.job_id = 11;
   a.num_workers = 4;
   a.ipv4 = kLoopbackIpv4;
   a.max_outstanding_packets = 128;  // more than the 64 slots: refused
@@ -218,7 +218,7 @@ TEST(UplinkTest, WorkerTimingOutAtATorSaysItsUpstreamDidNotAnswer) {
   uplink.set_registry(&(*server)->registry());
   control::ControlClient worker("127.0.0.1:" + std::to_string((*server)->port()), 500ms);
   control::UdpSessionArgs a;
-  a.session_id = 12;
+  a.job_id = 12;
   a.num_workers = 1;
   a.ipv4 = kLoopbackIpv4;
   a.udp_port = 41004;
@@ -318,7 +318,7 @@ struct TwoLevels {
 
 control::UdpSessionArgs RankZeroOfOne(uint64_t session_id, const std::string& secret) {
   control::UdpSessionArgs a;
-  a.session_id = session_id;
+  a.job_id = session_id;
   a.num_workers = 1;
   a.ipv4 = kLoopbackIpv4;
   a.udp_port = 41000;

@@ -1,4 +1,4 @@
-#include "control/sync_rounds.h"
+#include "control/meetings.h"
 
 #include <algorithm>
 #include <utility>
@@ -18,11 +18,11 @@ std::string WaitedText(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
-struct SyncRounds::Round {
+struct Meetings::Meeting {
   uint32_t num_workers = 0;
   uint32_t arrived = 0;
   RankSet ranks;  // the ranks waiting (of the calls that sent one)
-  // Ranks that waited in this round and timed out (Expire) while others still wait: they did
+  // Ranks that waited in this meeting and timed out (Expire) while others still wait: they did
   // arrive, so a later expiry does not call them missing.
   RankSet gave_up;
   uint32_t root = 0;
@@ -30,86 +30,86 @@ struct SyncRounds::Round {
   std::vector<uint64_t> waiters;  // tickets
 };
 
-struct SyncRounds::Wait {
+struct Meetings::Wait {
   Key key;
-  std::shared_ptr<Round> round;
+  std::shared_ptr<Meeting> meeting;
   bool has_rank = false;
   uint32_t rank = 0;
   CallLimits::Charge charge;
   Done done;
-  std::string scope;  // "barrier of session 7", as the registry's errors name the round
+  std::string scope;  // "barrier of session 7", as the registry's errors name the meeting
   TimePoint since;
 };
 
-SyncRounds::SyncRounds(CallLimits* limits) : limits_(limits) {}
-SyncRounds::~SyncRounds() = default;
+Meetings::Meetings(CallLimits* limits) : limits_(limits) {}
+Meetings::~Meetings() = default;
 
-SyncRounds::Key SyncRounds::KeyOf(const SyncRequest& q) {
-  return Key{q.broadcast, q.session_id, q.session_id == 0 ? q.num_workers : 0, q.secret};
+Meetings::Key Meetings::KeyOf(const SyncRequest& q) {
+  return Key{q.broadcast, q.job_id, q.job_id == 0 ? q.num_workers : 0, q.secret};
 }
 
-Status SyncRounds::Join(uint64_t ticket, const SyncRequest& q, const std::string& scope,
-                        const CallLimits::Charge& charge, Done& done, TimePoint now,
-                        Deferred& deferred, bool* whole_round) {
+Status Meetings::Join(uint64_t ticket, const SyncRequest& q, const std::string& scope,
+                      const CallLimits::Charge& charge, Done& done, TimePoint now,
+                      Deferred& deferred, bool* whole_meeting) {
   const Key key = KeyOf(q);
-  std::shared_ptr<Round>& slot = rounds_[key];
+  std::shared_ptr<Meeting>& slot = meetings_[key];
   if (!slot) {
-    slot = std::make_shared<Round>();
+    slot = std::make_shared<Meeting>();
     slot->num_workers = q.num_workers;
     slot->root = q.root;
   }
-  const std::shared_ptr<Round> round = slot;
+  const std::shared_ptr<Meeting> meeting = slot;
   const bool ranked = q.broadcast || q.has_rank;
-  // A refusal that means the job cannot come together fails the whole round (and session);
+  // A refusal that means the job cannot come together fails the whole meeting (and session);
   // another refuses only this call.
-  *whole_round = false;
+  *whole_meeting = false;
   Status st;
-  if (round->num_workers != q.num_workers) {
-    *whole_round = true;
+  if (meeting->num_workers != q.num_workers) {
+    *whole_meeting = true;
     // The job cannot come together: fail the waiting workers too (and, for a session, every
     // later call of it), instead of leaving them to time out.
     st = InvalidArgumentError(scope + ": num_workers " + std::to_string(q.num_workers) +
                               " of one worker does not match the " +
-                              std::to_string(round->num_workers) +
+                              std::to_string(meeting->num_workers) +
                               " of another: start every worker with the same --workers");
-  } else if (q.broadcast && round->root != q.root) {
+  } else if (q.broadcast && meeting->root != q.root) {
     st = InvalidArgumentError(scope + ": root " + std::to_string(q.root) + " does not match the " +
-                              std::to_string(round->root) + " of the workers already waiting");
-  } else if (ranked && round->ranks.test(q.rank)) {
-    *whole_round = true;
+                              std::to_string(meeting->root) + " of the workers already waiting");
+  } else if (ranked && meeting->ranks.test(q.rank)) {
+    *whole_meeting = true;
     st = InvalidArgumentError(scope + ": rank " + std::to_string(q.rank) +
                               " is already waiting in this round: two workers have the same "
                               "rank");
   }
   if (!st.ok()) {
     limits_->Release(charge, ticket);
-    if (!*whole_round && round->arrived == 0) rounds_.erase(key);
+    if (!*whole_meeting && meeting->arrived == 0) meetings_.erase(key);
     return st;
   }
   if (ranked) {
-    round->ranks.set(q.rank);
-    round->gave_up.reset(q.rank);
+    meeting->ranks.set(q.rank);
+    meeting->gave_up.reset(q.rank);
   }
-  if (q.broadcast && q.rank == q.root) round->value = q.value;
-  if (++round->arrived == round->num_workers) {
-    rounds_.erase(key);
-    for (uint64_t t : round->waiters) {
+  if (q.broadcast && q.rank == q.root) meeting->value = q.value;
+  if (++meeting->arrived == meeting->num_workers) {
+    meetings_.erase(key);
+    for (uint64_t t : meeting->waiters) {
       auto w = waits_.find(t);
       if (w == waits_.end()) continue;
       limits_->Release(w->second->charge, t);
-      deferred.push_back([d = std::move(w->second->done), v = round->value] {
+      deferred.push_back([d = std::move(w->second->done), v = meeting->value] {
         d(Status::Ok(), ErrorReason::kNone, v);
       });
       waits_.erase(w);
     }
     limits_->Release(charge, ticket);
     deferred.push_back(
-        [d = std::move(done), v = round->value] { d(Status::Ok(), ErrorReason::kNone, v); });
+        [d = std::move(done), v = meeting->value] { d(Status::Ok(), ErrorReason::kNone, v); });
     return Status::Ok();
   }
   auto wait = std::make_unique<Wait>();
   wait->key = key;
-  wait->round = round;
+  wait->meeting = meeting;
   wait->has_rank = ranked;
   wait->rank = q.rank;
   wait->charge = charge;
@@ -117,11 +117,11 @@ Status SyncRounds::Join(uint64_t ticket, const SyncRequest& q, const std::string
   wait->scope = scope;
   wait->since = now;
   waits_[ticket] = std::move(wait);
-  round->waiters.push_back(ticket);
+  meeting->waiters.push_back(ticket);
   return Status::Ok();
 }
 
-void SyncRounds::FailRound(Rounds::iterator it, const Status& why, Deferred& deferred) {
+void Meetings::FailMeeting(MeetingsByKey::iterator it, const Status& why, Deferred& deferred) {
   for (uint64_t ticket : it->second->waiters) {
     auto w = waits_.find(ticket);
     if (w == waits_.end()) continue;
@@ -130,39 +130,39 @@ void SyncRounds::FailRound(Rounds::iterator it, const Status& why, Deferred& def
         [done = std::move(w->second->done), why] { done(why, ErrorReason::kNone, 0); });
     waits_.erase(w);
   }
-  rounds_.erase(it);
+  meetings_.erase(it);
 }
 
-void SyncRounds::FailRoundOf(const SyncRequest& q, const Status& why, Deferred& deferred) {
-  if (auto it = rounds_.find(KeyOf(q)); it != rounds_.end()) FailRound(it, why, deferred);
+void Meetings::FailMeetingOf(const SyncRequest& q, const Status& why, Deferred& deferred) {
+  if (auto it = meetings_.find(KeyOf(q)); it != meetings_.end()) FailMeeting(it, why, deferred);
 }
 
-void SyncRounds::FailSession(uint64_t session_id, const std::string& secret, const Status& why,
-                             Deferred& deferred) {
-  for (auto it = rounds_.begin(); it != rounds_.end();) {
+void Meetings::FailSession(uint64_t job_id, const std::string& secret, const Status& why,
+                           Deferred& deferred) {
+  for (auto it = meetings_.begin(); it != meetings_.end();) {
     auto next = std::next(it);
-    if (it->first.session_id == session_id && SameSecret(it->first.secret, secret)) {
-      FailRound(it, why, deferred);
+    if (it->first.job_id == job_id && SameSecret(it->first.secret, secret)) {
+      FailMeeting(it, why, deferred);
     }
     it = next;
   }
 }
 
-void SyncRounds::FailAll(const Status& why, Deferred& deferred) {
-  while (!rounds_.empty()) FailRound(rounds_.begin(), why, deferred);
+void Meetings::FailAll(const Status& why, Deferred& deferred) {
+  while (!meetings_.empty()) FailMeeting(meetings_.begin(), why, deferred);
 }
 
-SyncRounds::Done SyncRounds::Leave(uint64_t ticket) {
+Meetings::Done Meetings::Leave(uint64_t ticket) {
   auto w = waits_.find(ticket);
   if (w == waits_.end()) return nullptr;
   Wait& wait = *w->second;
-  Round& round = *wait.round;
-  --round.arrived;
-  if (wait.has_rank) round.ranks.reset(wait.rank);
-  std::erase(round.waiters, ticket);
-  if (round.arrived == 0) {
-    if (auto it = rounds_.find(wait.key); it != rounds_.end() && it->second == wait.round) {
-      rounds_.erase(it);
+  Meeting& meeting = *wait.meeting;
+  --meeting.arrived;
+  if (wait.has_rank) meeting.ranks.reset(wait.rank);
+  std::erase(meeting.waiters, ticket);
+  if (meeting.arrived == 0) {
+    if (auto it = meetings_.find(wait.key); it != meetings_.end() && it->second == wait.meeting) {
+      meetings_.erase(it);
     }
   }
   limits_->Release(wait.charge, ticket);
@@ -171,34 +171,34 @@ SyncRounds::Done SyncRounds::Leave(uint64_t ticket) {
   return done;
 }
 
-SyncRounds::Done SyncRounds::Expire(uint64_t ticket, TimePoint now, Status* why) {
+Meetings::Done Meetings::Expire(uint64_t ticket, TimePoint now, Status* why) {
   auto w = waits_.find(ticket);
   if (w == waits_.end()) return nullptr;
   *why = DeadlineExceededError(MissingText(*w->second, now));
-  if (w->second->has_rank) w->second->round->gave_up.set(w->second->rank);
+  if (w->second->has_rank) w->second->meeting->gave_up.set(w->second->rank);
   return Leave(ticket);
 }
 
-std::string SyncRounds::MissingText(const Wait& wait, TimePoint now) {
-  const Round& round = *wait.round;
+std::string Meetings::MissingText(const Wait& wait, TimePoint now) {
+  const Meeting& meeting = *wait.meeting;
   const std::string waited = WaitedText(now - wait.since);
-  const uint32_t n = round.num_workers;
-  // (An unscoped round's name already says how many workers: "unscoped barrier of 4 workers".)
+  const uint32_t n = meeting.num_workers;
+  // (An unscoped meeting's name already says how many workers: "unscoped barrier of 4 workers".)
   std::string text =
-      wait.scope + (wait.key.session_id == 0 ? "" : " (" + std::to_string(n) + " workers)") + ": ";
+      wait.scope + (wait.key.job_id == 0 ? "" : " (" + std::to_string(n) + " workers)") + ": ";
   // (The whole sentence is the switch's: a client passes it on as it is, ErrorReason
   // kRoundExpired, and so does a top-of-rack switch on its way.)
   constexpr const char* kAskWhy = ": did it fail or start with other arguments?";
-  if (round.ranks.count() != round.arrived) {
+  if (meeting.ranks.count() != meeting.arrived) {
     // A call without its rank (a reference client's Barrier): only the count is known.
-    return text + std::to_string(n - round.arrived) + " of " + std::to_string(n) +
+    return text + std::to_string(n - meeting.arrived) + " of " + std::to_string(n) +
            " workers did not arrive within " + waited + kAskWhy;
   }
   std::vector<uint32_t> missing, waiting, gave_up;
   for (uint32_t r = 0; r < n; ++r) {
-    if (round.ranks.test(r)) {
+    if (meeting.ranks.test(r)) {
       waiting.push_back(r);
-    } else if (round.gave_up.test(r)) {
+    } else if (meeting.gave_up.test(r)) {
       gave_up.push_back(r);
     } else {
       missing.push_back(r);

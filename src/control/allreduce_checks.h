@@ -1,5 +1,5 @@
-// OpChecks: one job's per-all-reduce tensor check (docs/protocol.md 4.2, Attach). Each rank
-// announces all-reduce `op` on its stream with its element count and data type; the check is
+// AllReduceChecks: one job's per-all-reduce tensor check (docs/protocol.md 4.2, Attach). Each rank
+// announces all-reduce `allreduce` on its stream with its element count and data type; the check is
 // agreed once every rank announced it alike, and fails the job on the first disagreement, or
 // when one rank runs max_open all-reduces ahead of another. Also says, for a stuck all-reduce,
 // which ranks have not started it (Session.Diagnose).
@@ -16,10 +16,10 @@
 
 namespace switchml::control {
 
-class OpChecks {
+class AllReduceChecks {
  public:
   // `session_name` ("session 7") starts the texts.
-  OpChecks(std::string session_name, uint32_t num_workers, uint32_t max_open);
+  AllReduceChecks(std::string session_name, uint32_t num_workers, uint32_t max_open);
 
   // What an announcement did.
   struct Verdict {
@@ -29,17 +29,18 @@ class OpChecks {
     uint32_t dtype = 0;
     std::string failure;  // kFailed: why the job fails
   };
-  // Rank `rank` (named `name` in errors: "rank 2") announced all-reduce `op` (not 0) of `count`
-  // elements of `dtype`. An agreed op is forgotten (newest_agreed_op keeps the highest).
-  Verdict Announce(uint64_t op, uint64_t count, uint32_t dtype, uint32_t rank,
+  // Rank `rank` (named `name` in errors: "rank 2") announced all-reduce `allreduce` (not 0) of
+  // `count` elements of `dtype`. An agreed all-reduce is forgotten (newest_agreed_allreduce keeps
+  // the highest).
+  Verdict Announce(uint64_t allreduce, uint64_t count, uint32_t dtype, uint32_t rank,
                    const std::string& name);
 
-  // One sentence on why all-reduce `op` may be stuck: the ranks that have not announced it
+  // One sentence on why all-reduce `allreduce` may be stuck: the ranks that have not announced it
   // (`closed(rank)`: those that closed the session), or that every rank has.
-  std::string Describe(uint64_t op, const std::function<bool(uint32_t rank)>& closed) const;
+  std::string Describe(uint64_t allreduce, const std::function<bool(uint32_t rank)>& closed) const;
 
-  // The highest op every rank announced alike (0: none yet).
-  uint64_t newest_agreed_op() const { return newest_agreed_op_; }
+  // The highest all-reduce every rank announced alike (0: none yet).
+  uint64_t newest_agreed_allreduce() const { return newest_agreed_allreduce_; }
 
  private:
   struct Check {
@@ -52,7 +53,7 @@ class OpChecks {
   const uint32_t num_workers_;
   const uint32_t max_open_;
   std::map<uint64_t, Check> open_;  // announced by some ranks, not by all yet
-  uint64_t newest_agreed_op_ = 0;
+  uint64_t newest_agreed_allreduce_ = 0;
 };
 
 }  // namespace switchml::control

@@ -1,4 +1,4 @@
-#include "control/op_checks.h"
+#include "control/allreduce_checks.h"
 
 #include <algorithm>
 #include <utility>
@@ -17,13 +17,14 @@ std::string TypeName(uint32_t dtype) {
 
 }  // namespace
 
-OpChecks::OpChecks(std::string session_name, uint32_t num_workers, uint32_t max_open)
+AllReduceChecks::AllReduceChecks(std::string session_name, uint32_t num_workers, uint32_t max_open)
     : session_name_(std::move(session_name)), num_workers_(num_workers), max_open_(max_open) {}
 
-OpChecks::Verdict OpChecks::Announce(uint64_t op, uint64_t count, uint32_t dtype, uint32_t rank,
-                                     const std::string& name) {
+AllReduceChecks::Verdict AllReduceChecks::Announce(uint64_t allreduce, uint64_t count,
+                                                   uint32_t dtype, uint32_t rank,
+                                                   const std::string& name) {
   Verdict v;
-  auto c = open_.find(op);
+  auto c = open_.find(allreduce);
   if (c == open_.end()) {
     if (open_.size() >= max_open_) {
       v.kind = Verdict::Kind::kFailed;
@@ -31,11 +32,11 @@ OpChecks::Verdict OpChecks::Announce(uint64_t op, uint64_t count, uint32_t dtype
                   " all-reduces ahead of another rank";
       return v;
     }
-    c = open_.emplace(op, Check{count, dtype, name, {}}).first;
+    c = open_.emplace(allreduce, Check{count, dtype, name, {}}).first;
   } else if (c->second.count != count || c->second.dtype != dtype) {
     const Check& first = c->second;
     v.kind = Verdict::Kind::kFailed;
-    v.failure = session_name_ + " failed: all-reduce " + std::to_string(op) +
+    v.failure = session_name_ + " failed: all-reduce " + std::to_string(allreduce) +
                 " does not match across workers: " + first.first + " passed " +
                 std::to_string(first.count) + " " + TypeName(first.dtype) + " elements, " + name +
                 " " + std::to_string(count) + " " + TypeName(dtype) +
@@ -49,17 +50,17 @@ OpChecks::Verdict OpChecks::Announce(uint64_t op, uint64_t count, uint32_t dtype
     v.count = c->second.count;
     v.dtype = c->second.dtype;
     open_.erase(c);
-    newest_agreed_op_ = std::max(newest_agreed_op_, op);
+    newest_agreed_allreduce_ = std::max(newest_agreed_allreduce_, allreduce);
   }
   return v;
 }
 
-std::string OpChecks::Describe(uint64_t op,
-                               const std::function<bool(uint32_t rank)>& closed) const {
-  const std::string what = "all-reduce " + std::to_string(op) + " of " + session_name_;
-  auto c = open_.find(op);
+std::string AllReduceChecks::Describe(uint64_t allreduce,
+                                      const std::function<bool(uint32_t rank)>& closed) const {
+  const std::string what = "all-reduce " + std::to_string(allreduce) + " of " + session_name_;
+  auto c = open_.find(allreduce);
   if (c == open_.end()) {
-    if (op != 0 && op <= newest_agreed_op_) {
+    if (allreduce != 0 && allreduce <= newest_agreed_allreduce_) {
       return "every rank started " + what +
              ", so its packets or results are being lost: check that every worker reaches the "
              "switch's data port and back (addresses, firewalls, MTU)";
