@@ -174,7 +174,7 @@ void RunArbitrary(FuzzedDataProvider& in) {
   config.slots_per_job = in.ConsumeIntegralInRange<uint32_t>(1, 8);
   config.max_workers_per_job = 8;
   Fixture f(config);
-  f.spec.session_id = kSession;
+  f.spec.job_id = kSession;
   f.spec.num_workers = in.ConsumeIntegralInRange<uint32_t>(1, 8);
   f.spec.size = in.ConsumeBool() ? proto::SizeCode::k256B : proto::SizeCode::k1024B;
   f.spec.max_outstanding_packets = config.slots_per_job;
@@ -345,7 +345,7 @@ void RunProtocol(FuzzedDataProvider& in) {
   config.slots_per_job = in.ConsumeIntegralInRange<uint32_t>(1, 4);
   config.max_workers_per_job = 8;
   Fixture f(config);
-  f.spec.session_id = kSession;
+  f.spec.job_id = kSession;
   f.spec.num_workers = in.ConsumeIntegralInRange<uint32_t>(1, 5);
   f.spec.size = in.ConsumeBool() ? proto::SizeCode::k256B : proto::SizeCode::k1024B;
   f.spec.max_outstanding_packets = config.slots_per_job;

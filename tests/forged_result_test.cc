@@ -45,7 +45,7 @@ TEST(ForgedResultTest, AForgedFloatResultAtOneWorkerCorruptsEveryWorkersNextRoun
   sc.max_jobs = 1;
   dataplane::Switch sw(sc);
   dataplane::JobSpec spec;
-  spec.session_id = 1;
+  spec.job_id = 1;
   spec.num_workers = 2;
   spec.size = kSize;
   spec.max_outstanding_packets = kWindow;

@@ -36,7 +36,7 @@ void RunSimulation(const SimParams& sp, uint64_t seed) {
   sim::SimConfig c;
   c.topology = sim::Topology::Star(sp.workers, lp);
   sim::JobConfig job;
-  job.session_id = 42;
+  job.job_id = 42;
   job.switch_node = sp.workers;
   for (uint32_t r = 0; r < sp.workers; ++r) job.hosts.push_back(r);
   job.size = sp.size;

@@ -96,7 +96,7 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
     std::vector<std::vector<int32_t>> in, out;  // per op (out is in for an in-place op)
   };
   struct Job {
-    uint64_t session_id = 0;
+    uint64_t job_id = 0;
     uint32_t num_workers = 0;
     uint32_t lanes = 1;
     std::vector<OpSpec> ops;
@@ -167,13 +167,13 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
               std::vector<OpSpec> ops, bool running_tsi = true) {
     const SparseParams& p = GetParam();
     Job job;
-    job.session_id = id;
+    job.job_id = id;
     job.num_workers = n;
     job.lanes = lanes;
     job.ops = std::move(ops);
     for (auto& sw : hosts_.switches) {
       dataplane::JobSpec spec;
-      spec.session_id = id;
+      spec.job_id = id;
       spec.num_workers = n;
       spec.size = kSize;
       spec.num_ports = lanes;
@@ -264,7 +264,7 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
     Lane& l = w.lanes[t];
     while (l.session->state() == SparseSession::State::kDone) {
       const Status st = l.session->status();
-      ASSERT_TRUE(st.ok()) << "job " << job.session_id << " ip " << w.ip << " lane " << t << ": "
+      ASSERT_TRUE(st.ok()) << "job " << job.job_id << " ip " << w.ip << " lane " << t << ": "
                            << st.ToString();
       if (l.running) {
         l.running = false;
@@ -379,7 +379,7 @@ class SparseAllReduceTest : public ::testing::TestWithParam<SparseParams> {
         for (size_t r = 0; r < job.workers.size(); ++r) {
           const testing::VerifyResult v =
               testing::Verify(pat, job.workers[r].out[o].data(), op.count);
-          ASSERT_TRUE(v.ok()) << "job " << job.session_id << " op " << o << " (density "
+          ASSERT_TRUE(v.ok()) << "job " << job.job_id << " op " << o << " (density "
                               << op.density << ", overlap " << op.overlap << ", "
                               << (op.sparse ? "sparse" : "dense") << ") rank " << r << ": "
                               << v.ToString();

@@ -79,7 +79,7 @@ class StripingTest : public ::testing::TestWithParam<StripingParams> {
     for (uint32_t h = 0; h < p.hosts; ++h) {
       auto sw = std::make_unique<dataplane::Switch>(dataplane::SwitchConfig{64, 1024, 2});
       dataplane::JobSpec spec;
-      spec.session_id = kSession;
+      spec.job_id = kSession;
       spec.num_workers = p.workers;
       spec.size = kSize;
       spec.max_outstanding_packets = kWindow * p.hosts;  // a slot range per generation

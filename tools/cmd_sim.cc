@@ -513,7 +513,7 @@ Result<sim::SimConfig> BuildConfig(const SimFlags& flags, Options* o) {
   }
   for (int64_t j = 0; j < o->jobs; ++j) {
     sim::JobConfig job;
-    job.session_id = static_cast<uint64_t>(j + 1);
+    job.job_id = static_cast<uint64_t>(j + 1);
     job.switch_node = o->hub();
     for (int64_t r = 0; r < o->workers; ++r) {
       job.hosts.push_back(static_cast<uint32_t>(j * o->workers + r));
@@ -716,7 +716,7 @@ json ResultJson(const SimFlags& flags, const Options& o, const sim::SimResult& r
   double total_eps = 0;
   for (const sim::JobResult& j : result.jobs) {
     total_eps += j.elements_per_second;
-    json job = {{"session_id", j.session_id},
+    json job = {{"job_id", j.job_id},
                 {"workers", j.workers},
                 {"ok", j.status.ok()},
                 {"status", j.status.ok() ? "OK" : j.status.ToString()},

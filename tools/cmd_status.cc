@@ -277,7 +277,7 @@ nlohmann::json ToJson(const std::string& address, const switchml_proto::StatusRe
   }
   j["jobs"] = nlohmann::json::array();
   for (const auto& x : s.jobs()) {
-    j["jobs"].push_back({{"session_id", x.session_id()},
+    j["jobs"].push_back({{"job_id", x.session_id()},
                          {"num_workers", x.num_workers()},
                          {"workers_registered", x.workers_registered()},
                          {"workers_attached", x.workers_attached()},

@@ -67,9 +67,9 @@ Job& JobTable::Add(const dataplane::JobSpec& spec, const std::string& secret, Ti
   job->spec = spec;
   job->secret = secret;
   job->ranks.resize(spec.num_workers);
-  job->checks.emplace(SessionName(spec.session_id), spec.num_workers, max_open_checks_);
+  job->checks.emplace(SessionName(spec.job_id), spec.num_workers, max_open_checks_);
   job->last_activity = job->created = now;
-  return *(jobs_[spec.session_id] = std::move(job));
+  return *(jobs_[spec.job_id] = std::move(job));
 }
 
 void JobTable::Erase(uint64_t job_id) { jobs_.erase(job_id); }
@@ -146,7 +146,7 @@ void JobTable::NotePackets(uint64_t job_id, uint64_t packets, TimePoint now) {
 }
 
 Result<bool> JobTable::CloseRank(Job& job, uint32_t rank, TimePoint now) {
-  const std::string name = SessionName(job.spec.session_id);
+  const std::string name = SessionName(job.spec.job_id);
   if (rank >= job.ranks.size()) {
     return InvalidArgumentError("rank " + std::to_string(rank) + " is out of range for " + name +
                                 "'s " + std::to_string(job.ranks.size()) + " workers");
@@ -202,7 +202,7 @@ Status CheckSecret(const Job& job, const std::string& secret, uint64_t job_id) {
 }
 
 Status CheckSameJob(const Job& job, const dataplane::JobSpec& spec, const RegisterRequest& r) {
-  const std::string name = SessionName(job.spec.session_id);
+  const std::string name = SessionName(job.spec.job_id);
   auto mismatch = [&](const std::string& field, const std::string& mine, const std::string& theirs,
                       const std::string& fix) {
     return InvalidArgumentError(field + " " + mine + " does not match " + name + "'s " + theirs +

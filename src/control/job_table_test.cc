@@ -31,7 +31,7 @@ class JobTableTest : public ::testing::Test {
   // A job of `n` workers created at t0 + `at`.
   Job& Add(uint64_t id, uint32_t n, const std::string& secret = "", std::chrono::seconds at = 0s) {
     dataplane::JobSpec spec;
-    spec.session_id = id;
+    spec.job_id = id;
     spec.num_workers = n;
     spec.num_ports = 2;
     return table_.Add(spec, secret, t0_ + at);
@@ -86,9 +86,9 @@ TEST_F(JobTableTest, TheIdlestJobIsOneIdleForTheReclaimTime) {
   Add(2, 1, "", 5s);
   EXPECT_EQ(table_.Idlest(t0_ + 59s), nullptr);
   ASSERT_NE(table_.Idlest(t0_ + 70s), nullptr);
-  EXPECT_EQ(table_.Idlest(t0_ + 70s)->spec.session_id, 1u);
+  EXPECT_EQ(table_.Idlest(t0_ + 70s)->spec.job_id, 1u);
   table_.Find(1)->Touch(t0_ + 30s);
-  EXPECT_EQ(table_.Idlest(t0_ + 70s)->spec.session_id, 2u);
+  EXPECT_EQ(table_.Idlest(t0_ + 70s)->spec.job_id, 2u);
 }
 
 TEST_F(JobTableTest, AnAddressHeldByALiveJobIsRefusedAndByAnExpiredOneListed) {

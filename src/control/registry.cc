@@ -57,7 +57,7 @@ void LogUnexpectedEvictions(const std::vector<uint64_t>& evicted) {
 dataplane::JobSpec SpecOf(const RegisterRequest& r, uint32_t ipv4,
                           const dataplane::SwitchConfig& config) {
   dataplane::JobSpec spec;
-  spec.session_id = r.job_id;
+  spec.job_id = r.job_id;
   spec.num_workers = r.num_workers;
   spec.size = static_cast<proto::SizeCode>(r.packet_size);
   spec.num_ports = r.num_udp_ports == 0 ? 1 : r.num_udp_ports;
@@ -180,7 +180,7 @@ Status Registry::CreateJobLocked(const dataplane::JobSpec& spec, const std::stri
   }
   LogUnexpectedEvictions(evicted);
   jobs_.Add(spec, secret, Now());
-  if (hooks_.job_created) hooks_.job_created(spec.session_id);
+  if (hooks_.job_created) hooks_.job_created(spec.job_id);
   return Status::Ok();
 }
 
@@ -222,7 +222,7 @@ Status Registry::MakeRoomLocked(uint64_t job_id, Deferred& deferred) {
   // Still full: the job idle the longest, if it has been idle for idle_reclaim (its workers may
   // be attached: they fail, told why). One is enough.
   if (const Job* idlest = jobs_.Idlest(Now())) {
-    const uint64_t id = idlest->spec.session_id;
+    const uint64_t id = idlest->spec.job_id;
     const std::string secret = idlest->secret;
     const std::string why = SessionName(id) +
                             " was removed to make room for a new job: no activity (all-reduces, " +
@@ -246,7 +246,7 @@ Status Registry::ClearAddressLocked(const dataplane::JobSpec& spec, uint32_t ipv
                                     Deferred& deferred) {
   std::vector<uint64_t> in_the_way;
   RETURN_IF_ERROR(
-      jobs_.CheckAddress(spec.session_id, ipv4, port, spec.num_ports, Now(), &in_the_way));
+      jobs_.CheckAddress(spec.job_id, ipv4, port, spec.num_ports, Now(), &in_the_way));
   RemoveExpiredLocked(in_the_way, " expired; removed: its address is taken over", deferred);
   return Status::Ok();
 }

@@ -49,7 +49,7 @@ class TorScenarioTest : public ::testing::Test {
  protected:
   TorScenarioTest() : tor_(SwitchConfig{8, 4, 2}) {
     JobSpec spec;
-    spec.session_id = kSession;
+    spec.job_id = kSession;
     spec.num_workers = 2;
     spec.size = kSize;
     spec.max_outstanding_packets = 4;
@@ -173,7 +173,7 @@ TEST_F(TorScenarioTest, UpstreamValidationAndMirror) {
   // A worker's address cannot be the upstream, nor the upstream a worker's.
   EXPECT_FALSE(tor_.SetUpstream(kSession, UpstreamSpec{Worker(1).ipv4, 40000, 1}).ok());
   JobSpec other = *tor_.FindJob(kSession);
-  other.session_id = kSession + 1;
+  other.job_id = kSession + 1;
   ASSERT_TRUE(tor_.CreateJob(other).ok());
   EXPECT_EQ(tor_.AddWorker(kSession + 1, 0, WorkerSpec{kSpine.ipv4, kSpine.port}).code(),
             StatusCode::kAlreadyExists);

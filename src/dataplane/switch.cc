@@ -26,7 +26,7 @@ std::string FormatAddress(const WorkerSpec& w, uint32_t num_ports) {
 // The rank a lookup entry carries for a top-of-rack job's upstream switch.
 constexpr uint32_t kUpstreamRank = UINT32_MAX;
 
-std::string SessionName(uint64_t session_id) { return "session " + std::to_string(session_id); }
+std::string SessionName(uint64_t job_id) { return "session " + std::to_string(job_id); }
 
 const char* SizeName(proto::SizeCode size) {
   switch (size) {
@@ -220,12 +220,12 @@ Switch::~Switch() = default;
 void Switch::Retire(const Job& job) {
   if (job.counters.received == 0) return;
   if (closed_.size() >= kMaxClosedJobs) closed_.erase(closed_.begin());
-  closed_.push_back(ClosedJob{job.spec.session_id, job.num_registered, job.spec, job.counters,
+  closed_.push_back(ClosedJob{job.spec.job_id, job.num_registered, job.spec, job.counters,
                               job.has_upstream, job.upstream});
 }
 
 Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
-  const std::string name = SessionName(spec.session_id);
+  const std::string name = SessionName(spec.job_id);
   if (spec.num_workers == 0) {
     return InvalidArgumentError(name + ": num_workers must be at least 1");
   }
@@ -248,7 +248,7 @@ Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
                                 std::to_string(config_.slots_per_job) +
                                 " (this switch's slots per job)");
   }
-  if (auto it = jobs_.find(spec.session_id); it != jobs_.end()) {
+  if (auto it = jobs_.find(spec.job_id); it != jobs_.end()) {
     RemoveFromLookup(*it->second);
     Retire(*it->second);
     jobs_.erase(it);
@@ -273,15 +273,15 @@ Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
   auto job = std::make_unique<Job>(kept, config_.slots_per_job);
   job->last_active = ++activity_clock_;
   job->generation = next_generation_++;
-  jobs_.emplace(spec.session_id, std::move(job));
+  jobs_.emplace(spec.job_id, std::move(job));
   mutations_.fetch_add(1, std::memory_order_release);
   return Status::Ok();
 }
 
-Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker,
+Status Switch::AddWorker(uint64_t job_id, uint32_t rank, const WorkerSpec& worker,
                          std::vector<uint64_t>* evicted, const Endpoint& multicast_group) {
-  const std::string name = SessionName(session_id);
-  auto it = jobs_.find(session_id);
+  const std::string name = SessionName(job_id);
+  auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     return NotFoundError(name + " does not exist: rank 0 must open it first");
   }
@@ -320,11 +320,11 @@ Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& w
       if (w.ipv4 != worker.ipv4) continue;
       const bool any_here = w.port == 0, any_new = worker.port == 0;
       const bool overlap = (any_here || any_new)
-                               ? (any_here == any_new || other_id == session_id)
+                               ? (any_here == any_new || other_id == job_id)
                                : (uint32_t{worker.port} < uint32_t{w.port} + other_ports &&
                                   uint32_t{w.port} < uint32_t{worker.port} + num_ports);
       if (!overlap) continue;
-      if (other_id != session_id && w.port != 0 && worker.port != 0) {
+      if (other_id != job_id && w.port != 0 && worker.port != 0) {
         if (dead.empty() || dead.back() != other_id) dead.push_back(other_id);
         continue;
       }
@@ -340,7 +340,7 @@ Status Switch::AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& w
       if (auto it = by_endpoint_.find(e);
           it != by_endpoint_.end() && it->second.second == kUpstreamRank) {
         return AlreadyExistsError("address " + e.ToString() + " is the upstream switch of " +
-                                  SessionName(it->second.first->spec.session_id));
+                                  SessionName(it->second.first->spec.job_id));
       }
     }
   }
@@ -385,15 +385,15 @@ void Switch::RemoveFromLookup(const Job& job) {
   }
 }
 
-void Switch::Evict(uint64_t session_id, std::vector<uint64_t>* evicted) {
-  auto it = jobs_.find(session_id);
-  CHECK(it != jobs_.end()) << SessionName(session_id);
+void Switch::Evict(uint64_t job_id, std::vector<uint64_t>* evicted) {
+  auto it = jobs_.find(job_id);
+  CHECK(it != jobs_.end()) << SessionName(job_id);
   RemoveFromLookup(*it->second);
   Retire(*it->second);
   jobs_.erase(it);
   mutations_.fetch_add(1, std::memory_order_release);
   ++counters_.jobs_evicted;
-  if (evicted != nullptr) evicted->push_back(session_id);
+  if (evicted != nullptr) evicted->push_back(job_id);
 }
 
 Status Switch::CheckUpstream(const Job& job, const UpstreamSpec& u) const {
@@ -403,7 +403,7 @@ Status Switch::CheckUpstream(const Job& job, const UpstreamSpec& u) const {
     if ((it != by_endpoint_.end() && it->second.second != kUpstreamRank) ||
         by_address_.contains(u.ipv4)) {
       return AlreadyExistsError("upstream " + e.ToString() + " of " +
-                                SessionName(job.spec.session_id) + " is a worker's address");
+                                SessionName(job.spec.job_id) + " is a worker's address");
     }
   }
   return Status::Ok();
@@ -427,9 +427,9 @@ void Switch::RemoveUpstreamFromLookup(const Job& job) {
   }
 }
 
-Status Switch::SetUpstream(uint64_t session_id, const UpstreamSpec& upstream) {
-  const std::string name = SessionName(session_id);
-  auto it = jobs_.find(session_id);
+Status Switch::SetUpstream(uint64_t job_id, const UpstreamSpec& upstream) {
+  const std::string name = SessionName(job_id);
+  auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFoundError(name + " does not exist");
   if (upstream.ipv4 == 0 || upstream.port == 0) {
     return InvalidArgumentError(name + ": the upstream switch needs an IPv4 address and a port");
@@ -452,15 +452,15 @@ Status Switch::SetUpstream(uint64_t session_id, const UpstreamSpec& upstream) {
   return Status::Ok();
 }
 
-const UpstreamSpec* Switch::FindUpstream(uint64_t session_id) const {
-  auto it = jobs_.find(session_id);
+const UpstreamSpec* Switch::FindUpstream(uint64_t job_id) const {
+  auto it = jobs_.find(job_id);
   if (it == jobs_.end() || !it->second->has_upstream) return nullptr;
   return &it->second->upstream;
 }
 
-Status Switch::RemoveJob(uint64_t session_id) {
-  auto it = jobs_.find(session_id);
-  if (it == jobs_.end()) return NotFoundError(SessionName(session_id) + " does not exist");
+Status Switch::RemoveJob(uint64_t job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NotFoundError(SessionName(job_id) + " does not exist");
   RemoveFromLookup(*it->second);
   Retire(*it->second);
   jobs_.erase(it);
@@ -468,7 +468,7 @@ Status Switch::RemoveJob(uint64_t session_id) {
   return Status::Ok();
 }
 
-bool Switch::HasJob(uint64_t session_id) const { return jobs_.contains(session_id); }
+bool Switch::HasJob(uint64_t job_id) const { return jobs_.contains(job_id); }
 
 void Switch::MirrorJobs(const Switch& master) {
   CHECK(config_.slots_per_job == master.config_.slots_per_job &&
@@ -517,18 +517,18 @@ void Switch::MirrorJobs(const Switch& master) {
   counters_.jobs_evicted = master.counters_.jobs_evicted;
 }
 
-const JobSpec* Switch::FindJob(uint64_t session_id) const {
-  auto it = jobs_.find(session_id);
+const JobSpec* Switch::FindJob(uint64_t job_id) const {
+  auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : &it->second->spec;
 }
 
-const JobCounters* Switch::job_counters(uint64_t session_id) const {
-  auto it = jobs_.find(session_id);
+const JobCounters* Switch::job_counters(uint64_t job_id) const {
+  auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : &it->second->counters;
 }
 
-std::span<const SlotCounters> Switch::slot_counters(uint64_t session_id) const {
-  auto it = jobs_.find(session_id);
+std::span<const SlotCounters> Switch::slot_counters(uint64_t job_id) const {
+  auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return {};
   return it->second->slot_counters;
 }

@@ -52,7 +52,7 @@ struct SwitchConfig {
 
 // A job as rank 0 opens it. Every worker of the job must agree on all of these.
 struct JobSpec {
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   uint32_t num_workers = 0;
   proto::SizeCode size = proto::SizeCode::k1024B;
   // UDP ports (worker threads) per worker; the workers' base ports are per worker.
@@ -199,7 +199,7 @@ class Switch {
   // evicted is not null the evicted session ids are appended to *evicted, so the caller can
   // forget those sessions too. A call that fails evicts nothing.
   //
-  // (Re)creates the job of spec.session_id: a job with that id is dropped with all its state and
+  // (Re)creates the job of spec.job_id: a job with that id is dropped with all its state and
   // workers (not an eviction); other jobs are untouched, except that when max_jobs other jobs
   // exist the least recently active one is evicted (activity: the last datagram Process()
   // attributed to the job, or the job's creation if none). Fails when the spec is invalid
@@ -212,20 +212,20 @@ class Switch {
   // ranges of other sessions, those sessions are dead (the new registrant now binds their ports):
   // their jobs are evicted and the worker is registered. multicast_group: the loopback multicast
   // group the worker listens on (JobSpec::multicast_group), or zero.
-  Status AddWorker(uint64_t session_id, uint32_t rank, const WorkerSpec& worker,
+  Status AddWorker(uint64_t job_id, uint32_t rank, const WorkerSpec& worker,
                    std::vector<uint64_t>* evicted = nullptr, const Endpoint& multicast_group = {});
   // Makes an existing job a top-of-rack job with the given upstream switch (see UpstreamSpec):
   // the upstream's data ports become a source of results for this job. Another job that had the
   // same upstream endpoints loses them (one hierarchical job per upstream at a time: the spine's
   // results carry no session id). Fails on an unknown session, an invalid spec, or upstream
   // endpoints that are a worker's.
-  Status SetUpstream(uint64_t session_id, const UpstreamSpec& upstream);
+  Status SetUpstream(uint64_t job_id, const UpstreamSpec& upstream);
   // The job's upstream, or nullptr when it has none (or does not exist).
-  const UpstreamSpec* FindUpstream(uint64_t session_id) const;
-  Status RemoveJob(uint64_t session_id);
-  bool HasJob(uint64_t session_id) const;
+  const UpstreamSpec* FindUpstream(uint64_t job_id) const;
+  Status RemoveJob(uint64_t job_id);
+  bool HasJob(uint64_t job_id) const;
   // The spec of an existing job, or nullptr.
-  const JobSpec* FindJob(uint64_t session_id) const;
+  const JobSpec* FindJob(uint64_t job_id) const;
 
   // Data-plane side.
   // Runs one datagram from source through the pipeline. The returned Action (and the spans in
@@ -246,9 +246,9 @@ class Switch {
   const SwitchConfig& config() const { return config_; }
   const SwitchCounters& counters() const { return counters_; }
   // nullptr when the job does not exist.
-  const JobCounters* job_counters(uint64_t session_id) const;
+  const JobCounters* job_counters(uint64_t job_id) const;
   // Per-slot counters of a job (size = slots_per_job), empty when the job does not exist.
-  std::span<const SlotCounters> slot_counters(uint64_t session_id) const;
+  std::span<const SlotCounters> slot_counters(uint64_t job_id) const;
   std::vector<uint64_t> job_ids() const;
 
   // Replication for a multi-threaded data plane: the control plane changes one Switch (the
@@ -284,8 +284,8 @@ class Switch {
   // Enters (removes) a registered worker's addresses (all of the job's) in the lookup tables.
   void AddToLookup(Job& job, uint32_t rank);
   void RemoveFromLookup(const Job& job);
-  // Removes the job of session_id (which must exist) as an eviction: counted and reported.
-  void Evict(uint64_t session_id, std::vector<uint64_t>* evicted);
+  // Removes the job of job_id (which must exist) as an eviction: counted and reported.
+  void Evict(uint64_t job_id, std::vector<uint64_t>* evicted);
   // Keeps the counters of a job about to be removed (one that saw traffic) for FormatCounters.
   void Retire(const Job& job);
 

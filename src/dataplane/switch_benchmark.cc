@@ -23,7 +23,7 @@ constexpr uint16_t kPort = 40000;
 struct Bench {
   explicit Bench(uint32_t n) : sw(Config()), n(n), datagrams(n) {
     JobSpec spec;
-    spec.session_id = 1;
+    spec.job_id = 1;
     spec.num_workers = n;
     spec.size = proto::SizeCode::k1024B;
     spec.max_outstanding_packets = kSlots;

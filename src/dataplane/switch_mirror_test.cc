@@ -21,7 +21,7 @@ SwitchConfig Config() {
 
 JobSpec Spec(uint64_t session, uint32_t n) {
   JobSpec s;
-  s.session_id = session;
+  s.job_id = session;
   s.num_workers = n;
   s.size = proto::SizeCode::k256B;
   s.max_outstanding_packets = 16;

@@ -56,7 +56,7 @@ class SwitchScenarioTest : public ::testing::TestWithParam<uint32_t> {
   void Open(const std::vector<WorkerSpec>& workers, uint32_t num_ports) {
     workers_ = workers;
     JobSpec spec;
-    spec.session_id = kSession;
+    spec.job_id = kSession;
     spec.num_workers = n_;
     spec.size = kSize;
     spec.num_ports = num_ports;

@@ -49,7 +49,7 @@ SwitchConfig SmallConfig() {
 JobSpec Spec(uint64_t session, uint32_t n, proto::SizeCode size = proto::SizeCode::k256B,
              uint32_t num_ports = 1) {
   JobSpec s;
-  s.session_id = session;
+  s.job_id = session;
   s.num_workers = n;
   s.size = size;
   s.num_ports = num_ports;
@@ -131,7 +131,7 @@ TEST(SwitchJobTableTest, CreateJobRefusals) {
     const Status st = sw.CreateJob(spec, &evicted);
     EXPECT_EQ(st.code(), code) << st.ToString();
     EXPECT_EQ(st.message(), message);
-    EXPECT_FALSE(sw.HasJob(spec.session_id));
+    EXPECT_FALSE(sw.HasJob(spec.job_id));
     EXPECT_TRUE(evicted.empty());
   };
   refused(Spec(77, 0), StatusCode::kInvalidArgument, "session 77: num_workers must be at least 1");
@@ -1023,7 +1023,7 @@ class SwitchLanMulticastTest : public ::testing::Test {
     for (uint32_t w = 0; w < spec.num_workers; ++w) {
       const Endpoint group = w == reference ? Endpoint{} : spec.multicast_group;
       ASSERT_TRUE(
-          sw.AddWorker(spec.session_id, w, {kHost + first + w, 30000}, nullptr, group).ok());
+          sw.AddWorker(spec.job_id, w, {kHost + first + w, 30000}, nullptr, group).ok());
     }
   }
   Switch sw{LanConfig()};
@@ -1058,7 +1058,7 @@ TEST_F(SwitchLanMulticastTest, EachResultLeavesOnceAndAReferenceWorkerGetsUnicas
   EXPECT_NE(text.find("239.192.2.3:14000"), std::string::npos) << text;
 
   JobSpec mixed = spec;
-  mixed.session_id = 2;
+  mixed.job_id = 2;
   mixed.multicast_group = Endpoint{0xefc00204, 14000};
   OpenJob(mixed, 10, /*reference=*/2);
   for (uint32_t w = 0; w < 3; ++w) sw.Process({kHost + 10 + w, 30000}, Datagram({0, 0}, Fill(1)));

@@ -227,8 +227,8 @@ namespace {
 // worker would also receive, and drop, the other switch's results. Two sessions on one switch
 // that hash alike cannot both hold it: the switch keeps it for the first only
 // (dataplane::JobSpec::multicast_group), and the other gets results one copy per worker.
-Endpoint MulticastGroupOf(uint64_t session_id, uint16_t control_port, uint32_t num_ports) {
-  uint64_t h = session_id + 0x9e3779b97f4a7c15ULL * (uint64_t{control_port} + 1);  // splitmix64
+Endpoint MulticastGroupOf(uint64_t job_id, uint16_t control_port, uint32_t num_ports) {
+  uint64_t h = job_id + 0x9e3779b97f4a7c15ULL * (uint64_t{control_port} + 1);  // splitmix64
   h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
   h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
   h ^= h >> 31;
@@ -248,7 +248,7 @@ using transport::NetInterface;
 // Sets *group (0: none) and *via. A group that cannot be joined is only logged (results then
 // come one per worker), unless it is a LAN group the user required (lan_multicast_required).
 Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint16_t control_port,
-                       uint32_t bind_ip, uint64_t session_id,
+                       uint32_t bind_ip, uint64_t job_id,
                        std::vector<std::unique_ptr<transport::Transport>>& transports,
                        Endpoint* group, NetInterface* via) {
   *group = Endpoint{};
@@ -284,7 +284,7 @@ Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint16_t contro
                                   " has no multicast (IFF_MULTICAST); run without --multicast on"));
     }
   }
-  const Endpoint g = MulticastGroupOf(session_id, control_port, config.num_worker_threads);
+  const Endpoint g = MulticastGroupOf(job_id, control_port, config.num_worker_threads);
   Status joined;
   for (uint32_t t = 0; t < config.num_worker_threads && joined.ok(); ++t) {
     joined = transports[t]->JoinGroup(Endpoint{g.ipv4, static_cast<uint16_t>(g.port + t)},
@@ -328,7 +328,7 @@ class ControlPlaneRendezvous final : public Rendezvous {
         rank_(config.rank),
         num_workers_(config.num_workers),
         secret_(config.job_secret) {}
-  void set_scope(uint64_t session_id) { scope_ = session_id; }
+  void set_scope(uint64_t job_id) { scope_ = job_id; }
   Status Barrier() override {
     return OnFirstAlive(
         [&](control::ControlClient& c) { return c.Barrier(scope_, num_workers_, secret_, rank_); });
@@ -367,7 +367,7 @@ class ControlPlaneRendezvous final : public Rendezvous {
 class [[gnu::visibility("hidden")]] Context::Impl {
  public:
   Config config;
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   SwitchHosts hosts;
   // Setup is over: from now on a switch host that goes away is failed over, not fatal.
   std::atomic<bool> running{false};
@@ -469,7 +469,7 @@ Status Context::Impl::Setup() {
   // session id, listens there, and asks the switch to send results to it.
   ResultGroup group;
   RETURN_IF_ERROR(JoinResultGroup(config, hosts[0]->control.ipv4, hosts[0]->control.port, bind_ip,
-                                  session_id, transports, &args.multicast_group, &group.via));
+                                  job_id, transports, &args.multicast_group, &group.via));
   RETURN_IF_ERROR(JoinJob(args));
   RETURN_IF_ERROR(SettleResultGroup(args.multicast_group, transports, &group));
   // From now on a switch that went away fails a barrier at once instead of being waited for.
@@ -506,14 +506,14 @@ Status Context::Impl::AgreeSessionId() {
     own_rendezvous = r.get();
     rendezvous = std::move(r);
   }
-  session_id = config.session_id;
-  if (session_id == 0) {
+  job_id = config.session_id;
+  if (job_id == 0) {
     const uint64_t pick =
         static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
-    ASSIGN_OR_RETURN(session_id, rendezvous->Broadcast(pick));
-    if (session_id == 0) session_id = 1;
+    ASSIGN_OR_RETURN(job_id, rendezvous->Broadcast(pick));
+    if (job_id == 0) job_id = 1;
   }
-  if (own_rendezvous != nullptr) own_rendezvous->set_scope(session_id);
+  if (own_rendezvous != nullptr) own_rendezvous->set_scope(job_id);
   return Status();
 }
 
@@ -528,7 +528,7 @@ uint32_t Context::Impl::Generations() const {
 
 control::UdpSessionArgs Context::Impl::Registration(uint32_t bind_ip, uint16_t base_port) const {
   control::UdpSessionArgs args;
-  args.job_id = session_id;
+  args.job_id = job_id;
   args.rank = config.rank;
   args.num_workers = config.num_workers;
   args.ipv4 = bind_ip;  // 0: the switch uses the address our control connection comes from
@@ -608,7 +608,7 @@ std::vector<Endpoint> Context::Impl::DataEndpoints(uint16_t base_port) const {
                             h->reply.data_port});
     where += (where.empty() ? "" : ", ") + data.back().ToString();
   }
-  LOG(kInfo, kRuntime) << "rank " << config.rank << " joined session " << session_id << "; "
+  LOG(kInfo, kRuntime) << "rank " << config.rank << " joined session " << job_id << "; "
                        << (hosts.size() == 1
                                ? "switch data plane at "
                                : std::to_string(hosts.size()) + " switch hosts, data at ")
@@ -630,7 +630,7 @@ Status Context::Impl::Authenticate(const std::vector<Endpoint>& data,
     keys.push_back(k);
   }
   for (auto& t : transports) {
-    t = transport::MakeAuthenticated(std::move(t), session_id, config.rank, keys);
+    t = transport::MakeAuthenticated(std::move(t), job_id, config.rank, keys);
   }
   return Status();
 }
@@ -677,7 +677,7 @@ Status Context::Impl::StartThreads(const std::vector<Endpoint>& data, const Resu
     }
     o.group_required = config.lan_multicast_required;
     // (The threads stop before the control clients go: ~Context.)
-    o.explain_stall = [this, id = session_id, secret = config.job_secret](uint64_t op) {
+    o.explain_stall = [this, id = job_id, secret = config.job_secret](uint64_t op) {
       SwitchHost* h = FirstAlive();
       if (h == nullptr) return std::string();
       Result<std::string> why = h->client->Diagnose(id, secret, op, std::chrono::seconds(1));
@@ -704,7 +704,7 @@ Status Context::Impl::Register(const control::UdpSessionArgs& args) {
     h.reply = *reply;
     sparse = (i == 0 || sparse) && reply->sparse;
     // (The stream ends before the control client is destroyed: the callback may use it.)
-    h.attachment = h.client->Attach(session_id, config.rank, config.job_secret,
+    h.attachment = h.client->Attach(job_id, config.rank, config.job_secret,
                                     [this, i](const Status& why) { OnSwitchFailure(i, why); });
   }
   if (config.sparse && !sparse && config.rank == 0) {
@@ -734,7 +734,7 @@ void Context::Impl::OnSwitchFailure(size_t host, const Status& why) {
     return;
   }
   LOG(kWarning, kRuntime) << "switch host " << h.name << " is gone (" << why.message()
-                          << "): moving its share of session " << session_id << " to the " << alive
+                          << "): moving its share of session " << job_id << " to the " << alive
                           << " host(s) left";
   for (auto& t : threads) t->MoveOff(static_cast<uint32_t>(host));
 }
@@ -744,8 +744,8 @@ void Context::Impl::AbandonSetup(const Status& why) {
   for (const auto& h : hosts) {
     if (h->attachment == nullptr) continue;
     h->client
-        ->Close(session_id, config.job_secret, std::nullopt, std::chrono::milliseconds(1000),
-                "session " + std::to_string(session_id) + " failed: rank " +
+        ->Close(job_id, config.job_secret, std::nullopt, std::chrono::milliseconds(1000),
+                "session " + std::to_string(job_id) + " failed: rank " +
                     std::to_string(config.rank) + " gave up joining it: " + why.message())
         .IgnoreError();
     h->attachment.reset();
@@ -758,7 +758,7 @@ void Context::Impl::Close() {
   for (const auto& h : hosts) {
     if (h->attachment == nullptr) continue;
     if (h->alive.load()) {
-      h->client->Close(session_id, config.job_secret, config.rank, std::chrono::milliseconds(1000))
+      h->client->Close(job_id, config.job_secret, config.rank, std::chrono::milliseconds(1000))
           .IgnoreError();
     }
     h->attachment.reset();
@@ -928,7 +928,7 @@ Status Context::Barrier() {
   return impl_->rendezvous->Barrier();
 }
 
-uint64_t Context::session_id() const { return impl_->session_id; }
+uint64_t Context::session_id() const { return impl_->job_id; }
 const Config& Context::config() const { return impl_->config; }
 
 ContextStats Context::stats() const {

@@ -274,8 +274,8 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
                          << options.threads << " thread" << (options.threads > 1 ? "s" : "")
                          << ") over " << first.name();
   control::ControlServerOptions copts = options.control;
-  copts.job_activity = [p = d.get()](uint64_t session_id) -> uint64_t {
-    auto c = p->job_counters(session_id);
+  copts.job_activity = [p = d.get()](uint64_t job_id) -> uint64_t {
+    auto c = p->job_counters(job_id);
     return c ? c->received : 0;
   };
   copts.snapshot = [p = d.get()] { return p->Snapshot(); };
@@ -285,11 +285,11 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   copts.num_data_ports = options.threads;
   copts.switch_ipv4 = topts.bind_ipv4;
   copts.registry_hooks.data_key_added =
-      [keys = d->auth_keys_](uint64_t session_id, const std::string& data_key, uint32_t rank,
+      [keys = d->auth_keys_](uint64_t job_id, const std::string& data_key, uint32_t rank,
                              uint32_t ipv4, uint32_t port, uint32_t num_ports) {
         transport::AuthKey key;
         if (transport::AuthKeyFromBytes(data_key, &key)) {
-          keys->Add(session_id, key, rank, ipv4, static_cast<uint16_t>(port), num_ports);
+          keys->Add(job_id, key, rank, ipv4, static_cast<uint16_t>(port), num_ports);
         }
       };
   copts.registry_hooks.job_removed = [keys = d->auth_keys_,
@@ -498,11 +498,11 @@ dataplane::SwitchCounters SwitchDaemon::switch_counters() const {
   return sum;
 }
 
-std::optional<dataplane::JobCounters> SwitchDaemon::job_counters(uint64_t session_id) const {
+std::optional<dataplane::JobCounters> SwitchDaemon::job_counters(uint64_t job_id) const {
   std::optional<dataplane::JobCounters> sum;
   for (const auto& s : shards_) {
     std::lock_guard<std::mutex> lock(s->mu);
-    if (const dataplane::JobCounters* c = s->sw.job_counters(session_id)) {
+    if (const dataplane::JobCounters* c = s->sw.job_counters(job_id)) {
       if (!sum) sum.emplace();
       Add(*sum, *c);
     }

@@ -125,7 +125,7 @@ class SwitchDaemon {
   // The data plane's switch counters and one job's counters, summed over the shards (the job's
   // are empty when no shard has it).
   dataplane::SwitchCounters switch_counters() const;
-  std::optional<dataplane::JobCounters> job_counters(uint64_t session_id) const;
+  std::optional<dataplane::JobCounters> job_counters(uint64_t job_id) const;
   // The daemon's counters plus each shard's per-job (and optionally per-slot) tables.
   std::string FormatCounters(bool per_slot) const;
   // The upstream switch's control plane, or "" (a plain switch).

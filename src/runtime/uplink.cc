@@ -179,8 +179,8 @@ Status Uplink::BeforeUdpSession(switchml_proto::UdpSessionRequest* request,
   return opened_.at(request->session_id());
 }
 
-void Uplink::RegisteredLocked(uint64_t session_id) {
-  auto it = registering_.find(session_id);
+void Uplink::RegisteredLocked(uint64_t job_id) {
+  auto it = registering_.find(job_id);
   if (it != registering_.end() && --it->second == 0) registering_.erase(it);
 }
 
@@ -416,11 +416,11 @@ Status Uplink::BeforeClose(switchml_proto::CloseRequest* request) {
   return Status::Ok();
 }
 
-void Uplink::OnJobEnded(uint64_t session_id, const Status& why) {
+void Uplink::OnJobEnded(uint64_t job_id, const Status& why) {
   Session s;
   {
     std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_id);
+    auto it = sessions_.find(job_id);
     if (it == sessions_.end()) return;
     s = std::move(it->second);
     sessions_.erase(it);
@@ -428,23 +428,23 @@ void Uplink::OnJobEnded(uint64_t session_id, const Status& why) {
   }
   if (!s.upstream) return;
   // Off this thread (an RPC's): the upstream calls may block for a moment.
-  Post([this, session_id, why, secret = std::move(s.secret),
+  Post([this, job_id, why, secret = std::move(s.secret),
         upstream = std::move(s.upstream)]() mutable {
-    EndUpstream(session_id, secret, std::move(upstream), why);
+    EndUpstream(job_id, secret, std::move(upstream), why);
   });
 }
 
-void Uplink::EndUpstream(uint64_t session_id, const std::string& secret,
+void Uplink::EndUpstream(uint64_t job_id, const std::string& secret,
                          std::shared_ptr<control::Attachment> upstream, const Status& why) {
   auto close = [&] {
     // The spine frees the job's slots once every rack closed. NOT_FOUND: the job is gone
     // already (the failure below removed it); FAILED_PRECONDITION: this rack's rank is not
     // registered in the spine's job (another incarnation of the session).
-    Status st = setup_client_.Close(session_id, secret, options_.rack_index,
+    Status st = setup_client_.Close(job_id, secret, options_.rack_index,
                                     std::chrono::milliseconds(2000));
     if (!st.ok() && st.code() != StatusCode::kNotFound &&
         st.code() != StatusCode::kFailedPrecondition) {
-      LOG(kWarning, kControl) << "session " << session_id << ": closing it at the upstream "
+      LOG(kWarning, kControl) << "session " << job_id << ": closing it at the upstream "
                               << options_.upstream << " failed: " << st.ToString();
     }
   };
@@ -464,38 +464,38 @@ void Uplink::EndUpstream(uint64_t session_id, const std::string& secret,
   close();
 }
 
-void Uplink::OnCheckAgreed(uint64_t session_id, uint64_t op, uint64_t count, uint32_t dtype) {
+void Uplink::OnCheckAgreed(uint64_t job_id, uint64_t op, uint64_t count, uint32_t dtype) {
   std::shared_ptr<control::Attachment> upstream;
   control::Registry* registry;
   {
     std::lock_guard lock(mu_);
     registry = registry_;
-    auto it = sessions_.find(session_id);
+    auto it = sessions_.find(job_id);
     if (it != sessions_.end()) upstream = it->second.upstream;
   }
   if (registry == nullptr) return;
   if (!upstream) {
-    registry->ConfirmCheck(session_id, op);  // (no upstream job: nothing to compare with)
+    registry->ConfirmCheck(job_id, op);  // (no upstream job: nothing to compare with)
     return;
   }
   // Confirmed to the rack once every rack agreed; a disagreement fails the job at the spine,
   // which ends our stream and so fails the rack's job (on_failure).
-  upstream->Announce(op, count, dtype, [this, session_id, op](const Status& st) {
+  upstream->Announce(op, count, dtype, [this, job_id, op](const Status& st) {
     if (!st.ok()) return;
     control::Registry* registry;
     {
       std::lock_guard lock(mu_);
       registry = registry_;
     }
-    if (registry != nullptr) registry->ConfirmCheck(session_id, op);
+    if (registry != nullptr) registry->ConfirmCheck(job_id, op);
   });
 }
 
-void Uplink::DropUpstreamLocked(uint64_t session_id, Session& s, const Status& why) {
+void Uplink::DropUpstreamLocked(uint64_t job_id, Session& s, const Status& why) {
   if (s.live) s.live->store(false);
   if (s.upstream) {
-    PostLocked([this, session_id, why, secret = s.secret, old = std::move(s.upstream)]() mutable {
-      EndUpstream(session_id, secret, std::move(old), why);
+    PostLocked([this, job_id, why, secret = s.secret, old = std::move(s.upstream)]() mutable {
+      EndUpstream(job_id, secret, std::move(old), why);
     });
   }
   s.upstream.reset();

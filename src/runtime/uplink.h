@@ -118,10 +118,10 @@ class Uplink final : public control::SessionHooks {
   // The ToR's registry (the ControlServer's), once it runs; not owned, must outlive the Uplink
   // or be reset to nullptr first.
   void set_registry(control::Registry* registry);
-  // RegistryHooks of the ToR's registry: its job for `session_id` ended (OK: closed or expired;
+  // RegistryHooks of the ToR's registry: its job for `job_id` ended (OK: closed or expired;
   // else the failure), and its rack agreed on all-reduce `op`.
-  void OnJobEnded(uint64_t session_id, const Status& why);
-  void OnCheckAgreed(uint64_t session_id, uint64_t op, uint64_t count, uint32_t dtype);
+  void OnJobEnded(uint64_t job_id, const Status& why);
+  void OnCheckAgreed(uint64_t job_id, uint64_t op, uint64_t count, uint32_t dtype);
 
   // Releases calls waiting for their rack's first rank and forwarded barriers and broadcasts
   // (they fail with UNAVAILABLE), makes later ones fail at once and ends the upstream streams
@@ -139,20 +139,20 @@ class Uplink final : public control::SessionHooks {
   };
   // Ends the session's upstream stream and its job at the spine (on the task thread), with
   // `why`, without failing anything here. Under mu_.
-  void DropUpstreamLocked(uint64_t session_id, Session& s, const Status& why);
+  void DropUpstreamLocked(uint64_t job_id, Session& s, const Status& why);
   // On the task thread: ends a job's upstream. why OK: closes the ToR's rank at the spine, then
   // the stream. Else: reports the failure up the stream (the spine fails the job on every rack),
   // ends it, and closes the ToR's rank too, which frees the spine's job when the stream had not
   // attached there (it would otherwise wait for the spine's lease).
-  void EndUpstream(uint64_t session_id, const std::string& secret,
+  void EndUpstream(uint64_t job_id, const std::string& secret,
                    std::shared_ptr<control::Attachment> upstream, const Status& why);
   // Waits (at most options_.timeout, and not past `deadline`) until the tasks posted so far
   // have run: a new upstream registration comes after the end of the ones dropped before it.
   // False when `deadline` came first. Not under mu_.
   bool WaitForPostedTasks(std::chrono::system_clock::time_point deadline);
-  // A rank-0 registration of `session_id` counted in registering_ was accepted or refused.
+  // A rank-0 registration of `job_id` counted in registering_ was accepted or refused.
   // Under mu_.
-  void RegisteredLocked(uint64_t session_id);
+  void RegisteredLocked(uint64_t job_id);
   // Registers the ToR with the spine (rank 0 of its rack registered) and sets the upstream.
   Status OpenUpstream(const switchml_proto::UdpSessionRequest& request);
   // Then attaches the ToR's own stream to the spine: the spine fails the job when this ToR goes

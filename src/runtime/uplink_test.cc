@@ -316,9 +316,9 @@ struct TwoLevels {
   std::unique_ptr<control::ControlServer> tor;
 };
 
-control::UdpSessionArgs RankZeroOfOne(uint64_t session_id, const std::string& secret) {
+control::UdpSessionArgs RankZeroOfOne(uint64_t job_id, const std::string& secret) {
   control::UdpSessionArgs a;
-  a.job_id = session_id;
+  a.job_id = job_id;
   a.num_workers = 1;
   a.ipv4 = kLoopbackIpv4;
   a.udp_port = 41000;
@@ -326,19 +326,19 @@ control::UdpSessionArgs RankZeroOfOne(uint64_t session_id, const std::string& se
   return a;
 }
 
-// Rank 0 of session_id from another job (another secret, another port).
-control::UdpSessionArgs StrangersRankZero(uint64_t session_id) {
-  control::UdpSessionArgs a = RankZeroOfOne(session_id, "a stranger's");
+// Rank 0 of job_id from another job (another secret, another port).
+control::UdpSessionArgs StrangersRankZero(uint64_t job_id) {
+  control::UdpSessionArgs a = RankZeroOfOne(job_id, "a stranger's");
   a.udp_port = 41100;
   return a;
 }
 
-// The job of session_id is still open at both levels once a stream that a refused request
+// The job of job_id is still open at both levels once a stream that a refused request
 // ended would have been noticed.
-void ExpectJobKeptAtBothLevels(const TwoLevels& h, uint64_t session_id) {
+void ExpectJobKeptAtBothLevels(const TwoLevels& h, uint64_t job_id) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EXPECT_TRUE(h.spine->registry().HasJob(session_id)) << "the spine lost the job";
-  EXPECT_TRUE(h.tor->registry().HasJob(session_id)) << "the ToR lost the job";
+  EXPECT_TRUE(h.spine->registry().HasJob(job_id)) << "the spine lost the job";
+  EXPECT_TRUE(h.tor->registry().HasJob(job_id)) << "the ToR lost the job";
 }
 
 // A second rank 0 of a job whose upstream is open (two workers started as rank 0) is refused;
@@ -360,12 +360,12 @@ TEST(UplinkTest, SecondRankZeroAtTheTorIsAnsweredAndTheTorGoesOn) {
 }
 
 // Spine-side hooks that pass everything through, except the first Attach stream of
-// `session_id`: held for `hold` (its gRPC thread waits: a ToR's upstream stream that has not
+// `job_id`: held for `hold` (its gRPC thread waits: a ToR's upstream stream that has not
 // attached at the spine yet), then refused when `refuse`.
 class FirstAttach final : public PassThroughHooks {
  public:
-  FirstAttach(uint64_t session_id, std::chrono::milliseconds hold, bool refuse)
-      : session_id_(session_id), hold_(hold), refuse_(refuse) {}
+  FirstAttach(uint64_t job_id, std::chrono::milliseconds hold, bool refuse)
+      : session_id_(job_id), hold_(hold), refuse_(refuse) {}
   Status BeforeAttach(switchml_proto::AttachRequest* request) override {
     if (request->session_id() != session_id_ || seen_.exchange(true)) return Status::Ok();
     std::this_thread::sleep_for(hold_);
@@ -616,11 +616,11 @@ TEST(UplinkTest, AStrangersBarriersAtATorAreBoundedAndTheRacksJobRunsOn) {
   }
 }
 
-// Spine-side hooks that pass everything through, except that the UdpSession of `session_id`
+// Spine-side hooks that pass everything through, except that the UdpSession of `job_id`
 // waits until release() (the call waits: a slow spine, with a ToR's setup in progress).
 class HeldUdpSession final : public PassThroughHooks {
  public:
-  explicit HeldUdpSession(uint64_t session_id) : session_id_(session_id) {}
+  explicit HeldUdpSession(uint64_t job_id) : session_id_(job_id) {}
   Status BeforeUdpSession(switchml_proto::UdpSessionRequest* request,
                           std::chrono::system_clock::time_point) override {
     if (request->session_id() != session_id_) return Status::Ok();

@@ -109,7 +109,7 @@ Status SimConfig::Validate() const {
       return InvalidArgumentError(what + "start time must be in [0, 1e15] ns");
     }
     for (size_t k = j + 1; k < jobs.size(); ++k) {
-      if (jobs[k].session_id == job.session_id) {
+      if (jobs[k].job_id == job.job_id) {
         return InvalidArgumentError(what + "session id shared with job " + std::to_string(k));
       }
     }
@@ -413,7 +413,7 @@ Status Engine::Setup() {
     const uint32_t n = static_cast<uint32_t>(jc.hosts.size());
     const uint32_t T = jc.threads;
     const uint32_t W = jc.window / T;
-    job.result.session_id = jc.session_id;
+    job.result.job_id = jc.job_id;
     job.result.workers = n;
     // The switch each rank registers with and its rank there: switch_node and r (one level), or
     // its ToR and its place in the rack (two levels; the ToRs join the spine as its members).
@@ -423,7 +423,7 @@ Status Engine::Setup() {
     if (jc.tors.empty()) {
       // Every stripe runs the whole job, as a switch host that knows nothing of the others.
       for (uint32_t sw : job.switch_nodes) {
-        RETURN_IF_ERROR(switches_[sw]->CreateJob({jc.session_id, n, jc.size, T, jc.window,
+        RETURN_IF_ERROR(switches_[sw]->CreateJob({jc.job_id, n, jc.size, T, jc.window,
                                                   /*running_tsi=*/true, /*multicast_group=*/{}}));
       }
       if (!jc.stripes.empty()) {
@@ -442,15 +442,15 @@ Status Engine::Setup() {
       }
       dataplane::Switch& spine = *switches_[jc.switch_node];
       RETURN_IF_ERROR(
-          spine.CreateJob({jc.session_id, static_cast<uint32_t>(racks.size()), jc.size, T,
+          spine.CreateJob({jc.job_id, static_cast<uint32_t>(racks.size()), jc.size, T,
                            jc.window, /*running_tsi=*/true, /*multicast_group=*/{}}));
       for (uint32_t k = 0; k < racks.size(); ++k) {
         dataplane::Switch& tor = *switches_[racks[k]];
-        RETURN_IF_ERROR(tor.CreateJob({jc.session_id, rack_size[racks[k]], jc.size, T, jc.window,
+        RETURN_IF_ERROR(tor.CreateJob({jc.job_id, rack_size[racks[k]], jc.size, T, jc.window,
                                        /*running_tsi=*/true, /*multicast_group=*/{}}));
         RETURN_IF_ERROR(tor.SetUpstream(
-            jc.session_id, {Topology::Ip(jc.switch_node), kSwitchPort, /*num_ports=*/1}));
-        RETURN_IF_ERROR(spine.AddWorker(jc.session_id, k, {Topology::Ip(racks[k]), kSwitchPort}));
+            jc.job_id, {Topology::Ip(jc.switch_node), kSwitchPort, /*num_ports=*/1}));
+        RETURN_IF_ERROR(spine.AddWorker(jc.job_id, k, {Topology::Ip(racks[k]), kSwitchPort}));
       }
     }
     const uint16_t port = static_cast<uint16_t>(kHostPortBase + kPortsPerJob * j);
@@ -482,11 +482,11 @@ Status Engine::Setup() {
       }
       jobs_on_host[host].push_back(j);
       if (jc.stripes.empty()) {
-        RETURN_IF_ERROR(switches_[rank_switch[r]]->AddWorker(jc.session_id, rank_local[r],
+        RETURN_IF_ERROR(switches_[rank_switch[r]]->AddWorker(jc.job_id, rank_local[r],
                                                              {Topology::Ip(host), port}));
       } else {
         for (uint32_t sw : jc.stripes) {
-          RETURN_IF_ERROR(switches_[sw]->AddWorker(jc.session_id, r, {Topology::Ip(host), port}));
+          RETURN_IF_ERROR(switches_[sw]->AddWorker(jc.job_id, r, {Topology::Ip(host), port}));
         }
       }
       auto& table = port_table_[host];
@@ -967,7 +967,7 @@ SimResult Engine::Run() {
     }
     for (uint32_t node : job.switch_nodes) {
       const dataplane::Switch& sw = *switches_[node];
-      const dataplane::JobCounters* jc = sw.job_counters(job.config.session_id);
+      const dataplane::JobCounters* jc = sw.job_counters(job.config.job_id);
       if (jc == nullptr) continue;
       using dataplane::DropReason;
       StripeResult sr;
@@ -977,7 +977,7 @@ SimResult Engine::Run() {
       sr.completed = jc->completed;
       sr.unicasts = jc->retransmitted;
       sr.duplicates_dropped = jc->dropped[static_cast<int>(DropReason::kDuplicate)];
-      const auto slots = sw.slot_counters(job.config.session_id);
+      const auto slots = sw.slot_counters(job.config.job_id);
       for (size_t i = 0; i < slots.size(); ++i) {
         if (slots[i].received > 0) sr.slots.push_back(static_cast<uint32_t>(i));
       }

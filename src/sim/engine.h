@@ -54,7 +54,7 @@ struct Collective {
 };
 
 struct JobConfig {
-  uint64_t session_id = 1;
+  uint64_t job_id = 1;
   uint32_t switch_node = 0;     // the switch the job's workers send to (unused with stripes)
   std::vector<uint32_t> hosts;  // rank r runs on hosts[r]
   // Two levels (docs/hierarchy.md): rank r sends to the top-of-rack switch tors[r], whose
@@ -150,7 +150,7 @@ struct StripeResult {
 };
 
 struct JobResult {
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   uint32_t workers = 0;
   Status status;
   bool verified = false;  // every result checked and correct

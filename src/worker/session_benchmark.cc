@@ -93,7 +93,7 @@ void BM_RoundTrip(benchmark::State& state) {
   sc.slots_per_job = kWindow;
   dataplane::Switch sw(sc);
   dataplane::JobSpec spec;
-  spec.session_id = 1;
+  spec.job_id = 1;
   spec.num_workers = n;
   spec.max_outstanding_packets = kWindow;
   spec.running_tsi = true;
