@@ -150,11 +150,6 @@ std::span<uint8_t> ShmPeers::Lend(uint16_t port, size_t index, size_t bytes) {
   return p->ring.Lend(index).first(bytes);
 }
 
-bool ShmPeers::Push(Peer& p, std::span<const uint8_t> data) {
-  sends_.Touch(&p);
-  return p.ring.Push(data);
-}
-
 size_t ShmPeers::PublishRings() {
   for (Peer* p : sends_.touched_list()) p->ring.Publish();
   return sends_.touched_list().size();

@@ -60,7 +60,11 @@ class ShmPeers {
   std::span<uint8_t> Lend(uint16_t port, size_t index, size_t bytes);
   // Writes a datagram into p's ring (caller checked p.ring.HasRoom(1)): whether it was built in
   // place. Published by PublishRings.
-  bool Push(Peer& p, std::span<const uint8_t> data);
+  // (Inline: once per datagram.)
+  bool Push(Peer& p, std::span<const uint8_t> data) {
+    sends_.Touch(&p);
+    return p.ring.Push(data);
+  }
 
   // Publishes the rings Push filled: how many.
   size_t PublishRings();
