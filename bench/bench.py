@@ -26,6 +26,7 @@ import threading
 import time
 
 import ddp_steps
+import outputs
 
 SYSTEMS = ["switchml", "switchml-mcast", "switchml-unicast", "switchml-xdp", "switchml-shm",
            "switchml-shm-unpinned", "switchml-scraped", "gloo-ring", "gloo-hd", "mpi-tcp",
@@ -941,11 +942,7 @@ def write_outputs(report, out_dir, docs_dir, plots):
         files += plot(report, os.path.join(out_dir, "bench"))
     except ImportError as e:
         log(f"no plots: {e} (apt-get install python3-matplotlib)")
-    if docs_dir:
-        os.makedirs(docs_dir, exist_ok=True)
-        for f in files:
-            shutil.copy(f, docs_dir)
-    log("wrote " + ", ".join(files) + (f" (copied to {docs_dir})" if docs_dir else ""))
+    outputs.publish(files, docs_dir, log)
 
 
 # --- Command line --------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ import shutil
 import statistics
 import subprocess
 
+import outputs
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(REPO, "examples", "torch")
 MODELS = ("resnet50", "vgg16", "bert-base")  # examples/torch/dnn_buckets.py's MODELS
@@ -202,11 +204,7 @@ def write_outputs(report, out, docs_dir):
             files.append(os.path.join(out, "ddp.png"))
         except ImportError as e:
             log(f"no plot: {e} (apt-get install python3-matplotlib)")
-    if docs_dir:
-        os.makedirs(docs_dir, exist_ok=True)
-        for f in files:
-            shutil.copy(f, docs_dir)
-    log("wrote " + ", ".join(files) + (f" (copied to {docs_dir})" if docs_dir else ""))
+    outputs.publish(files, docs_dir, log)
 
 
 def run(a, build, commit):
