@@ -26,27 +26,6 @@ ShmSlots::ShmSlots(std::span<uint8_t> region, uint32_t ring_slots, uint32_t slot
   CHECK_LE(capacity, slot_bytes - kShmSlotDataOffset) << "shm ring: capacity beyond a slot";
 }
 
-ShmRead ShmSlots::Read(uint64_t* cursor, uint64_t take, size_t limit, const Endpoint& source,
-                       std::span<RxDatagram> out) const {
-  ShmRead r;
-  limit = std::min(limit, capacity_);
-  for (uint64_t i = 0; i < take; ++i, ++*cursor) {
-    uint8_t* slot = Slot(*cursor);
-    const uint32_t length = ShmRef<uint32_t>(slot, 0).load(std::memory_order_relaxed);
-    if (length > kShmMaxLength) {
-      ++r.malformed;
-      continue;
-    }
-    RxDatagram& d = out[r.filled++];
-    const bool cut = length > limit;
-    d.data = {slot + kShmSlotDataOffset, std::min<size_t>(length, limit)};
-    d.source = source;
-    d.truncated = cut;
-    r.truncated += cut ? 1 : 0;
-  }
-  return r;
-}
-
 ShmRingProducer::ShmRingProducer(std::span<uint8_t> region, uint32_t ring_slots,
                                  uint32_t slot_bytes, size_t capacity)
     : base_(region.data()) {
@@ -60,20 +39,6 @@ ShmRingConsumer::ShmRingConsumer(std::span<uint8_t> region, uint32_t ring_slots,
   CheckRegion(region, ShmRingBytes(ring_slots, slot_bytes), ring_slots, slot_bytes);
   slots_ = ShmSlots(region.subspan(kShmRingSlotsOffset), ring_slots, slot_bytes,
                     slot_bytes - kShmSlotDataOffset);
-}
-
-ShmRead ShmRingConsumer::Take(std::span<RxDatagram> out, const Endpoint& source) {
-  if (broken_ || out.empty()) return {};
-  const uint64_t head = ShmRef<uint64_t>(base_, kShmRingHeadOffset).load(std::memory_order_acquire);
-  const uint64_t waiting = head - tail_;
-  if (waiting == 0) return {};
-  if (waiting > slots_.ring_slots()) {
-    broken_ = true;
-    ShmRead r;
-    r.malformed = 1;
-    return r;
-  }
-  return slots_.Read(&tail_, std::min<uint64_t>(waiting, out.size()), limit_, source, out);
 }
 
 }  // namespace switchml::transport

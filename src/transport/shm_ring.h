@@ -24,6 +24,7 @@
 // (each normally in a process of its own). Nothing blocks.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -201,6 +202,42 @@ constexpr ShmCursor ClassifyShmCursor(uint64_t head, uint64_t cursor, uint32_t r
   if (cursor - head <= ring_slots) return ShmCursor::kUnpublished;
   if (waiting > ring_slots) return ShmCursor::kCorrupt;
   return ShmCursor::kWaiting;
+}
+
+// Inline: once per receive batch of every ring, on the data path.
+inline ShmRead ShmSlots::Read(uint64_t* cursor, uint64_t take, size_t limit, const Endpoint& source,
+                              std::span<RxDatagram> out) const {
+  ShmRead r;
+  limit = std::min(limit, capacity_);
+  for (uint64_t i = 0; i < take; ++i, ++*cursor) {
+    uint8_t* slot = Slot(*cursor);
+    const uint32_t length = ShmRef<uint32_t>(slot, 0).load(std::memory_order_relaxed);
+    if (length > kShmMaxLength) {
+      ++r.malformed;
+      continue;
+    }
+    RxDatagram& d = out[r.filled++];
+    const bool cut = length > limit;
+    d.data = {slot + kShmSlotDataOffset, std::min<size_t>(length, limit)};
+    d.source = source;
+    d.truncated = cut;
+    r.truncated += cut ? 1 : 0;
+  }
+  return r;
+}
+
+inline ShmRead ShmRingConsumer::Take(std::span<RxDatagram> out, const Endpoint& source) {
+  if (broken_ || out.empty()) return {};
+  const uint64_t head = ShmRef<uint64_t>(base_, kShmRingHeadOffset).load(std::memory_order_acquire);
+  const uint64_t waiting = head - tail_;
+  if (waiting == 0) return {};
+  if (waiting > slots_.ring_slots()) {
+    broken_ = true;
+    ShmRead r;
+    r.malformed = 1;
+    return r;
+  }
+  return slots_.Read(&tail_, std::min<uint64_t>(waiting, out.size()), limit_, source, out);
 }
 
 }  // namespace switchml::transport
