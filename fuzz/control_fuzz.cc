@@ -278,10 +278,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Registry& reg = s.server->registry();
   FUZZ_CHECK(WaitFor(
       [&] {
-        return reg.waiting_calls() == 0 && reg.attached_streams() == 0 &&
-               reg.pending_streams() == 0 && reg.stranger_calls() == 0 &&
-               reg.forwarded_calls() == 0 && reg.member_calls(1) == 0 && reg.member_calls(2) == 0 &&
-               reg.member_calls(3) == 0;
+        return reg.counts().waiting_calls == 0 && reg.counts().attached_streams == 0 &&
+               reg.counts().pending_streams == 0 && reg.counts().stranger_calls == 0 &&
+               reg.counts().forwarded_calls == 0 && reg.counts(1).member_calls == 0 &&
+               reg.counts(2).member_calls == 0 && reg.counts(3).member_calls == 0;
       },
       5s));
   // The server answers, and the input's jobs are closed by their owners. A registration whose

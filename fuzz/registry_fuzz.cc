@@ -291,10 +291,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           }
           break;
       }
-      FUZZ_CHECK(reg.stranger_calls() <= opts.max_calls_total);
-      FUZZ_CHECK(reg.forwarded_calls() == forwarded.size());
+      FUZZ_CHECK(reg.counts().stranger_calls <= opts.max_calls_total);
+      FUZZ_CHECK(reg.counts().forwarded_calls == forwarded.size());
       for (uint64_t id : kSessions) {
-        FUZZ_CHECK(reg.member_calls(id) <= kMemberCallsPerWorker * (sc.max_workers_per_job + 1));
+        FUZZ_CHECK(reg.counts(id).member_calls <=
+                   kMemberCallsPerWorker * (sc.max_workers_per_job + 1));
         const bool in_registry = reg.HasJob(id);
         std::lock_guard<std::mutex> lock(sw.mu);
         FUZZ_CHECK(in_registry == sw.sw.HasJob(id));
@@ -311,17 +312,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           calls.detached[t] = true;
         }
       }
-      FUZZ_CHECK(reg.waiting_calls() == 0);
-      FUZZ_CHECK(reg.attached_streams() == 0);
-      FUZZ_CHECK(reg.pending_streams() == 0);
-      FUZZ_CHECK(reg.stranger_calls() == 0);
-      for (uint64_t id : kSessions) FUZZ_CHECK(reg.member_calls(id) == 0);
+      FUZZ_CHECK(reg.counts().waiting_calls == 0);
+      FUZZ_CHECK(reg.counts().attached_streams == 0);
+      FUZZ_CHECK(reg.counts().pending_streams == 0);
+      FUZZ_CHECK(reg.counts().stranger_calls == 0);
+      for (uint64_t id : kSessions) FUZZ_CHECK(reg.counts(id).member_calls == 0);
     }
     for (uint64_t t : forwarded) reg.ReleaseForwarded(t);
     reg.Shutdown();
-    FUZZ_CHECK(reg.waiting_calls() == 0);
-    FUZZ_CHECK(reg.pending_streams() == 0);
-    FUZZ_CHECK(reg.stranger_calls() == 0);
+    FUZZ_CHECK(reg.counts().waiting_calls == 0);
+    FUZZ_CHECK(reg.counts().pending_streams == 0);
+    FUZZ_CHECK(reg.counts().stranger_calls == 0);
     registry = nullptr;
   }
   for (const auto& [t, n] : calls.sync_done) FUZZ_CHECK(n == 1);

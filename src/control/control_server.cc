@@ -204,9 +204,7 @@ struct ControlServer::Impl {
         registry(o.registry, sw, {}, o.registry_hooks),
         session_service(this),
         sync_service(this),
-        monitor_service(this) {
-    if (o.job_activity) registry.set_activity(o.job_activity);
-  }
+        monitor_service(this) {}
 
   // Barrier and Broadcast: registered with the registry, finished by its callback.
   class SyncReactor final : public grpc::ServerUnaryReactor {
@@ -716,10 +714,6 @@ ControlServer::~ControlServer() { Shutdown(); }
 uint16_t ControlServer::port() const { return impl_->port; }
 
 void ControlServer::Shutdown() { impl_->Shutdown(); }
-
-uint32_t ControlServer::waiting_sync_calls() const { return impl_->registry.waiting_calls(); }
-
-uint32_t ControlServer::attached_streams() const { return impl_->registry.attached_streams(); }
 
 ControlServer::ConnectionStats ControlServer::connection_stats() const {
   const Listener::Stats s = impl_->listener->stats();

@@ -44,8 +44,6 @@ struct ControlServerOptions {
   // Jobs, secrets, leases and limits (registry.h).
   RegistryOptions registry;
   RegistryHooks registry_hooks;
-  // Packets the data plane received for a job so far (keeps its lease alive); may be empty.
-  Registry::Activity job_activity;
   // TLS: with cert_file and key_file (PEM) the server speaks TLS only; with client_ca_file too,
   // every client must present a certificate signed by that CA (mutual TLS).
   std::string tls_cert_file;
@@ -84,10 +82,6 @@ class ControlServer {
   // until every handler has returned. Idempotent.
   void Shutdown();
 
-  // Barrier and Broadcast calls currently waiting for their round (for tests and status pages).
-  uint32_t waiting_sync_calls() const;
-  // Worker streams attached (Session.Attach).
-  uint32_t attached_streams() const;
   // Control connections: open now; accepted, refused, closed to make room and closed unread
   // (out of file descriptors) so far.
   struct ConnectionStats {

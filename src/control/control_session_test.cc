@@ -417,7 +417,7 @@ TEST_F(ControlSessionTest, RefusalFailsTheSessionsSyncCallsFast) {
   ASSERT_TRUE(client.UdpSession(Args(77, 1, 3)).ok());
   const auto start = std::chrono::steady_clock::now();
   auto waiting = std::async(std::launch::async, [&] { return client.Barrier(77, 3); });
-  while (server_->waiting_sync_calls() < 1) std::this_thread::sleep_for(5ms);
+  while (server_->registry().counts().waiting_calls < 1) std::this_thread::sleep_for(5ms);
 
   UdpSessionArgs bad = Args(77, 2, 3);
   bad.num_workers = 4;
@@ -482,7 +482,7 @@ TEST(ControlFailureMemoryTest, AnOldFailureDoesNotFailANewAttempt) {
   std::this_thread::sleep_for(400ms);
   // The new attempt: rank 1 waits at the barrier first, then rank 0 arrives; both pass.
   auto rank1 = std::async(std::launch::async, [&] { return client.Barrier(55, 2); });
-  while ((*server)->waiting_sync_calls() < 1) std::this_thread::sleep_for(5ms);
+  while ((*server)->registry().counts().waiting_calls < 1) std::this_thread::sleep_for(5ms);
   EXPECT_TRUE(client.Barrier(55, 2).ok());
   EXPECT_TRUE(rank1.get().ok());
 }

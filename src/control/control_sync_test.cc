@@ -38,10 +38,11 @@ class ControlSyncTest : public ::testing::Test {
   // Waits until exactly n sync calls wait on the server (fails after 5 s).
   void ExpectWaiting(uint32_t n) {
     const auto until = std::chrono::steady_clock::now() + 5s;
-    while (server_->waiting_sync_calls() != n && std::chrono::steady_clock::now() < until) {
+    while (server_->registry().counts().waiting_calls != n &&
+           std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(5ms);
     }
-    EXPECT_EQ(server_->waiting_sync_calls(), n);
+    EXPECT_EQ(server_->registry().counts().waiting_calls, n);
   }
 
   std::unique_ptr<dataplane::LockedSwitch> sw_;
@@ -68,7 +69,7 @@ TEST_F(ControlSyncTest, EightThreadsAreReleasedTogether) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(early.load(), 0);
-  EXPECT_EQ(server_->waiting_sync_calls(), 0u);
+  EXPECT_EQ(server_->registry().counts().waiting_calls, 0u);
 }
 
 // Given one worker waiting in each of two sessions' barriers, expect neither released by the

@@ -76,6 +76,17 @@ dataplane::JobSpec SpecOf(const RegisterRequest& r, uint32_t ipv4,
 
 }  // namespace
 
+namespace {
+// The member a request with `secret` for `job_id` is (the job exists and has that secret), else
+// a stranger (job 0).
+CallLimits::Member MemberOf(const JobTable& jobs, uint64_t job_id, const std::string& secret) {
+  if (job_id == 0) return {};
+  const Job* job = jobs.Find(job_id);
+  if (job == nullptr || !SameSecret(job->secret, secret)) return {};
+  return {job_id, job->spec.num_workers};
+}
+}  // namespace
+
 bool SameSecret(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;
@@ -110,11 +121,6 @@ Registry::Registry(const RegistryOptions& options, dataplane::LockedSwitch* sw, 
 
 Registry::~Registry() { Shutdown(); }
 
-void Registry::set_activity(Activity activity) {
-  std::lock_guard lock(mu_);
-  activity_ = std::move(activity);
-}
-
 std::chrono::steady_clock::time_point Registry::Now() const {
   return clock_ ? clock_() : std::chrono::steady_clock::now();
 }
@@ -124,34 +130,17 @@ uint64_t Registry::NewTicket() {
   return next_ticket_++;
 }
 
-uint32_t Registry::waiting_calls() const {
+RegistryCounts Registry::counts(uint64_t job_id) const {
   std::lock_guard lock(mu_);
-  return static_cast<uint32_t>(meetings_.waiting());
-}
-
-uint32_t Registry::attached_streams() const {
-  std::lock_guard lock(mu_);
-  return static_cast<uint32_t>(streams_.attached());
-}
-
-uint32_t Registry::pending_streams() const {
-  std::lock_guard lock(mu_);
-  return static_cast<uint32_t>(streams_.opened());
-}
-
-uint32_t Registry::forwarded_calls() const {
-  std::lock_guard lock(mu_);
-  return limits_.forwarded_calls();
-}
-
-uint32_t Registry::stranger_calls() const {
-  std::lock_guard lock(mu_);
-  return limits_.stranger_calls();
-}
-
-uint32_t Registry::member_calls(uint64_t job_id) const {
-  std::lock_guard lock(mu_);
-  return limits_.member_calls(job_id);
+  RegistryCounts c;
+  c.jobs = static_cast<uint32_t>(jobs_.size());
+  c.waiting_calls = static_cast<uint32_t>(meetings_.waiting());
+  c.attached_streams = static_cast<uint32_t>(streams_.attached());
+  c.pending_streams = static_cast<uint32_t>(streams_.opened());
+  c.forwarded_calls = limits_.forwarded_calls();
+  c.stranger_calls = limits_.stranger_calls();
+  c.member_calls = limits_.member_calls(job_id);
+  return c;
 }
 
 bool Registry::HasJob(uint64_t job_id) const {
@@ -162,10 +151,6 @@ bool Registry::HasJob(uint64_t job_id) const {
 std::vector<JobSummary> Registry::JobSummaries(const std::string* secret, uint32_t* hidden) const {
   std::lock_guard lock(mu_);
   return jobs_.Summaries(secret, hidden, Now());
-}
-
-void Registry::LogRefusal(const std::string& what, const Caller& caller, const Status& why) {
-  refusals_.Log(Now(), what, caller.peer, why);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -245,8 +230,7 @@ Status Registry::MakeRoomLocked(uint64_t job_id, Deferred& deferred) {
 Status Registry::ClearAddressLocked(const dataplane::JobSpec& spec, uint32_t ipv4, uint32_t port,
                                     Deferred& deferred) {
   std::vector<uint64_t> in_the_way;
-  RETURN_IF_ERROR(
-      jobs_.CheckAddress(spec.job_id, ipv4, port, spec.num_ports, Now(), &in_the_way));
+  RETURN_IF_ERROR(jobs_.CheckAddress(spec.job_id, ipv4, port, spec.num_ports, Now(), &in_the_way));
   RemoveExpiredLocked(in_the_way, " expired; removed: its address is taken over", deferred);
   return Status::Ok();
 }
@@ -290,7 +274,8 @@ Status Registry::Register(const RegisterRequest& r, const Caller& caller, std::s
     }
   }
   RunAll(deferred);
-  if (!st.ok()) LogRefusal("UdpSession of rank " + std::to_string(r.rank), caller, st);
+  if (!st.ok())
+    refusals_.Log(Now(), "UdpSession of rank " + std::to_string(r.rank), caller.peer, st);
   return st;
 }
 
@@ -300,7 +285,7 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
   if (r.rank == 0) {
     ASSIGN_OR_RETURN(job, OpenJobLocked(r, spec, ipv4, deferred));
   } else {
-    if (const Status* failure = FailureLocked(r.job_id, r.secret)) return *failure;
+    if (const Status* failure = failures_.Find(r.job_id, r.secret, Now())) return *failure;
     // Another secret's job is answered as no job (issue 28, found 8: whether a session id is in
     // use is not told to a stranger; Register of rank 0 and Sync still refuse a live job's
     // session id with PERMISSION_DENIED, docs/security.md 2).
@@ -384,10 +369,6 @@ Status Registry::AddWorkerLocked(const RegisterRequest& r, const dataplane::JobS
 // ---------------------------------------------------------------------------------------------
 // Failures.
 
-const Status* Registry::FailureLocked(uint64_t job_id, const std::string& secret) {
-  return failures_.Find(job_id, secret, Now());
-}
-
 void Registry::FailSessionLocked(uint64_t job_id, const std::string& secret, const Status& why,
                                  Deferred& deferred) {
   if (job_id == 0) return;  // 0 is the unscoped sync group, never a failed session
@@ -403,13 +384,6 @@ void Registry::FailSessionLocked(uint64_t job_id, const std::string& secret, con
 
 // ---------------------------------------------------------------------------------------------
 // Limits.
-
-CallLimits::Member Registry::MemberLocked(uint64_t job_id, const std::string& secret) const {
-  if (job_id == 0) return {};
-  const Job* job = jobs_.Find(job_id);
-  if (job == nullptr || !SameSecret(job->secret, secret)) return {};
-  return {job_id, job->spec.num_workers};
-}
 
 CallLimits::Evict Registry::EvictorLocked(Deferred& deferred) {
   return [this, &deferred](uint64_t ticket, const std::string& why) {
@@ -437,12 +411,12 @@ Status Registry::AdmitForwarded(uint64_t ticket, const Caller& caller, uint64_t 
     if (shut_down_) {
       st = ShuttingDown();
     } else {
-      st = limits_.AdmitForwarded(ClientKey(caller), MemberLocked(job_id, secret), ticket, upstream,
-                                  EvictorLocked(deferred));
+      st = limits_.AdmitForwarded(ClientKey(caller), MemberOf(jobs_, job_id, secret), ticket,
+                                  upstream, EvictorLocked(deferred));
     }
   }
   RunAll(deferred);
-  if (!st.ok()) LogRefusal(upstream ? "forwarded call" : "call", caller, st);
+  if (!st.ok()) refusals_.Log(Now(), upstream ? "forwarded call" : "call", caller.peer, st);
   return st;
 }
 
@@ -466,7 +440,7 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
       job = jobs_.Find(q.job_id);
       if (job != nullptr) st = CheckSecret(*job, q.secret, q.job_id);
       if (st.ok()) {
-        if (const Status* failure = FailureLocked(q.job_id, q.secret)) st = *failure;
+        if (const Status* failure = failures_.Find(q.job_id, q.secret, Now())) st = *failure;
       }
     }
     Charge charge;
@@ -488,7 +462,7 @@ void Registry::Sync(uint64_t ticket, const SyncRequest& q, const Caller& caller,
   }
   RunAll(deferred);
   if (!st.ok()) {
-    LogRefusal(scope, caller, st);
+    refusals_.Log(Now(), scope, caller.peer, st);
     if (done) done(st, ErrorReason::kNone, 0);
   }
 }
@@ -555,7 +529,8 @@ Status Registry::Close(const CloseRequest& q, const Caller& caller) {
     }
   }
   RunAll(deferred);
-  if (!st.ok() && st.code() != StatusCode::kNotFound) LogRefusal("Close", caller, st);
+  if (!st.ok() && st.code() != StatusCode::kNotFound)
+    refusals_.Log(Now(), "Close", caller.peer, st);
   return st;
 }
 
@@ -573,7 +548,7 @@ Status Registry::OpenStream(uint64_t ticket, const Caller& caller, StreamEnd end
     if (st.ok()) streams_.Open(ticket, charge, std::move(end), Now());
   }
   RunAll(deferred);
-  if (!st.ok()) LogRefusal("Attach stream", caller, st);
+  if (!st.ok()) refusals_.Log(Now(), "Attach stream", caller.peer, st);
   return st;
 }
 
@@ -609,7 +584,7 @@ Status Registry::Attach(uint64_t ticket, const AttachRequest& q, const Caller& c
     }
   }
   RunAll(deferred);
-  if (!st.ok()) LogRefusal("Attach", caller, st);
+  if (!st.ok()) refusals_.Log(Now(), "Attach", caller.peer, st);
   return st;
 }
 
@@ -621,7 +596,7 @@ Status Registry::AttachableLocked(const AttachRequest& q, Job** job) {
     // A session that failed at setup (another rank was refused) is gone from the table: its
     // worker hears why, not that it never registered. Another secret's job is answered as no
     // job (issue 28, found 8).
-    if (const Status* failed = FailureLocked(q.job_id, q.secret)) return *failed;
+    if (const Status* failed = failures_.Find(q.job_id, q.secret, Now())) return *failed;
     return FailedPreconditionError(name +
                                    " does not exist on the switch for this job secret: attach "
                                    "after registering (UdpSession)");
@@ -713,7 +688,7 @@ Result<std::string> Registry::DescribeAllReduce(uint64_t job_id, const std::stri
   if (secret.size() > kMaxSecretBytes) return InvalidArgumentError("job secret too long");
   // Another secret's job is answered as no job (issue 28, found 8).
   const Job* job = jobs_.FindFor(job_id, secret);
-  if (const Status* failure = FailureLocked(job_id, secret)) return *failure;
+  if (const Status* failure = failures_.Find(job_id, secret, Now())) return *failure;
   if (job == nullptr) return NotFoundError(SessionName(job_id) + kNotOpenForThisSecret);
   return job->checks->Describe(
       allreduce, [job](uint32_t r) { return r < job->ranks.size() && job->ranks[r].closed; });
@@ -752,14 +727,12 @@ void Registry::Fail(uint64_t job_id, const std::string& secret, const Status& wh
 
 void Registry::Tick() {
   std::vector<uint64_t> ids;
-  Activity activity;
-  {
+  if (hooks_.activity) {
     std::lock_guard lock(mu_);
-    activity = activity_;
-    if (activity) ids = jobs_.ids();
+    ids = jobs_.ids();
   }
   std::vector<std::pair<uint64_t, uint64_t>> packets;
-  for (uint64_t id : ids) packets.emplace_back(id, activity(id));
+  for (uint64_t id : ids) packets.emplace_back(id, hooks_.activity(id));
   Deferred deferred;
   {
     std::lock_guard lock(mu_);

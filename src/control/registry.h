@@ -185,6 +185,22 @@ struct RegistryHooks {
   // has the upstream switch compare it with the other racks').
   std::function<void(uint64_t job_id, uint64_t allreduce, uint64_t count, uint32_t dtype)>
       check_agreed;
+  // Packets the data plane received for a job so far (its activity, which keeps its lease
+  // alive); asked by Tick. May be empty.
+  std::function<uint64_t(uint64_t job_id)> activity;
+};
+
+// What a registry holds at one moment (Registry::counts), for tests, status pages and metrics.
+struct RegistryCounts {
+  uint32_t jobs = 0;
+  uint32_t waiting_calls = 0;     // Barrier/Broadcast calls waiting for their meeting
+  uint32_t attached_streams = 0;  // Session.Attach streams attached to a job
+  uint32_t pending_streams = 0;   // streams opened and not attached yet
+  uint32_t forwarded_calls = 0;   // calls passed on (AdmitForwarded) under way
+  // Calls counted against strangers (see RegistryOptions), and against the allowance of the job
+  // counts() was asked about.
+  uint32_t stranger_calls = 0;
+  uint32_t member_calls = 0;
 };
 
 class Registry {
@@ -197,8 +213,6 @@ class Registry {
   using StreamEnd = Streams::End;
   // A confirmed all-reduce check.
   using Checked = Streams::Checked;
-  // Packets the data plane received for a job so far (its activity); may be empty.
-  using Activity = std::function<uint64_t(uint64_t job_id)>;
 
   // clock: empty = steady_clock::now.
   Registry(const RegistryOptions& options, dataplane::LockedSwitch* sw, Clock clock = {},
@@ -206,8 +220,6 @@ class Registry {
   ~Registry();
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
-
-  void set_activity(Activity activity);
 
   // Session.UdpSession: rank 0 creates (or re-creates) the job, the others join it. A job that
   // asks for the authenticated data plane gets a random 16-byte key when created; every
@@ -294,15 +306,8 @@ class Registry {
                                        uint32_t* hidden = nullptr) const;
   const RegistryOptions& options() const { return options_; }
 
-  // For tests and status pages.
-  uint32_t waiting_calls() const;
-  uint32_t attached_streams() const;
-  // Streams opened and not attached yet; calls passed on (AdmitForwarded) under way.
-  uint32_t pending_streams() const;
-  uint32_t forwarded_calls() const;
-  // Calls counted against strangers (see RegistryOptions), and against a job's allowance.
-  uint32_t stranger_calls() const;
-  uint32_t member_calls(uint64_t job_id) const;
+  // What the registry holds now; member_calls: those of job `job_id`.
+  RegistryCounts counts(uint64_t job_id = 0) const;
   bool HasJob(uint64_t job_id) const;
 
  private:
@@ -331,20 +336,15 @@ class Registry {
   // streams and removes its job.
   void FailSessionLocked(uint64_t job_id, const std::string& secret, const Status& why,
                          Deferred& deferred);
-  const Status* FailureLocked(uint64_t job_id, const std::string& secret);
   // Whether the stream's rank may attach: *job, its job.
   Status AttachableLocked(const AttachRequest& q, Job** job);
   // Admits the call or stream `ticket` (CallLimits::Admit): a member's of `member` (session 0: a
   // stranger's). May evict another (its callback goes to `deferred`).
   Status AdmitLocked(const Caller& caller, const CallLimits::Member& member, uint64_t ticket,
                      bool evictable, Deferred& deferred, Charge* charge);
-  // The member a request with `secret` for `job_id` is (the session's job exists and has that
-  // secret), else a stranger (session 0).
-  CallLimits::Member MemberLocked(uint64_t job_id, const std::string& secret) const;
   // Ends a stranger's wait or unattached stream to make room (RESOURCE_EXHAUSTED, `why`), its
   // callback going to `deferred`.
   CallLimits::Evict EvictorLocked(Deferred& deferred);
-  void LogRefusal(const std::string& what, const Caller& caller, const Status& why);
 
   const RegistryOptions options_;
   dataplane::LockedSwitch* const sw_;
@@ -352,7 +352,6 @@ class Registry {
   const RegistryHooks hooks_;
 
   mutable std::mutex mu_;
-  Activity activity_;
   bool shut_down_ = false;
   uint64_t next_ticket_ = 1;
   JobTable jobs_;

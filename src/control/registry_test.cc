@@ -379,7 +379,7 @@ TEST_F(RegistryTest, OneClientCannotStarveTheOthers) {
   int refused = 0;
   for (auto& f : flood) refused += f->done && f->status.code() == StatusCode::kResourceExhausted;
   EXPECT_EQ(refused, 1500 - 256);
-  EXPECT_EQ(registry_->waiting_calls(), 256u);
+  EXPECT_EQ(registry_->counts().waiting_calls, 256u);
   Open(17, 2, 40000);
   auto a = Sync(Barrier(17, 2, 0));
   auto b = Sync(Barrier(17, 2, 1));
@@ -392,7 +392,7 @@ TEST_F(RegistryTest, HugeNumWorkersIsRefusedBeforeAnyAllocation) {
   ASSERT_TRUE(o->done);
   EXPECT_EQ(o->status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(o->status.message().find("limit of 32"), std::string::npos) << o->status.message();
-  EXPECT_EQ(registry_->waiting_calls(), 0u);
+  EXPECT_EQ(registry_->counts().waiting_calls, 0u);
 }
 
 // Found 3, third case: refused calls used to log a line each, unthrottled.
@@ -520,7 +520,7 @@ TEST_F(RegistryTest, LostStreamFailsThePeersNamingTheRank) {
   ASSERT_TRUE(waiting->done);
   EXPECT_NE(waiting->status.message().find("rank 2"), std::string::npos);
   EXPECT_FALSE(SwitchHasJob(21));
-  EXPECT_EQ(registry_->attached_streams(), 0u);
+  EXPECT_EQ(registry_->counts().attached_streams, 0u);
 }
 
 // Found 5, second case: finished jobs were never closed. Expect the job removed once every rank
@@ -592,9 +592,9 @@ TEST_F(RegistryTest, CloseWithAFailureFailsTheSession) {
 TEST_F(RegistryTest, LeasesExpireOnlyForVanishedJobs) {
   RegistryOptions o;
   o.lease = 10s;
-  Make(o);
   uint64_t packets = 0;
-  registry_->set_activity([&](uint64_t id) { return id == 24 ? packets : 0; });
+  hooks_.activity = [&](uint64_t id) { return id == 24 ? packets : 0; };
+  Make(o);
   Open(23, 1, 40000);
   Open(24, 1, 40100);
   Open(25, 1, 40200);
@@ -633,7 +633,7 @@ TEST_F(RegistryTest, StrangersFillingTheTotalNeverStarveARunningJob) {
                            At(kStranger + a, 1000 + i)));
     }
   }
-  EXPECT_EQ(registry_->stranger_calls(), 2000u);
+  EXPECT_EQ(registry_->counts().stranger_calls, 2000u);
   for (int round = 0; round < 3; ++round) {
     auto a = Sync(Barrier(40, 2, 0));
     auto b = Sync(Barrier(40, 2, 1));
@@ -647,8 +647,8 @@ TEST_F(RegistryTest, StrangersFillingTheTotalNeverStarveARunningJob) {
     EXPECT_EQ(d->value, 7u);
   }
   EXPECT_FALSE(end0->has_value());
-  EXPECT_EQ(registry_->member_calls(40), 2u);  // the two streams
-  EXPECT_EQ(registry_->stranger_calls(), 2000u);
+  EXPECT_EQ(registry_->counts(40).member_calls, 2u);  // the two streams
+  EXPECT_EQ(registry_->counts().stranger_calls, 2000u);
 }
 
 // A job's own allowance is bounded too: a member that makes more calls at once than the
@@ -661,9 +661,9 @@ TEST_F(RegistryTest, AJobsMembersHaveABoundedAllowance) {
   for (int i = 0; i < 20; ++i) waits.push_back(Sync(Barrier(41, 32)));
   int refused = 0;
   for (auto& w : waits) refused += w->done && w->status.code() == StatusCode::kResourceExhausted;
-  EXPECT_EQ(registry_->member_calls(41), kMemberCallsPerWorker * 3);
+  EXPECT_EQ(registry_->counts(41).member_calls, kMemberCallsPerWorker * 3);
   EXPECT_EQ(refused, 20 - static_cast<int>(kMemberCallsPerWorker * 3));
-  EXPECT_EQ(registry_->stranger_calls(), 0u);
+  EXPECT_EQ(registry_->counts().stranger_calls, 0u);
 }
 
 // When the strangers' total is full, a client with few calls (a new job's first broadcast before
@@ -681,7 +681,7 @@ TEST_F(RegistryTest, AFullStrangersTotalEvictsFromTheBiggestHolder) {
   for (uint32_t i = 0; i < 50; ++i) {
     small.push_back(Sync(Barrier(8000 + i, 2, std::nullopt, "small"), At(kStranger + 1, 1000)));
   }
-  EXPECT_EQ(registry_->stranger_calls(), 150u);
+  EXPECT_EQ(registry_->counts().stranger_calls, 150u);
   for (auto& b : big) EXPECT_FALSE(b->done);
   // A newcomer: its rank 0's broadcast evicts the big holder's oldest call.
   auto ours0 = Sync(Broadcast(0, 2, 0, 99), At(kLocal));
@@ -699,7 +699,7 @@ TEST_F(RegistryTest, AFullStrangersTotalEvictsFromTheBiggestHolder) {
   for (int i = 0; i < 2; ++i) {
     small.push_back(Sync(Barrier(8900 + i, 2, std::nullopt, "small"), At(kStranger + 1, 1000)));
   }
-  EXPECT_EQ(registry_->stranger_calls(), 150u);
+  EXPECT_EQ(registry_->counts().stranger_calls, 150u);
   auto more = Sync(Barrier(9999, 2, std::nullopt, "big"), At(kStranger, 999));
   ASSERT_TRUE(more->done);
   EXPECT_EQ(more->status.code(), StatusCode::kResourceExhausted);
@@ -714,9 +714,9 @@ TEST_F(RegistryTest, AFullStrangersTotalEvictsFromTheBiggestHolder) {
 TEST_F(SmallTableTest, IdleAttachedJobsAreReclaimedWhenTheTableIsFull) {
   RegistryOptions o;
   o.idle_reclaim = 600s;
-  Make(o);
   uint64_t packets = 0;
-  registry_->set_activity([&](uint64_t id) { return id == 2 ? packets : 0; });
+  hooks_.activity = [&](uint64_t id) { return id == 2 ? packets : 0; };
+  Make(o);
   std::vector<std::shared_ptr<std::optional<Status>>> ends;
   for (uint64_t s = 1; s <= 3; ++s) {
     Open(s, 1, 40000 + 10 * s);
@@ -760,27 +760,27 @@ TEST_F(RegistryTest, StreamsAreCountedBeforeTheirFirstMessage) {
                                       [e = ends.back()](const Status& why) { *e = why; });
     EXPECT_EQ(st.ok(), i < 5) << st.ToString();
   }
-  EXPECT_EQ(registry_->pending_streams(), 5u);
-  EXPECT_EQ(registry_->stranger_calls(), 5u);
+  EXPECT_EQ(registry_->counts().pending_streams, 5u);
+  EXPECT_EQ(registry_->counts().stranger_calls, 5u);
   // Attached: a member's call now.
   Open(42, 1, 40000);
   Status st = registry_->Attach(
       tickets[0], AttachRequest{42, 0, kSecret, ""}, At(kStranger), [](const Status&) {},
       [](uint64_t) {});
   ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_EQ(registry_->stranger_calls(), 4u);
-  EXPECT_EQ(registry_->member_calls(42), 1u);
+  EXPECT_EQ(registry_->counts().stranger_calls, 4u);
+  EXPECT_EQ(registry_->counts(42).member_calls, 1u);
   // Refused: dropped, its end never runs.
   EXPECT_FALSE(registry_
                    ->Attach(
                        tickets[1], AttachRequest{43, 0, kSecret, ""}, At(kStranger),
                        [](const Status&) {}, [](uint64_t) {})
                    .ok());
-  EXPECT_EQ(registry_->stranger_calls(), 3u);
+  EXPECT_EQ(registry_->counts().stranger_calls, 3u);
   now_ += 11s;
   registry_->Tick();
-  EXPECT_EQ(registry_->pending_streams(), 0u);
-  EXPECT_EQ(registry_->stranger_calls(), 0u);
+  EXPECT_EQ(registry_->counts().pending_streams, 0u);
+  EXPECT_EQ(registry_->counts().stranger_calls, 0u);
   EXPECT_FALSE(ends[0]->has_value());
   EXPECT_FALSE(ends[1]->has_value());
   for (int i = 2; i < 5; ++i) {
@@ -827,7 +827,7 @@ TEST_F(RegistryTest, ForwardedCallsAreAdmittedLikeWaits) {
   const uint64_t m0 = registry_->NewTicket(), m1 = registry_->NewTicket();
   EXPECT_TRUE(registry_->AdmitForwarded(m0, At(kLocal), 44, kSecret, true).ok());
   EXPECT_TRUE(registry_->AdmitForwarded(m1, At(kLocal), 44, kSecret, true).ok());
-  EXPECT_EQ(registry_->member_calls(44), 2u);
+  EXPECT_EQ(registry_->counts(44).member_calls, 2u);
   // A wrong secret is a stranger's call.
   for (int i = 0; i < 8; ++i) {
     EXPECT_TRUE(
@@ -839,9 +839,9 @@ TEST_F(RegistryTest, ForwardedCallsAreAdmittedLikeWaits) {
   for (uint64_t t : local) registry_->ReleaseForwarded(t);
   registry_->ReleaseForwarded(m0);
   registry_->ReleaseForwarded(m1);
-  EXPECT_EQ(registry_->forwarded_calls(), 8u);  // the members' 8 left running
-  EXPECT_EQ(registry_->stranger_calls(), 0u);
-  EXPECT_EQ(registry_->member_calls(44), 8u);
+  EXPECT_EQ(registry_->counts().forwarded_calls, 8u);  // the members' 8 left running
+  EXPECT_EQ(registry_->counts().stranger_calls, 0u);
+  EXPECT_EQ(registry_->counts(44).member_calls, 8u);
 }
 
 // Issue 28, found 7: a registration with udp_port 0 ("any port") from a host made every later

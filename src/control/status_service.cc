@@ -25,8 +25,9 @@ grpc::Status AnswerStatus(const Registry& registry, const CallStats& calls,
       registry.JobSummaries(&request.job_secret(), &hidden);
   response->set_version(SWITCHML_VERSION_STRING);
   response->set_other_jobs(hidden);
-  response->set_waiting_calls(registry.waiting_calls());
-  response->set_attached_streams(registry.attached_streams());
+  const RegistryCounts counts = registry.counts();
+  response->set_waiting_calls(counts.waiting_calls);
+  response->set_attached_streams(counts.attached_streams);
   if (snapshot != nullptr) {
     response->set_uptime_ms(Millis(snapshot->uptime));
     response->set_transport(snapshot->transport);

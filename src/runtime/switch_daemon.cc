@@ -274,7 +274,7 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
                          << options.threads << " thread" << (options.threads > 1 ? "s" : "")
                          << ") over " << first.name();
   control::ControlServerOptions copts = options.control;
-  copts.job_activity = [p = d.get()](uint64_t job_id) -> uint64_t {
+  copts.registry_hooks.activity = [p = d.get()](uint64_t job_id) -> uint64_t {
     auto c = p->job_counters(job_id);
     return c ? c->received : 0;
   };

@@ -77,7 +77,7 @@ struct SwitchDaemonOptions {
   uint32_t rack_index = 0;
   uint32_t racks = 0;
   // The control plane's jobs, secrets, leases, limits, hooks and TLS (control_server.h). Its
-  // address, ports and job_activity are set by the daemon from the fields above.
+  // address, ports and registry_hooks.activity are set by the daemon from the fields above.
   control::ControlServerOptions control;
   Status Validate() const;
 };

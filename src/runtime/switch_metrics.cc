@@ -112,12 +112,13 @@ class SwitchCollector final : public prometheus::Collectable {
       calls.Add(static_cast<double>(e.count), {{"method", e.method}, {"code", e.code}});
     }
     calls.MoveTo(out);
+    const control::RegistryCounts counts = control.registry().counts();
     Gauge("switchml_control_waiting_calls",
           "Barrier and broadcast calls waiting for the rest of their round.")
-        .Add(control.waiting_sync_calls())
+        .Add(counts.waiting_calls)
         .MoveTo(out);
     Gauge("switchml_control_attached_streams", "Workers' control streams attached.")
-        .Add(control.attached_streams())
+        .Add(counts.attached_streams)
         .MoveTo(out);
   }
 

@@ -558,8 +558,9 @@ TEST(UplinkTest, ForwardedBarriersDoNotHoldTheTorsControlPlane) {
       return workers[r]->Barrier(32, 20, "s", r, std::chrono::system_clock::now() + 3s);
     }));
   }
-  ASSERT_TRUE(testing::WaitUntil([&] { return h.spine->waiting_sync_calls() >= 8; }, 5s))
-      << "the ToR forwarded " << h.spine->waiting_sync_calls() << " of 8 barriers";
+  ASSERT_TRUE(
+      testing::WaitUntil([&] { return h.spine->registry().counts().waiting_calls >= 8; }, 5s))
+      << "the ToR forwarded " << h.spine->registry().counts().waiting_calls << " of 8 barriers";
   control::ControlClient other(h.tor_target(), 10s);
   start = std::chrono::steady_clock::now();
   const Status closed = other.Close(99, "s", std::nullopt, 10s);
@@ -603,7 +604,7 @@ TEST(UplinkTest, AStrangersBarriersAtATorAreBoundedAndTheRacksJobRunsOn) {
     ++refused;
   }
   EXPECT_EQ(refused, 68);
-  EXPECT_LE(h.spine->waiting_sync_calls(), 32u);
+  EXPECT_LE(h.spine->registry().counts().waiting_calls, 32u);
   for (int i = 0; i < 5; ++i) {
     const Status st = worker.Barrier(50, 1, "s", 0, std::chrono::system_clock::now() + 10s);
     EXPECT_TRUE(st.ok()) << st.ToString();
