@@ -129,7 +129,7 @@ Result<RunSwitches> StartSwitches(const RunFlags& flags, const JobOptions& job, 
   o.switch_config.slots_per_job = std::max<uint32_t>(8192, job.window);
   o.loss = flags.loss;
   o.seed = job.seed;
-  o.busy_poll = job.busy_poll;
+  o.busy_poll = job.wait.busy_poll;
   const bool automatic = job.transport == kAutoTransport;
   const bool threads_automatic = flags.switch_threads == 0;
   // The switch over `transport`: automatic threads as many as the workers' over it, pinned

@@ -196,9 +196,8 @@ Config MakeConfig(const WorkerFlags& flags, const JobOptions& job, const WorkerO
   config.bind_address = flags.bind;
   config.udp_port = w.udp_port;
   config.transport = job.transport;
-  config.busy_poll = job.busy_poll;
+  config.wait = job.wait;
   config.pin_threads = job.pin_threads;
-  config.wake_batch = job.wake_batch;
   config.loopback_multicast = job.loopback_multicast;
   config.lan_multicast = job.lan_multicast;
   config.lan_multicast_required = job.lan_multicast_required;

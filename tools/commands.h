@@ -58,12 +58,11 @@ struct JobOptions {
   bool verify = true;
   std::string transport = "udp";  // data-plane transport of the workers (and of `run`'s switch);
                                   // kAutoTransport only from `run`'s flags, resolved by `run`
-  bool busy_poll = false;
+  WaitOptions wait;               // Config::wait (--busy-poll, --wake-batch)
   // Config::pin_threads (and `run`'s switch's); `run` only: --pin-threads auto, resolved by
   // ResolveAutomaticJobOptions (on over shm where --threads equals the CPUs this process may use).
   bool pin_threads = false;
   bool pin_threads_automatic = false;
-  double wake_batch = 0;     // Config::wake_batch
   bool tensor_check = true;  // Config::check_tensors
   bool auth_data = false;    // Config::authenticate_data
   bool sparse = false;       // Config::sparse (block-sparse all-reduces)

@@ -271,7 +271,7 @@ Status ReadJobFlags(const JobFlags& f, JobOptions* o) {
   o->setup_timeout_ms = f.setup_timeout_ms;
   RETURN_IF_ERROR(ReadSeed(f.seed, &o->seed));
   o->verify = !f.no_verify;
-  o->busy_poll = f.busy_poll;
+  o->wait.busy_poll = f.busy_poll;
   if (auto_transport) {
     const std::string& pin = f.pin_threads_mode;
     if (pin != "auto" && pin != "on" && pin != "off") {
@@ -282,8 +282,8 @@ Status ReadJobFlags(const JobFlags& f, JobOptions* o) {
   } else {
     o->pin_threads = f.pin_threads;
   }
-  o->wake_batch = f.wake_batch;
-  if (!(o->wake_batch >= 0 && o->wake_batch <= 1)) {
+  o->wait.wake_batch = f.wake_batch;
+  if (!o->wait.Validate().ok()) {
     return InvalidArgumentError("--wake-batch must be in [0, 1]");
   }
   o->tensor_check = !f.no_tensor_check;
@@ -353,11 +353,11 @@ std::vector<std::string> JobFlagArgs(const JobOptions& o) {
   if (!o.verify) a.push_back("--no-verify");
   a.push_back("--transport");
   a.push_back(o.transport);
-  if (o.busy_poll) a.push_back("--busy-poll");
+  if (o.wait.busy_poll) a.push_back("--busy-poll");
   if (o.pin_threads) a.push_back("--pin-threads");
-  if (o.wake_batch > 0) {
+  if (o.wait.wake_batch > 0) {
     a.push_back("--wake-batch");
-    a.push_back(std::to_string(o.wake_batch));
+    a.push_back(std::to_string(o.wait.wake_batch));
   }
   if (!o.tensor_check) a.push_back("--no-tensor-check");
   if (o.auth_data) a.push_back("--auth-data");

@@ -406,6 +406,16 @@ void BindConfigJob(PyConfig& config) {
   config.def_readwrite("packet_numel", &Config::packet_numel, "elements per packet: 64 or 256");
 }
 
+// One field of an options struct Config holds whole (Config::retransmit, Config::wait) as an
+// attribute of Config itself, under the name it had before the struct gathered them.
+template <typename Options, typename T>
+void BindNestedField(PyConfig& config, const char* name, Options Config::*options,
+                     T Options::*field, const char* doc) {
+  config.def_property(
+      name, [options, field](const Config& c) { return c.*options.*field; },
+      [options, field](Config& c, T value) { c.*options.*field = value; }, doc);
+}
+
 // Config: the data plane's sockets, transport and threads.
 void BindConfigDataPlane(PyConfig& config) {
   config.def_readwrite("bind_address", &Config::bind_address, "local IPv4 address to bind");
@@ -415,13 +425,14 @@ void BindConfigDataPlane(PyConfig& config) {
       "data-plane transport, one of switchml.TRANSPORTS: 'udp' (kernel UDP with GSO/GRO), "
       "'udp-plain' (without them), 'xdp' (AF_XDP; root), 'dpdk', or 'shm' (shared-memory rings "
       "to a switch on this host, in $SWITCHML_SHM_DIR or /dev/shm/switchml-<uid>)");
-  config.def_readwrite("busy_poll", &Config::busy_poll, "poll without sleeping");
+  BindNestedField(config, "busy_poll", &Config::wait, &WaitOptions::busy_poll,
+                  "poll without sleeping");
   config.def_readwrite(
       "pin_threads", &Config::pin_threads,
       "pin worker thread t to the t-th CPU this process may use (docs/architecture.md, \"Pinned "
       "threads\"): for workers on the switch's host whose switch runs with --pin-threads");
-  config.def_readwrite(
-      "wake_batch", &Config::wake_batch,
+  BindNestedField(
+      config, "wake_batch", &Config::wait, &WaitOptions::wake_batch,
       "wake-up batching in [0, 1] (docs/architecture.md 4.6; 0: off): after handling results a "
       "worker thread sleeps until about this fraction of its packets in flight should be back");
 }
@@ -447,34 +458,24 @@ void BindConfigMulticast(PyConfig& config) {
       "validate() does");
 }
 
-// One field of Config::retransmit (switchml::RetransmitOptions) as an attribute of Config itself,
-// under the name it had before the struct gathered them.
-template <typename T>
-void BindRetransmitField(PyConfig& config, const char* name, T RetransmitOptions::*field,
-                         const char* doc) {
-  config.def_property(
-      name, [field](const Config& c) { return c.retransmit.*field; },
-      [field](Config& c, T value) { c.retransmit.*field = value; }, doc);
-}
-
 // Config: retransmission and the deadlines of setup and all-reduces.
 void BindConfigTimeouts(PyConfig& config) {
-  BindRetransmitField(config, "timeout", &RetransmitOptions::timeout,
-                      "a packet's retransmission timeout before round trips are measured");
-  BindRetransmitField(config, "min_timeout", &RetransmitOptions::min_timeout,
-                      "the retransmission timeout's floor");
-  BindRetransmitField(config, "max_timeout", &RetransmitOptions::max_timeout,
-                      "the retransmission timeout's ceiling");
-  BindRetransmitField(config, "early_retransmit_after", &RetransmitOptions::early_retransmit_after,
-                      "re-send a packet whose result is still missing once the results of "
-                      "this many packets sent after it arrived (TCP's fast retransmit); 0: off");
-  BindRetransmitField(config, "timeout_threshold", &RetransmitOptions::timeout_threshold,
-                      "back-off threshold");
-  BindRetransmitField(config, "timeout_threshold_increment",
-                      &RetransmitOptions::timeout_threshold_increment,
-                      "back-off threshold increment");
-  BindRetransmitField(config, "peer_timeout", &RetransmitOptions::peer_timeout,
-                      "an all-reduce fails when no result arrives for this long");
+  BindNestedField(config, "timeout", &Config::retransmit, &RetransmitOptions::timeout,
+                  "a packet's retransmission timeout before round trips are measured");
+  BindNestedField(config, "min_timeout", &Config::retransmit, &RetransmitOptions::min_timeout,
+                  "the retransmission timeout's floor");
+  BindNestedField(config, "max_timeout", &Config::retransmit, &RetransmitOptions::max_timeout,
+                  "the retransmission timeout's ceiling");
+  BindNestedField(config, "early_retransmit_after", &Config::retransmit,
+                  &RetransmitOptions::early_retransmit_after,
+                  "re-send a packet whose result is still missing once the results of "
+                  "this many packets sent after it arrived (TCP's fast retransmit); 0: off");
+  BindNestedField(config, "timeout_threshold", &Config::retransmit,
+                  &RetransmitOptions::timeout_threshold, "back-off threshold");
+  BindNestedField(config, "timeout_threshold_increment", &Config::retransmit,
+                  &RetransmitOptions::timeout_threshold_increment, "back-off threshold increment");
+  BindNestedField(config, "peer_timeout", &Config::retransmit, &RetransmitOptions::peer_timeout,
+                  "an all-reduce fails when no result arrives for this long");
   config.def_readwrite("setup_timeout", &Config::setup_timeout,
                        "session setup and barrier timeout");
 }

@@ -87,7 +87,7 @@ PYBIND11_MODULE(_torch, m) {
             if (packet_numel) c.packet_numel = *packet_numel;
             if (bind_address) c.bind_address = *bind_address;
             if (transport) c.transport = *transport;
-            if (busy_poll) c.busy_poll = *busy_poll;
+            if (busy_poll) c.wait.busy_poll = *busy_poll;
             if (peer_timeout) c.retransmit.peer_timeout = *peer_timeout;
             if (early_retransmit_after) {
               c.retransmit.early_retransmit_after = *early_retransmit_after;

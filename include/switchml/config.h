@@ -12,6 +12,7 @@
 #include "switchml/export.h"
 #include "switchml/retransmit.h"
 #include "switchml/status.h"
+#include "switchml/wait.h"
 
 namespace switchml {
 
@@ -73,8 +74,9 @@ struct SWITCHML_EXPORT Config {
   // interface of bind_address, or the only one; needs root), "dpdk", or "shm" (shared-memory
   // rings to a switch on this host); see docs/architecture.md.
   std::string transport = "udp";
-  // Wait for results by polling without sleeping: lower latency, a core kept busy per thread.
-  bool busy_poll = false;
+  // How worker threads wait for results (wait.h): polling without sleeping (busy_poll), or
+  // sleeping until several results can be handled at once (wake_batch).
+  WaitOptions wait;
   // Pin worker thread t to the t-th CPU this process may run on, round robin (ours; off by
   // default). For workers that share a host with the switch (shm, `switchml run`): with the
   // switch's threads pinned the same way (switchml switch --pin-threads), worker thread t and
@@ -82,13 +84,6 @@ struct SWITCHML_EXPORT Config {
   // each datagram between two cores (docs/architecture.md, "Pinned threads"). Leave it off
   // where the process's other work needs those CPUs.
   bool pin_threads = false;
-  // Wake-up batching (ours; nothing on the wire changes), off when 0: after a worker thread has
-  // handled the results that woke it and sent what they freed, it sleeps until about this
-  // fraction of the packets it has in flight should have come back at the arrival rate it
-  // measured, instead of waking for each run of datagrams the network delivers. Fewer wake-ups
-  // (and fewer preemptions of whoever sends those datagrams) on shared cores; a window that
-  // covers the longer round trip keeps the link busy (docs/architecture.md 4.5). In [0, 1].
-  double wake_batch = 0;
   // Loopback multicast (beyond the reference; docs/architecture.md, "Multicast results"): with
   // the switch on this host (a loopback switch_host) and the "udp" or "shm" transports, each
   // worker thread also listens on a multicast group of its job (shm: a ring the switch writes

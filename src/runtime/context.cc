@@ -153,11 +153,7 @@ Status Config::Validate() const {
         "lan_multicast needs loopback_multicast: set both (multicast 'auto' or 'on', switchml "
         "worker --multicast auto), or lan_multicast = false (multicast 'local')");
   }
-  if (!(wake_batch >= 0 && wake_batch <= 1)) {
-    return InvalidArgumentError(
-        "wake_batch must be in [0, 1] (a fraction of the packets in "
-        "flight; 0 = wake for every arrival)");
-  }
+  RETURN_IF_ERROR(wait.Validate());
   if (job_secret.size() > 64) {
     return InvalidArgumentError("job_secret must be at most 64 bytes, not " +
                                 std::to_string(job_secret.size()));
@@ -665,9 +661,8 @@ Status Context::Impl::StartThreads(const std::vector<Endpoint>& data, const Resu
           Endpoint{data[i].ipv4, static_cast<uint16_t>(data[i].port + t % ports)}, data[i].port,
           ports, hosts[i]->name});
     }
-    o.wait.busy_poll = config.busy_poll;
-    o.wait.wake_batch = config.wake_batch;
-    if (!cpus.empty()) o.wait.cpu = CpuOfThread(cpus, t);
+    o.wait = config.wait;
+    if (!cpus.empty()) o.cpu = CpuOfThread(cpus, t);
     // Checked for LAN groups only (a loopback one cannot fail), and only where every host sends
     // to the group (else some results come as unicast by design).
     if (group.group.ipv4 != 0 && !group.via.loopback && group.kept == num_hosts) {

@@ -21,7 +21,7 @@ constexpr size_t kRxBatch = 256;
 // Receives that may empty the socket before timeouts are handled (far more than a socket
 // buffer holds).
 constexpr size_t kMaxDrainBatches = 64;
-// Wake-up batching (WaitPolicy::wake_batch): the arrival rate is measured over periods at least
+// Wake-up batching (WaitOptions::wake_batch): the arrival rate is measured over periods at least
 // this long (several of the kernel's coalesced receive runs at 1 Gbit/s); naps shorter than
 // kMinNap are not taken (the timer's slack is 50 us, and a result is usually that close);
 // naps are at most kMaxNap and a quarter of the retransmission timeout.
@@ -62,6 +62,7 @@ WorkerThread::WorkerThread(WorkerThreadOptions options,
       failure_(std::move(failure)),
       session_(options.session),
       wait_(options.wait),
+      cpu_(options.cpu),
       expected_group_(std::move(options.expected_group)),
       explain_stall_(std::move(options.explain_stall)),
       group_required_(options.group_required),
@@ -199,7 +200,7 @@ void WorkerThread::NapForBatch() {
 }
 
 void WorkerThread::Run() {
-  PinDataThread(wait_.cpu, LogSubsystem::kWorker);
+  PinDataThread(cpu_, LogSubsystem::kWorker);
   std::array<transport::RxDatagram, 1> idle_rx;
   while (!stop_.load()) {
     if (move_pending_.load(std::memory_order_acquire)) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/endpoint.h"
+#include "switchml/wait.h"
 #include "transport/transport.h"
 #include "worker/sparse_session.h"
 #include "worker/striped_session.h"
@@ -38,18 +39,6 @@ class FailureLatch {
   Status failure_;
 };
 
-// How a worker thread waits for results, and where it runs.
-struct WaitPolicy {
-  // Poll the transport without sleeping (lower latency at the price of a core kept busy while a
-  // slice runs).
-  bool busy_poll = false;
-  // Config::wake_batch: after handling results, sleep until about this fraction of the packets
-  // in flight should have come back at the measured arrival rate (0: wake for every arrival).
-  double wake_batch = 0;
-  // Config::pin_threads: the CPU the thread runs on (-1: wherever the scheduler puts it).
-  int cpu = -1;
-};
-
 // One switch host as a worker thread sees it.
 struct SwitchRoute {
   // Where the thread sends the packets of the host's slots (the host's data-plane thread for it).
@@ -68,7 +57,10 @@ struct WorkerThreadOptions {
   // ordinary job).
   worker::StripedSessionConfig session;
   std::vector<SwitchRoute> switches;
-  WaitPolicy wait;
+  // How the thread waits for results (Config::wait, whole).
+  WaitOptions wait;
+  // Config::pin_threads: the CPU the thread runs on (-1: wherever the scheduler puts it).
+  int cpu = -1;
   // When not empty, the transport has joined a LAN multicast group where the switch sends every
   // result (Config::lan_multicast), described so ("239.192.1.2:12000 on eth0"); if a window's
   // worth of datagrams (and at least kGroupCheckDatagrams) arrive from the switch and none
@@ -145,7 +137,8 @@ class WorkerThread {
   std::atomic<uint64_t> foreign_source_{0};
   std::shared_ptr<FailureLatch> failure_;
   worker::SparseSession session_;  // a StripedSession for dense slices
-  const WaitPolicy wait_;
+  const WaitOptions wait_;
+  const int cpu_;
   const std::string expected_group_;
   const std::function<std::string(uint64_t)> explain_stall_;
   const bool group_required_;

@@ -133,7 +133,7 @@ class EchoSwitch {
 
 // A thread of a one-worker job with one switch (kSwitch); results expected on `group` when it
 // is not empty.
-WorkerThreadOptions OneWorker(uint32_t window, milliseconds rto, WaitPolicy wait = {},
+WorkerThreadOptions OneWorker(uint32_t window, milliseconds rto, WaitOptions wait = {},
                               std::string group = {}, bool group_required = true) {
   WorkerThreadOptions o;
   worker::SessionConfig& c = o.session.session;
@@ -202,7 +202,7 @@ TEST(WorkerThreadTest, WakeBatchingTakesSeveralResultsPerWakeUp) {
   EchoSwitch sw(&net, 0, std::chrono::microseconds(20));
   auto owned = std::make_unique<SchedulerTransport>(net.Attach(kWorker), 0, milliseconds(0));
   SchedulerTransport* t = owned.get();
-  WaitPolicy wait;
+  WaitOptions wait;
   wait.wake_batch = 0.5;
   WorkerThread thread(OneWorker(kWindow, milliseconds(10), wait), std::move(owned),
                       std::make_shared<FailureLatch>());

@@ -87,7 +87,7 @@ class Options:
     link_gbps: Optional[float] = None  # Config::link_gbps (the automatic window)
     base_rtt: Optional[float] = None  # seconds; Config::base_rtt (the automatic window)
     udp_port: Optional[int] = None  # Config::udp_port (0: any)
-    wake_batch: Optional[float] = None  # Config::wake_batch, in [0, 1] (0: off)
+    wake_batch: Optional[float] = None  # Config::wait.wake_batch, in [0, 1] (0: off)
     multicast: Optional[str] = None  # "auto", "on" or "off" (switchml worker --multicast)
     check_tensors: Optional[bool] = None  # Config::check_tensors
     retransmit_timeout: Optional[float] = None  # seconds; Config::retransmit.timeout
