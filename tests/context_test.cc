@@ -240,7 +240,7 @@ TEST_F(ContextTest, TwoContextsInOneProcess) {
   }
 }
 
-// Given two switches on this host, each running a one-worker job of the same session id (as the
+// Given two switches on this host, each running a one-worker job of the same job id (as the
 // racks of a hierarchy do), with loopback multicast (the default), Expect each worker to get
 // its own switch's results only: exact sums, and no datagram from the other switch (a shared
 // group would deliver each switch's results to both workers, which drop the foreign ones).

@@ -174,7 +174,7 @@ TEST(MultiProcessTest, PlainUdpTransportWorksEndToEnd) {
   EXPECT_EQ(d->counters().coalesced_receives, 0u);
 }
 
-// Given two jobs with different session ids running at the same time on one switch, Expect
+// Given two jobs with different job ids running at the same time on one switch, Expect
 // both to finish with verified results and the switch to have kept them apart.
 TEST(MultiProcessTest, TwoConcurrentJobsOnOneSwitch) {
   auto d = StartSwitch();

@@ -194,7 +194,7 @@ void PrintSetup(const RunSwitches& s, const JobOptions& job) {
 }
 
 // Starts the job's worker processes (`self_exe worker ...`), one per rank, each with a fresh
-// session id and the job's secret in its environment (docs/security.md; not on the command
+// job id and the job's secret in its environment (docs/security.md; not on the command
 // line, which other users can read). On failure kills those started and says why.
 Status SpawnWorkers(const std::string& self_exe, const JobOptions& job, const std::string& switches,
                     const std::string& log_level, std::vector<Child>* children) {

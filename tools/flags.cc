@@ -145,8 +145,8 @@ Status Flags::Parse(const std::vector<std::string>& args, bool* help_requested) 
       return Status();
     }
     if (arg.rfind("--", 0) != 0) {
-      return InvalidArgumentError("unexpected argument '" + arg +
-                                  "' (flags start with --; see --help)");
+      return InvalidArgumentError("unexpected argument '" + arg + "' (flags start with --; see " +
+                                  Invocation() + " --help)");
     }
     std::string name = arg.substr(2), value;
     bool has_value = false;
@@ -157,7 +157,7 @@ Status Flags::Parse(const std::vector<std::string>& args, bool* help_requested) 
     }
     auto it = flags_.find(name);
     if (it == flags_.end()) {
-      return InvalidArgumentError("unknown flag --" + name + " (see " + command_ + " --help)");
+      return InvalidArgumentError("unknown flag --" + name + " (see " + Invocation() + " --help)");
     }
     Flag& f = it->second;
     if (auto* b = std::get_if<bool*>(&f.bound)) {
@@ -177,10 +177,13 @@ Status Flags::Parse(const std::vector<std::string>& args, bool* help_requested) 
   return Status();
 }
 
+std::string Flags::Invocation() const {
+  return program_.empty() ? command_ : program_ + " " + command_;
+}
+
 std::string Flags::Usage() const {
   std::ostringstream s;
-  s << "usage: " << (program_.empty() ? "" : program_ + " ") << command_ << " [flags]\n\n"
-    << summary_ << "\n\nflags:\n";
+  s << "usage: " << Invocation() << " [flags]\n\n" << summary_ << "\n\nflags:\n";
   for (const auto& name : order_) {
     const Flag& f = flags_.at(name);
     const bool is_switch = std::holds_alternative<bool*>(f.bound);

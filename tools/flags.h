@@ -70,6 +70,8 @@ class Flags {
     bool set = false;
   };
   void Declare(const std::string& name, Bound bound, std::string def, std::string help);
+  // How the command is run: "PROGRAM COMMAND" (COMMAND for a program of its own).
+  std::string Invocation() const;
   // Parses `value` into f's variable; an error names --`name`.
   static Status Assign(const std::string& name, const std::string& value, Flag* f);
 

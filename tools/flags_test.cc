@@ -102,9 +102,11 @@ TEST(FlagsTest, ErrorsNameTheFlagAndLeaveItsVariable) {
   DemoFlags d;
   Bind(&f, &d);
   bool help;
-  EXPECT_EQ(f.Parse({"--nope"}, &help).message(), "unknown flag --nope (see demo --help)");
+  EXPECT_EQ(f.Parse({"--nope"}, &help).message(), "unknown flag --nope (see switchml demo --help)");
   EXPECT_EQ(f.Parse({"stray"}, &help).message(),
-            "unexpected argument 'stray' (flags start with --; see --help)");
+            "unexpected argument 'stray' (flags start with --; see switchml demo --help)");
+  Flags own("tool", "a program of its own", "");
+  EXPECT_EQ(own.Parse({"--nope"}, &help).message(), "unknown flag --nope (see tool --help)");
   EXPECT_EQ(f.Parse({"--n", "x"}, &help).message(), "--n wants a whole number, not 'x'");
   EXPECT_EQ(f.Parse({"--n="}, &help).message(), "--n wants a whole number, not ''");
   EXPECT_EQ(f.Parse({"--size", "3T"}, &help).message(),

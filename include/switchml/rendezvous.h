@@ -26,7 +26,7 @@ class SWITCHML_EXPORT Rendezvous {
   virtual Status Barrier() = 0;
 
   // Every worker passes a value; every worker gets rank 0's value back. The Context uses it to
-  // agree on the session id when Config::session_id is 0.
+  // agree on the job id when Config::session_id is 0.
   virtual Result<uint64_t> Broadcast(uint64_t value) = 0;
 };
 

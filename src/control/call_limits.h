@@ -36,7 +36,7 @@ class CallLimits {
     uint64_t job_id = 0;
     std::string client;
   };
-  // A member's job: its session id and its number of workers (the allowance's size).
+  // A member's job: its job id and its number of workers (the allowance's size).
   struct Member {
     uint64_t job_id = 0;
     uint32_t num_workers = 0;

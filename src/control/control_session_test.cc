@@ -454,7 +454,7 @@ TEST_F(ControlSessionTest, RefusalFailsTheSessionsSyncCallsFast) {
   for (auto& f : barriers) EXPECT_TRUE(f.get().ok());
 }
 
-// Given a session that failed, and a new attempt with the same session id whose rank 1 reaches
+// Given a session that failed, and a new attempt with the same job id whose rank 1 reaches
 // the first barrier before rank 0 re-opens the session, Expect the old failure to stop failing
 // calls once the server's failure memory (here 300 ms) has passed.
 TEST(ControlFailureMemoryTest, AnOldFailureDoesNotFailANewAttempt) {

@@ -208,7 +208,7 @@ TEST_F(ControlSyncTest, ExpiredBarrierWithNoRankMissingSaysTheyCameApart) {
   one.get();
 }
 
-// Given an unscoped broadcast (how workers agree on a session id) with rank 1 of 2 absent, expect
+// Given an unscoped broadcast (how workers agree on a job id) with rank 1 of 2 absent, expect
 // the switch's error to name rank 1 and the round once.
 TEST_F(ControlSyncTest, ExpiredUnscopedBroadcastNamesTheMissingRank) {
   ControlClient client(target_, 1s);

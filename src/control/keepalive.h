@@ -10,9 +10,9 @@
 // kKeepaliveTimeMs + kKeepaliveTimeoutMs = 11 s. The timeout is deliberately much longer than
 // the period: a host that stalls for a few seconds (load, a VM's stolen time, a paused process)
 // answers late but is alive, and a false failure kills a training job. 10 s is the data plane's
-// default peer timeout (Config::peer_timeout) too, so a stall the data plane rides out does
-// not fail the job through the control plane. (It was 1 s, and a worker on a loaded 2-core VM
-// lost its connection with "keepalive watchdog timeout".)
+// default peer timeout (Config::retransmit.peer_timeout) too, so a stall the data plane rides
+// out does not fail the job through the control plane. (It was 1 s, and a worker on a loaded
+// 2-core VM lost its connection with "keepalive watchdog timeout".)
 #pragma once
 
 namespace switchml::control {

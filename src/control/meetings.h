@@ -1,5 +1,5 @@
 // Meetings: the rendezvous of Barrier and Broadcast calls (docs/protocol.md 4.6). A scope
-// (kind, session id and secret; an unscoped one by its worker count) has at most one meeting
+// (kind, job id and secret; an unscoped one by its worker count) has at most one meeting
 // filling at a time; a meeting completes when num_workers calls arrived, and every call of it
 // returns (Broadcast: with the root's value). Calls that mean the job cannot come together (a
 // num_workers mismatch, a rank twice) fail the whole meeting; a call that leaves (its client went

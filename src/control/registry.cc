@@ -286,9 +286,9 @@ Status Registry::RegisterLocked(const RegisterRequest& r, uint32_t ipv4, Deferre
     ASSIGN_OR_RETURN(job, OpenJobLocked(r, spec, ipv4, deferred));
   } else {
     if (const Status* failure = failures_.Find(r.job_id, r.secret, Now())) return *failure;
-    // Another secret's job is answered as no job (issue 28, found 8: whether a session id is in
+    // Another secret's job is answered as no job (issue 28, found 8: whether a job id is in
     // use is not told to a stranger; Register of rank 0 and Sync still refuse a live job's
-    // session id with PERMISSION_DENIED, docs/security.md 2).
+    // job id with PERMISSION_DENIED, docs/security.md 2).
     job = jobs_.FindFor(r.job_id, r.secret);
     if (job == nullptr) {
       return FailedPreconditionError(

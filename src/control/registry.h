@@ -299,7 +299,7 @@ class Registry {
 
   // A job as `switchml status` and the metrics show it (Monitor.Status).
   using JobSummary = control::JobSummary;
-  // Every job (secret null), by session id; or only those a caller holding `secret` may see in
+  // Every job (secret null), by job id; or only those a caller holding `secret` may see in
   // full: the jobs created without a secret and those created with this one. *hidden (when not
   // null) counts the others.
   std::vector<JobSummary> JobSummaries(const std::string* secret = nullptr,

@@ -543,7 +543,7 @@ TEST_F(RegistryTest, CloseByEveryRankFreesTheJob) {
 }
 
 // Given a job whose rank 1 has not registered yet, and a Close for rank 1 (a late one from a
-// previous attempt of the same session id, whose rank 0 has re-created the job meanwhile),
+// previous attempt of the same job id, whose rank 0 has re-created the job meanwhile),
 // Expect it refused, naming the rank as not registered, and rank 1 then to register and attach.
 // (Before, it marked the unregistered rank closed: the new rank 1's Attach was refused with
 // "rank 1 has closed its session", failing the new attempt's setup.)
@@ -862,7 +862,7 @@ TEST_F(RegistryTest, AnAnyPortRegistrationDoesNotSquatItsAddress) {
   EXPECT_TRUE(SwitchHasJob(50) && SwitchHasJob(51));
 }
 
-// Issue 28, found 8: whether a session id is in use could be learned from NOT_FOUND against
+// Issue 28, found 8: whether a job id is in use could be learned from NOT_FOUND against
 // PERMISSION_DENIED. Given a live job with a secret, Expect a request with another secret to get
 // exactly the answer of a session that does not exist (code and text, but for the number) from
 // Close, Diagnose, Attach and a rank's registration; and its failure report to change nothing

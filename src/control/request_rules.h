@@ -34,7 +34,7 @@ Status ValidateRegistration(const RegistryOptions& options, const dataplane::Swi
 // How errors name a Barrier/Broadcast's round: "barrier of session 7", "unscoped broadcast of 4
 // workers".
 std::string SyncScope(const SyncRequest& request);
-// A Barrier/Broadcast: secret, worker count, rank, root and session id in range (errors start
+// A Barrier/Broadcast: secret, worker count, rank, root and job id in range (errors start
 // with `scope`).
 Status ValidateSync(const RegistryOptions& options, const dataplane::SwitchConfig& config,
                     const SyncRequest& request, const std::string& scope);

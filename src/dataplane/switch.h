@@ -6,7 +6,7 @@
 // clocks or per-packet allocation. The stages (see stages.h) follow the reference P4 program:
 // lookup -> worker bitmap -> worker counter -> exponent max -> aggregate -> next step.
 //
-// Jobs: each job (identified by the control plane's session id) has its own worker table and its
+// Jobs: each job (identified by the control plane's job id) has its own worker table and its
 // own slot pool; a packet from an address not registered for a job never touches another job's
 // state.
 //
@@ -196,7 +196,7 @@ class Switch {
   // new one, by CreateJob (table full) and AddWorker (address taken over). An evicted job goes
   // exactly as with RemoveJob: its state, workers and counters are dropped and its workers'
   // packets become kUnknownSource. Each eviction counts in counters().jobs_evicted, and when
-  // evicted is not null the evicted session ids are appended to *evicted, so the caller can
+  // evicted is not null the evicted job ids are appended to *evicted, so the caller can
   // forget those sessions too. A call that fails evicts nothing.
   //
   // (Re)creates the job of spec.job_id: a job with that id is dropped with all its state and
@@ -217,7 +217,7 @@ class Switch {
   // Makes an existing job a top-of-rack job with the given upstream switch (see UpstreamSpec):
   // the upstream's data ports become a source of results for this job. Another job that had the
   // same upstream endpoints loses them (one hierarchical job per upstream at a time: the spine's
-  // results carry no session id). Fails on an unknown session, an invalid spec, or upstream
+  // results carry no job id). Fails on an unknown session, an invalid spec, or upstream
   // endpoints that are a worker's.
   Status SetUpstream(uint64_t job_id, const UpstreamSpec& upstream);
   // The job's upstream, or nullptr when it has none (or does not exist).

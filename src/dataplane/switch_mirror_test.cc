@@ -63,7 +63,7 @@ TEST(SwitchMirrorTest, MirrorServesTheMastersJobsAndKeepsStateWhileUnchanged) {
   EXPECT_EQ(master.job_counters(7)->completed, 0u);  // the master saw no data
 }
 
-// Given a job re-created in the master (same session id), the mirror drops its old state; a
+// Given a job re-created in the master (same job id), the mirror drops its old state; a
 // job removed from the master disappears from the mirror; a new one appears.
 TEST(SwitchMirrorTest, RecreatedRemovedAndNewJobsFollowTheMaster) {
   Switch master(Config()), mirror(Config());

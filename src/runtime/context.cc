@@ -216,10 +216,10 @@ namespace {
 // The multicast group of a session's results (Config::loopback_multicast, lan_multicast), the
 // same on every worker: an address in 239.192.0.0/14 (RFC 2365's organization-local scope, whose
 // Ethernet addresses 01:00:5e:40:00:00.. do not alias the link-local groups 224.0.0.x that
-// snooping switches always flood) and first port in [12000, 20000) from a hash of the session id
+// snooping switches always flood) and first port in [12000, 20000) from a hash of the job id
 // and the switch's control port (below Linux's ephemeral ports and the workers' own
-// [20000, 32000)). The control port keeps apart the jobs of one session id on two switches of
-// one host (the racks of a hierarchy, whose workers share the session id): on one group each
+// [20000, 32000)). The control port keeps apart two jobs of one job id on two switches of
+// one host (the racks of a hierarchy, whose workers share the job id): on one group each
 // worker would also receive, and drop, the other switch's results. Two sessions on one switch
 // that hash alike cannot both hold it: the switch keeps it for the first only
 // (dataplane::JobSpec::multicast_group), and the other gets results one copy per worker.
@@ -315,8 +315,8 @@ using SwitchHosts = std::vector<std::unique_ptr<SwitchHost>>;
 
 // The default Rendezvous: barriers and broadcasts through the switches' control plane, on the
 // first switch host still alive (a striped job's rendezvous moves to the next host when the
-// first is gone). The broadcast that picks the session id is unscoped (the reference's way: one
-// such setup at a time per switch); barriers are scoped by the session id once it is known.
+// first is gone). The broadcast that picks the job id is unscoped (the reference's way: one
+// such setup at a time per switch); barriers are scoped by the job id once it is known.
 class ControlPlaneRendezvous final : public Rendezvous {
  public:
   ControlPlaneRendezvous(const SwitchHosts* hosts, const Config& config)
@@ -462,7 +462,7 @@ Status Context::Impl::Setup() {
   RETURN_IF_ERROR(AgreeSessionId());
   control::UdpSessionArgs args = Registration(bind_ip, base_port);
   // Multicast results: every worker of the session derives the same group and ports from the
-  // session id, listens there, and asks the switch to send results to it.
+  // job id, listens there, and asks the switch to send results to it.
   ResultGroup group;
   RETURN_IF_ERROR(JoinResultGroup(config, hosts[0]->control.ipv4, hosts[0]->control.port, bind_ip,
                                   job_id, transports, &args.multicast_group, &group.via));
@@ -494,7 +494,7 @@ Result<Context::Impl::Transports> Context::Impl::OpenDataTransports(uint32_t bin
   return transport::OpenTransports(topts, config.num_worker_threads);
 }
 
-// The session id: given, or rank 0's pick broadcast to everyone (the reference's way).
+// The job id: given, or rank 0's pick broadcast to everyone (the reference's way).
 Status Context::Impl::AgreeSessionId() {
   ControlPlaneRendezvous* own_rendezvous = nullptr;
   if (rendezvous == nullptr) {

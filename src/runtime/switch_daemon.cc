@@ -294,7 +294,7 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
       };
   copts.registry_hooks.job_removed = [keys = d->auth_keys_,
                                       then = copts.registry_hooks.job_removed](uint64_t id) {
-    keys->RemoveSession(id);
+    keys->RemoveJob(id);
     if (then) then(id);
   };
   if (!options.upstream.empty()) {

@@ -4,7 +4,7 @@
 // (`switchml switch --metrics-port`).
 //
 // Labels stay bounded: per data-plane thread (at most 64), per drop reason and control call
-// (fixed sets), and per live job (label session="<session id>", at most --max-jobs; not "job",
+// (fixed sets), and per live job (label session="<job id>", at most --max-jobs; not "job",
 // which Prometheus gives every target): a job's series end when the job leaves the switch, since
 // nothing is kept between scrapes.
 #pragma once

@@ -21,9 +21,9 @@ void InitSodium() {
   CHECK(init >= 0) << "libsodium failed to initialise";
 }
 
-// The message's trailer behind the datagram: session id (8 bytes) and sender (4), little endian.
-void PutTrailer(uint64_t session_id, uint32_t sender, uint8_t* out) {
-  for (size_t i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(session_id >> (8 * i));
+// The message's trailer behind the datagram: job id (8 bytes) and sender (4), little endian.
+void PutTrailer(uint64_t job_id, uint32_t sender, uint8_t* out) {
+  for (size_t i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(job_id >> (8 * i));
   for (size_t i = 0; i < 4; ++i) out[8 + i] = static_cast<uint8_t>(sender >> (8 * i));
 }
 static_assert(kAuthRoomBytes == 12 && kAuthRoomBytes >= kAuthTagBytes);
@@ -31,7 +31,7 @@ static_assert(kAuthRoomBytes == 12 && kAuthRoomBytes >= kAuthTagBytes);
 // Tags the datagram at p[0, len) in place, as sent by `sender`: p[len, len + 12) must be
 // writable; the tag ends up in p[len, len + 8).
 void TagInPlace(const AuthPeer& peer, uint32_t sender, uint8_t* p, size_t len) {
-  PutTrailer(peer.session_id, sender, p + len);
+  PutTrailer(peer.job_id, sender, p + len);
   uint8_t tag[kAuthTagBytes];
   crypto_shorthash(tag, p, len + kAuthRoomBytes, peer.key.data());
   std::memcpy(p + len, tag, kAuthTagBytes);
@@ -42,14 +42,14 @@ void TagInPlace(const AuthPeer& peer, uint32_t sender, uint8_t* p, size_t len) {
 void TagOf(const AuthPeer& peer, uint32_t sender, std::span<const uint8_t> d, uint8_t* scratch,
            uint8_t tag[kAuthTagBytes]) {
   if (!d.empty()) std::memcpy(scratch, d.data(), d.size());
-  PutTrailer(peer.session_id, sender, scratch + d.size());
+  PutTrailer(peer.job_id, sender, scratch + d.size());
   crypto_shorthash(tag, scratch, d.size() + kAuthRoomBytes, peer.key.data());
 }
 
 class AuthTransport final : public Transport {
  public:
-  AuthTransport(std::unique_ptr<Transport> inner, std::vector<AuthSwitch> switches,
-                uint64_t session_id, uint32_t rank, std::shared_ptr<const AuthKeyTable> table)
+  AuthTransport(std::unique_ptr<Transport> inner, std::vector<AuthSwitch> switches, uint64_t job_id,
+                uint32_t rank, std::shared_ptr<const AuthKeyTable> table)
       : inner_(std::move(inner)),
         worker_(!switches.empty()),
         rank_(rank),
@@ -61,7 +61,7 @@ class AuthTransport final : public Transport {
     CHECK_LT(kAuthRoomBytes, inner_->max_datagram_bytes());
     InitSodium();
     for (const AuthSwitch& sw : switches) {
-      switches_.push_back(SwitchPeer{sw, AuthPeer{session_id, sw.key, kAuthSwitchSender}});
+      switches_.push_back(SwitchPeer{sw, AuthPeer{job_id, sw.key, kAuthSwitchSender}});
     }
   }
 
@@ -113,7 +113,7 @@ class AuthTransport final : public Transport {
           TagInPlace(*peer, TxSender(), p, len);
           t = Tagged{true, len, *peer};
         }
-        if (t.len == len && t.peer.session_id == peer->session_id && t.peer.key == peer->key) {
+        if (t.len == len && t.peer.job_id == peer->job_id && t.peer.key == peer->key) {
           out_[i] = TxDatagram{d.destination, std::span<const uint8_t>(p, len + kAuthTagBytes)};
           continue;
         }
@@ -287,30 +287,29 @@ std::string AuthKeyToBytes(const AuthKey& key) {
   return std::string(reinterpret_cast<const char*>(key.data()), key.size());
 }
 
-uint64_t AuthTag(const AuthKey& key, uint64_t session_id, uint32_t sender,
+uint64_t AuthTag(const AuthKey& key, uint64_t job_id, uint32_t sender,
                  std::span<const uint8_t> datagram) {
   InitSodium();
   std::vector<uint8_t> scratch(datagram.size() + kAuthRoomBytes);
   uint8_t tag[kAuthTagBytes];
-  TagOf(AuthPeer{session_id, key, sender}, sender, datagram, scratch.data(), tag);
+  TagOf(AuthPeer{job_id, key, sender}, sender, datagram, scratch.data(), tag);
   uint64_t v;
   std::memcpy(&v, tag, sizeof v);
   return v;
 }
 
-void AuthKeyTable::Add(uint64_t session_id, const AuthKey& key, uint32_t rank, uint32_t ipv4,
+void AuthKeyTable::Add(uint64_t job_id, const AuthKey& key, uint32_t rank, uint32_t ipv4,
                        uint16_t port, uint32_t num_ports) {
   std::lock_guard lock(mu_);
   for (uint32_t k = 0; k < num_ports && uint32_t{port} + k <= 65535; ++k) {
-    peers_[Endpoint{ipv4, static_cast<uint16_t>(port + k)}] = AuthPeer{session_id, key, rank};
+    peers_[Endpoint{ipv4, static_cast<uint16_t>(port + k)}] = AuthPeer{job_id, key, rank};
   }
   version_.fetch_add(1, std::memory_order_release);
 }
 
-void AuthKeyTable::RemoveSession(uint64_t session_id) {
+void AuthKeyTable::RemoveJob(uint64_t job_id) {
   std::lock_guard lock(mu_);
-  const size_t n =
-      std::erase_if(peers_, [&](const auto& p) { return p.second.session_id == session_id; });
+  const size_t n = std::erase_if(peers_, [&](const auto& p) { return p.second.job_id == job_id; });
   if (n > 0) version_.fetch_add(1, std::memory_order_release);
 }
 
@@ -325,16 +324,16 @@ size_t AuthKeyTable::size() const {
   return peers_.size();
 }
 
-std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t session_id,
+std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t job_id,
                                              uint32_t rank, const AuthKey& key) {
-  return MakeAuthenticated(std::move(inner), session_id, rank,
+  return MakeAuthenticated(std::move(inner), job_id, rank,
                            std::vector<AuthSwitch>{AuthSwitch{0, 0, 65536, key}});
 }
 
-std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t session_id,
+std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t job_id,
                                              uint32_t rank, std::vector<AuthSwitch> switches) {
   CHECK(!switches.empty());
-  return std::make_unique<AuthTransport>(std::move(inner), std::move(switches), session_id, rank,
+  return std::make_unique<AuthTransport>(std::move(inner), std::move(switches), job_id, rank,
                                          nullptr);
 }
 

@@ -5,7 +5,7 @@
 // (TransportCounters::auth_dropped) before the caller sees it.
 //
 // Tag: SipHash-2-4 (libsodium's crypto_shorthash) keyed with the job's 128-bit key, over the
-// datagram followed by the job's session id (8 bytes, little endian) and the sender (4 bytes,
+// datagram followed by the job id (8 bytes, little endian) and the sender (4 bytes,
 // little endian: the worker's rank, or kAuthSwitchSender for the switch). The sender binds a
 // datagram to who sent it: all workers of a job share its key, so without it a copy of one
 // worker's packet sent with another worker's address would count as the other's contribution,
@@ -13,10 +13,10 @@
 // datagram; everything else is the reference format.
 //
 // Two sides:
-//   - a worker knows one peer (the switch) and one key: MakeAuthenticated(inner, session_id,
+//   - a worker knows one peer (the switch) and one key: MakeAuthenticated(inner, job_id,
 //     rank, key) tags everything it sends as its rank's and accepts only datagrams that verify
 //     as the switch's. A job striped over several switch hosts has one key per host:
-//     MakeAuthenticated(inner, session_id, rank, switches) takes an AuthSwitch per host (its
+//     MakeAuthenticated(inner, job_id, rank, switches) takes an AuthSwitch per host (its
 //     data endpoints and key) and picks the key by the peer's endpoint;
 //   - the switch keys each registered worker endpoint with its job's key in an AuthKeyTable,
 //     which the control plane changes when jobs come and go; each data-plane thread's wrapper
@@ -50,7 +50,7 @@ namespace switchml::transport {
 
 inline constexpr size_t kAuthTagBytes = 8;
 // Room the wrapper keeps behind each datagram in its transmit buffers (the tagged message's
-// trailer: session id and sender; the tag then overwrites its first 8 bytes). The wrapper lends
+// trailer: job id and sender; the tag then overwrites its first 8 bytes). The wrapper lends
 // and receives max_datagram_bytes() = the inner transport's less this.
 inline constexpr size_t kAuthRoomBytes = 12;
 inline constexpr size_t kAuthKeyBytes = 16;
@@ -64,14 +64,14 @@ AuthKey NewAuthKey();
 bool AuthKeyFromBytes(const std::string& bytes, AuthKey* key);
 std::string AuthKeyToBytes(const AuthKey& key);
 
-// The tag of `datagram` under (key, session_id, sender), as the wrapper computes it.
-uint64_t AuthTag(const AuthKey& key, uint64_t session_id, uint32_t sender,
+// The tag of `datagram` under (key, job_id, sender), as the wrapper computes it.
+uint64_t AuthTag(const AuthKey& key, uint64_t job_id, uint32_t sender,
                  std::span<const uint8_t> datagram);
 
-// Who a keyed peer is: its job's session id and key, and its rank in the job (a worker) or
+// Who a keyed peer is: its job id and key, and its rank in the job (a worker) or
 // kAuthSwitchSender (the switch).
 struct AuthPeer {
-  uint64_t session_id = 0;
+  uint64_t job_id = 0;
   AuthKey key{};
   uint32_t sender = 0;
 };
@@ -80,12 +80,12 @@ struct AuthPeer {
 // data-plane threads through Snapshot() when version() moved.
 class AuthKeyTable {
  public:
-  // The endpoints (ipv4, port .. port + num_ports - 1) are now rank `rank` of session_id, keyed
+  // The endpoints (ipv4, port .. port + num_ports - 1) are now rank `rank` of job_id, keyed
   // with key.
-  void Add(uint64_t session_id, const AuthKey& key, uint32_t rank, uint32_t ipv4, uint16_t port,
+  void Add(uint64_t job_id, const AuthKey& key, uint32_t rank, uint32_t ipv4, uint16_t port,
            uint32_t num_ports);
-  // Forgets the endpoints of session_id (those another session took over since stay).
-  void RemoveSession(uint64_t session_id);
+  // Forgets the endpoints of job_id (those another job took over since stay).
+  void RemoveJob(uint64_t job_id);
   // Moves on every change (acquire/release: a reader that sees a new version sees the change).
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   // A copy of the table and the version it reflects.
@@ -98,9 +98,9 @@ class AuthKeyTable {
   std::unordered_map<Endpoint, AuthPeer> peers_;
 };
 
-// The worker's side (rank `rank` of session_id): every datagram sent is tagged as the rank's,
+// The worker's side (rank `rank` of job_id): every datagram sent is tagged as the rank's,
 // every datagram received must verify as the switch's.
-std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t session_id,
+std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t job_id,
                                              uint32_t rank, const AuthKey& key);
 // One switch host of a striped job (docs/architecture.md, "Striping over several switches"), as
 // a worker's wrapper keys it: its data endpoints (ipv4, ports [port, port + num_ports); a
@@ -114,7 +114,7 @@ struct AuthSwitch {
 // The same with a key per switch host: a datagram to or from a host's data endpoints is tagged
 // or verified with its key; one from anywhere else must verify under the first host's (so it is
 // dropped and counted as every unverified datagram is).
-std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t session_id,
+std::unique_ptr<Transport> MakeAuthenticated(std::unique_ptr<Transport> inner, uint64_t job_id,
                                              uint32_t rank, std::vector<AuthSwitch> switches);
 // The switch's side: keys by endpoint from `table` (shared; read by this transport's thread);
 // datagrams from an endpoint must verify as its rank's, datagrams to it are tagged as the

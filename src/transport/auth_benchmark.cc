@@ -120,7 +120,7 @@ BENCHMARK(BM_Receive)
     ->Args({1, 1, 1})
     ->Args({1, 0, 1});
 
-// The bare SipHash-2-4 over a datagram, the session id and the sender (1046 bytes).
+// The bare SipHash-2-4 over a datagram, the job id and the sender (1046 bytes).
 void BM_SipHash(benchmark::State& state) {
   const AuthKey key = NewAuthKey();
   std::vector<uint8_t> d = Datagram(3);

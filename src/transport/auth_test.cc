@@ -235,7 +235,7 @@ TEST(AuthEmptyTableTest, PassThroughThenTheFirstKeyThenNone) {
   EXPECT_EQ(got[0], p);
 
   // The job goes: the worker's tagged datagrams pass as they came, replies go untagged.
-  table->RemoveSession(kSession);
+  table->RemoveJob(kSession);
   const auto small = Payload(64, 15);
   SendOne(*worker, kSwitch, small);
   got = ReceiveAll(*sw);
@@ -255,7 +255,7 @@ TEST(AuthEmptyTableTest, PassThroughThenTheFirstKeyThenNone) {
 }
 
 TEST_F(AuthTest, RemovedSessionsAreNoLongerKeyed) {
-  table_->RemoveSession(kSession);
+  table_->RemoveJob(kSession);
   const auto p = Payload(64, 10);
   SendOne(*worker_, kSwitch, p);  // tagged: the switch now passes it on as it came
   auto got = ReceiveAll(*sw_);
@@ -328,14 +328,14 @@ TEST(AuthKeyTableTest, VersionMovesAndTakenOverEndpointsStay) {
   EXPECT_GT(t.version(), v0);
   EXPECT_EQ(t.size(), 4u);
   t.Add(2, NewAuthKey(), 0, 0x7f000001, 40002, 1);  // session 2 took over one port
-  t.RemoveSession(1);
+  t.RemoveJob(1);
   uint64_t v;
   auto snap = t.Snapshot(&v);
   EXPECT_EQ(v, t.version());
   ASSERT_EQ(snap.size(), 1u);
-  EXPECT_EQ(snap.begin()->second.session_id, 2u);
+  EXPECT_EQ(snap.begin()->second.job_id, 2u);
   const uint64_t before = t.version();
-  t.RemoveSession(3);  // nothing: no change
+  t.RemoveJob(3);  // nothing: no change
   EXPECT_EQ(t.version(), before);
 }
 
