@@ -50,7 +50,8 @@ BUILD_DIR=build-asan CMAKE_ARGS="-DSWITCHML_SANITIZE=address,undefined $sanitize
 echo "test.sh: the threaded tests under TSan"
 tsan_start=$(date +%s)
 # The tests with threads of their own (those of them this tree has).
-wanted=(transport_udp_test transport_memory_test transport_factory_test registry_test
+wanted=(transport_udp_test transport_memory_test transport_factory_test
+  transport_conformance_test registry_test
   control_session_test control_sync_test control_tls_test control_listener_test
   runtime_uplink_test context_test multiprocess_test hierarchy_multiprocess_test
   failure_multiprocess_test abuse_multiprocess_test transport_auth_test auth_data_test

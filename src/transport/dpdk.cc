@@ -343,6 +343,12 @@ Result<uint16_t> MakeVdev(const std::string& name, const std::string& args,
 // and the control channel without a lock: a memif device stopped or closed from another thread
 // while the interrupt thread handles the peer's disconnect freed them twice ("EAL: Error: Invalid
 // memory", then a segfault in eal-intr-thread). On that thread the two are serialised.
+//
+// The hand-over is ordered by call.mu alone: this thread holds it from before the alarm is set
+// until the wait releases it, and the alarm takes it before it reads anything of the call (`fn`
+// and what it captures, written by this thread) and runs `fn` under it. EAL's alarm list has a
+// lock of its own, but one in DPDK's (uninstrumented) code: the order it gives is not one the
+// C++ memory model (or ThreadSanitizer) can see, so the call must not rely on it.
 void OnInterruptThread(const std::function<void()>& fn) {
   struct Call {
     const std::function<void()>* fn;
@@ -352,16 +358,16 @@ void OnInterruptThread(const std::function<void()>& fn) {
   } call{&fn, {}, {}};
   auto run = [](void* arg) {
     auto* c = static_cast<Call*>(arg);
-    (*c->fn)();
     std::lock_guard<std::mutex> lock(c->mu);
+    (*c->fn)();
     c->done = true;
     c->cv.notify_one();
   };
+  std::unique_lock<std::mutex> lock(call.mu);
   if (rte_eal_alarm_set(1, run, &call) != 0) {
     fn();  // no alarm: as before
     return;
   }
-  std::unique_lock<std::mutex> lock(call.mu);
   call.cv.wait(lock, [&call] { return call.done; });
 }
 
