@@ -162,7 +162,9 @@ size_t RemoveShmFilesLeftBy(const std::string& dir, const std::vector<uint32_t>&
 // made and the group files whose only members are its own transports, each marked closed and
 // removed. For a process about to exit without closing its transports (`switchml worker`
 // stopped by SIGINT/SIGTERM in the middle of a blocking call); those transports must not be
-// used afterwards. Returns how many it removed.
+// used afterwards. Waits for files being made by other threads of this process, and makes later
+// ones fail (UNAVAILABLE: the process is stopping), so that none is left behind
+// (shm_files.h, ShmCreationLock). Returns how many it removed.
 size_t RemoveOwnShmFiles(const std::string& dir);
 
 // Opens one shm transport on options.port (which must not be 0), with options.shm (options.h:

@@ -106,6 +106,9 @@ size_t RemoveShmFilesLeftBy(const std::string& dir, const std::vector<uint32_t>&
 }
 
 size_t RemoveOwnShmFiles(const std::string& dir) {
+  // Waits for the files being made (named by now, or gone) and stops any more.
+  ShmCreationLock creation;
+  creation.Stop();
   return RemoveShmFilesOf(dir, {static_cast<uint32_t>(::getpid())}, /*live_ours=*/true);
 }
 

@@ -44,6 +44,29 @@ Mapping Mapping::Map(int fd, size_t bytes, off_t offset) {
   return Mapping(static_cast<uint8_t*>(p), bytes);
 }
 
+namespace {
+struct Creation {
+  std::mutex mu;
+  bool stopped = false;  // guarded by mu
+};
+Creation& TheCreation() {
+  static Creation c;
+  return c;
+}
+}  // namespace
+
+ShmCreationLock::ShmCreationLock() : lock_(TheCreation().mu) {}
+
+bool ShmCreationLock::stopped() const { return TheCreation().stopped; }
+
+void ShmCreationLock::Stop() { TheCreation().stopped = true; }
+
+Status ShmCreationLock::Check(const std::string& what) const {
+  if (!stopped()) return Status();
+  return UnavailableError("cannot make " + what +
+                          ": this process is stopping (its shm files were removed)");
+}
+
 Status EnsureDirectory(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return FailedPreconditionError("cannot create the shm transport directory " + dir + ": " +

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +79,27 @@ bool OwnFileBytes(int fd, uint64_t* bytes);
 // this user of at least a page (*bytes: its size), else an invalid one (errno from open when it
 // failed there, else 0).
 Fd OpenOwnFile(const std::string& path, uint64_t* bytes);
+
+// This process makes its shm files (inboxes, group files) under one lock, which
+// RemoveOwnShmFiles takes too: a process stopped by a signal then removes every file it made,
+// none of them half made (still under its temporary name, which the removal does not look for,
+// or named just after the removal looked), and makes none afterwards. Process-wide, as that
+// removal is. Hold one from before the temporary file is made until it is gone (named or
+// removed).
+class ShmCreationLock {
+ public:
+  // Waits until no other thread of this process is making a shm file.
+  ShmCreationLock();
+  // Whether this process's files were removed (RemoveOwnShmFiles): it makes no more.
+  bool stopped() const;
+  // Makes stopped() true for good (RemoveOwnShmFiles).
+  void Stop();
+  // UNAVAILABLE naming `what` when stopped(), else OK.
+  Status Check(const std::string& what) const;
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
 
 // One-byte OFD locks (fcntl F_OFD_*: per open file description, released when the holder closes
 // the file or dies). ByteLocked: whether another description holds the byte (yes when the

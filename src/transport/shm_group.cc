@@ -95,6 +95,9 @@ Result<GroupFile> MakeGroupFile(const std::string& dir, const GroupGeometry& g, 
 Result<GroupFile> OpenGroupAsMember(const std::string& dir, const Endpoint& group,
                                     const GroupGeometry& want) {
   const std::string path = GroupPath(dir, group);
+  // Held while the file is made and named, against RemoveOwnShmFiles (shm_files.h).
+  ShmCreationLock creation;
+  RETURN_IF_ERROR(creation.Check("the group file " + path));
   for (int attempt = 0; attempt < 200; ++attempt) {
     Fd old(::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
     if (old.get() < 0 && errno != ENOENT) {

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "base/logging.h"
+#include "base/status_macros.h"
 
 namespace switchml::transport {
 
@@ -93,6 +94,9 @@ Result<std::unique_ptr<ShmInbox>> ShmInbox::Create(const TransportOptions& o,
   const InboxGeometry g = MakeInboxGeometry(o.shm.max_senders, o.shm.ring_slots,
                                             static_cast<uint32_t>(o.max_datagram_bytes));
   const std::string path = InboxPath(dir, o.port);
+  // Held until the temporary file is gone (destroyed after tmp_file), against RemoveOwnShmFiles.
+  ShmCreationLock creation;
+  RETURN_IF_ERROR(creation.Check("the inbox of the " + where));
   std::string tmp = dir + "/.inbox-" + std::to_string(o.port) + ".XXXXXX";
   Fd fd(::mkostemp(tmp.data(), O_CLOEXEC));
   if (fd.get() < 0) {

@@ -369,6 +369,47 @@ TEST_F(ShmTest, FilesLeftByDeadProcessesAreRemovedOnlyForThoseNamed) {
   EXPECT_EQ(::stat(InboxPath(live->local_endpoint().port).c_str(), &st), 0);
 }
 
+// Given a process with a thread that keeps making shm files (transports, each joining a group of
+// its own), When the process removes its own files on its way out (RemoveOwnShmFiles, as
+// `switchml worker` does on SIGTERM), Expect nothing of it left in the directory, temporary
+// files included, however many more the thread tries to make (a file being made when the
+// removal ran was left behind: under its temporary name, or named after the removal looked).
+TEST_F(ShmTest, RemovingOwnFilesLeavesNoneBehindWhileOthersAreBeingMade) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::atomic<uint32_t> attempts{0};
+    std::atomic<bool> stop{false};
+    std::thread maker([&] {
+      std::vector<std::unique_ptr<Transport>> kept;  // closed once the files were counted
+      for (uint16_t i = 0; !stop.load(); ++i) {
+        auto t = OpenShmConsecutive(Options(), 1);
+        if (t.ok() && (*t)[0]->JoinGroup({0xef010203, static_cast<uint16_t>(4000 + i)}, 0).ok()) {
+          kept.push_back(std::move((*t)[0]));
+        }
+        attempts.fetch_add(1);
+      }
+    });
+    while (attempts.load() < 3) std::this_thread::yield();
+    RemoveOwnShmFiles(dir_);
+    const uint32_t at_removal = attempts.load();
+    while (attempts.load() < at_removal + 3) std::this_thread::yield();
+    size_t left = 0;
+    if (DIR* d = ::opendir(dir_.c_str())) {
+      while (const dirent* e = ::readdir(d)) {
+        left += std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0;
+      }
+      ::closedir(d);
+    }
+    stop.store(true);
+    maker.join();
+    ::_exit(left == 0 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "files of the process were left behind";
+}
+
 size_t OpenDescriptors() {
   size_t n = 0;
   if (DIR* d = ::opendir("/proc/self/fd")) {
