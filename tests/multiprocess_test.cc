@@ -332,6 +332,20 @@ TEST(MultiProcessTest, RunCommandPrintsVerifiedThroughput) {
   EXPECT_NE(out.find("algorithm bandwidth"), std::string::npos) << out;
 }
 
+// Given jumbo packets (--packet-numel 2048, docs/protocol.md 2.6) over kernel UDP with 1 % loss
+// each way, Expect `run` (whose switch then takes them) to verify every float32 result (within
+// the quantization bound) and int32 result (exact): retransmissions of 8202-byte datagrams.
+TEST(MultiProcessTest, RunWithJumboPacketsVerifies) {
+  for (const char* dtype : {"float32", "int32"}) {
+    Process p({testing::SwitchmlBinary(), "run", "--transport", "udp", "--workers", "2", "--size",
+               "300001", "--dtype", dtype, "--iterations", "2", "--loss", "0.01",
+               "--packet-numel", "2048"});
+    ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
+    EXPECT_EQ(p.exit_code(), 0) << p.output();
+    EXPECT_NE(p.output().find("switchml run: OK"), std::string::npos) << p.output();
+  }
+}
+
 // Given the authenticated data plane (--auth-data), Expect `run` to verify int32 and float32
 // results over a 2-thread switch with 1 % loss, with no tag failing (docs/security.md 4.4).
 TEST(MultiProcessTest, RunWithAuthenticatedDataVerifies) {
