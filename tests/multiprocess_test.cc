@@ -334,12 +334,19 @@ TEST(MultiProcessTest, RunCommandPrintsVerifiedThroughput) {
 
 // Given jumbo packets (--packet-numel 2048, docs/protocol.md 2.6) over kernel UDP with 1 % loss
 // each way, Expect `run` (whose switch then takes them) to verify every float32 result (within
-// the quantization bound) and int32 result (exact): retransmissions of 8202-byte datagrams.
+// the quantization bound) and int32 result (exact): retransmissions of 8202-byte datagrams; and
+// block-sparse all-reduces of 512-element blocks verified too.
 TEST(MultiProcessTest, RunWithJumboPacketsVerifies) {
-  for (const char* dtype : {"float32", "int32"}) {
-    Process p({testing::SwitchmlBinary(), "run", "--transport", "udp", "--workers", "2", "--size",
-               "300001", "--dtype", dtype, "--iterations", "2", "--loss", "0.01",
-               "--packet-numel", "2048"});
+  const std::vector<std::vector<std::string>> cases = {
+      {"--dtype", "float32", "--packet-numel", "2048"},
+      {"--dtype", "int32", "--packet-numel", "2048"},
+      {"--dtype", "float32", "--packet-numel", "512", "--sparse", "--density", "0.05"}};
+  for (const auto& extra : cases) {
+    std::vector<std::string> argv = {testing::SwitchmlBinary(), "run", "--transport", "udp",
+                                     "--workers", "2", "--size", "300001", "--iterations", "2",
+                                     "--loss", "0.01"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    Process p(argv);
     ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
     EXPECT_EQ(p.exit_code(), 0) << p.output();
     EXPECT_NE(p.output().find("switchml run: OK"), std::string::npos) << p.output();
