@@ -68,6 +68,19 @@ for r in 0 1; do
   fi
 done
 
+# A transport that cannot carry 8202-byte datagrams (xdp: one UMEM frame) is refused at setup
+# rather than cutting them; where AF_XDP cannot run here at all, that part is skipped.
+out=$(mktemp)
+outs+=("$out")
+if ip netns exec "$tag-w0" "$bin" worker --switch "$net.1" --rank 0 --workers 1 --size 1000 \
+  --session 80 --packet-numel 2048 --transport xdp --setup-timeout-ms 5000 >"$out" 2>&1; then
+  echo "FAIL: a worker with packet_numel 2048 over xdp was not refused:"; cat "$out"; status=1
+elif grep -q "not compiled into this build\|AF_XDP: cannot\|AF_XDP: the kernel refused" "$out"; then
+  echo "(xdp cannot run here: its refusal of jumbo packets not checked)"
+elif ! grep -q "packet_numel 2048 needs datagrams of 8202 bytes and the xdp.* transport carries at most [0-9]*; use packet_numel 256" "$out"; then
+  echo "FAIL: the xdp refusal does not say what to fix:"; cat "$out"; status=1
+fi
+
 # An MTU of 1500 toward the switch: 2048-element packets (8230-byte IP packets) do not fit.
 ip -n "$tag-w0" link set eth0 mtu 1500
 out=$(mktemp)
