@@ -118,7 +118,7 @@ struct Fixture {
         FUZZ_CHECK(out.size == spec.size);
         FUZZ_CHECK(in.size == spec.size);
         FUZZ_CHECK(out.slot == in.slot);
-        FUZZ_CHECK(in.slot.index < sw.config().slots_per_job);
+        FUZZ_CHECK(in.slot.index < JobSlots(sw.config(), spec.size));
         if (a.kind == Action::Kind::kMulticast) {
           // A top-of-rack job multicasts the spine's results only; one switch, its own.
           FUZZ_CHECK(FromSpine(src) == (spine_ports > 0));
@@ -173,11 +173,14 @@ void RunArbitrary(FuzzedDataProvider& in) {
   SwitchConfig config;
   config.slots_per_job = in.ConsumeIntegralInRange<uint32_t>(1, 8);
   config.max_workers_per_job = 8;
+  config.max_packet_numel = 512;  // jumbo jobs too (docs/protocol.md 2.6), of 2 KiB payloads
   Fixture f(config);
   f.spec.job_id = kSession;
   f.spec.num_workers = in.ConsumeIntegralInRange<uint32_t>(1, 8);
-  f.spec.size = in.ConsumeBool() ? proto::SizeCode::k256B : proto::SizeCode::k1024B;
-  f.spec.max_outstanding_packets = config.slots_per_job;
+  constexpr proto::SizeCode kSizes[] = {proto::SizeCode::k256B, proto::SizeCode::k1024B,
+                                        proto::SizeCode::k2048B};
+  f.spec.size = kSizes[in.ConsumeIntegralInRange<int>(0, 2)];
+  f.spec.max_outstanding_packets = JobSlots(config, f.spec.size);
   f.spec.running_tsi = in.ConsumeBool();
   f.spine_ports = in.ConsumeIntegralInRange<uint32_t>(0, 2);  // 0: one switch; else a ToR job
   f.CreateJob();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -64,10 +65,14 @@ class ContextTest : public ::testing::Test {
   // each result is verified.
   static void AllReduceInPlaceOnBoth(const std::vector<std::unique_ptr<Context>>& ctx,
                                      const testing::Pattern& p, size_t count) {
+    AllReduceInPlaceOnBoth(ctx[0].get(), ctx[1].get(), p, count);
+  }
+  static void AllReduceInPlaceOnBoth(Context* c0, Context* c1, const testing::Pattern& p,
+                                     size_t count) {
     std::vector<std::vector<int32_t>> buf(2, std::vector<int32_t>(count));
     for (uint32_t r = 0; r < 2; ++r) testing::FillInput(p, r, buf[r].data(), count);
-    auto h0 = ctx[0]->AllReduceAsync(buf[0].data(), buf[0].data(), count, p.dtype);
-    auto h1 = ctx[1]->AllReduceAsync(buf[1].data(), buf[1].data(), count, p.dtype);
+    auto h0 = c0->AllReduceAsync(buf[0].data(), buf[0].data(), count, p.dtype);
+    auto h1 = c1->AllReduceAsync(buf[1].data(), buf[1].data(), count, p.dtype);
     ASSERT_TRUE(h0.ok() && h1.ok());
     ASSERT_TRUE(h0->Wait().ok());
     ASSERT_TRUE(h1->Wait().ok());
@@ -130,6 +135,33 @@ TEST(ConfigTest, AutomaticWindowFromBandwidthDelayProduct) {
   Config c;
   c.max_outstanding_packets = 100;
   EXPECT_EQ(c.OutstandingPackets(), 100u);
+}
+
+// Given jumbo packets (docs/protocol.md 2.6), Expect the automatic window in packets of the
+// job's size, 8268 wire bytes for 2048 elements, with its granule (32), floor (64, over shm 1024)
+// and ceiling (8192) scaled by 256 / numel so that they stand for the same bytes: about as many
+// bytes in flight as with 256-element packets.
+TEST(ConfigTest, AutomaticWindowForJumboPacketsKeepsItsBytes) {
+  auto window = [](double gbps, int rtt_us, uint32_t numel, const char* transport = "udp") {
+    Config c;
+    c.link_gbps = gbps;
+    c.base_rtt = std::chrono::microseconds(rtt_us);
+    c.packet_numel = numel;
+    c.transport = transport;
+    EXPECT_TRUE(c.Validate().ok()) << c.Validate().ToString();
+    return c.OutstandingPackets();
+  };
+  EXPECT_EQ(window(10, 100, 2048), 32u);          // 30.24 -> 31 -> 32 (4s): 256 x 1100 B at 256
+  EXPECT_EQ(window(1, 100, 2048), 8u);            // 3.02 -> 4, raised to the floor 64 / 8
+  EXPECT_EQ(window(10, 500, 2048), 152u);         // 151.2 -> 152
+  EXPECT_EQ(window(10, 100, 512), 128u);          // 2124 wire bytes: 117.7 -> 118 -> 128 (16s)
+  EXPECT_EQ(window(400, 1000, 2048), 1024u);      // clamped to the pool of 8192 x 256 / 2048
+  EXPECT_EQ(window(10, 100, 2048, "shm"), 128u);  // the shm floor 1024 / 8
+  Config c;
+  c.packet_numel = 4096;
+  EXPECT_NE(c.Validate().message().find("packet_numel 4096 is not supported"), std::string::npos);
+  c.packet_numel = 2048;
+  EXPECT_TRUE(c.Validate().ok());
 }
 
 // Given the shared-memory transport, Expect the automatic window to be at least
@@ -238,6 +270,52 @@ TEST_F(ContextTest, TwoContextsInOneProcess) {
     testing::Pattern p{3, dt == DataType::kInt32 ? 0u : 1u, 2, 256, dt};
     AllReduceInPlaceOnBoth(ctx, p, count);
   }
+}
+
+// Given a switch that takes 256 elements per packet at most (the default) and a worker asking for
+// 2048, Expect setup refused with what to fix; given one started with max_packet_numel 2048,
+// Expect 2048-element all-reduces of int32 (exact) and float32 (within the quantization bound)
+// verified on both workers, next to a 256-element job on the same switch (docs/protocol.md 2.6).
+TEST_F(ContextTest, JumboPacketsWhereTheSwitchEnablesThem) {
+  Config lone = MakeConfig(0, 1, 8);
+  lone.packet_numel = 2048;
+  const auto refused = Context::Create(lone);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find(
+                "it takes at most 256 elements per packet; use packet_numel 256 or less, or "
+                "start the switch with --max-packet-numel 2048"),
+            std::string::npos)
+      << refused.status().ToString();
+
+  runtime::SwitchDaemonOptions o;
+  o.bind_address = "127.0.0.1";
+  o.data_port = 0;
+  o.control_port = 0;
+  o.switch_config.max_packet_numel = 2048;
+  auto jumbo = runtime::SwitchDaemon::Start(o);
+  ASSERT_TRUE(jumbo.ok()) << jumbo.status().ToString();
+  std::vector<Config> configs;
+  for (uint32_t r = 0; r < 4; ++r) {
+    Config c = MakeConfig(r % 2, 2, r < 2 ? 9 : 10);
+    c.control_port = (*jumbo)->control_port();
+    c.packet_numel = r < 2 ? 2048 : 256;
+    configs.push_back(c);
+  }
+  auto ctx = CreateAll(configs);
+  ASSERT_TRUE(ctx[0] && ctx[1] && ctx[2] && ctx[3]);
+  for (DataType dt : {DataType::kInt32, DataType::kFloat32}) {
+    const size_t count = 100003;  // 49 packets of 2048, the last one partly filled
+    testing::Pattern big{3, dt == DataType::kInt32 ? 0u : 1u, 2, 2048, dt};
+    testing::Pattern small{4, dt == DataType::kInt32 ? 0u : 1u, 2, 256, dt};
+    std::thread beside([&] { AllReduceInPlaceOnBoth(ctx[2].get(), ctx[3].get(), small, count); });
+    AllReduceInPlaceOnBoth(ctx[0].get(), ctx[1].get(), big, count);
+    beside.join();
+  }
+  const std::optional<dataplane::JobCounters> c = (*jumbo)->job_counters(9);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_GE(c->completed, 2u * 49u);
+  EXPECT_EQ(c->dropped[static_cast<int>(dataplane::DropReason::kWrongSize)], 0u);
 }
 
 // Given two switches on this host, each running a one-worker job of the same job id (as the

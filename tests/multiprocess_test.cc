@@ -332,6 +332,27 @@ TEST(MultiProcessTest, RunCommandPrintsVerifiedThroughput) {
   EXPECT_NE(out.find("algorithm bandwidth"), std::string::npos) << out;
 }
 
+// Given jumbo packets (--packet-numel 2048, docs/protocol.md 2.6) over kernel UDP with 1 % loss
+// each way, Expect `run` (whose switch then takes them) to verify every float32 result (within
+// the quantization bound) and int32 result (exact): retransmissions of 8202-byte datagrams; and
+// block-sparse all-reduces of 512-element blocks verified too.
+TEST(MultiProcessTest, RunWithJumboPacketsVerifies) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"--dtype", "float32", "--packet-numel", "2048"},
+      {"--dtype", "int32", "--packet-numel", "2048"},
+      {"--dtype", "float32", "--packet-numel", "512", "--sparse", "--density", "0.05"}};
+  for (const auto& extra : cases) {
+    std::vector<std::string> argv = {testing::SwitchmlBinary(), "run", "--transport", "udp",
+                                     "--workers", "2", "--size", "300001", "--iterations", "2",
+                                     "--loss", "0.01"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    Process p(argv);
+    ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
+    EXPECT_EQ(p.exit_code(), 0) << p.output();
+    EXPECT_NE(p.output().find("switchml run: OK"), std::string::npos) << p.output();
+  }
+}
+
 // Given the authenticated data plane (--auth-data), Expect `run` to verify int32 and float32
 // results over a 2-thread switch with 1 % loss, with no tag failing (docs/security.md 4.4).
 TEST(MultiProcessTest, RunWithAuthenticatedDataVerifies) {

@@ -140,6 +140,17 @@ TEST_F(ShmMultiProcessTest, RunCommandWithLoss) {
   EXPECT_TRUE(Files().empty());
 }
 
+// Given jumbo packets (--packet-numel 2048, docs/protocol.md 2.6) over shm, Expect every float32
+// result verified: ring entries hold the 8202-byte datagrams on both sides.
+TEST_F(ShmMultiProcessTest, RunCommandWithJumboPackets) {
+  Process p({testing::SwitchmlBinary(), "run", "--transport", "shm", "--workers", "2", "--size",
+             "300001", "--dtype", "float32", "--iterations", "2", "--packet-numel", "2048"});
+  ASSERT_TRUE(p.Wait(seconds(120))) << p.output();
+  EXPECT_EQ(p.exit_code(), 0) << p.output();
+  EXPECT_NE(p.output().find("switchml run: OK"), std::string::npos) << p.output();
+  EXPECT_TRUE(Files().empty());
+}
+
 // Given `switchml run` without --transport, Expect it to choose shm (every process is on this
 // host) and say so, with shm's automatic threads and window (2 worker and 2 switch threads on a
 // host with 2 or more cores, window 1024), the threads pinned (--pin-threads auto) where they

@@ -127,6 +127,8 @@ Result<RunSwitches> StartSwitches(const RunFlags& flags, const JobOptions& job, 
   o.control_port = 0;
   o.switch_config.max_workers_per_job = std::max<uint32_t>(32, job.workers);
   o.switch_config.slots_per_job = std::max<uint32_t>(8192, job.window);
+  // The job's own switch takes its packet size, jumbo ones too (docs/protocol.md 2.6).
+  o.switch_config.max_packet_numel = std::max<uint32_t>(256, job.packet_numel);
   o.loss = flags.loss;
   o.seed = job.seed;
   o.busy_poll = job.wait.busy_poll;

@@ -38,6 +38,7 @@ struct SwitchFlags {
   int64_t max_workers = 32;
   int64_t slots = 8192;
   int64_t max_jobs = 64;
+  int64_t max_packet_numel = 256;
   double loss = 0;
   int64_t seed = 1;
   int64_t threads = 1;
@@ -70,6 +71,10 @@ void DefineSwitchFlags(Flags* flags, SwitchFlags* f) {
   flags->Add("max-workers", &f->max_workers, "workers per job (at most 256)");
   flags->Add("slots", &f->slots, "aggregation slots per job (at most 16384)");
   flags->Add("max-jobs", &f->max_jobs, "concurrent jobs (at most 1000000)");
+  flags->Add("max-packet-numel", &f->max_packet_numel,
+             "the largest packet_numel a job may use: 256 (the reference's sizes), or 512, 1024 "
+             "or 2048 to accept jumbo packets too (docs/protocol.md 2.6; 2048 needs an MTU of "
+             "8230 toward the workers)");
   flags->Add("loss", &f->loss, "drop this fraction of packets in each direction (loss simulator)");
   flags->Add("seed", &f->seed, "seed of the loss simulator (0..2^63-1)");
   flags->Add("threads", &f->threads,
@@ -162,6 +167,13 @@ int ReadDataPlaneFlags(const SwitchFlags& flags, runtime::SwitchDaemonOptions* o
   o.switch_config.max_workers_per_job = static_cast<uint32_t>(flags.max_workers);
   o.switch_config.slots_per_job = static_cast<uint32_t>(flags.slots);
   o.switch_config.max_jobs = static_cast<uint32_t>(flags.max_jobs);
+  if (flags.max_packet_numel != 256 && flags.max_packet_numel != 512 &&
+      flags.max_packet_numel != 1024 && flags.max_packet_numel != 2048) {
+    std::cerr << "switchml switch: --max-packet-numel must be 256, 512, 1024 or 2048, not "
+              << flags.max_packet_numel << "\n";
+    return 2;
+  }
+  o.switch_config.max_packet_numel = static_cast<uint32_t>(flags.max_packet_numel);
   o.loss = flags.loss;
   if (Status st = ReadSeed(flags.seed, &o.seed); !st.ok()) {
     std::cerr << "switchml switch: " << st.message() << "\n";
@@ -272,10 +284,14 @@ void PrintStarted(const runtime::SwitchDaemonOptions& o, const runtime::SwitchDa
                     : std::to_string(first);
   std::printf(
       "switchml switch: data port%s %s (UDP, transport %s, %u thread%s), control port %u (gRPC) "
-      "on %s; max %u workers and %u slots per job%s\n",
+      "on %s; max %u workers and %u slots per job%s%s\n",
       o.threads > 1 ? "s" : "", ports.c_str(), o.transport.c_str(), o.threads,
       o.threads > 1 ? "s" : "", daemon.control_port(), o.bind_address.c_str(),
       o.switch_config.max_workers_per_job, o.switch_config.slots_per_job,
+      o.switch_config.max_packet_numel > 256
+          ? (", packets up to " + std::to_string(o.switch_config.max_packet_numel) + " elements")
+                .c_str()
+          : "",
       o.loss > 0 ? ", loss simulator on" : "");
   if (!o.upstream.empty()) {
     std::printf("switchml switch: top of rack %u of %u under the upstream switch %s\n",

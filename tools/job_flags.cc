@@ -74,7 +74,9 @@ void AddJobFlags(Flags* f, JobFlags* j, bool auto_transport) {
   f->Add("link-gbps", &j->link_gbps, "link rate (Gbit/s) the automatic window is sized for");
   f->Add("base-rtt-us", &j->base_rtt_us,
          "round trip through the switch, queues empty, for the window");
-  f->Add("packet-numel", &j->packet_numel, "elements per packet: 64 or 256");
+  f->Add("packet-numel", &j->packet_numel,
+         "elements per packet: 64 or 256, or (our jumbo packets, where the switch enables them: "
+         "docs/protocol.md 2.6) 512, 1024 or 2048");
   f->Add("timeout-ms", &j->timeout_ms,
          "retransmission timeout until a round trip has been measured");
   f->Add("min-timeout-us", &j->min_timeout_us,
@@ -239,8 +241,9 @@ Status ReadJobFlags(const JobFlags& f, JobOptions* o) {
                                 "): each worker thread needs at least one slot");
   }
   o->packet_numel = static_cast<uint32_t>(f.packet_numel);
-  if (o->packet_numel != 64 && o->packet_numel != 256) {
-    return InvalidArgumentError("--packet-numel must be 64 or 256");
+  if (proto::SizeCode code; f.packet_numel < 0 || f.packet_numel > 2048 ||
+                            !proto::SizeCodeForNumel(o->packet_numel, &code)) {
+    return InvalidArgumentError("--packet-numel must be 64, 256, 512, 1024 or 2048");
   }
   RETURN_IF_ERROR(positive("timeout-ms", f.timeout_ms, 3600000));
   RETURN_IF_ERROR(positive("min-timeout-us", f.min_timeout_us, 3600000000));

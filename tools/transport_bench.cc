@@ -98,7 +98,7 @@ int Gen(int argc, char** argv) {
   transport::TransportOptions o;
   o.kind = kind;
   o.bind_ipv4 = bind;
-  o.max_datagram_bytes = proto::kMaxDatagramBytes;
+  o.max_datagram_bytes = proto::kReferenceMaxDatagramBytes;
   auto t = transport::OpenTransport(o);
   if (!t.ok()) {
     std::fprintf(stderr, "gen: %s\n", t.status().ToString().c_str());
@@ -124,7 +124,7 @@ int Gen(int argc, char** argv) {
     dst.port = r->data_port;
     job = static_cast<uint8_t>(a.job_id);
   }
-  std::vector<int32_t> values(proto::kMaxNumel, 1);
+  std::vector<int32_t> values(proto::kReferenceMaxNumel, 1);
   std::vector<uint32_t> tsi(window);
   std::vector<uint8_t> set(window, 0);
   std::vector<transport::TxDatagram> tx(window);
@@ -201,7 +201,7 @@ int Gen(int argc, char** argv) {
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   const double pps = counted / wall;
   std::printf("pps=%.0f elements_per_s=%.4g gen_cpu=%.2f replies=%llu transport=%s\n", pps,
-              pps * proto::kMaxNumel, (CpuSeconds() - cpu0) / wall,
+              pps * proto::kReferenceMaxNumel, (CpuSeconds() - cpu0) / wall,
               static_cast<unsigned long long>(replies), tr.name().c_str());
   return 0;
 }

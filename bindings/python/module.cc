@@ -403,7 +403,9 @@ void BindConfigJob(PyConfig& config) {
                        "link rate (Gbit/s) the automatic window is sized for");
   config.def_readwrite("base_rtt", &Config::base_rtt,
                        "round-trip time the automatic window is sized for");
-  config.def_readwrite("packet_numel", &Config::packet_numel, "elements per packet: 64 or 256");
+  config.def_readwrite("packet_numel", &Config::packet_numel,
+                       "elements per packet: 64 or 256, or 512, 1024 or 2048 where the switch "
+                       "enables jumbo packets (docs/protocol.md 2.6)");
 }
 
 // One field of an options struct Config holds whole (Config::retransmit, Config::wait) as an

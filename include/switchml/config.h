@@ -64,7 +64,10 @@ struct SWITCHML_EXPORT Config {
   // by a path; a window that covers a few time slices keeps the pipeline full (measured against
   // 256 in docs/architecture.md 4.5).
   static constexpr uint32_t kMinShmAutoWindow = 1024;
-  // Elements per packet: 64 or 256.
+  // Elements per packet: 64 or 256 (the reference's sizes), or 512, 1024 or 2048 (jumbo packets,
+  // our extension: only where the switch enables them, `switchml switch --max-packet-numel`, over
+  // a transport that carries them (udp, udp-plain, shm) and an MTU toward the switch that holds
+  // the datagram plus 28 bytes; setup refuses otherwise, saying what to fix: docs/protocol.md 2.6).
   uint32_t packet_numel = 256;
   // Local IPv4 address to bind ("0.0.0.0": any) and first UDP port (0: pick free ones).
   std::string bind_address = "0.0.0.0";

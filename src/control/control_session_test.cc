@@ -367,7 +367,25 @@ TEST_F(ControlSessionTest, RefusesUnsupportedPacketSize) {
   auto reply = client.UdpSession(args);
   EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(reply.status().message(),
-            "packet size MTU_512 is not supported; use 64 or 256 elements per packet");
+            "packet size MTU_512 is not supported; use 64, 256, 512, 1024 or 2048 elements per "
+            "packet (512 and up where the switch enables them)");
+}
+
+// Given a switch that does not enable jumbo packets (max_packet_numel 256, the default), and a
+// worker asking for 2048-element packets (PacketSize 6, docs/protocol.md 2.6), Expect
+// FAILED_PRECONDITION naming the largest size the switch takes and both ways out, and no job.
+TEST_F(ControlSessionTest, RefusesJumboPacketsTheSwitchDoesNotEnable) {
+  ControlClient client = Client();
+  UdpSessionArgs args = Args(77, 0, 2);
+  args.size = proto::SizeCode::k8192B;
+  auto reply = client.UdpSession(args);
+  EXPECT_EQ(reply.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reply.status().message(),
+            "packet size MTU_8192 (packet_numel 2048) is not enabled on this switch: it takes at "
+            "most 256 elements per packet; use packet_numel 256 or less, or start the switch "
+            "with --max-packet-numel 2048");
+  std::lock_guard lock(sw_->mu);
+  EXPECT_FALSE(sw_->sw.HasJob(77));
 }
 
 TEST_F(ControlSessionTest, RefusesUnknownSession) {

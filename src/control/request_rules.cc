@@ -26,8 +26,9 @@ Status CheckNumWorkers(const std::string& what, uint32_t n, const dataplane::Swi
 }  // namespace
 
 std::string PacketSizeName(int value) {
-  static const char* const kNames[] = {"MTU_128", "MTU_256", "MTU_512", "MTU_1024"};
-  return value >= 0 && value < 4 ? kNames[value] : std::to_string(value);
+  static const char* const kNames[] = {"MTU_128",  "MTU_256",  "MTU_512", "MTU_1024",
+                                       "MTU_2048", "MTU_4096", "MTU_8192"};
+  return value >= 0 && value < 7 ? kNames[value] : std::to_string(value);
 }
 
 Status ValidateRegistration(const RegistryOptions& options, const dataplane::SwitchConfig& config,
@@ -62,10 +63,23 @@ Status ValidateRegistration(const RegistryOptions& options, const dataplane::Swi
     return InvalidArgumentError("session id " + std::to_string(r.job_id) +
                                 " is reserved; use 1 .. 2^64 - 2");
   }
-  if (r.packet_size < 0 || r.packet_size > 3 ||
+  if (r.packet_size < 0 || r.packet_size > 6 ||
       !proto::IsSupportedSize(static_cast<proto::SizeCode>(r.packet_size))) {
     return InvalidArgumentError("packet size " + PacketSizeName(r.packet_size) +
-                                " is not supported; use 64 or 256 elements per packet");
+                                " is not supported; use 64, 256, 512, 1024 or 2048 elements per "
+                                "packet (512 and up where the switch enables them)");
+  }
+  const auto size = static_cast<proto::SizeCode>(r.packet_size);
+  if (!dataplane::AcceptsSize(config, size)) {
+    // A jumbo size (docs/protocol.md 2.6) on a switch that does not enable it: the message names
+    // the largest this switch takes, and both ways out.
+    const std::string numel = std::to_string(proto::NumelOf(size));
+    return FailedPreconditionError(
+        "packet size " + PacketSizeName(r.packet_size) + " (packet_numel " + numel +
+        ") is not enabled on this switch: it takes at most " +
+        std::to_string(config.max_packet_numel) + " elements per packet; use packet_numel " +
+        std::to_string(config.max_packet_numel) + " or less, or start the switch with " +
+        "--max-packet-numel " + numel);
   }
   if (r.sparse_auto && !r.sparse) {
     return InvalidArgumentError(name +
@@ -86,11 +100,11 @@ Status ValidateRegistration(const RegistryOptions& options, const dataplane::Swi
   }
   const uint32_t window =
       r.max_outstanding_packets == 0 ? kDefaultWindow : r.max_outstanding_packets;
-  const uint32_t slots = config.slots_per_job;
+  const uint32_t slots = dataplane::JobSlots(config, size);
   if (window > slots) {
     return InvalidArgumentError(name + ": max_outstanding_packets " + std::to_string(window) +
                                 " must be in 1.." + std::to_string(slots) +
-                                " (this switch's slots per job)");
+                                " (this switch's slots per job" + dataplane::JumboNote(size) + ")");
   }
   if (r.udp_port == 0 && num_ports > 1) {
     return InvalidArgumentError(

@@ -38,11 +38,38 @@ const char* SizeName(proto::SizeCode size) {
       return "512B";
     case proto::SizeCode::k1024B:
       return "1024B";
+    case proto::SizeCode::k2048B:
+      return "2048B";
+    case proto::SizeCode::k4096B:
+      return "4096B";
+    case proto::SizeCode::k8192B:
+      return "8192B";
   }
   return "?";
 }
 
 }  // namespace
+
+uint32_t JobSlots(const SwitchConfig& config, proto::SizeCode size) {
+  const size_t numel = proto::NumelOf(size);
+  if (numel <= proto::kReferenceMaxNumel) return config.slots_per_job;
+  return std::max<uint32_t>(
+      1, static_cast<uint32_t>(config.slots_per_job * proto::kReferenceMaxNumel / numel));
+}
+
+size_t MaxDatagramBytes(const SwitchConfig& config) {
+  return proto::DatagramBytesForNumel(
+      std::max<size_t>(config.max_packet_numel, proto::kReferenceMaxNumel));
+}
+
+std::string JumboNote(proto::SizeCode size) {
+  if (!proto::IsJumboSize(size)) return "";
+  return " of " + std::to_string(proto::NumelOf(size)) + "-element packets";
+}
+
+bool AcceptsSize(const SwitchConfig& config, proto::SizeCode size) {
+  return proto::IsSupportedSize(size) && proto::NumelOf(size) <= config.max_packet_numel;
+}
 
 const char* DropReasonName(DropReason r) {
   switch (r) {
@@ -78,14 +105,20 @@ Status SwitchConfig::Validate() const {
                                 std::to_string(slots_per_job));
   }
   if (max_jobs < 1) return InvalidArgumentError("max_jobs must be at least 1, got 0");
+  if (proto::SizeCode code; !proto::SizeCodeForNumel(max_packet_numel, &code) ||
+                            max_packet_numel < proto::kReferenceMaxNumel) {
+    return InvalidArgumentError("max_packet_numel must be 256, 512, 1024 or 2048, got " +
+                                std::to_string(max_packet_numel));
+  }
   return Status::Ok();
 }
 
 // One job: its spec, worker table, pipeline registers, counters and preallocated reply state.
 // Owned by Switch::jobs_; the lookup tables point at it.
 struct Switch::Job {
-  Job(const JobSpec& s, uint32_t num_slots)
+  Job(const JobSpec& s, uint32_t slots)
       : spec(s),
+        num_slots(slots),
         workers(s.num_workers),
         groups(s.num_workers),
         registered(s.num_workers, false),
@@ -101,6 +134,7 @@ struct Switch::Job {
         destinations(s.num_workers) {}
 
   JobSpec spec;
+  uint32_t num_slots;               // JobSlots(config, spec.size)
   std::vector<WorkerSpec> workers;  // by rank
   std::vector<Endpoint> groups;     // by rank: the multicast group each listens on, or zero
   std::vector<bool> registered;     // by rank
@@ -234,19 +268,21 @@ Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
                                 " exceeds this switch's limit of " +
                                 std::to_string(config_.max_workers_per_job) + " workers per job");
   }
-  if (!proto::IsSupportedSize(spec.size)) {
-    return InvalidArgumentError(
-        name + ": packet size code " + std::to_string(static_cast<int>(spec.size)) +
-        " is not supported; use 256 B (64 elements) or 1024 B (256 elements)");
+  if (!AcceptsSize(config_, spec.size)) {
+    return InvalidArgumentError(name + ": packet size code " +
+                                std::to_string(static_cast<int>(spec.size)) +
+                                " is not supported; this switch takes 64 to " +
+                                std::to_string(config_.max_packet_numel) + " elements per packet");
   }
   if (spec.num_ports == 0) {
     return InvalidArgumentError(name + ": num_ports must be at least 1");
   }
-  if (spec.max_outstanding_packets == 0 || spec.max_outstanding_packets > config_.slots_per_job) {
+  const uint32_t slots = JobSlots(config_, spec.size);
+  if (spec.max_outstanding_packets == 0 || spec.max_outstanding_packets > slots) {
     return InvalidArgumentError(name + ": max_outstanding_packets " +
                                 std::to_string(spec.max_outstanding_packets) + " must be in 1.." +
-                                std::to_string(config_.slots_per_job) +
-                                " (this switch's slots per job)");
+                                std::to_string(slots) + " (this switch's slots per job" +
+                                JumboNote(spec.size) + ")");
   }
   if (auto it = jobs_.find(spec.job_id); it != jobs_.end()) {
     RemoveFromLookup(*it->second);
@@ -270,7 +306,7 @@ Status Switch::CreateJob(const JobSpec& spec, std::vector<uint64_t>* evicted) {
     }
     if (taken) kept.multicast_group = Endpoint{};
   }
-  auto job = std::make_unique<Job>(kept, config_.slots_per_job);
+  auto job = std::make_unique<Job>(kept, slots);
   job->last_active = ++activity_clock_;
   job->generation = next_generation_++;
   jobs_.emplace(spec.job_id, std::move(job));
@@ -446,7 +482,7 @@ Status Switch::SetUpstream(uint64_t job_id, const UpstreamSpec& upstream) {
   job.has_upstream = true;
   job.upstream = upstream;
   AddUpstreamToLookup(job);
-  job.tor.assign(size_t{config_.slots_per_job} * 2, Job::TorSet{});
+  job.tor.assign(size_t{job.num_slots} * 2, Job::TorSet{});
   job.generation = next_generation_++;  // a mirror rebuilds the job with its upstream
   mutations_.fetch_add(1, std::memory_order_release);
   return Status::Ok();
@@ -472,6 +508,7 @@ bool Switch::HasJob(uint64_t job_id) const { return jobs_.contains(job_id); }
 
 void Switch::MirrorJobs(const Switch& master) {
   CHECK(config_.slots_per_job == master.config_.slots_per_job &&
+        config_.max_packet_numel == master.config_.max_packet_numel &&
         config_.max_workers_per_job == master.config_.max_workers_per_job)
       << "a mirror needs its master's switch config";
   // Jobs gone from master, or re-created there, or with other workers: dropped here.
@@ -493,7 +530,7 @@ void Switch::MirrorJobs(const Switch& master) {
   // Jobs of master missing here: created with master's workers.
   for (const auto& [id, m] : master.jobs_) {
     if (jobs_.contains(id)) continue;
-    auto job = std::make_unique<Job>(m->spec, config_.slots_per_job);
+    auto job = std::make_unique<Job>(m->spec, JobSlots(config_, m->spec.size));
     job->generation = m->generation;
     job->last_active = ++activity_clock_;
     Job& j = *job;
@@ -510,7 +547,7 @@ void Switch::MirrorJobs(const Switch& master) {
     if (m->has_upstream) {
       j.has_upstream = true;
       j.upstream = m->upstream;
-      j.tor.assign(size_t{config_.slots_per_job} * 2, Job::TorSet{});
+      j.tor.assign(size_t{j.num_slots} * 2, Job::TorSet{});
       AddUpstreamToLookup(j);
     }
   }
@@ -553,7 +590,7 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
 
 const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> datagram,
                               std::span<uint8_t> reply_out) {
-  CHECK(reply_out.size() >= proto::kMaxDatagramBytes)
+  CHECK(reply_out.size() >= MaxDatagramBytes(config_))
       << "reply buffer of " << reply_out.size() << " bytes";
   action_ = Action{};
   ++counters_.received;
@@ -592,7 +629,7 @@ const Action& Switch::Process(const Endpoint& source, std::span<const uint8_t> d
   job.last_active = ++activity_clock_;
   if (job.num_registered < job.spec.num_workers) return DropForJob(job, DropReason::kJobNotReady);
   if (md.header.size != job.spec.size) return DropForJob(job, DropReason::kWrongSize);
-  if (md.header.slot.index >= config_.slots_per_job) {
+  if (md.header.slot.index >= job.num_slots) {
     return DropForJob(job, DropReason::kSlotOutOfRange);
   }
   SlotCounters& slot = job.slot_counters[md.header.slot.index];

@@ -34,7 +34,9 @@ namespace switchml::dataplane {
 struct SwitchConfig {
   // Workers per job; the worker bitmap is 256 bits wide, so at most 256.
   uint32_t max_workers_per_job = 32;
-  // Slots in each job's pool (two sets each). At most proto::kMaxSlots.
+  // Slots in each job's pool (two sets each) for packets of up to 256 elements. At most
+  // proto::kMaxSlots. A job of larger packets gets the same memory in fewer, larger slots
+  // (JobSlots).
   uint32_t slots_per_job = 8192;
   // Concurrent jobs. Nothing in the protocol ends a session (every run opens a new one), so the
   // table never refuses a new job for lack of room: creating one more than max_jobs evicts the
@@ -47,8 +49,23 @@ struct SwitchConfig {
   // a worker a group only in a scope that is on. Both off: such requests are ignored.
   bool loopback_multicast = false;
   bool lan_multicast = false;
+  // The largest packet_numel a job may use: 256 (the reference's sizes only: the default), or
+  // 512, 1024 or 2048 to accept our jumbo sizes too (docs/protocol.md 2.6). The data-plane
+  // transport must carry such datagrams (the daemon sizes its buffers from this).
+  uint32_t max_packet_numel = 256;
   Status Validate() const;
 };
+
+// The slots of a job whose packets have the given size: slots_per_job for the reference's sizes,
+// and for a jumbo size the same memory in bytes (slots_per_job * 256 / numel; 1024 slots of 2048
+// elements for the default 8192).
+uint32_t JobSlots(const SwitchConfig& config, proto::SizeCode size);
+// The largest datagram a switch with this config accepts (its buffers' size).
+size_t MaxDatagramBytes(const SwitchConfig& config);
+// " of N-element packets" for a jumbo size, else "": how refusals name a jumbo job's pool.
+std::string JumboNote(proto::SizeCode size);
+// Whether the switch accepts jobs of this size (a supported code within max_packet_numel).
+bool AcceptsSize(const SwitchConfig& config, proto::SizeCode size);
 
 // A job as rank 0 opens it. Every worker of the job must agree on all of these.
 struct JobSpec {
@@ -232,11 +249,11 @@ class Switch {
   // it) stays valid until the next call into the Switch. A reply is encoded into a buffer of the
   // Switch.
   const Action& Process(const Endpoint& source, std::span<const uint8_t> datagram);
-  // The same, encoding a reply straight into reply_out (at least proto::kMaxDatagramBytes bytes;
-  // CHECKed), e.g. a transport's transmit buffer: Action::reply then points into reply_out, and
-  // nothing is copied. reply_out is not touched when the packet produces no reply. reply_out may
-  // be the datagram's own memory (the same start: a reply built over the datagram it answers, as
-  // the daemon does with a transport that allows it) but must not otherwise overlap it. This is
+  // The same, encoding a reply straight into reply_out (at least MaxDatagramBytes(config())
+  // bytes; CHECKed), e.g. a transport's transmit buffer: Action::reply then points into reply_out,
+  // and nothing is copied. reply_out is not touched when the packet produces no reply. reply_out
+  // may be the datagram's own memory (the same start: a reply built over the datagram it answers,
+  // as the daemon does with a transport that allows it) but must not otherwise overlap it. This is
   // the data path's form: no allocation, copy or virtual call per packet; a packet that completes
   // its set is added (or, as a round's first contribution, loaded) and its reply's payload written
   // into reply_out in the same pass, so the deparser writes only the header.
@@ -247,7 +264,8 @@ class Switch {
   const SwitchCounters& counters() const { return counters_; }
   // nullptr when the job does not exist.
   const JobCounters* job_counters(uint64_t job_id) const;
-  // Per-slot counters of a job (size = slots_per_job), empty when the job does not exist.
+  // Per-slot counters of a job (size = JobSlots(config(), its size)), empty when the job does not
+  // exist.
   std::span<const SlotCounters> slot_counters(uint64_t job_id) const;
   std::vector<uint64_t> job_ids() const;
 

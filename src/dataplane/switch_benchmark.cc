@@ -34,7 +34,8 @@ struct Bench {
       proto::Packet p;
       p.header.size = proto::SizeCode::k1024B;
       p.header.e0 = static_cast<int8_t>(w);
-      for (size_t i = 0; i < proto::kMaxNumel; ++i) p.values[i] = static_cast<int32_t>(i + w);
+      for (size_t i = 0; i < proto::kReferenceMaxNumel; ++i)
+        p.values[i] = static_cast<int32_t>(i + w);
       proto::Encode(p, datagrams[w]);
     }
   }
@@ -45,7 +46,7 @@ struct Bench {
   }
   // Rewrites worker w's datagram for round r: tsi r, slot r mod kSlots, set alternating.
   std::span<const uint8_t> Next(uint32_t w, uint32_t r) {
-    std::array<uint8_t, proto::kMaxDatagramBytes>& d = datagrams[w];
+    std::array<uint8_t, proto::kReferenceMaxDatagramBytes>& d = datagrams[w];
     d[2] = static_cast<uint8_t>(r >> 24);
     d[3] = static_cast<uint8_t>(r >> 16);
     d[4] = static_cast<uint8_t>(r >> 8);
@@ -59,7 +60,7 @@ struct Bench {
 
   Switch sw;
   uint32_t n;
-  std::vector<std::array<uint8_t, proto::kMaxDatagramBytes>> datagrams;
+  std::vector<std::array<uint8_t, proto::kReferenceMaxDatagramBytes>> datagrams;
 };
 
 // One contribution per iteration from workers in turn; the last of each round gets the reply.
@@ -71,7 +72,7 @@ void RunProcess(benchmark::State& state, bool in_place) {
   Bench b(n);
   uint32_t w = 0, r = 1;
   int64_t replies = 0;
-  std::array<uint8_t, proto::kMaxDatagramBytes> transmit;
+  std::array<uint8_t, proto::kReferenceMaxDatagramBytes> transmit;
   for (auto _ : state) {
     const std::span<const uint8_t> d = b.Next(w, r);
     const std::span<uint8_t> out = in_place ? std::span<uint8_t>(b.datagrams[w]) : transmit;
@@ -84,7 +85,7 @@ void RunProcess(benchmark::State& state, bool in_place) {
     }
   }
   CHECK(replies == state.iterations() / n) << replies;
-  state.SetItemsProcessed(state.iterations() * proto::kMaxNumel);
+  state.SetItemsProcessed(state.iterations() * proto::kReferenceMaxNumel);
 }
 
 void BM_Process(benchmark::State& state) { RunProcess(state, false); }

@@ -122,6 +122,100 @@ TEST(SwitchTest, DropReasonNames) {
   EXPECT_STREQ(DropReasonName(DropReason::kDuplicate), "duplicate");
 }
 
+// ---- Jumbo packets (docs/protocol.md 2.6) ----
+
+TEST(SwitchConfigTest, MaxPacketNumel) {
+  SwitchConfig c;
+  EXPECT_EQ(c.max_packet_numel, 256u);
+  EXPECT_EQ(MaxDatagramBytes(c), proto::kReferenceMaxDatagramBytes);
+  EXPECT_FALSE(AcceptsSize(c, proto::SizeCode::k2048B));
+  EXPECT_TRUE(AcceptsSize(c, proto::SizeCode::k256B));
+  for (uint32_t bad : {0u, 64u, 100u, 4096u}) {
+    c.max_packet_numel = bad;
+    EXPECT_NE(c.Validate().message().find("max_packet_numel must be 256, 512, 1024 or 2048"),
+              std::string::npos)
+        << bad;
+  }
+  c.max_packet_numel = 1024;
+  EXPECT_TRUE(c.Validate().ok());
+  EXPECT_EQ(MaxDatagramBytes(c), 4106u);
+  EXPECT_TRUE(AcceptsSize(c, proto::SizeCode::k4096B));
+  EXPECT_FALSE(AcceptsSize(c, proto::SizeCode::k8192B));
+  // A jumbo job's pool holds the bytes of slots_per_job 256-element slots.
+  c.slots_per_job = 8192;
+  EXPECT_EQ(JobSlots(c, proto::SizeCode::k1024B), 8192u);
+  EXPECT_EQ(JobSlots(c, proto::SizeCode::k256B), 8192u);
+  EXPECT_EQ(JobSlots(c, proto::SizeCode::k2048B), 4096u);
+  EXPECT_EQ(JobSlots(c, proto::SizeCode::k8192B), 1024u);
+  c.slots_per_job = 3;
+  EXPECT_EQ(JobSlots(c, proto::SizeCode::k8192B), 1u);
+}
+
+SwitchConfig JumboConfig() {
+  SwitchConfig c = SmallConfig();
+  c.slots_per_job = 64;  // 8 slots of 2048 elements
+  c.max_packet_numel = 2048;
+  return c;
+}
+
+// Given a switch that enables 2048-element packets, a 2048-element job of three workers and a
+// 64-element job of two beside it, Expect each job's sums exact with 32-bit wrap-around, the
+// reply the size of its job's packets, and a packet of the other job's size dropped as
+// wrong_size. And Expect the jumbo job's window bounded by its pool (64 x 256 / 2048 = 8 slots).
+TEST(SwitchJumboTest, JumboJobBesideAReferenceJobSumsExactly) {
+  Switch sw(JumboConfig());
+  JobSpec big = Spec(1, 3, proto::SizeCode::k8192B);
+  big.max_outstanding_packets = 9;
+  EXPECT_NE(sw.CreateJob(big).message().find(
+                "max_outstanding_packets 9 must be in 1..8 (this switch's slots per job of "
+                "2048-element packets)"),
+            std::string::npos);
+  big.max_outstanding_packets = 8;
+  ASSERT_TRUE(sw.CreateJob(big).ok());
+  ASSERT_TRUE(sw.CreateJob(Spec(2, 2, proto::SizeCode::k256B)).ok());
+  for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(sw.AddWorker(1, r, {kIpA + r, 1000}).ok());
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(sw.AddWorker(2, r, {kIpD + r, 1000}).ok());
+  EXPECT_EQ(sw.slot_counters(1).size(), 8u);
+  EXPECT_EQ(sw.slot_counters(2).size(), 64u);
+
+  std::vector<std::vector<int32_t>> in(3, std::vector<int32_t>(2048));
+  std::vector<int32_t> want(2048);
+  for (size_t i = 0; i < 2048; ++i) {
+    for (uint32_t r = 0; r < 3; ++r) {
+      in[r][i] = static_cast<int32_t>((i + 1) * 2654435761u * (r + 1));
+      want[i] =
+          static_cast<int32_t>(static_cast<uint32_t>(want[i]) + static_cast<uint32_t>(in[r][i]));
+    }
+  }
+  const SlotId slot{7, 1};
+  // The reference job's packets interleave with the jumbo job's.
+  EXPECT_EQ(sw.Process({kIpD, 1000}, Datagram(slot, Fill(5))).reason, DropReason::kNone);
+  EXPECT_EQ(sw.Process({kIpA, 1000}, Datagram(slot, in[0], 3, 0, 7)).reason, DropReason::kNone);
+  EXPECT_EQ(sw.Process({kIpB, 1000}, Datagram(slot, Fill(1))).reason, DropReason::kWrongSize);
+  EXPECT_EQ(sw.Process({kIpE, 1000}, Datagram(slot, in[0], 0, 0, 7)).reason,
+            DropReason::kWrongSize);
+  EXPECT_EQ(sw.Process({kIpB, 1000}, Datagram(slot, in[1], -2, 0, 7)).reason, DropReason::kNone);
+  EXPECT_EQ(sw.Process({kIpB, 1000}, Datagram(SlotId{8, 0}, in[1], 0, 0, 8)).reason,
+            DropReason::kSlotOutOfRange);
+  {
+    const Action& a = sw.Process({kIpC, 1000}, Datagram(slot, in[2], 9, 0, 7));
+    ASSERT_EQ(a.kind, Action::Kind::kMulticast);
+    ASSERT_EQ(a.reply.size(), 8202u);
+    const proto::Packet p = Reply(a);
+    EXPECT_EQ(p.header.size, proto::SizeCode::k8192B);
+    EXPECT_EQ(p.header.e0, 9);
+    EXPECT_EQ(p.header.slot, slot);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), p.payload().begin()));
+  }
+  const Action& b = sw.Process({kIpE, 1000}, Datagram(slot, Fill(-7)));
+  ASSERT_EQ(b.kind, Action::Kind::kMulticast);
+  ASSERT_EQ(b.reply.size(), 266u);
+  const proto::Packet q = Reply(b);
+  for (int32_t v : q.payload()) ASSERT_EQ(v, -2);
+  EXPECT_EQ(Dropped(*sw.job_counters(2), DropReason::kWrongSize), 1u);
+  EXPECT_EQ(Dropped(*sw.job_counters(1), DropReason::kWrongSize), 1u);
+}
+
 // ---- CreateJob ----
 
 TEST(SwitchJobTableTest, CreateJobRefusals) {
@@ -138,8 +232,12 @@ TEST(SwitchJobTableTest, CreateJobRefusals) {
   refused(Spec(77, 33), StatusCode::kInvalidArgument,
           "session 77: num_workers 33 exceeds this switch's limit of 32 workers per job");
   refused(Spec(77, 2, proto::SizeCode::k512B), StatusCode::kInvalidArgument,
-          "session 77: packet size code 2 is not supported; use 256 B (64 elements) or 1024 B "
-          "(256 elements)");
+          "session 77: packet size code 2 is not supported; this switch takes 64 to 256 elements "
+          "per packet");
+  // Jumbo sizes only where max_packet_numel enables them (docs/protocol.md 2.6).
+  refused(Spec(77, 2, proto::SizeCode::k2048B), StatusCode::kInvalidArgument,
+          "session 77: packet size code 4 is not supported; this switch takes 64 to 256 elements "
+          "per packet");
   refused(Spec(77, 2, proto::SizeCode::k256B, 0), StatusCode::kInvalidArgument,
           "session 77: num_ports must be at least 1");
   JobSpec spec = Spec(77, 2);

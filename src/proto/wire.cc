@@ -101,13 +101,12 @@ HWY_EXPORT(AddPayloadAndStoreKernel);
 HWY_EXPORT(LoadPayloadAndCopyKernel);
 
 bool SizeCodeForNumel(size_t numel, SizeCode* out) {
-  if (numel == 64) {
-    *out = SizeCode::k256B;
-    return true;
-  }
-  if (numel == 256) {
-    *out = SizeCode::k1024B;
-    return true;
+  for (const SizeCode code :
+       {SizeCode::k256B, SizeCode::k1024B, SizeCode::k2048B, SizeCode::k4096B, SizeCode::k8192B}) {
+    if (NumelOf(code) == numel) {
+      *out = code;
+      return true;
+    }
   }
   return false;
 }

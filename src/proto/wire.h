@@ -29,25 +29,51 @@ inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kExponentBytes = 2;
 inline constexpr size_t kPrefixBytes = kHeaderBytes + kExponentBytes;  // 10
 inline constexpr uint8_t kMsgTypeData = 1;
-inline constexpr size_t kMaxNumel = 256;
-inline constexpr size_t kMaxDatagramBytes = kPrefixBytes + kMaxNumel * 4;  // 1034
+// The largest packet of any size code we support (our jumbo sizes, docs/protocol.md 2.6), and
+// the largest of the reference's sizes. Buffers for one job's packets are sized by
+// DatagramBytes(job's code), not by these: a 256-element job keeps 1034-byte buffers.
+inline constexpr size_t kMaxNumel = 2048;
+inline constexpr size_t kMaxDatagramBytes = kPrefixBytes + kMaxNumel * 4;  // 8202
+inline constexpr size_t kReferenceMaxNumel = 256;
+inline constexpr size_t kReferenceMaxDatagramBytes = kPrefixBytes + kReferenceMaxNumel * 4;  // 1034
 inline constexpr uint32_t kMaxSlots = 1u << 14;                            // slot index has 14 bits
 
 // The 3-bit size code: payload 128 << code bytes. We support 1 (64 int32) and 3 (256 int32),
-// the two the reference client and switch use.
-enum class SizeCode : uint8_t { k128B = 0, k256B = 1, k512B = 2, k1024B = 3 };
+// the two the reference client and switch use, and, as our extension (docs/protocol.md 2.6),
+// 4, 5 and 6 (512, 1024 and 2048 int32: "jumbo" packets, only between our workers and a switch
+// of ours that accepted the job's size at registration). 0, 2 and 7 are not supported.
+enum class SizeCode : uint8_t {
+  k128B = 0,
+  k256B = 1,
+  k512B = 2,
+  k1024B = 3,
+  k2048B = 4,
+  k4096B = 5,
+  k8192B = 6,
+};
 
 constexpr size_t NumelOf(SizeCode code) { return (size_t{128} << static_cast<uint8_t>(code)) / 4; }
-constexpr bool IsSupportedSize(SizeCode code) {
+constexpr bool IsReferenceSize(SizeCode code) {
   return code == SizeCode::k256B || code == SizeCode::k1024B;
 }
-// The size code for a packet of numel elements; false when numel is not 64 or 256.
+constexpr bool IsJumboSize(SizeCode code) {
+  return code == SizeCode::k2048B || code == SizeCode::k4096B || code == SizeCode::k8192B;
+}
+constexpr bool IsSupportedSize(SizeCode code) { return IsReferenceSize(code) || IsJumboSize(code); }
+// The size code for a packet of numel elements; false when numel is not 64, 256, 512, 1024 or
+// 2048.
 bool SizeCodeForNumel(size_t numel, SizeCode* out);
 constexpr size_t DatagramBytes(SizeCode code) { return kPrefixBytes + NumelOf(code) * 4; }
+// The datagram of numel elements per packet (any numel; for sizing and messages).
+constexpr size_t DatagramBytesForNumel(size_t numel) { return kPrefixBytes + numel * 4; }
 
 static_assert(NumelOf(SizeCode::k256B) == 64);
 static_assert(NumelOf(SizeCode::k1024B) == 256);
-static_assert(DatagramBytes(SizeCode::k1024B) == kMaxDatagramBytes);
+static_assert(NumelOf(SizeCode::k8192B) == kMaxNumel);
+static_assert(DatagramBytes(SizeCode::k1024B) == kReferenceMaxDatagramBytes);
+static_assert(DatagramBytes(SizeCode::k8192B) == kMaxDatagramBytes);
+// An 8 KiB payload's datagram with its IPv4 and UDP headers fits a 9000-byte MTU.
+static_assert(kMaxDatagramBytes + 28 <= 9000);
 
 // Which aggregation slot and which of its two copies (sets) a packet addresses.
 struct SlotId {
@@ -76,7 +102,7 @@ enum class DecodeError : uint8_t {
   kOk = 0,
   kTooShort,         // fewer than 10 bytes
   kBadMsgType,       // msg_type != 1
-  kUnsupportedSize,  // size code other than 1 or 3
+  kUnsupportedSize,  // size code 0, 2 or 7
   kLengthMismatch,   // datagram length != 10 + 4 * numel(size)
   kReservedBit,      // pool_index bit 14 or header byte 0 bit 3 set
 };

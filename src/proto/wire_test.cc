@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "hwy/tests/hwy_gtest.h"
@@ -67,7 +69,7 @@ TEST(WireTest, LargePacketRoundTripsExtremeValues) {
   p.header = Header{1, SizeCode::k1024B, 255, 0xffffffffu, SlotId{16383, 0}, -128, 127};
   for (int i = 0; i < 256; ++i)
     p.values[i] = (i % 3 == 0) ? INT32_MIN : (i % 3 == 1 ? INT32_MAX : i);
-  std::vector<uint8_t> out(kMaxDatagramBytes);
+  std::vector<uint8_t> out(DatagramBytes(SizeCode::k1024B));
   ASSERT_EQ(Encode(p, out), 1034u);
   EXPECT_EQ(out[0], 0x13);
   EXPECT_EQ(out[6], 0x3f);  // set 0, slot 16383 = 0x3fff
@@ -125,7 +127,55 @@ TEST(WireTest, SizeCodes) {
   EXPECT_EQ(c, SizeCode::k1024B);
   EXPECT_FALSE(SizeCodeForNumel(128, &c));
   EXPECT_FALSE(SizeCodeForNumel(0, &c));
+  EXPECT_FALSE(SizeCodeForNumel(4096, &c));
+  // Our jumbo sizes (docs/protocol.md 2.6): codes 4, 5, 6.
+  const std::pair<size_t, SizeCode> jumbo[] = {
+      {512, SizeCode::k2048B}, {1024, SizeCode::k4096B}, {2048, SizeCode::k8192B}};
+  for (const auto& [numel, code] : jumbo) {
+    ASSERT_TRUE(SizeCodeForNumel(numel, &c)) << numel;
+    EXPECT_EQ(c, code);
+    EXPECT_EQ(NumelOf(code), numel);
+    EXPECT_TRUE(IsSupportedSize(code));
+    EXPECT_TRUE(IsJumboSize(code));
+    EXPECT_FALSE(IsReferenceSize(code));
+  }
   EXPECT_EQ(EncodePoolIndex(SlotId{5, 1}), 0x8005);
+}
+
+// Each jumbo code round-trips a full packet with the exact length 10 + 4 * numel, and decoding
+// refuses a length one short or one long, or the length of another code.
+TEST(WireTest, JumboPacketsRoundTripWithExactLengths) {
+  for (const SizeCode code : {SizeCode::k2048B, SizeCode::k4096B, SizeCode::k8192B}) {
+    const size_t numel = NumelOf(code);
+    Packet p;
+    p.header = Header{1, code, 9, 0x0a0b0c0du, SlotId{1023, 1}, -7, 12};
+    for (size_t i = 0; i < numel; ++i) {
+      p.values[i] = static_cast<int32_t>(i * 2654435761u) ^ (i % 2 ? INT32_MIN : 0);
+    }
+    std::vector<uint8_t> out(kMaxDatagramBytes + 8);
+    ASSERT_EQ(Encode(p, out), 10 + 4 * numel);
+    EXPECT_EQ(out[0], 0x10 | static_cast<uint8_t>(code));
+    const std::span<const uint8_t> d(out.data(), 10 + 4 * numel);
+    // The last element, big-endian, at the end of the datagram.
+    const uint32_t last = static_cast<uint32_t>(p.values[numel - 1]);
+    EXPECT_EQ(d[d.size() - 1], static_cast<uint8_t>(last));
+    EXPECT_EQ(d[d.size() - 4], static_cast<uint8_t>(last >> 24));
+    Packet q;
+    ASSERT_EQ(Decode(d, &q), DecodeError::kOk);
+    EXPECT_EQ(q.header, p.header);
+    EXPECT_TRUE(std::equal(q.payload().begin(), q.payload().end(), p.payload().begin()));
+    Header h;
+    EXPECT_EQ(DecodeHeader(d.first(d.size() - 1), &h), DecodeError::kLengthMismatch);
+    EXPECT_EQ(DecodeHeader(std::span<const uint8_t>(out.data(), d.size() + 1), &h),
+              DecodeError::kLengthMismatch);
+    EXPECT_EQ(DecodeHeader(std::span<const uint8_t>(out.data(), kReferenceMaxDatagramBytes), &h),
+              DecodeError::kLengthMismatch);
+  }
+  // A reference 1034-byte datagram relabelled with a jumbo code is a length mismatch.
+  std::vector<uint8_t> d(kReferenceMaxDatagramBytes, 0);
+  d[0] = 0x16;
+  Header h;
+  EXPECT_EQ(DecodeHeader(d, &h), DecodeError::kLengthMismatch);
 }
 
 // The payload kernels against the element-by-element definition, on every SIMD target compiled

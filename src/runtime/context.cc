@@ -28,6 +28,14 @@ namespace {
 // (dataplane::SwitchConfig::slots_per_job), which holds a slot range per failover.
 constexpr uint32_t kStripedJobSlots = 8192;
 
+// A count of packets that stands for bytes (the automatic window's floor and ceiling, the
+// switch's pool) for packets of numel elements: unchanged up to 256 elements, and the same bytes
+// in fewer packets for jumbo ones (the software switch's pool: dataplane::JobSlots).
+uint64_t JumboScaled(uint64_t packets, uint32_t numel) {
+  if (numel <= proto::kReferenceMaxNumel) return packets;
+  return std::max<uint64_t>(1, packets * proto::kReferenceMaxNumel / numel);
+}
+
 // A switch host as the config names it.
 struct SwitchTarget {
   std::string host;
@@ -95,9 +103,10 @@ Status Config::Validate() const {
     return InvalidArgumentError("bind_address '" + bind_address +
                                 "' is not an IPv4 address (use 0.0.0.0 for any)");
   }
-  if (packet_numel != 64 && packet_numel != 256) {
+  if (proto::SizeCode code; !proto::SizeCodeForNumel(packet_numel, &code)) {
     return InvalidArgumentError("packet_numel " + std::to_string(packet_numel) +
-                                " is not supported: use 64 or 256");
+                                " is not supported: use 64 or 256, or 512, 1024 or 2048 (jumbo "
+                                "packets, where the switch enables them: docs/protocol.md 2.6)");
   }
   if (num_worker_threads == 0) return InvalidArgumentError("num_worker_threads must be at least 1");
   if (max_outstanding_packets == 0) {  // the automatic window
@@ -169,20 +178,24 @@ uint32_t Config::OutstandingPackets() const {
   // The bandwidth-delay product in packets, each taking the datagram plus IPv4 and UDP headers
   // and Ethernet framing on the wire; times the safety factor; rounded up to a multiple of 32
   // and then of the threads (equal shares); clamped (over shm from kMinShmAutoWindow, a
-  // multiple of 64, so of every power-of-two thread count). Pure arithmetic on the fields, so every
-  // worker given the same fields gets the same window.
+  // multiple of 64, so of every power-of-two thread count). For jumbo packets the 32, the floor
+  // and the ceiling stand for the same bytes: scaled by 256 / packet_numel (JumboScaled). Pure
+  // arithmetic on the fields, so every worker given the same fields gets the same window.
   proto::SizeCode size;
   proto::SizeCodeForNumel(packet_numel, &size);
   const double wire_bytes = proto::DatagramBytes(size) + kIpUdpHeaderBytes + kEthernetFrameBytes;
   const double bdp = link_gbps * 1e9 / 8 * std::chrono::duration<double>(base_rtt).count();
   uint64_t w = static_cast<uint64_t>(std::ceil(kWindowSafety * bdp / wire_bytes));
   const uint64_t threads = num_worker_threads;
-  w = (w + 31) / 32 * 32;
+  const uint64_t granule = JumboScaled(32, packet_numel);
+  w = (w + granule - 1) / granule * granule;
   w = (w + threads - 1) / threads * threads;
   const uint64_t floor =
       transport::CapabilitiesOf(transport).host_local ? kMinShmAutoWindow : kMinAutoWindow;
-  w = std::max<uint64_t>(w, std::max<uint64_t>(floor, threads));
-  return static_cast<uint32_t>(std::min<uint64_t>(w, kMaxAutoWindow / threads * threads));
+  w = std::max<uint64_t>(w, std::max<uint64_t>(JumboScaled(floor, packet_numel), threads));
+  const uint64_t most = JumboScaled(kMaxAutoWindow, packet_numel);
+  return static_cast<uint32_t>(
+      std::min<uint64_t>(w, std::max<uint64_t>(most / threads, 1) * threads));
 }
 
 // The nested classes of the exported AllReduceHandle and Context are internals: hidden, not
@@ -243,6 +256,52 @@ using transport::NetInterface;
 // switch_ip and control_port are the first host's).
 // Sets *group (0: none) and *via. A group that cannot be joined is only logged (results then
 // come one per worker), unless it is a LAN group the user required (lan_multicast_required).
+// Jumbo packets (packet_numel over 256, docs/protocol.md 2.6) must fit the transports and the
+// path. CheckTransportCarries refuses transports that would cut the job's datagrams (xdp: one
+// UMEM frame); CheckPacketFits refuses a datagram (with its IPv4 and UDP headers) larger than
+// the MTU of the interface toward a switch host, naming the interface, its MTU and the largest
+// packet_numel that fits. The reference's sizes are never refused here (as before).
+Result<transport::Transports> CheckTransportCarries(const Config& config,
+                                                    transport::Transports transports,
+                                                    size_t needed) {
+  const size_t most = transports.empty() ? needed : transports[0]->max_datagram_bytes();
+  if (most >= needed) return transports;
+  return FailedPreconditionError(
+      "packet_numel " + std::to_string(config.packet_numel) + " needs datagrams of " +
+      std::to_string(needed) + " bytes and the " + transports[0]->name() +
+      " transport carries at most " + std::to_string(most) +
+      "; use packet_numel 256, or a transport that carries them (udp, shm)");
+}
+
+Status CheckPacketFits(const Config& config, uint32_t bind_ip, uint32_t switch_ip) {
+  if (config.packet_numel <= proto::kReferenceMaxNumel ||
+      transport::CapabilitiesOf(config.transport).host_local) {
+    return Status();
+  }
+  Result<NetInterface> toward = transport::InterfaceToward(switch_ip, bind_ip);
+  if (!toward.ok() || toward->mtu == 0) return Status();  // nothing known: the kernel decides
+  constexpr size_t kIpUdp = Config::kIpUdpHeaderBytes;
+  const size_t wire = proto::DatagramBytesForNumel(config.packet_numel) + kIpUdp +
+                      (config.authenticate_data ? transport::kAuthRoomBytes : 0);
+  if (wire <= toward->mtu) return Status();
+  uint32_t fits = 0;
+  for (const uint32_t numel : {2048u, 1024u, 512u, 256u, 64u}) {
+    const size_t bytes = proto::DatagramBytesForNumel(numel) + kIpUdp +
+                         (config.authenticate_data ? transport::kAuthRoomBytes : 0);
+    if (bytes <= toward->mtu) {
+      fits = numel;
+      break;
+    }
+  }
+  return FailedPreconditionError(
+      "packet_numel " + std::to_string(config.packet_numel) + " makes IP packets of " +
+      std::to_string(wire) + " bytes, more than the MTU " + std::to_string(toward->mtu) + " of " +
+      toward->name + ", the interface toward the switch " + Ipv4ToString(switch_ip) +
+      "; use packet_numel " + std::to_string(fits == 0 ? 256 : fits) +
+      " or less, or raise the MTU of " + toward->name + " (and of the path) to " +
+      std::to_string(wire));
+}
+
 Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint16_t control_port,
                        uint32_t bind_ip, uint64_t job_id,
                        std::vector<std::unique_ptr<transport::Transport>>& transports,
@@ -483,15 +542,25 @@ Result<Context::Impl::Transports> Context::Impl::OpenDataTransports(uint32_t bin
   topts.bind_ipv4 = bind_ip;
   topts.port = config.udp_port;
   // With the authenticated data plane every datagram carries a tag behind it (transport/auth.h).
-  topts.max_datagram_bytes =
-      proto::kMaxDatagramBytes + (config.authenticate_data ? transport::kAuthRoomBytes : 0);
+  topts.max_datagram_bytes = proto::DatagramBytesForNumel(config.packet_numel) +
+                             (config.authenticate_data ? transport::kAuthRoomBytes : 0);
+
   // shm (the other kinds ignore it): each thread's inbox has room for twice its window of
   // results (at least the data plane's default).
   const uint64_t window = config.OutstandingPackets() / config.num_worker_threads;
   uint32_t slots = transport::kShmDataPlaneRingSlots;
   while (slots < 2 * window && slots < 65536) slots *= 2;
   topts.shm.ring_slots = slots;
-  return transport::OpenTransports(topts, config.num_worker_threads);
+  for (const auto& h : hosts) RETURN_IF_ERROR(CheckPacketFits(config, bind_ip, h->control.ipv4));
+  auto opened = transport::OpenTransports(topts, config.num_worker_threads);
+  if (!opened.ok() && config.packet_numel > proto::kReferenceMaxNumel) {
+    return Status(opened.status().code(), "packet_numel " + std::to_string(config.packet_numel) +
+                                              " (datagrams of " +
+                                              std::to_string(topts.max_datagram_bytes) +
+                                              " bytes): " + opened.status().message());
+  }
+  if (!opened.ok()) return opened;
+  return CheckTransportCarries(config, std::move(*opened), topts.max_datagram_bytes);
 }
 
 // The job id: given, or rank 0's pick broadcast to everyone (the reference's way).
@@ -518,8 +587,9 @@ Status Context::Impl::AgreeSessionId() {
 // switch's default pool.
 uint32_t Context::Impl::Generations() const {
   if (hosts.size() == 1) return 1;
-  return std::max<uint32_t>(1, std::min(static_cast<uint32_t>(hosts.size()),
-                                        kStripedJobSlots / config.OutstandingPackets()));
+  const auto pool = static_cast<uint32_t>(JumboScaled(kStripedJobSlots, config.packet_numel));
+  return std::max<uint32_t>(
+      1, std::min(static_cast<uint32_t>(hosts.size()), pool / config.OutstandingPackets()));
 }
 
 control::UdpSessionArgs Context::Impl::Registration(uint32_t bind_ip, uint16_t base_port) const {

@@ -55,7 +55,7 @@ void Add(dataplane::JobCounters& sum, const dataplane::JobCounters& c) {
 // One data-plane thread: its transport, its replica of the master switch, its scratch.
 struct SwitchDaemon::Shard {
   Shard(const dataplane::SwitchConfig& config, std::unique_ptr<transport::Transport> t)
-      : transport(std::move(t)), sw(config) {
+      : transport(std::move(t)), sw(config), max_datagram(dataplane::MaxDatagramBytes(config)) {
     const size_t max_tx = kBatch * config.max_workers_per_job;
     tx.reserve(max_tx);
     sorted.resize(max_tx);
@@ -86,8 +86,8 @@ struct SwitchDaemon::Shard {
     std::span<const uint8_t> data = a.reply;
     const bool alone = a.destinations.size() == 1 && a.destinations[0] == reply_group;
     if (!alone) {
-      if (spill.empty()) spill.resize(kBatch * proto::kMaxDatagramBytes);
-      uint8_t* to = spill.data() + index * proto::kMaxDatagramBytes;
+      if (spill.empty()) spill.resize(kBatch * max_datagram);
+      uint8_t* to = spill.data() + index * max_datagram;
       std::memcpy(to, a.reply.data(), a.reply.size());
       data = {to, a.reply.size()};
     }
@@ -142,6 +142,8 @@ struct SwitchDaemon::Shard {
   bool group_lending = false;
   Endpoint reply_group;
   std::vector<uint8_t> spill;  // replies built in a group's memory that go elsewhere (kBatch)
+  // The largest datagram of any job the switch accepts (its max_packet_numel).
+  const size_t max_datagram;
   std::thread thread;
 };
 
@@ -249,8 +251,10 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   std::unique_ptr<SwitchDaemon> d(new SwitchDaemon(options));
   topts.port = options.data_port;
   // Room for the authenticated data plane's tag (the wrapper lends and accepts
-  // transport::kAuthRoomBytes less: exactly kMaxDatagramBytes).
-  topts.max_datagram_bytes = proto::kMaxDatagramBytes + transport::kAuthRoomBytes;
+  // transport::kAuthRoomBytes less: exactly the largest datagram of the packet sizes the switch
+  // accepts, 1034 bytes unless max_packet_numel enables jumbo packets).
+  const size_t max_datagram = dataplane::MaxDatagramBytes(options.switch_config);
+  topts.max_datagram_bytes = max_datagram + transport::kAuthRoomBytes;
   topts.udp.socket_buffer_bytes = 16 << 20;  // room for every worker's window at once
   topts.switch_side = true;
   topts.shm.ring_slots = transport::kShmDataPlaneRingSlots;
@@ -259,6 +263,16 @@ Result<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchDaemonOpti
   auto ts = transport::OpenTransports(topts, options.threads);
   if (!ts.ok()) {
     return Status(ts.status().code(), "data port: " + ts.status().message());
+  }
+  // A transport that cannot carry the largest packet the switch would accept (xdp: one UMEM frame)
+  // is refused here rather than truncating every such datagram later.
+  if (const size_t most = (*ts)[0]->max_datagram_bytes(); most < topts.max_datagram_bytes) {
+    return FailedPreconditionError(
+        "data port: the " + (*ts)[0]->name() + " transport carries datagrams of at most " +
+        std::to_string(most) + " bytes, and --max-packet-numel " +
+        std::to_string(options.switch_config.max_packet_numel) + " needs " +
+        std::to_string(topts.max_datagram_bytes) +
+        "; use --max-packet-numel 256 or a transport that carries them (udp, shm)");
   }
   d->auth_keys_ = std::make_shared<transport::AuthKeyTable>();
   for (auto& t : *ts) {
@@ -391,7 +405,7 @@ void SwitchDaemon::Run(Shard& shard) {
         // The reply goes over the datagram where the transport lends it for that (DPDK: no
         // transmit buffer to take and fill), else into the ring of the group it will likely go
         // to (shm), else into a transmit buffer.
-        const bool over = rx[i].reply_buffer.size() >= proto::kMaxDatagramBytes;
+        const bool over = rx[i].reply_buffer.size() >= shard.max_datagram;
         const bool to_group = !over && shard.group_lending && shard.reply_group.ipv4 != 0;
         std::span<uint8_t> reply = rx[i].reply_buffer;
         if (to_group) {

@@ -98,7 +98,9 @@ Status SimConfig::Validate() const {
                                   " exceeds the switch's " +
                                   std::to_string(switch_config.slots_per_job) + " slots per job");
     }
-    if (!proto::IsSupportedSize(job.size)) {
+    if (!proto::IsReferenceSize(job.size)) {
+      // (The simulator's packet buffers hold the reference's sizes; jumbo packets are not
+      // simulated.)
       return InvalidArgumentError(what + "packet size must be 64 or 256 elements");
     }
     if (job.collectives.empty()) return InvalidArgumentError(what + "no all-reduce to run");
@@ -177,7 +179,7 @@ struct Packet {
   uint32_t refs = 0;
   uint16_t len = 0;
   Endpoint source;
-  alignas(64) uint8_t data[proto::kMaxDatagramBytes];
+  alignas(64) uint8_t data[proto::kReferenceMaxDatagramBytes];
 };
 
 // Fixed-size packet buffers in chunks (stable addresses) with a free list.

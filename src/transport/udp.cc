@@ -7,6 +7,7 @@
 #include <netinet/udp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -692,6 +693,13 @@ Result<NetInterface> InterfaceToward(uint32_t destination, uint32_t source) {
   if (found.index == 0) {
     return NotFoundError("no interface of this host holds " + Ipv4ToString(source) +
                          " (the source address toward " + to + ")");
+  }
+  if (FileDescriptor probe(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)); probe.get() >= 0) {
+    ifreq req{};
+    std::strncpy(req.ifr_name, found.name.c_str(), IFNAMSIZ - 1);
+    if (::ioctl(probe.get(), SIOCGIFMTU, &req) == 0 && req.ifr_mtu > 0) {
+      found.mtu = static_cast<uint32_t>(req.ifr_mtu);
+    }
   }
   return found;
 }

@@ -27,6 +27,7 @@ struct NetInterface {
   uint32_t ipv4 = 0;   // the address that selected it, host order
   bool loopback = false;
   bool multicast = false;  // IFF_MULTICAST
+  uint32_t mtu = 0;        // SIOCGIFMTU (0: unknown)
 };
 
 // The interface this host reaches `destination` through (host order): the one holding

@@ -67,7 +67,7 @@ Status SessionConfig::Validate() const {
                                 std::to_string(proto::kMaxSlots) + " slot indices of the format");
   }
   if (!proto::IsSupportedSize(size)) {
-    return InvalidArgumentError("packet size must be 64 or 256 elements");
+    return InvalidArgumentError("packet size must be 64, 256, 512, 1024 or 2048 elements");
   }
   RETURN_IF_ERROR(retransmit.Validate());
   if (stripes == 0 || stripes > window) {

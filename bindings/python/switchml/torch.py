@@ -203,7 +203,9 @@ def _resolve(options, group_timeout):
                        lambda x: 0 < x <= 1e6, "Gbit/s in (0, 1e6]"),
         base_rtt=seconds("base_rtt", "SWITCHML_BASE_RTT", 1e-6, 10),
         packet_numel=pick("packet_numel", "SWITCHML_PACKET_NUMEL", None, int,
-                          lambda x: x in (64, 256), "use 64 or 256"),
+                          lambda x: x in (64, 256, 512, 1024, 2048),
+                          "use 64 or 256, or 512, 1024 or 2048 where the switch enables "
+                          "jumbo packets"),
         bind_address=pick("bind_address", "SWITCHML_BIND_ADDRESS", None, str, None,
                           "an IPv4 address"),
         udp_port=pick("udp_port", "SWITCHML_UDP_PORT", None, int, lambda x: 0 <= x <= 65535,
