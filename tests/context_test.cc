@@ -3,10 +3,12 @@
 #include "switchml/context.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -14,6 +16,8 @@
 #include <vector>
 
 #include "base/affinity.h"
+#include "base/logging.h"
+#include "reference_control.h"
 #include "runtime/switch_daemon.h"
 #include "testing/forge.h"
 #include "testing/pattern.h"
@@ -346,6 +350,103 @@ TEST_F(ContextTest, SameSessionOnTwoSwitchesOfOneHostUsesTwoLoopbackGroups) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(ctx[0]->stats().foreign_source_dropped, 0u);
   EXPECT_EQ(ctx[1]->stats().foreign_source_dropped, 0u);
+}
+
+// Transport "auto" (Config::transport): the kind the switch serves, as Context::config() names.
+
+// Given a kernel UDP switch, Expect workers with transport "auto" to open udp (config says
+// udp, with udp's window) and their all-reduce exact.
+TEST_F(ContextTest, TransportAutoPicksUdpFromAKernelUdpSwitch) {
+  Config c0 = MakeConfig(0, 2, 21), c1 = MakeConfig(1, 2, 21);
+  c0.transport = c1.transport = "auto";
+  ASSERT_TRUE(c0.Validate().ok());
+  auto ctx = CreateAll({c0, c1});
+  ASSERT_TRUE(ctx[0] && ctx[1]);
+  for (const auto& c : ctx) {
+    EXPECT_EQ(c->config().transport, "udp");
+    EXPECT_EQ(c->config().OutstandingPackets(), Config().OutstandingPackets());
+  }
+  AllReduceInPlaceOnBoth(ctx, testing::Pattern{3, 0, 2, 256, DataType::kInt32}, 20011);
+}
+
+// Given a switch on shared-memory rings in this process's shm directory (SWITCHML_SHM_DIR),
+// Expect workers with transport "auto" to open shm (config says shm, with shm's window floor),
+// their all-reduce exact and carried by the switch's rings; and Expect a name that is neither a
+// kind nor auto refused, naming auto.
+TEST_F(ContextTest, TransportAutoPicksShmFromAShmSwitchOnThisHost) {
+  char tmpl[] = "/dev/shm/switchml-ctx-auto-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ::setenv("SWITCHML_SHM_DIR", dir.c_str(), 1);
+  {
+    runtime::SwitchDaemonOptions o;
+    o.bind_address = "127.0.0.1";
+    o.data_port = 0;
+    o.control_port = 0;
+    o.transport = "shm";
+    auto shm_switch = runtime::SwitchDaemon::Start(o);
+    ASSERT_TRUE(shm_switch.ok()) << shm_switch.status().ToString();
+    Config c0 = MakeConfig(0, 2, 22), c1 = MakeConfig(1, 2, 22);
+    c0.control_port = c1.control_port = (*shm_switch)->control_port();
+    c0.transport = c1.transport = "auto";
+    auto ctx = CreateAll({c0, c1});
+    ASSERT_TRUE(ctx[0] && ctx[1]);
+    for (const auto& c : ctx) {
+      EXPECT_EQ(c->config().transport, "shm");
+      EXPECT_EQ(c->config().OutstandingPackets(), Config::kMinShmAutoWindow);
+    }
+    const size_t count = 20011;
+    AllReduceInPlaceOnBoth(ctx, testing::Pattern{4, 0, 2, 256, DataType::kInt32}, count);
+    // Both workers' packets came through the shm switch's rings.
+    EXPECT_GE((*shm_switch)->counters().received, 2 * ((count + 255) / 256));
+  }
+  ::unsetenv("SWITCHML_SHM_DIR");
+  std::filesystem::remove_all(dir);
+  Config bad = MakeConfig(0, 1, 23);
+  bad.transport = "tcp";
+  EXPECT_NE(bad.Validate().message().find("or auto"), std::string::npos)
+      << bad.Validate().message();
+}
+
+// Given a switch whose control plane does not answer Monitor.Status (a reference switch: the
+// call is UNIMPLEMENTED), Expect transport "auto" to fall back to udp, the reference's, and to
+// say why in one log line; setup goes on as with a reference switch (no data plane here: the
+// job is not run).
+TEST(ContextFallbackTest, TransportAutoFallsBackToUdpWhenTheSwitchDoesNotSay) {
+  std::unique_ptr<testing::ReferenceLikeControl> reference = testing::ReferenceLikeControl::Start();
+  ASSERT_NE(reference, nullptr);
+  // One worker meets no one: a rendezvous of its own instead of the switch's Sync service.
+  class Alone final : public Rendezvous {
+   public:
+    Status Barrier() override { return Status(); }
+    Result<uint64_t> Broadcast(uint64_t value) override { return value; }
+  };
+  std::mutex mu;
+  std::vector<std::string> lines;
+  SetLogSink([&](LogLevel, LogSubsystem, const std::string& m) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(m);
+  });
+  const LogLevel level = GetLogLevel();
+  SetLogLevel(LogLevel::kInfo);
+  Config c;
+  c.control_port = reference->port();
+  c.session_id = 24;
+  c.setup_timeout = std::chrono::seconds(10);
+  c.transport = "auto";
+  auto ctx = Context::Create(c, std::make_shared<Alone>());
+  SetLogLevel(level);
+  SetLogSink(nullptr);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  EXPECT_EQ((*ctx)->config().transport, "udp");
+  EXPECT_EQ(reference->udp_sessions(), 1);
+  int chose = 0;
+  for (const std::string& m : lines) {
+    if (m.find("transport auto chose udp") == std::string::npos) continue;
+    ++chose;
+    EXPECT_NE(m.find("did not say which transport it serves"), std::string::npos) << m;
+  }
+  EXPECT_EQ(chose, 1);
 }
 
 // Given a switch that coalesces receives (SwitchDaemonOptions::nap), Expect exact int32 sums and

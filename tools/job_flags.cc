@@ -159,8 +159,10 @@ Status CheckTransportFlag(const std::string& kind, bool auto_transport) {
   std::string why = "--transport: " + st.message();
   if (kind == kAutoTransport) {
     why +=
-        " (auto is only for `switchml run`, whose processes all share this host: give the "
-        "kind the switch uses)";
+        " (auto is for `switchml run`, whose processes all share this host, and for the "
+        "library and the PyTorch backend, which ask the switch; `switchml worker` sizes its "
+        "window and cleans up by the kind before setup: give the kind the switch uses, which "
+        "`switchml status` shows)";
   }
   return InvalidArgumentError(why);
 }

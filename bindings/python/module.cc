@@ -426,7 +426,9 @@ void BindConfigDataPlane(PyConfig& config) {
       "transport", &Config::transport,
       "data-plane transport, one of switchml.TRANSPORTS: 'udp' (kernel UDP with GSO/GRO), "
       "'udp-plain' (without them), 'xdp' (AF_XDP; root), 'dpdk', or 'shm' (shared-memory rings "
-      "to a switch on this host, in $SWITCHML_SHM_DIR or /dev/shm/switchml-<uid>)");
+      "to a switch on this host, in $SWITCHML_SHM_DIR or /dev/shm/switchml-<uid>), or 'auto' "
+      "(the one the switch serves, udp or shm, asked at setup; a Context's config then names "
+      "the one chosen)");
   BindNestedField(config, "busy_poll", &Config::wait, &WaitOptions::busy_poll,
                   "poll without sleeping");
   config.def_readwrite(

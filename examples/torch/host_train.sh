@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # DDP training steps on one host: gloo, switchml over kernel UDP and switchml over shared memory,
 # in one run, each with its own switch where it needs one; prints the median step of each and its
-# speed-up over gloo, and writes every run's JSON to --out-dir.
+# speed-up over gloo, and writes every run's JSON to --out-dir. Backends: gloo, udp and shm
+# (switchml with SWITCHML_TRANSPORT set so, against a switch of that transport), auto (switchml
+# with the backend's default transport against a shm switch, as a user who starts `switchml
+# switch --transport shm` and sets nothing gets it).
 #
 #   examples/torch/host_train.sh BUILD_DIR [--workers 2,4] [--script train_dnn.py]
 #       [--backends gloo,udp,shm] [--out-dir DIR] [-- TRAINING_ARGS...]
@@ -13,7 +16,7 @@
 # reaches the workers. Exit status: non-zero when any run failed, naming it.
 set -euo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 
 [[ $# -ge 1 ]] || { usage >&2; exit 2; }
 case "$1" in -h|--help) usage; exit 0 ;; esac
@@ -85,7 +88,9 @@ for w in "${WS[@]}"; do
       gloo) backend=gloo ;;
       udp|shm) start_switch "$b"
                env+=(SWITCHML_SWITCH="127.0.0.1:$SWITCH_PORT" SWITCHML_TRANSPORT="$b") ;;
-      *) echo "host_train.sh: unknown backend '$b' (use gloo, udp, shm)" >&2; exit 2 ;;
+      auto) start_switch shm
+            env+=(SWITCHML_SWITCH="127.0.0.1:$SWITCH_PORT") ;;
+      *) echo "host_train.sh: unknown backend '$b' (use gloo, udp, shm, auto)" >&2; exit 2 ;;
     esac
     echo "== $w workers, $b" >&2
     # One process per rank, as torchrun would start them (its Debian build's agent fails here).
@@ -111,7 +116,8 @@ done
 "$PY" - "$OUT_DIR" "$WORKERS" "$BACKENDS" <<'EOF'
 import json, os, statistics, sys
 out_dir, workers, backends = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(",")
-print(f"{'workers':>7s} {'backend':>8s} {'median step':>12s} {'vs gloo':>8s} {'final loss':>11s}")
+print(f"{'workers':>7s} {'backend':>8s} {'median step':>12s} {'vs gloo':>8s} {'final loss':>11s} "
+      f"{'transport':>9s}")
 for w in workers:
     base = None
     for b in backends:
@@ -125,7 +131,8 @@ for w in workers:
             base = med
         ratio = f"{base / med:7.2f}x" if base else "      -"
         loss = r.get("losses", [float("nan")])[-1]
-        print(f"{w:>7s} {b:>8s} {med:11.4f}s {ratio:>8s} {loss:11.6g}")
+        transport = r.get("switchml", {}).get("transport", "-")  # the one the backend opened
+        print(f"{w:>7s} {b:>8s} {med:11.4f}s {ratio:>8s} {loss:11.6g} {transport:>9s}")
 print(f"(runs in {out_dir})")
 EOF
 exit $failed

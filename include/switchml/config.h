@@ -75,7 +75,12 @@ struct SWITCHML_EXPORT Config {
   // The data-plane transport: "udp" (kernel UDP with segmentation offloads, GSO and GRO, where
   // the kernel has them), "udp-plain" (kernel UDP without them), "xdp" (AF_XDP on the
   // interface of bind_address, or the only one; needs root), "dpdk", or "shm" (shared-memory
-  // rings to a switch on this host); see docs/architecture.md.
+  // rings to a switch on this host); see docs/architecture.md. Or "auto" (ours): at setup the
+  // worker asks the switch which transport it serves (Monitor.Status) and opens it: udp for a
+  // kernel UDP switch, shm for a shm switch on this host (its inbox in this process's shm
+  // directory); a switch that does not answer (a reference switch) counts as udp; one that
+  // serves xdp or dpdk, or shm elsewhere, fails setup saying what to set. Context::config()
+  // then names the transport chosen. The default stays "udp" (the reference's; no extra call).
   std::string transport = "udp";
   // How worker threads wait for results (wait.h): polling without sleeping (busy_poll), or
   // sleeping until several results can be handled at once (wake_batch).

@@ -68,6 +68,7 @@ struct ControlClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<switchml_proto::Session::Stub> session;
   std::unique_ptr<switchml_proto::Sync::Stub> sync;
+  std::unique_ptr<switchml_proto::Monitor::Stub> monitor;
   std::atomic<bool> wait_for_ready{true};
   bool tls = false;  // the channel's credentials are TLS (set once, by Connect)
   // Barrier/Broadcast calls under way, and why they were cancelled (CancelCalls).
@@ -118,6 +119,7 @@ struct ControlClient::Impl {
     channel = grpc::CreateCustomChannel(target, credentials, args);
     session = switchml_proto::Session::NewStub(channel);
     sync = switchml_proto::Sync::NewStub(channel);
+    monitor = switchml_proto::Monitor::NewStub(channel);
   }
 
   void Prepare(grpc::ClientContext* ctx,
@@ -377,6 +379,20 @@ Result<std::string> ControlClient::Diagnose(uint64_t job_id, const std::string& 
   const grpc::Status answer = impl_->session->Diagnose(&ctx, req, &resp);
   RETURN_IF_ERROR(impl_->Convert(ctx, answer, ""));
   return resp.text();
+}
+
+Result<ServedDataPlane> ControlClient::DataPlane(const std::string& job_secret) {
+  switchml_proto::StatusRequest req;
+  req.set_job_secret(job_secret);
+  switchml_proto::StatusResponse resp;
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx);
+  const grpc::Status answer = impl_->monitor->Status(&ctx, req, &resp);
+  RETURN_IF_ERROR(impl_->Convert(ctx, answer, ""));
+  ServedDataPlane served;
+  served.transport = resp.transport();
+  served.data_port = static_cast<uint16_t>(resp.data_port());
+  return served;
 }
 
 namespace {

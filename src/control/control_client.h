@@ -111,6 +111,12 @@ struct UdpSessionReply {
   bool sparse_auto = false;
 };
 
+// What a switch's data plane serves, as its Monitor.Status answers (ours; see switchml.proto).
+struct ServedDataPlane {
+  std::string transport;   // a kind of transport/factory.h ("udp", "shm", ...); empty: not said
+  uint16_t data_port = 0;  // its first data port (0: not said)
+};
+
 class ControlClient {
  public:
   // target: "host:port" of the switch's control plane. Does not connect yet.
@@ -153,6 +159,10 @@ class ControlClient {
   // switch. Waits at most `timeout`.
   Result<std::string> Diagnose(uint64_t job_id, const std::string& job_secret, uint64_t allreduce,
                                std::chrono::milliseconds timeout);
+  // Monitor.Status (ours), for what the data plane serves: a worker's transport "auto". A
+  // reference switch answers UNIMPLEMENTED, one that requires a job secret PERMISSION_DENIED
+  // without one (`job_secret` is sent: one of the caller's jobs). Waits as UdpSession does.
+  Result<ServedDataPlane> DataPlane(const std::string& job_secret);
   // Opens this registered worker's Attach stream. `on_failure` runs at most once, from a gRPC
   // thread, when the stream ends for another reason than the Attachment's destruction or Fail:
   // the job failed on the switch (the status says why, e.g. which rank died) or the switch is

@@ -167,9 +167,13 @@ Status Config::Validate() const {
     return InvalidArgumentError("job_secret must be at most 64 bytes, not " +
                                 std::to_string(job_secret.size()));
   }
-  transport::TransportOptions t;
-  t.kind = transport;
-  RETURN_IF_ERROR(t.Validate());
+  if (transport != transport::kAutoTransport) {  // "auto": chosen at setup (ChooseTransport)
+    transport::TransportOptions t;
+    t.kind = transport;
+    if (Status st = t.Validate(); !st.ok()) {
+      return InvalidArgumentError(st.message() + ", or auto (what the switch serves)");
+    }
+  }
   return Status();
 }
 
@@ -450,6 +454,7 @@ class [[gnu::visibility("hidden")]] Context::Impl {
   // Setup and its steps, in order (each says what it does).
   Status Setup();
   Status ConnectSwitches();
+  Status ChooseTransport();
   Result<Transports> OpenDataTransports(uint32_t bind_ip) const;
   Status AgreeSessionId();
   uint32_t Generations() const;
@@ -511,6 +516,7 @@ SwitchHost* Context::Impl::FirstAlive() const {
 // Setup's steps, in order.
 Status Context::Impl::Setup() {
   RETURN_IF_ERROR(ConnectSwitches());
+  RETURN_IF_ERROR(ChooseTransport());
   uint32_t bind_ip = 0;
   if (!ParseIpv4(config.bind_address, &bind_ip)) {
     return InvalidArgumentError("bind_address '" + config.bind_address +
@@ -533,6 +539,52 @@ Status Context::Impl::Setup() {
   if (config.authenticate_data) RETURN_IF_ERROR(Authenticate(data, transports));
   RETURN_IF_ERROR(StartThreads(data, group, transports));
   running.store(true);
+  return Status();
+}
+
+// Transport "auto" (Config::transport): the kind every switch host serves, asked of each
+// (Monitor.Status) and mapped to what this host can open (transport::ChooseAutoTransport), so
+// that config.transport (Context::config()) names the kind opened from here on, and every worker
+// of the job, asking the same switches, opens the same kind and sizes the same window. A host
+// that does not answer the call (a reference switch: UNIMPLEMENTED; one that requires a job
+// secret, without one) counts as udp, the reference's; one that cannot be reached fails setup as
+// the registration would.
+Status Context::Impl::ChooseTransport() {
+  if (config.transport != transport::kAutoTransport) return Status();
+  std::string chosen, because;
+  for (const auto& h : hosts) {
+    std::string kind, why;
+    Result<control::ServedDataPlane> served = h->client->DataPlane(config.job_secret);
+    if (!served.ok()) {
+      const StatusCode code = served.status().code();
+      if (code == StatusCode::kDeadlineExceeded || code == StatusCode::kUnavailable) {
+        return Status(code, "transport auto: asking switch host " + h->name +
+                                " which transport it serves: " + served.status().message());
+      }
+      kind = "udp";
+      why = "switch host " + h->name + " did not say which transport it serves (" +
+            served.status().message() + "), so the reference's";
+    } else {
+      Result<std::string> k = transport::ChooseAutoTransport(served->transport, served->data_port,
+                                                             transport::ProcessEnvironment());
+      if (!k.ok()) {
+        return Status(k.status().code(), "switch host " + h->name + ": " + k.status().message());
+      }
+      kind = *k;
+      why = "switch host " + h->name + " serves " +
+            (served->transport.empty() ? std::string("an unnamed transport") : served->transport);
+    }
+    if (!chosen.empty() && kind != chosen) {
+      return FailedPreconditionError(
+          "transport auto: the switch hosts serve different transports (" + because + "; " + why +
+          "): run them with one, or set the worker's transport");
+    }
+    chosen = kind;
+    because = why;
+  }
+  LOG(kInfo, kRuntime) << "rank " << config.rank << ": transport auto chose " << chosen << " ("
+                       << because << (hosts.size() > 1 ? ", as every host" : "") << ")";
+  config.transport = chosen;
   return Status();
 }
 

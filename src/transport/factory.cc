@@ -107,6 +107,29 @@ std::vector<std::string> TransportKinds() {
   return names;
 }
 
+Result<std::string> ChooseAutoTransport(std::string_view served, uint16_t data_port,
+                                        const EnvironmentLookup& env) {
+  if (served.empty() || served == "udp" || served == "udp-plain") return std::string("udp");
+  if (served == "shm") {
+    ShmOptions shm;
+    RETURN_IF_ERROR(ReadShmEnvironment(env, &shm));
+    const std::string dir = ShmDirectory(shm);
+    if (ShmPortHeld(dir, data_port)) return std::string("shm");
+    return FailedPreconditionError(
+        "transport auto: the switch serves shm (shared memory with the processes of its host), "
+        "but no live shm inbox of its data port " +
+        std::to_string(data_port) + " is in " + dir +
+        ": run this worker on the switch's host with the switch's SWITCHML_SHM_DIR (and user), "
+        "or run the switch with --transport udp");
+  }
+  return FailedPreconditionError("transport auto: the switch serves " + std::string(served) +
+                                 ", which auto does not pick (it needs a device or privileges of "
+                                 "its own): set transport " +
+                                 std::string(served) +
+                                 " (SWITCHML_TRANSPORT=" + std::string(served) +
+                                 ", switchml worker --transport " + std::string(served) + ")");
+}
+
 Result<std::unique_ptr<Transport>> OpenTransport(const TransportOptions& options) {
   ASSIGN_OR_RETURN(Transports ts, OpenTransports(options, 1));
   return std::move(ts[0]);

@@ -83,6 +83,25 @@ Capabilities CapabilitiesOf(std::string_view kind);
 // The kinds OpenTransport accepts, for help texts and error messages.
 std::vector<std::string> TransportKinds();
 
+// "auto" (Config::transport; not a kind of the table, so OpenTransports refuses it): a worker's
+// choice made at setup from what the switch serves (Monitor.Status's transport), by
+// ChooseAutoTransport.
+inline constexpr std::string_view kAutoTransport = "auto";
+
+// The kind a worker opens under "auto" when the switch's data plane serves kind `served` (its
+// Monitor.Status answer; empty when the switch does not say) from data port `data_port`:
+//   - kernel UDP ("udp", "udp-plain", or a switch that does not say): "udp", the fast kernel one
+//     (the two differ only in offloads that each side uses or not on its own);
+//   - "shm": "shm" when a live shm transport holds `data_port` in this process's shm directory
+//     (shm.h ShmPortHeld; $SWITCHML_SHM_DIR through `env`, else /dev/shm/switchml-<uid>): the
+//     switch runs on this host and shares the directory. Otherwise FAILED_PRECONDITION saying
+//     so: such a switch is reachable by shm workers of its own host only;
+//   - "xdp", "dpdk" and any other kind: FAILED_PRECONDITION naming the kind to set. Auto does
+//     not pick them: they need a device, privileges or a process per interface of their own
+//     (docs/xdp.md, docs/dpdk.md).
+Result<std::string> ChooseAutoTransport(std::string_view served, uint16_t data_port,
+                                        const EnvironmentLookup& env);
+
 // Opens one transport bound to options.bind_ipv4:options.port (OpenTransports with count 1).
 Result<std::unique_ptr<Transport>> OpenTransport(const TransportOptions& options);
 

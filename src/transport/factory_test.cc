@@ -1,13 +1,17 @@
 #include "transport/factory.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "transport/lossy.h"
 #include "transport/memory.h"
+#include "transport/shm.h"
 
 namespace switchml::transport {
 namespace {
@@ -80,6 +84,56 @@ TEST(TransportFactoryTest, EveryKindOpensConsecutivePortsAndCarriesADatagram) {
     }
     (*ts)[2]->LeaveGroup();
   }
+}
+
+// Given what a switch serves, Expect transport "auto" to pick kernel UDP for a kernel UDP switch
+// (or one that does not say), to refuse xdp and dpdk naming the kind to set, and to pick shm
+// exactly while a live shm transport holds the switch's data port in the shm directory the
+// environment names: not before it opened, not in another directory, not after it closed.
+TEST(TransportFactoryTest, AutoPicksWhatTheSwitchServesWhereThisHostCanOpenIt) {
+  char tmpl[] = "/dev/shm/switchml-auto-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const EnvironmentLookup env = [&](const char* name) -> std::optional<std::string> {
+    if (std::string(name) == "SWITCHML_SHM_DIR") return dir;
+    return std::nullopt;
+  };
+  for (const char* served : {"", "udp", "udp-plain"}) {
+    Result<std::string> k = ChooseAutoTransport(served, 48864, env);
+    ASSERT_TRUE(k.ok()) << served << ": " << k.status().ToString();
+    EXPECT_EQ(*k, "udp") << served;
+  }
+  for (const char* served : {"xdp", "dpdk"}) {
+    Result<std::string> k = ChooseAutoTransport(served, 48864, env);
+    EXPECT_EQ(k.status().code(), StatusCode::kFailedPrecondition) << served;
+    EXPECT_NE(k.status().message().find(std::string("set transport ") + served), std::string::npos)
+        << k.status().message();
+  }
+  // No switch in the directory yet.
+  Result<std::string> none = ChooseAutoTransport("shm", 23456, env);
+  EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find(dir), std::string::npos) << none.status().message();
+  {
+    TransportOptions o;
+    o.kind = "shm";
+    o.port = 0;
+    o.shm.directory = dir;
+    auto t = OpenShmConsecutive(o, 1);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    const uint16_t port = (*t)[0]->local_endpoint().port;
+    Result<std::string> k = ChooseAutoTransport("shm", port, env);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    EXPECT_EQ(*k, "shm");
+    EXPECT_FALSE(ChooseAutoTransport("shm", port + 1, env).ok()) << "another port";
+    const EnvironmentLookup elsewhere = [](const char* name) -> std::optional<std::string> {
+      if (std::string(name) == "SWITCHML_SHM_DIR") return "/dev/shm/switchml-auto-nowhere";
+      return std::nullopt;
+    };
+    EXPECT_FALSE(ChooseAutoTransport("shm", port, elsewhere).ok()) << "another directory";
+    t->clear();  // closed: its inbox is gone
+    EXPECT_FALSE(ChooseAutoTransport("shm", port, env).ok()) << "closed";
+  }
+  ::rmdir(dir.c_str());
 }
 
 TEST(LossyTransportTest, DropsTheConfiguredFractionEachWayAndCountsIt) {

@@ -4,6 +4,7 @@
 // what dead processes left.
 #include "transport/shm.h"
 
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -261,6 +262,18 @@ Result<std::unique_ptr<Transport>> OpenShmImpl(const TransportOptions& o, const 
 std::string ShmDirectory(const ShmOptions& options) {
   if (!options.directory.empty()) return options.directory;
   return "/dev/shm/switchml-" + std::to_string(::geteuid());
+}
+
+bool ShmPortHeld(const std::string& dir, uint16_t port) {
+  if (port == 0) return false;
+  uint64_t bytes = 0;
+  Fd fd = OpenOwnFile(InboxPath(dir, port), &bytes);
+  if (fd.get() < 0) return false;
+  if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) {  // nobody holds it
+    ::flock(fd.get(), LOCK_UN);
+    return false;
+  }
+  return true;
 }
 
 Result<std::unique_ptr<Transport>> OpenShm(const TransportOptions& options) {

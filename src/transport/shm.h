@@ -150,6 +150,11 @@ inline constexpr uint32_t kShmDataPlaneRingSlots = 512;
 // /dev/shm/switchml-<uid> (environment.h's DefaultShmDirectory adds $SWITCHML_SHM_DIR).
 std::string ShmDirectory(const ShmOptions& options);
 
+// Whether a live shm transport listens on `port` in `dir`: its inbox is there, a file of ours,
+// and locked by its holder (an unlocked one was left by a process that died). What a sender's
+// first datagram would find (shm.h, "Open"); for the choice of transport "auto" (factory.h).
+bool ShmPortHeld(const std::string& dir, uint16_t port);
+
 // Removes the inboxes and group files in `dir` that no live transport holds and that only the
 // processes `pids` used: an inbox one of them made, a group file whose members were all of them
 // (a process that dies without closing its transports leaves its files behind; a supervisor

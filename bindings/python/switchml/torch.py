@@ -20,7 +20,9 @@ from the environment (switchml worker's flag in brackets):
     SWITCHML_PACKET_NUMEL=64|256   elements per packet (default 256)
     SWITCHML_BIND_ADDRESS=IPv4     local address for the data plane (default 0.0.0.0) [--bind]
     SWITCHML_UDP_PORT=N            first local data-plane port (default 0: any) [--udp-port]
-    SWITCHML_TRANSPORT=udp|udp-plain|xdp|dpdk|shm  the data-plane transport (default udp)
+    SWITCHML_TRANSPORT=auto|udp|udp-plain|xdp|dpdk|shm  the data-plane transport; auto (the
+                                   default): the one the switch serves, shm for a shm switch on
+                                   this host, else udp (docs/python.md)
     SWITCHML_BUSY_POLL=0|1         poll for results without sleeping (default 0) [--busy-poll]
     SWITCHML_WAKE_BATCH=F          wake-up batching, F in [0, 1] (default 0: off) [--wake-batch]
     SWITCHML_MULTICAST=auto|local|on|off  results once per job to a multicast group: auto = with
@@ -64,6 +66,9 @@ ProcessGroupSwitchML = _torch.ProcessGroupSwitchML
 DEFAULT_CONTROL_PORT = 50099
 MULTICAST_MODES = ("auto", "local", "on", "off")
 SPARSE_MODES = ("auto", "on", "off")
+# "auto": the transport the switch serves, chosen at setup (switchml::Config::transport).
+TRANSPORT_CHOICES = ("auto",) + tuple(switchml.TRANSPORTS)
+DEFAULT_TRANSPORT = "auto"
 
 
 @dataclasses.dataclass
@@ -77,7 +82,7 @@ class Options:
     window: Optional[int] = None
     packet_numel: Optional[int] = None
     bind_address: Optional[str] = None
-    transport: Optional[str] = None  # one of switchml.TRANSPORTS
+    transport: Optional[str] = None  # "auto" or one of switchml.TRANSPORTS
     busy_poll: Optional[bool] = None
     peer_timeout: Optional[float] = None  # seconds
     setup_timeout: Optional[float] = None  # seconds
@@ -183,7 +188,7 @@ def _resolve(options, group_timeout):
     if not 0 <= session_id < 2**64:
         raise ValueError(f"switchml: session_id={session_id!r} is not valid: use 0..2^64-1 "
                          "(0: rank 0 picks one)")
-    kinds = ", ".join(switchml.TRANSPORTS)
+    kinds = ", ".join(TRANSPORT_CHOICES)
     group_seconds = group_timeout.total_seconds()
     kwargs = dict(
         switch_host=host,
@@ -210,8 +215,11 @@ def _resolve(options, group_timeout):
                           "an IPv4 address"),
         udp_port=pick("udp_port", "SWITCHML_UDP_PORT", None, int, lambda x: 0 <= x <= 65535,
                       "use 0..65535 (0: any free ports)"),
-        transport=pick("transport", "SWITCHML_TRANSPORT", None, str,
-                       lambda x: x in switchml.TRANSPORTS, f"use one of {kinds}"),
+        # auto by default, unlike switchml::Config (udp): the one the switch serves, so a switch
+        # on this host serving shm is reached over shared memory (docs/python.md, "DDP steps on
+        # one host, and which transport").
+        transport=pick("transport", "SWITCHML_TRANSPORT", DEFAULT_TRANSPORT, str,
+                       lambda x: x in TRANSPORT_CHOICES, f"use one of {kinds}"),
         busy_poll=pick("busy_poll", "SWITCHML_BUSY_POLL", None, bool),
         pin_threads=pick("pin_threads", "SWITCHML_PIN_THREADS", None, bool),
         wake_batch=pick("wake_batch", "SWITCHML_WAKE_BATCH", None, float,

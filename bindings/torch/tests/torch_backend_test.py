@@ -272,6 +272,7 @@ def options_body(rank, world):
     return {"ok": exact_in_world_and(second, rank, world),
             "world": (dist.group.WORLD.early_retransmit_after, dist.group.WORLD.window),
             "second": (second.early_retransmit_after, second.window),
+            "transports": (dist.group.WORLD.config.transport, second.config.transport),
             "world_stats": dist.group.WORLD.stats()}
 
 
@@ -465,6 +466,9 @@ class TorchBackendTest(unittest.TestCase):
             self.assertTrue(out["ok"])
             self.assertEqual(out["world"], (3, 128))
             self.assertEqual(out["second"], (1, 64))
+            # The default transport, auto, against the test's kernel UDP switch: udp, named so
+            # in the groups' configs.
+            self.assertEqual(out["transports"], ("udp", "udp"))
             # 196 results of the int32 all-reduce at least, through the job's loopback
             # multicast group (on by default with a switch on this host).
             stats = out["world_stats"]
@@ -519,14 +523,15 @@ class TorchBackendTest(unittest.TestCase):
 
     def test_shm_transport_and_data_path_options(self):
         # A switch on shared-memory rings, in a shm directory of the test's own (the workers
-        # inherit SWITCHML_SHM_DIR), two processes with two groups.
+        # inherit SWITCHML_SHM_DIR), two processes with two groups; the transport left to its
+        # default, auto, which asks the switch and opens shm (the groups' configs say so).
         with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None,
                                          prefix="switchml-torchtest-") as shm_dir, \
                 mock.patch.dict(os.environ, {"SWITCHML_SHM_DIR": shm_dir}):
             sw = switchml.Switch(transport="shm")
             try:
                 res = run_job(self, 2, data_path_body, switch_port=sw.control_port, env={
-                    "SWITCHML_TRANSPORT": "shm", "SWITCHML_WAKE_BATCH": "0.25",
+                    "SWITCHML_WAKE_BATCH": "0.25",
                     "SWITCHML_MULTICAST": "on", "SWITCHML_CHECK_TENSORS": "0"})
                 counters = sw.counters()
             finally:
@@ -562,8 +567,8 @@ class TorchBackendTest(unittest.TestCase):
         self.assertEqual(resolve(SWITCHML_SWITCH="10.0.0.1,10.0.0.2:7")["switch_hosts"],
                          ["10.0.0.1:50099", "10.0.0.2:7"])
         bad_options = (
-            (dict(transport="tcp"), "transport='tcp' is not valid: use one of udp, udp-plain, "
-                                    "xdp, dpdk, shm"),
+            (dict(transport="tcp"), "transport='tcp' is not valid: use one of auto, udp, "
+                                    "udp-plain, xdp, dpdk, shm"),
             (dict(wake_batch=1.5), r"wake_batch=1.5 is not valid: use a fraction in \[0, 1\]"),
             (dict(multicast="yes"), "multicast='yes' is not valid: use auto"),
             (dict(multicast="on", authenticate_data=True),
@@ -596,9 +601,15 @@ class TorchBackendTest(unittest.TestCase):
                             ("SWITCHML_AUTH_DATA", "authenticate_data")):
             for raw, value in (("0", False), ("1", True)):
                 self.assertIs(resolve(**{name: raw})[field], value, (name, raw))
-        for field in ("wake_batch", "multicast", "check_tensors", "transport", "timeout",
-                      "busy_poll", "pin_threads"):
+        for field in ("wake_batch", "multicast", "check_tensors", "timeout", "busy_poll",
+                      "pin_threads"):
             self.assertIsNone(resolve()[field], field)
+        # The transport's default is the backend's own: auto (docs/python.md), unlike
+        # switchml.Config's udp; a kind named is kept.
+        self.assertEqual(swtorch.DEFAULT_TRANSPORT, "auto")
+        self.assertEqual(resolve()["transport"], "auto")
+        self.assertEqual(resolve(SWITCHML_TRANSPORT="udp")["transport"], "udp")
+        self.assertEqual(resolve(swtorch.Options(transport="shm"))["transport"], "shm")
         self.assertIsNone(resolve()["authenticate_data"])
         self.assertIsNone(resolve()["early_retransmit_after"])
         self.assertEqual(resolve(swtorch.Options(early_retransmit=0))["early_retransmit_after"], 0)
