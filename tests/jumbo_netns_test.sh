@@ -6,6 +6,8 @@
 # the largest packet_numel that fits. Needs root; exits 77 (skipped) without it.
 # Usage: jumbo_netns_test.sh PATH_TO_SWITCHML
 set -euo pipefail
+# shellcheck source=netns_hosts.sh
+source "$(dirname "$0")/netns_hosts.sh"
 bin="$1"
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
   echo "SKIPPED: needs root and iproute2 to create network namespaces"
@@ -23,21 +25,7 @@ if ! ip netns add "$tag-br" 2>/dev/null; then
   echo "SKIPPED: cannot create network namespaces here (ip netns add failed)"
   exit 77
 fi
-ip -n "$tag-br" link add br0 type bridge
-ip -n "$tag-br" link set br0 up
-i=1
-for h in "${hosts[@]}"; do
-  ip netns add "$tag-$h"
-  ip link add "$tag-$h-a" mtu 9000 type veth peer name "$tag-$h-b" mtu 9000
-  ip link set "$tag-$h-a" netns "$tag-$h"
-  ip link set "$tag-$h-b" netns "$tag-br"
-  ip -n "$tag-br" link set "$tag-$h-b" master br0 up
-  ip -n "$tag-$h" link set "$tag-$h-a" name eth0
-  ip -n "$tag-$h" addr add "$net.$i/24" dev eth0
-  ip -n "$tag-$h" link set eth0 up
-  ip -n "$tag-$h" link set lo up
-  i=$((i + 1))
-done
+make_hosts "$tag" "$net" 9000 "${hosts[@]}"
 
 log=$(mktemp)
 ip netns exec "$tag-sw" "$bin" switch --bind "$net.1" --data-port 48864 --control-port 50099 \

@@ -9,6 +9,8 @@
 # `auth`, the job uses the authenticated data plane (--auth-data) on a switch that refuses jobs
 # without it (--require-auth-data), and every worker must report no tag failure.
 set -euo pipefail
+# shellcheck source=netns_hosts.sh
+source "$(dirname "$0")/netns_hosts.sh"
 bin="$1"
 transport="${2:-udp}"
 auth="${3:-}"
@@ -35,21 +37,7 @@ if ! ip netns add "$tag-br" 2>/dev/null; then
   echo "SKIPPED: cannot create network namespaces here (ip netns add failed)"
   exit 77
 fi
-ip -n "$tag-br" link add br0 type bridge
-ip -n "$tag-br" link set br0 up
-i=1
-for h in "${hosts[@]}"; do
-  ip netns add "$tag-$h"
-  ip link add "$tag-$h-a" type veth peer name "$tag-$h-b"
-  ip link set "$tag-$h-a" netns "$tag-$h"
-  ip link set "$tag-$h-b" netns "$tag-br"
-  ip -n "$tag-br" link set "$tag-$h-b" master br0 up
-  ip -n "$tag-$h" link set "$tag-$h-a" name eth0
-  ip -n "$tag-$h" addr add "$net.$i/24" dev eth0
-  ip -n "$tag-$h" link set eth0 up
-  ip -n "$tag-$h" link set lo up
-  i=$((i + 1))
-done
+make_hosts "$tag" "$net" "" "${hosts[@]}"
 
 log=$(mktemp)
 # Over AF_XDP the switch runs two shards: two sockets sharing one UMEM, as the workers' two threads.
