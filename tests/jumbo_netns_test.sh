@@ -9,10 +9,7 @@ set -euo pipefail
 # shellcheck source=netns_hosts.sh
 source "$(dirname "$0")/netns_hosts.sh"
 bin="$1"
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
-  echo "SKIPPED: needs root and iproute2 to create network namespaces"
-  exit 77
-fi
+skip_without_netns
 tag="smlj$$"
 net="10.78.$(( $$ % 200 + 10 ))"
 hosts=(sw w0 w1)
@@ -21,10 +18,6 @@ cleanup() {
   for h in "${hosts[@]}" br; do ip netns del "$tag-$h" 2>/dev/null || true; done
 }
 trap cleanup EXIT
-if ! ip netns add "$tag-br" 2>/dev/null; then
-  echo "SKIPPED: cannot create network namespaces here (ip netns add failed)"
-  exit 77
-fi
 make_hosts "$tag" "$net" 9000 "${hosts[@]}"
 
 log=$(mktemp)

@@ -20,10 +20,7 @@ case "$auth" in
   auth) auth_switch=(--require-auth-data) auth_worker=(--auth-data) ;;
   *) echo "netns_test.sh: the third argument is 'auth' or nothing, not '$auth'" >&2; exit 2 ;;
 esac
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
-  echo "SKIPPED: needs root and iproute2 to create network namespaces"
-  exit 77
-fi
+skip_without_netns
 tag="sml$$"
 net="10.77.$(( $$ % 200 + 10 ))"
 hosts=(sw w0 w1)
@@ -32,11 +29,6 @@ cleanup() {
   [ -n "${switch_pid:-}" ] && kill "$switch_pid" 2>/dev/null || true
 }
 trap cleanup EXIT
-
-if ! ip netns add "$tag-br" 2>/dev/null; then
-  echo "SKIPPED: cannot create network namespaces here (ip netns add failed)"
-  exit 77
-fi
 make_hosts "$tag" "$net" "" "${hosts[@]}"
 
 log=$(mktemp)
