@@ -51,10 +51,8 @@ const char* SizeName(proto::SizeCode size) {
 }  // namespace
 
 uint32_t JobSlots(const SwitchConfig& config, proto::SizeCode size) {
-  const size_t numel = proto::NumelOf(size);
-  if (numel <= proto::kReferenceMaxNumel) return config.slots_per_job;
-  return std::max<uint32_t>(
-      1, static_cast<uint32_t>(config.slots_per_job * proto::kReferenceMaxNumel / numel));
+  return static_cast<uint32_t>(
+      proto::SameBytesInPackets(config.slots_per_job, proto::NumelOf(size)));
 }
 
 size_t MaxDatagramBytes(const SwitchConfig& config) {
@@ -438,8 +436,8 @@ Status Switch::CheckUpstream(const Job& job, const UpstreamSpec& u) const {
     auto it = by_endpoint_.find(e);
     if ((it != by_endpoint_.end() && it->second.second != kUpstreamRank) ||
         by_address_.contains(u.ipv4)) {
-      return AlreadyExistsError("upstream " + e.ToString() + " of " +
-                                SessionName(job.spec.job_id) + " is a worker's address");
+      return AlreadyExistsError("upstream " + e.ToString() + " of " + SessionName(job.spec.job_id) +
+                                " is a worker's address");
     }
   }
   return Status::Ok();

@@ -36,7 +36,7 @@ inline constexpr size_t kMaxNumel = 2048;
 inline constexpr size_t kMaxDatagramBytes = kPrefixBytes + kMaxNumel * 4;  // 8202
 inline constexpr size_t kReferenceMaxNumel = 256;
 inline constexpr size_t kReferenceMaxDatagramBytes = kPrefixBytes + kReferenceMaxNumel * 4;  // 1034
-inline constexpr uint32_t kMaxSlots = 1u << 14;                            // slot index has 14 bits
+inline constexpr uint32_t kMaxSlots = 1u << 14;  // slot index has 14 bits
 
 // The 3-bit size code: payload 128 << code bytes. We support 1 (64 int32) and 3 (256 int32),
 // the two the reference client and switch use, and, as our extension (docs/protocol.md 2.6),
@@ -66,6 +66,13 @@ bool SizeCodeForNumel(size_t numel, SizeCode* out);
 constexpr size_t DatagramBytes(SizeCode code) { return kPrefixBytes + NumelOf(code) * 4; }
 // The datagram of numel elements per packet (any numel; for sizing and messages).
 constexpr size_t DatagramBytesForNumel(size_t numel) { return kPrefixBytes + numel * 4; }
+// A count of 256-element packets (a window, a slot pool) as the count of numel-element packets
+// that carry the same bytes: unchanged up to 256 elements, fewer for jumbo ones, at least 1.
+constexpr uint64_t SameBytesInPackets(uint64_t reference_packets, size_t numel) {
+  if (numel <= kReferenceMaxNumel) return reference_packets;
+  const uint64_t packets = reference_packets * kReferenceMaxNumel / numel;
+  return packets > 0 ? packets : 1;
+}
 
 static_assert(NumelOf(SizeCode::k256B) == 64);
 static_assert(NumelOf(SizeCode::k1024B) == 256);

@@ -28,14 +28,6 @@ namespace {
 // (dataplane::SwitchConfig::slots_per_job), which holds a slot range per failover.
 constexpr uint32_t kStripedJobSlots = 8192;
 
-// A count of packets that stands for bytes (the automatic window's floor and ceiling, the
-// switch's pool) for packets of numel elements: unchanged up to 256 elements, and the same bytes
-// in fewer packets for jumbo ones (the software switch's pool: dataplane::JobSlots).
-uint64_t JumboScaled(uint64_t packets, uint32_t numel) {
-  if (numel <= proto::kReferenceMaxNumel) return packets;
-  return std::max<uint64_t>(1, packets * proto::kReferenceMaxNumel / numel);
-}
-
 // A switch host as the config names it.
 struct SwitchTarget {
   std::string host;
@@ -183,21 +175,23 @@ uint32_t Config::OutstandingPackets() const {
   // and Ethernet framing on the wire; times the safety factor; rounded up to a multiple of 32
   // and then of the threads (equal shares); clamped (over shm from kMinShmAutoWindow, a
   // multiple of 64, so of every power-of-two thread count). For jumbo packets the 32, the floor
-  // and the ceiling stand for the same bytes: scaled by 256 / packet_numel (JumboScaled). Pure
-  // arithmetic on the fields, so every worker given the same fields gets the same window.
+  // and the ceiling stand for the same bytes: scaled by 256 / packet_numel
+  // (proto::SameBytesInPackets, as the switch's pool). Pure arithmetic on the fields, so every
+  // worker given the same fields gets the same window.
   proto::SizeCode size;
   proto::SizeCodeForNumel(packet_numel, &size);
   const double wire_bytes = proto::DatagramBytes(size) + kIpUdpHeaderBytes + kEthernetFrameBytes;
   const double bdp = link_gbps * 1e9 / 8 * std::chrono::duration<double>(base_rtt).count();
   uint64_t w = static_cast<uint64_t>(std::ceil(kWindowSafety * bdp / wire_bytes));
   const uint64_t threads = num_worker_threads;
-  const uint64_t granule = JumboScaled(32, packet_numel);
+  const uint64_t granule = proto::SameBytesInPackets(32, packet_numel);
   w = (w + granule - 1) / granule * granule;
   w = (w + threads - 1) / threads * threads;
   const uint64_t floor =
       transport::CapabilitiesOf(transport).host_local ? kMinShmAutoWindow : kMinAutoWindow;
-  w = std::max<uint64_t>(w, std::max<uint64_t>(JumboScaled(floor, packet_numel), threads));
-  const uint64_t most = JumboScaled(kMaxAutoWindow, packet_numel);
+  w = std::max<uint64_t>(
+      w, std::max<uint64_t>(proto::SameBytesInPackets(floor, packet_numel), threads));
+  const uint64_t most = proto::SameBytesInPackets(kMaxAutoWindow, packet_numel);
   return static_cast<uint32_t>(
       std::min<uint64_t>(w, std::max<uint64_t>(most / threads, 1) * threads));
 }
@@ -260,6 +254,13 @@ using transport::NetInterface;
 // switch_ip and control_port are the first host's).
 // Sets *group (0: none) and *via. A group that cannot be joined is only logged (results then
 // come one per worker), unless it is a LAN group the user required (lan_multicast_required).
+// The largest datagram this worker sends with packets of numel elements: the packet, and with
+// the authenticated data plane the tag's room behind it (transport/auth.h).
+size_t WorkerDatagramBytes(const Config& config, uint32_t numel) {
+  return proto::DatagramBytesForNumel(numel) +
+         (config.authenticate_data ? transport::kAuthRoomBytes : 0);
+}
+
 // Jumbo packets (packet_numel over 256, docs/protocol.md 2.6) must fit the transports and the
 // path. CheckTransportCarries refuses transports that would cut the job's datagrams (xdp: one
 // UMEM frame); CheckPacketFits refuses a datagram (with its IPv4 and UDP headers) larger than
@@ -285,14 +286,11 @@ Status CheckPacketFits(const Config& config, uint32_t bind_ip, uint32_t switch_i
   Result<NetInterface> toward = transport::InterfaceToward(switch_ip, bind_ip);
   if (!toward.ok() || toward->mtu == 0) return Status();  // nothing known: the kernel decides
   constexpr size_t kIpUdp = Config::kIpUdpHeaderBytes;
-  const size_t wire = proto::DatagramBytesForNumel(config.packet_numel) + kIpUdp +
-                      (config.authenticate_data ? transport::kAuthRoomBytes : 0);
+  const size_t wire = WorkerDatagramBytes(config, config.packet_numel) + kIpUdp;
   if (wire <= toward->mtu) return Status();
   uint32_t fits = 0;
   for (const uint32_t numel : {2048u, 1024u, 512u, 256u, 64u}) {
-    const size_t bytes = proto::DatagramBytesForNumel(numel) + kIpUdp +
-                         (config.authenticate_data ? transport::kAuthRoomBytes : 0);
-    if (bytes <= toward->mtu) {
+    if (WorkerDatagramBytes(config, numel) + kIpUdp <= toward->mtu) {
       fits = numel;
       break;
     }
@@ -594,9 +592,7 @@ Result<Context::Impl::Transports> Context::Impl::OpenDataTransports(uint32_t bin
   topts.bind_ipv4 = bind_ip;
   topts.port = config.udp_port;
   // With the authenticated data plane every datagram carries a tag behind it (transport/auth.h).
-  topts.max_datagram_bytes = proto::DatagramBytesForNumel(config.packet_numel) +
-                             (config.authenticate_data ? transport::kAuthRoomBytes : 0);
-
+  topts.max_datagram_bytes = WorkerDatagramBytes(config, config.packet_numel);
   // shm (the other kinds ignore it): each thread's inbox has room for twice its window of
   // results (at least the data plane's default).
   const uint64_t window = config.OutstandingPackets() / config.num_worker_threads;
@@ -639,7 +635,8 @@ Status Context::Impl::AgreeSessionId() {
 // switch's default pool.
 uint32_t Context::Impl::Generations() const {
   if (hosts.size() == 1) return 1;
-  const auto pool = static_cast<uint32_t>(JumboScaled(kStripedJobSlots, config.packet_numel));
+  const auto pool =
+      static_cast<uint32_t>(proto::SameBytesInPackets(kStripedJobSlots, config.packet_numel));
   return std::max<uint32_t>(
       1, std::min(static_cast<uint32_t>(hosts.size()), pool / config.OutstandingPackets()));
 }

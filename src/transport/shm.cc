@@ -4,7 +4,6 @@
 // what dead processes left.
 #include "transport/shm.h"
 
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -268,12 +267,7 @@ bool ShmPortHeld(const std::string& dir, uint16_t port) {
   if (port == 0) return false;
   uint64_t bytes = 0;
   Fd fd = OpenOwnFile(InboxPath(dir, port), &bytes);
-  if (fd.get() < 0) return false;
-  if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) {  // nobody holds it
-    ::flock(fd.get(), LOCK_UN);
-    return false;
-  }
-  return true;
+  return fd.get() >= 0 && InboxHeld(fd.get());
 }
 
 Result<std::unique_ptr<Transport>> OpenShm(const TransportOptions& options) {

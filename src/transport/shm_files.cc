@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -155,6 +156,14 @@ void FutexWake(uint32_t* word, int waiters) {
 bool ProcessAlive(uint32_t pid) {
   if (pid == 0 || pid > static_cast<uint32_t>(INT_MAX)) return false;
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+bool InboxHeld(int fd) {
+  if (::flock(fd, LOCK_SH | LOCK_NB) == 0) {  // nobody holds LOCK_EX
+    ::flock(fd, LOCK_UN);
+    return false;
+  }
+  return true;
 }
 
 TransportCounters ShmCounters::Snapshot() const {

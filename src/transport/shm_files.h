@@ -115,6 +115,10 @@ void FutexWake(uint32_t* word, int waiters);
 // Whether a process of that pid exists (in our pid namespace).
 bool ProcessAlive(uint32_t pid);
 
+// Whether the inbox open as fd has a live owner: its transport holds LOCK_EX on it (flock) from
+// creation until it closes or dies, so a shared lock cannot be had (one that can is let go).
+bool InboxHeld(int fd);
+
 // The destinations of one kind (inboxes, groups) that a transport sends to, as Send and lending
 // see them: those the current Send wrote to (touched: to publish), and those dropped while slots of
 // theirs were lent in the current lending batch (kept, mapped, until the next one: the caller may

@@ -1,7 +1,5 @@
 #include "transport/shm_peers.h"
 
-#include <sys/file.h>
-
 #include <algorithm>
 #include <cerrno>
 
@@ -16,14 +14,7 @@ ShmPeers::Peer::~Peer() {
   ShmRef<uint32_t>(header.get(), kTableVersionOffset).fetch_add(1, std::memory_order_acq_rel);
 }
 
-bool ShmPeers::Peer::Alive() const {
-  if (Closed()) return false;
-  if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) {
-    ::flock(fd.get(), LOCK_UN);
-    return false;
-  }
-  return true;
-}
+bool ShmPeers::Peer::Alive() const { return !Closed() && InboxHeld(fd.get()); }
 
 ShmPeers::Peer* ShmPeers::Find(uint16_t port) {
   // (A worker sends to one port: the last one found is remembered.)
