@@ -17,7 +17,8 @@ from the environment (switchml worker's flag in brackets):
                                    base round trip) [--window]
     SWITCHML_LINK_GBPS=G           link rate the automatic window is sized for (10) [--link-gbps]
     SWITCHML_BASE_RTT=SECONDS      round trip the automatic window is sized for (0.0001)
-    SWITCHML_PACKET_NUMEL=64|256   elements per packet (default 256)
+    SWITCHML_PACKET_NUMEL=64|256|512|1024|2048  elements per packet (default 256; 512 and up:
+                                   jumbo packets, where the switch enables them)
     SWITCHML_BIND_ADDRESS=IPv4     local address for the data plane (default 0.0.0.0) [--bind]
     SWITCHML_UDP_PORT=N            first local data-plane port (default 0: any) [--udp-port]
     SWITCHML_TRANSPORT=auto|udp|udp-plain|xdp|dpdk|shm  the data-plane transport; auto (the
