@@ -76,6 +76,7 @@ namespace {
 constexpr size_t kHeaderBytes =
     sizeof(rte_ether_hdr) + sizeof(rte_ipv4_hdr) + sizeof(rte_udp_hdr);  // 42
 constexpr size_t kMaxPayload = 2048;
+static_assert(kMaxPayload == kDpdkMaxDatagramBytes);
 // Each mbuf: headroom, then headers and the largest datagram, rounded up to cache lines. memif's
 // packet buffers (bsize) have exactly this size, so that its receive path copies a frame into
 // one mbuf and its transmit path copies one mbuf into one buffer (its fast paths, taken only

@@ -67,6 +67,10 @@
 
 namespace switchml::transport {
 
+// The longest datagram a DPDK transport carries: its mbufs' payload room
+// (Capabilities::max_datagram_bytes).
+inline constexpr size_t kDpdkMaxDatagramBytes = 2048;
+
 // True when this build has DPDK (libdpdk-dev was found at configure time).
 bool DpdkAvailable();
 

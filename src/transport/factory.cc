@@ -40,12 +40,14 @@ Capabilities KernelUdp(bool offloads) {
 Capabilities Xdp() {
   Capabilities c;
   c.one_process_per_interface = true;
+  c.max_datagram_bytes = kXdpMaxDatagramBytes;
   return c;
 }
 
 Capabilities Dpdk() {
   Capabilities c;
   c.lends_receive_buffers = true;
+  c.max_datagram_bytes = kDpdkMaxDatagramBytes;
   return c;
 }
 

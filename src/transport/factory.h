@@ -53,6 +53,10 @@ struct Capabilities {
   // A process that dies without closing its transports leaves files behind (shm's inboxes and
   // groups), which a supervisor removes (shm.h RemoveShmFilesLeftBy, RemoveOwnShmFiles).
   bool files_outlive_processes = false;
+  // The longest datagram the kind carries whole (0: any a UDP datagram may be, 65507 bytes):
+  // xdp one UMEM frame's room, dpdk one mbuf's. What packet sizes a switch or worker of this
+  // kind may use (docs/protocol.md 2.6).
+  size_t max_datagram_bytes = 0;
 };
 
 using Transports = std::vector<std::unique_ptr<Transport>>;

@@ -96,6 +96,7 @@ constexpr size_t kTxPacketOffset = kTxPayloadOffset - kHeaderBytes;
 constexpr size_t kTxPayloadCapacity = kFrameSize - kTxPayloadOffset;
 // Received packets start after the kernel's XDP headroom (256 bytes).
 constexpr size_t kRxPayloadCapacity = kFrameSize - 256 - kHeaderBytes;
+static_assert(kRxPayloadCapacity == kXdpMaxDatagramBytes);
 constexpr size_t kMaxPerSend = 256;
 
 std::string ErrnoText(int err) { return std::string(std::strerror(err)); }

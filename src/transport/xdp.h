@@ -51,6 +51,10 @@
 
 namespace switchml::transport {
 
+// The longest datagram an AF_XDP transport carries: one 2 KiB UMEM frame less the kernel's
+// 256-byte headroom and the Ethernet, IPv4 and UDP headers (Capabilities::max_datagram_bytes).
+inline constexpr size_t kXdpMaxDatagramBytes = 2048 - 256 - 42;
+
 // False when the build has no AF_XDP support (libxdp-dev/libbpf-dev missing at configure time).
 bool XdpAvailable();
 
