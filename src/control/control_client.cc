@@ -392,6 +392,7 @@ Result<ServedDataPlane> ControlClient::DataPlane(const std::string& job_secret) 
   ServedDataPlane served;
   served.transport = resp.transport();
   served.data_port = static_cast<uint16_t>(resp.data_port());
+  served.max_packet_numel = resp.max_packet_numel();
   return served;
 }
 

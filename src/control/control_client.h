@@ -115,6 +115,9 @@ struct UdpSessionReply {
 struct ServedDataPlane {
   std::string transport;   // a kind of transport/factory.h ("udp", "shm", ...); empty: not said
   uint16_t data_port = 0;  // its first data port (0: not said)
+  // The largest packet_numel its jobs may use (0: not said; a switch from before the field,
+  // which takes 256).
+  uint32_t max_packet_numel = 0;
 };
 
 class ControlClient {
@@ -159,7 +162,8 @@ class ControlClient {
   // switch. Waits at most `timeout`.
   Result<std::string> Diagnose(uint64_t job_id, const std::string& job_secret, uint64_t allreduce,
                                std::chrono::milliseconds timeout);
-  // Monitor.Status (ours), for what the data plane serves: a worker's transport "auto". A
+  // Monitor.Status (ours), for what the data plane serves: a worker's transport "auto" and
+  // automatic packet size. A
   // reference switch answers UNIMPLEMENTED, one that requires a job secret PERMISSION_DENIED
   // without one (`job_secret` is sent: one of the caller's jobs). Waits as UdpSession does.
   Result<ServedDataPlane> DataPlane(const std::string& job_secret);

@@ -34,6 +34,7 @@ grpc::Status AnswerStatus(const Registry& registry, const CallStats& calls,
     response->set_data_port(snapshot->data_port);
     response->set_max_jobs(snapshot->config.max_jobs);
     response->set_slots_per_job(snapshot->config.slots_per_job);
+    response->set_max_packet_numel(snapshot->config.max_packet_numel);
     response->set_upstream(snapshot->upstream);
     for (const ThreadSnapshot& t : snapshot->threads) {
       switchml_proto::StatusThread* out = response->add_threads();

@@ -33,6 +33,7 @@ class StatusServiceTest : public ::testing::Test {
       s.transport = "test";
       s.data_port = 4242;
       s.uptime = 7s;
+      s.config.max_packet_numel = 1024;
       s.threads.emplace_back().port = 4242;
       s.threads[0].received = 99;
       s.threads[0].dropped[static_cast<int>(dataplane::DropReason::kDuplicate)] = 3;
@@ -103,6 +104,7 @@ TEST_F(StatusServiceTest, ShowsOwnAndUnprotectedJobsInFullAndCountsTheOthers) {
   EXPECT_EQ(s.threads(0).packets_dropped(), 3u);
   EXPECT_EQ(s.transport(), "test");
   EXPECT_EQ(s.uptime_ms(), 7000u);
+  EXPECT_EQ(s.max_packet_numel(), 1024u);  // a worker's automatic packet size takes at most it
 
   // Without a secret: only the unprotected job.
   switchml_proto::StatusResponse anonymous;
