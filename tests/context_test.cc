@@ -449,6 +449,90 @@ TEST(ContextFallbackTest, TransportAutoFallsBackToUdpWhenTheSwitchDoesNotSay) {
   EXPECT_EQ(chose, 1);
 }
 
+// packet_numel auto (Config::packet_numel 0): the largest size the switch takes (its
+// Monitor.Status), the transport carries and the path holds; Context::config() names it.
+
+// Given a switch started with max_packet_numel 2048 on this host (kernel UDP over the loopback
+// interface, whose MTU holds 8230-byte packets), Expect workers with packet_numel 0 to open
+// 2048-element packets (config says so; the window in packets of that size) and their int32
+// all-reduce exact; given the fixture's switch (the library's default, 256), Expect 256.
+TEST_F(ContextTest, PacketNumelAutoTakesTheLargestTheSwitchTakes) {
+  runtime::SwitchDaemonOptions o;
+  o.bind_address = "127.0.0.1";
+  o.data_port = 0;
+  o.control_port = 0;
+  o.switch_config.max_packet_numel = 2048;
+  auto jumbo = runtime::SwitchDaemon::Start(o);
+  ASSERT_TRUE(jumbo.ok()) << jumbo.status().ToString();
+  for (const uint32_t expected : {2048u, 256u}) {
+    const uint64_t session = expected == 2048 ? 31 : 32;
+    Config c0 = MakeConfig(0, 2, session), c1 = MakeConfig(1, 2, session);
+    if (expected == 2048) c0.control_port = c1.control_port = (*jumbo)->control_port();
+    c0.packet_numel = c1.packet_numel = Config::kAutoPacketNumel;
+    ASSERT_TRUE(c0.Validate().ok()) << c0.Validate().ToString();
+    auto ctx = CreateAll({c0, c1});
+    ASSERT_TRUE(ctx[0] && ctx[1]);
+    for (const auto& c : ctx) {
+      EXPECT_EQ(c->config().packet_numel, expected);
+      Config same = MakeConfig(0, 2, session);
+      same.packet_numel = expected;
+      EXPECT_EQ(c->config().OutstandingPackets(), same.OutstandingPackets());
+    }
+    AllReduceInPlaceOnBoth(ctx, testing::Pattern{5, 0, 2, expected, DataType::kInt32}, 20011);
+  }
+  const std::optional<dataplane::JobCounters> c = (*jumbo)->job_counters(31);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_GE(c->completed, (20011u + 2047u) / 2048u);
+  EXPECT_EQ(c->dropped[static_cast<int>(dataplane::DropReason::kWrongSize)], 0u);
+}
+
+// A rendezvous for one worker of a job whose other workers are not here: barriers pass at once,
+// and a broadcast returns `first` (rank 0's value) whatever this worker passes.
+class RankZeroSays final : public Rendezvous {
+ public:
+  explicit RankZeroSays(uint64_t first) : first_(first) {}
+  Status Barrier() override { return Status(); }
+  Result<uint64_t> Broadcast(uint64_t) override { return first_; }
+
+ private:
+  const uint64_t first_;
+};
+
+// Given packet_numel auto on a worker whose own choice is 256 (the fixture's switch takes no
+// more) while rank 0 chose 2048 (its path allows more), Expect setup refused before anything
+// is registered, saying what each chose and what to do.
+TEST_F(ContextTest, PacketNumelAutoRefusesRankZerosLargerChoice) {
+  Config c = MakeConfig(1, 2, 33);
+  c.packet_numel = Config::kAutoPacketNumel;
+  const auto refused = Context::Create(c, std::make_shared<RankZeroSays>(2048));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find(
+                "packet_numel auto: rank 0 chose 2048 elements per packet, but this worker can "
+                "use at most 256 (the switch takes at most 256)"),
+            std::string::npos)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("set packet_numel 256 on every worker"),
+            std::string::npos)
+      << refused.status().ToString();
+}
+
+// Given a switch whose control plane does not answer Monitor.Status (a reference switch),
+// Expect packet_numel auto to take the reference's 256 and register with it.
+TEST(ContextFallbackTest, PacketNumelAutoTakes256WhenTheSwitchDoesNotSay) {
+  std::unique_ptr<testing::ReferenceLikeControl> reference = testing::ReferenceLikeControl::Start();
+  ASSERT_NE(reference, nullptr);
+  Config c;
+  c.control_port = reference->port();
+  c.session_id = 25;
+  c.setup_timeout = std::chrono::seconds(10);
+  c.packet_numel = Config::kAutoPacketNumel;
+  auto ctx = Context::Create(c, std::make_shared<RankZeroSays>(0));  // one worker: no broadcast
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  EXPECT_EQ((*ctx)->config().packet_numel, 256u);
+  EXPECT_EQ(reference->udp_sessions(), 1);
+}
+
 // Given a switch that coalesces receives (SwitchDaemonOptions::nap), Expect exact int32 sums and
 // float32 within the bound, as without, and the naps counted; Expect a nap out of range, or with
 // busy polling, refused at setup.

@@ -68,7 +68,14 @@ struct SWITCHML_EXPORT Config {
   // our extension: only where the switch enables them, `switchml switch --max-packet-numel`, over
   // a transport that carries them (udp, udp-plain, shm) and an MTU toward the switch that holds
   // the datagram plus 28 bytes; setup refuses otherwise, saying what to fix: docs/protocol.md 2.6).
+  // 0 (ours): automatic, chosen at setup: the largest of 2048, 1024, 512 and 256 that every
+  // switch host takes (asked through Monitor.Status; 256 from a switch that does not say), the
+  // transport carries and, off this host, the MTU of the interface toward the switch holds (256
+  // where it is unknown); every worker takes rank 0's choice (through the rendezvous), and one
+  // that cannot fails setup saying why. Context::config() then names the size chosen. The
+  // default stays 256 (the reference's; no extra call).
   uint32_t packet_numel = 256;
+  static constexpr uint32_t kAutoPacketNumel = 0;
   // Local IPv4 address to bind ("0.0.0.0": any) and first UDP port (0: pick free ones).
   std::string bind_address = "0.0.0.0";
   uint16_t udp_port = 0;
@@ -169,7 +176,8 @@ struct SWITCHML_EXPORT Config {
   // OK, or a message that says which field is wrong and what to use instead.
   Status Validate() const;
   // The window the worker uses: max_outstanding_packets, or when it is 0 the bandwidth-delay
-  // rule's. Call on a valid config.
+  // rule's. Call on a valid config (with packet_numel 0, before setup chose the size: the
+  // window of 256-element packets).
   uint32_t OutstandingPackets() const;
 };
 

@@ -14,6 +14,7 @@
 #include "base/status_macros.h"
 #include "control/control_client.h"
 #include "proto/wire.h"
+#include "runtime/packet_size.h"
 #include "runtime/worker_thread.h"
 #include "transport/address.h"
 #include "transport/auth.h"
@@ -95,10 +96,12 @@ Status Config::Validate() const {
     return InvalidArgumentError("bind_address '" + bind_address +
                                 "' is not an IPv4 address (use 0.0.0.0 for any)");
   }
-  if (proto::SizeCode code; !proto::SizeCodeForNumel(packet_numel, &code)) {
+  if (proto::SizeCode code;
+      packet_numel != kAutoPacketNumel && !proto::SizeCodeForNumel(packet_numel, &code)) {
     return InvalidArgumentError("packet_numel " + std::to_string(packet_numel) +
                                 " is not supported: use 64 or 256, or 512, 1024 or 2048 (jumbo "
-                                "packets, where the switch enables them: docs/protocol.md 2.6)");
+                                "packets, where the switch enables them: docs/protocol.md 2.6), "
+                                "or 0 (automatic)");
   }
   if (num_worker_threads == 0) return InvalidArgumentError("num_worker_threads must be at least 1");
   if (max_outstanding_packets == 0) {  // the automatic window
@@ -178,20 +181,21 @@ uint32_t Config::OutstandingPackets() const {
   // and the ceiling stand for the same bytes: scaled by 256 / packet_numel
   // (proto::SameBytesInPackets, as the switch's pool). Pure arithmetic on the fields, so every
   // worker given the same fields gets the same window.
+  const uint32_t numel =
+      packet_numel == kAutoPacketNumel ? uint32_t{proto::kReferenceMaxNumel} : packet_numel;
   proto::SizeCode size;
-  proto::SizeCodeForNumel(packet_numel, &size);
+  proto::SizeCodeForNumel(numel, &size);
   const double wire_bytes = proto::DatagramBytes(size) + kIpUdpHeaderBytes + kEthernetFrameBytes;
   const double bdp = link_gbps * 1e9 / 8 * std::chrono::duration<double>(base_rtt).count();
   uint64_t w = static_cast<uint64_t>(std::ceil(kWindowSafety * bdp / wire_bytes));
   const uint64_t threads = num_worker_threads;
-  const uint64_t granule = proto::SameBytesInPackets(32, packet_numel);
+  const uint64_t granule = proto::SameBytesInPackets(32, numel);
   w = (w + granule - 1) / granule * granule;
   w = (w + threads - 1) / threads * threads;
   const uint64_t floor =
       transport::CapabilitiesOf(transport).host_local ? kMinShmAutoWindow : kMinAutoWindow;
-  w = std::max<uint64_t>(
-      w, std::max<uint64_t>(proto::SameBytesInPackets(floor, packet_numel), threads));
-  const uint64_t most = proto::SameBytesInPackets(kMaxAutoWindow, packet_numel);
+  w = std::max<uint64_t>(w, std::max<uint64_t>(proto::SameBytesInPackets(floor, numel), threads));
+  const uint64_t most = proto::SameBytesInPackets(kMaxAutoWindow, numel);
   return static_cast<uint32_t>(
       std::min<uint64_t>(w, std::max<uint64_t>(most / threads, 1) * threads));
 }
@@ -441,6 +445,14 @@ class [[gnu::visibility("hidden")]] Context::Impl {
   // with sparse_auto a switch without the feature makes the job dense).
   bool sparse = false;
 
+  // What a switch host answered Monitor.Status (asked only for transport or packet_numel auto).
+  struct Served {
+    bool answered = false;
+    control::ServedDataPlane plane;
+    std::string why_not;  // the call's error when it did not answer
+  };
+  std::vector<Served> served;  // by host, when asked
+
   using Transports = std::vector<std::unique_ptr<transport::Transport>>;
   // What setup learned of the job's multicast results.
   struct ResultGroup {
@@ -452,9 +464,17 @@ class [[gnu::visibility("hidden")]] Context::Impl {
   // Setup and its steps, in order (each says what it does).
   Status Setup();
   Status ConnectSwitches();
+  Status AskSwitches();
   Status ChooseTransport();
-  Result<Transports> OpenDataTransports(uint32_t bind_ip) const;
+  // This worker's packet size, and what bounded it (for the log and errors).
+  struct SizeChoice {
+    uint32_t numel = 0;
+    std::string why;
+  };
+  SizeChoice ChoosePacketNumel(uint32_t bind_ip) const;
   Status AgreeSessionId();
+  Status AgreePacketNumel(const SizeChoice& own);
+  Result<Transports> OpenDataTransports(uint32_t bind_ip) const;
   uint32_t Generations() const;
   control::UdpSessionArgs Registration(uint32_t bind_ip, uint16_t base_port) const;
   Status JoinJob(const control::UdpSessionArgs& args);
@@ -514,15 +534,18 @@ SwitchHost* Context::Impl::FirstAlive() const {
 // Setup's steps, in order.
 Status Context::Impl::Setup() {
   RETURN_IF_ERROR(ConnectSwitches());
+  RETURN_IF_ERROR(AskSwitches());
   RETURN_IF_ERROR(ChooseTransport());
   uint32_t bind_ip = 0;
   if (!ParseIpv4(config.bind_address, &bind_ip)) {
     return InvalidArgumentError("bind_address '" + config.bind_address +
                                 "' is not an IPv4 address (use 0.0.0.0 for any)");
   }
+  const SizeChoice own_size = ChoosePacketNumel(bind_ip);
+  RETURN_IF_ERROR(AgreeSessionId());
+  RETURN_IF_ERROR(AgreePacketNumel(own_size));
   ASSIGN_OR_RETURN(Transports transports, OpenDataTransports(bind_ip));
   const uint16_t base_port = transports[0]->local_endpoint().port;
-  RETURN_IF_ERROR(AgreeSessionId());
   control::UdpSessionArgs args = Registration(bind_ip, base_port);
   // Multicast results: every worker of the session derives the same group and ports from the
   // job id, listens there, and asks the switch to send results to it.
@@ -540,37 +563,58 @@ Status Context::Impl::Setup() {
   return Status();
 }
 
-// Transport "auto" (Config::transport): the kind every switch host serves, asked of each
-// (Monitor.Status) and mapped to what this host can open (transport::ChooseAutoTransport), so
-// that config.transport (Context::config()) names the kind opened from here on, and every worker
-// of the job, asking the same switches, opens the same kind and sizes the same window. A host
-// that does not answer the call (a reference switch: UNIMPLEMENTED; one that requires a job
-// secret, without one) counts as udp, the reference's; one that cannot be reached fails setup as
-// the registration would.
+// Transport "auto" and packet_numel auto need what each switch host serves: asked of each
+// (Monitor.Status) once. A host that does not answer the call (a reference switch:
+// UNIMPLEMENTED; one that requires a job secret, without one) is noted as such; one that cannot
+// be reached fails setup as the registration would.
+Status Context::Impl::AskSwitches() {
+  const bool auto_transport = config.transport == transport::kAutoTransport;
+  if (!auto_transport && config.packet_numel != Config::kAutoPacketNumel) return Status();
+  const std::string what = auto_transport ? "transport auto" : "packet_numel auto";
+  for (const auto& h : hosts) {
+    Served s;
+    Result<control::ServedDataPlane> plane = h->client->DataPlane(config.job_secret);
+    if (!plane.ok()) {
+      const StatusCode code = plane.status().code();
+      if (code == StatusCode::kDeadlineExceeded || code == StatusCode::kUnavailable) {
+        return Status(code, what + ": asking switch host " + h->name +
+                                " what it serves: " + plane.status().message());
+      }
+      s.why_not = plane.status().message();
+    } else {
+      s.answered = true;
+      s.plane = *plane;
+    }
+    served.push_back(std::move(s));
+  }
+  return Status();
+}
+
+// Transport "auto" (Config::transport): the kind every switch host serves (AskSwitches), mapped
+// to what this host can open (transport::ChooseAutoTransport), so that config.transport
+// (Context::config()) names the kind opened from here on, and every worker of the job, asking
+// the same switches, opens the same kind and sizes the same window. A host that did not answer
+// counts as udp, the reference's.
 Status Context::Impl::ChooseTransport() {
   if (config.transport != transport::kAutoTransport) return Status();
   std::string chosen, because;
-  for (const auto& h : hosts) {
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    const auto& h = hosts[i];
+    const Served& s = served[i];
     std::string kind, why;
-    Result<control::ServedDataPlane> served = h->client->DataPlane(config.job_secret);
-    if (!served.ok()) {
-      const StatusCode code = served.status().code();
-      if (code == StatusCode::kDeadlineExceeded || code == StatusCode::kUnavailable) {
-        return Status(code, "transport auto: asking switch host " + h->name +
-                                " which transport it serves: " + served.status().message());
-      }
+    if (!s.answered) {
       kind = "udp";
-      why = "switch host " + h->name + " did not say which transport it serves (" +
-            served.status().message() + "), so the reference's";
+      why = "switch host " + h->name + " did not say which transport it serves (" + s.why_not +
+            "), so the reference's";
     } else {
-      Result<std::string> k = transport::ChooseAutoTransport(served->transport, served->data_port,
+      Result<std::string> k = transport::ChooseAutoTransport(s.plane.transport, s.plane.data_port,
                                                              transport::ProcessEnvironment());
       if (!k.ok()) {
         return Status(k.status().code(), "switch host " + h->name + ": " + k.status().message());
       }
       kind = *k;
       why = "switch host " + h->name + " serves " +
-            (served->transport.empty() ? std::string("an unnamed transport") : served->transport);
+            (s.plane.transport.empty() ? std::string("an unnamed transport") : s.plane.transport);
     }
     if (!chosen.empty() && kind != chosen) {
       return FailedPreconditionError(
@@ -583,6 +627,70 @@ Status Context::Impl::ChooseTransport() {
   LOG(kInfo, kRuntime) << "rank " << config.rank << ": transport auto chose " << chosen << " ("
                        << because << (hosts.size() > 1 ? ", as every host" : "") << ")";
   config.transport = chosen;
+  return Status();
+}
+
+// packet_numel auto (Config::packet_numel 0): this worker's choice (runtime/packet_size.h) from
+// the smallest max_packet_numel of the switch hosts (256 from one that did not say), the
+// transport's longest datagram, and, off this host, the smallest MTU of the interfaces toward
+// them. The explicit size otherwise.
+Context::Impl::SizeChoice Context::Impl::ChoosePacketNumel(uint32_t bind_ip) const {
+  if (config.packet_numel != Config::kAutoPacketNumel) return {config.packet_numel, "as set"};
+  runtime::PacketSizeLimits limits;
+  const transport::Capabilities caps = transport::CapabilitiesOf(config.transport);
+  limits.switch_max = static_cast<uint32_t>(proto::kMaxNumel);
+  for (const Served& s : served) {
+    const uint32_t most = s.answered && s.plane.max_packet_numel != 0
+                              ? s.plane.max_packet_numel
+                              : static_cast<uint32_t>(proto::kReferenceMaxNumel);
+    limits.switch_max = std::min(limits.switch_max, most);
+  }
+  limits.transport_max_datagram = caps.max_datagram_bytes;
+  limits.extra_bytes = config.authenticate_data ? transport::kAuthRoomBytes : 0;
+  limits.host_local = caps.host_local;
+  if (!limits.host_local) {
+    for (const auto& h : hosts) {
+      Result<NetInterface> toward = transport::InterfaceToward(h->control.ipv4, bind_ip);
+      const uint32_t mtu = toward.ok() ? toward->mtu : 0;
+      if (mtu == 0) {
+        limits.mtu = 0;  // unknown toward one host: unknown
+        break;
+      }
+      limits.mtu = limits.mtu == 0 ? mtu : std::min(limits.mtu, mtu);
+    }
+  }
+  SizeChoice choice;
+  choice.numel = runtime::ChooseAutoPacketNumel(limits, &choice.why);
+  return choice;
+}
+
+// Every worker of a job must use one size. With packet_numel auto the workers' own choices
+// could differ (different MTUs toward the switch): each takes rank 0's, through the rendezvous,
+// and one whose path cannot carry it fails setup saying what to do.
+Status Context::Impl::AgreePacketNumel(const SizeChoice& own_choice) {
+  if (config.packet_numel != Config::kAutoPacketNumel) return Status();
+  const uint32_t own = own_choice.numel;
+  const std::string& why = own_choice.why;
+  uint32_t chosen = own;
+  if (config.num_workers > 1) {
+    ASSIGN_OR_RETURN(const uint64_t first, rendezvous->Broadcast(own));
+    proto::SizeCode code;
+    if (first > proto::kMaxNumel || !proto::SizeCodeForNumel(static_cast<size_t>(first), &code)) {
+      return InternalError("packet_numel auto: rank 0 sent " + std::to_string(first) +
+                           ", not a packet size");
+    }
+    chosen = static_cast<uint32_t>(first);
+    if (chosen > own) {
+      return FailedPreconditionError(
+          "packet_numel auto: rank 0 chose " + std::to_string(chosen) +
+          " elements per packet, but this worker can use at most " + std::to_string(own) + " (" +
+          why + "); give every worker the same MTU toward the switch, or set packet_numel " +
+          std::to_string(own) + " on every worker (SWITCHML_PACKET_NUMEL, --packet-numel)");
+    }
+  }
+  LOG(kInfo, kRuntime) << "rank " << config.rank << ": packet_numel auto chose " << chosen
+                       << (chosen == own ? " (" + why + ")" : " (rank 0's choice)");
+  config.packet_numel = chosen;
   return Status();
 }
 
