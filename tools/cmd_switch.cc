@@ -12,6 +12,7 @@
 #include "flags.h"
 #include "metrics/metrics_server.h"
 #include "proto/wire.h"
+#include "runtime/packet_size.h"
 #include "runtime/switch_daemon.h"
 #include "runtime/switch_metrics.h"
 #include "transport/address.h"
@@ -38,7 +39,7 @@ struct SwitchFlags {
   int64_t max_workers = 32;
   int64_t slots = 8192;
   int64_t max_jobs = 64;
-  int64_t max_packet_numel = 256;
+  int64_t max_packet_numel = 0;  // auto: runtime::LargestMaxPacketNumel(transport)
   double loss = 0;
   int64_t seed = 1;
   int64_t threads = 1;
@@ -72,9 +73,11 @@ void DefineSwitchFlags(Flags* flags, SwitchFlags* f) {
   flags->Add("slots", &f->slots, "aggregation slots per job (at most 16384)");
   flags->Add("max-jobs", &f->max_jobs, "concurrent jobs (at most 1000000)");
   flags->Add("max-packet-numel", &f->max_packet_numel,
-             "the largest packet_numel a job may use: 256 (the reference's sizes), or 512, 1024 "
-             "or 2048 to accept jumbo packets too (docs/protocol.md 2.6; 2048 needs an MTU of "
-             "8230 toward the workers)");
+             "the largest packet_numel a job may use: 256 (the reference's sizes only), or 512, "
+             "1024 or 2048 to accept jumbo packets too (docs/protocol.md 2.6); 0 (the default): "
+             "the largest the transport carries, 2048 for udp, udp-plain and shm, 256 for xdp "
+             "and dpdk. Reference clients never use the jumbo sizes; workers with packet_numel 0 "
+             "(the torch backend's default) use the largest this allows and their path carries");
   flags->Add("loss", &f->loss, "drop this fraction of packets in each direction (loss simulator)");
   flags->Add("seed", &f->seed, "seed of the loss simulator (0..2^63-1)");
   flags->Add("threads", &f->threads,
@@ -167,13 +170,17 @@ int ReadDataPlaneFlags(const SwitchFlags& flags, runtime::SwitchDaemonOptions* o
   o.switch_config.max_workers_per_job = static_cast<uint32_t>(flags.max_workers);
   o.switch_config.slots_per_job = static_cast<uint32_t>(flags.slots);
   o.switch_config.max_jobs = static_cast<uint32_t>(flags.max_jobs);
-  if (flags.max_packet_numel != 256 && flags.max_packet_numel != 512 &&
-      flags.max_packet_numel != 1024 && flags.max_packet_numel != 2048) {
-    std::cerr << "switchml switch: --max-packet-numel must be 256, 512, 1024 or 2048, not "
+  if (flags.max_packet_numel != 0 && flags.max_packet_numel != 256 &&
+      flags.max_packet_numel != 512 && flags.max_packet_numel != 1024 &&
+      flags.max_packet_numel != 2048) {
+    std::cerr << "switchml switch: --max-packet-numel must be 256, 512, 1024 or 2048 (or 0: the "
+                 "largest the transport carries), not "
               << flags.max_packet_numel << "\n";
     return 2;
   }
-  o.switch_config.max_packet_numel = static_cast<uint32_t>(flags.max_packet_numel);
+  o.switch_config.max_packet_numel = flags.max_packet_numel == 0
+                                         ? runtime::LargestMaxPacketNumel(flags.transport)
+                                         : static_cast<uint32_t>(flags.max_packet_numel);
   o.loss = flags.loss;
   if (Status st = ReadSeed(flags.seed, &o.seed); !st.ok()) {
     std::cerr << "switchml switch: " << st.message() << "\n";

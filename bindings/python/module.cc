@@ -405,7 +405,9 @@ void BindConfigJob(PyConfig& config) {
                        "round-trip time the automatic window is sized for");
   config.def_readwrite("packet_numel", &Config::packet_numel,
                        "elements per packet: 64 or 256, or 512, 1024 or 2048 where the switch "
-                       "enables jumbo packets (docs/protocol.md 2.6)");
+                       "enables jumbo packets (docs/protocol.md 2.6); 0: automatic, the largest "
+                       "the switch, the transport and the MTU allow (the context's config names "
+                       "the size chosen)");
 }
 
 // One field of an options struct Config holds whole (Config::retransmit, Config::wait) as an
@@ -578,19 +580,24 @@ void BindSwitch(py::module_& m) {
       "An in-process software switch (as `switchml switch`); port 0 picks a free one; "
       "require_authenticated_data: refuse jobs without Config.authenticate_data (as "
       "`switchml switch --require-auth-data`); transport: the data plane's, one of "
-      "switchml.TRANSPORTS (as `switchml switch --transport`; the workers use the same).")
+      "switchml.TRANSPORTS (as `switchml switch --transport`; the workers use the same); "
+      "max_packet_numel: the largest packet_numel a job may use, 256, 512, 1024 or 2048 (as "
+      "`switchml switch --max-packet-numel`; 0, the default: the largest the transport carries, "
+      "2048 for udp and shm).")
       .def(py::init([](const std::string& bind_address, uint16_t data_port, uint16_t control_port,
-                       bool require_authenticated_data, const std::string& transport) {
+                       bool require_authenticated_data, const std::string& transport,
+                       uint32_t max_packet_numel) {
              return std::make_unique<InProcessSwitch>(
                  SoftwareSwitchOptions{.bind_address = bind_address,
                                        .data_port = data_port,
                                        .control_port = control_port,
                                        .require_authenticated_data = require_authenticated_data,
-                                       .transport = transport});
+                                       .transport = transport,
+                                       .max_packet_numel = max_packet_numel});
            }),
            py::arg("bind_address") = "127.0.0.1", py::arg("data_port") = 0,
            py::arg("control_port") = 0, py::arg("require_authenticated_data") = false,
-           py::arg("transport") = "udp")
+           py::arg("transport") = "udp", py::arg("max_packet_numel") = 0)
       .def_property_readonly("data_port", &InProcessSwitch::data_port)
       .def_property_readonly("control_port", &InProcessSwitch::control_port)
       .def("counters", &InProcessSwitch::Counters,

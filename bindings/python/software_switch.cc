@@ -1,5 +1,6 @@
 #include "bindings/python/software_switch.h"
 
+#include "runtime/packet_size.h"
 #include "runtime/switch_daemon.h"
 #include "transport/factory.h"
 
@@ -12,6 +13,9 @@ Result<std::unique_ptr<SoftwareSwitch>> SoftwareSwitch::Start(
   o.data_port = options.data_port;
   o.control_port = options.control_port;
   o.transport = options.transport;
+  o.switch_config.max_packet_numel = options.max_packet_numel == 0
+                                         ? runtime::LargestMaxPacketNumel(options.transport)
+                                         : options.max_packet_numel;
   o.control.registry.require_authenticated_data = options.require_authenticated_data;
   SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<runtime::SwitchDaemon> daemon,
                             runtime::SwitchDaemon::Start(o));

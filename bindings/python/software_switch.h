@@ -26,6 +26,9 @@ struct SoftwareSwitchOptions {
   // Refuse jobs without Config::authenticate_data (switchml switch --require-auth-data).
   bool require_authenticated_data = false;
   std::string transport = "udp";  // one of TransportNames()
+  // The largest packet_numel a job may use (switchml switch --max-packet-numel): 256, 512, 1024
+  // or 2048; 0, as the command's default: the largest the transport carries.
+  uint32_t max_packet_numel = 0;
 };
 
 // The data plane's datagram counters, summed over its threads.

@@ -79,6 +79,8 @@ class ConfigTest(unittest.TestCase):
         c.packet_numel = 100
         with self.assertRaisesRegex(switchml.SwitchMLError, "use 64 or 256"):
             c.validate()
+        c.packet_numel = 0  # automatic: chosen at setup
+        c.validate()
         c.packet_numel = 256
         c.validate()
         # The bind address is checked by validate() too, not only when a Context binds.
