@@ -17,8 +17,12 @@ from the environment (switchml worker's flag in brackets):
                                    base round trip) [--window]
     SWITCHML_LINK_GBPS=G           link rate the automatic window is sized for (10) [--link-gbps]
     SWITCHML_BASE_RTT=SECONDS      round trip the automatic window is sized for (0.0001)
-    SWITCHML_PACKET_NUMEL=64|256|512|1024|2048  elements per packet (default 256; 512 and up:
-                                   jumbo packets, where the switch enables them)
+    SWITCHML_PACKET_NUMEL=auto|64|256|512|1024|2048  elements per packet; auto (the default):
+                                   the largest the switch takes, the transport carries and the
+                                   MTU toward the switch holds (2048 from a `switchml switch` on
+                                   this host or across an MTU of 9000, 256 from a reference
+                                   switch or across an MTU of 1500; docs/python.md); 512 and up:
+                                   jumbo packets, where the switch enables them [--packet-numel]
     SWITCHML_BIND_ADDRESS=IPv4     local address for the data plane (default 0.0.0.0) [--bind]
     SWITCHML_UDP_PORT=N            first local data-plane port (default 0: any) [--udp-port]
     SWITCHML_TRANSPORT=auto|udp|udp-plain|xdp|dpdk|shm  the data-plane transport; auto (the
@@ -70,6 +74,10 @@ SPARSE_MODES = ("auto", "on", "off")
 # "auto": the transport the switch serves, chosen at setup (switchml::Config::transport).
 TRANSPORT_CHOICES = ("auto",) + tuple(switchml.TRANSPORTS)
 DEFAULT_TRANSPORT = "auto"
+# "auto": the largest packet size the switch, the transport and the path allow, chosen at setup
+# (switchml::Config::packet_numel 0).
+PACKET_NUMELS = (64, 256, 512, 1024, 2048)
+DEFAULT_PACKET_NUMEL = "auto"
 
 
 @dataclasses.dataclass
@@ -81,7 +89,7 @@ class Options:
     switch: Optional[str] = None  # "host[:port]", or "host[:port],host[:port],..." (striped)
     threads: Optional[int] = None
     window: Optional[int] = None
-    packet_numel: Optional[int] = None
+    packet_numel: Optional[int] = None  # or "auto" (0 too): the default
     bind_address: Optional[str] = None
     transport: Optional[str] = None  # "auto" or one of switchml.TRANSPORTS
     busy_poll: Optional[bool] = None
@@ -169,6 +177,31 @@ def _resolve(options, group_timeout):
         v = pick(field, name, None, float, lambda x: low <= x <= high, hint)
         return None if v is None else datetime.timedelta(seconds=v)
 
+    def packet_numel():
+        """Options.packet_numel (an int, or "auto"), else SWITCHML_PACKET_NUMEL, else auto: as
+        switchml.Config.packet_numel (0 for auto)."""
+        hint = ("use 64 or 256, or 512, 1024 or 2048 where the switch enables jumbo packets, or "
+                "auto (the largest the switch and the path take)")
+        value = o.packet_numel
+        if value is None:
+            raw = env.get("SWITCHML_PACKET_NUMEL")
+            value = DEFAULT_PACKET_NUMEL if raw is None or raw == "" else raw
+            shown = f"SWITCHML_PACKET_NUMEL={raw!r}"
+            if value != "auto":
+                value = _parse(value, int)
+        else:
+            shown = f"packet_numel={value!r}"
+            if value != "auto" and _of_kind(value, int) is None:
+                raise TypeError(f"switchml: {shown} is of type {type(value).__name__}, not an int "
+                                f"or 'auto': {hint}")
+            if value != "auto":
+                value = _of_kind(value, int)
+        if value == "auto" or value == 0:
+            return 0
+        if value not in PACKET_NUMELS:
+            raise ValueError(f"switchml: {shown} is not valid: {hint}")
+        return value
+
     switch = pick("switch", "SWITCHML_SWITCH", "127.0.0.1", str)
     targets = []
     for item in switch.split(","):
@@ -208,10 +241,9 @@ def _resolve(options, group_timeout):
         link_gbps=pick("link_gbps", "SWITCHML_LINK_GBPS", None, float,
                        lambda x: 0 < x <= 1e6, "Gbit/s in (0, 1e6]"),
         base_rtt=seconds("base_rtt", "SWITCHML_BASE_RTT", 1e-6, 10),
-        packet_numel=pick("packet_numel", "SWITCHML_PACKET_NUMEL", None, int,
-                          lambda x: x in (64, 256, 512, 1024, 2048),
-                          "use 64 or 256, or 512, 1024 or 2048 where the switch enables "
-                          "jumbo packets"),
+        # auto by default, unlike switchml::Config (256): the largest size the switch and the
+        # path take (docs/python.md, "DDP steps on one host, and which transport").
+        packet_numel=packet_numel(),
         bind_address=pick("bind_address", "SWITCHML_BIND_ADDRESS", None, str, None,
                           "an IPv4 address"),
         udp_port=pick("udp_port", "SWITCHML_UDP_PORT", None, int, lambda x: 0 <= x <= 65535,

@@ -273,6 +273,7 @@ def options_body(rank, world):
             "world": (dist.group.WORLD.early_retransmit_after, dist.group.WORLD.window),
             "second": (second.early_retransmit_after, second.window),
             "transports": (dist.group.WORLD.config.transport, second.config.transport),
+            "packet_numels": (dist.group.WORLD.config.packet_numel, second.config.packet_numel),
             "world_stats": dist.group.WORLD.stats()}
 
 
@@ -332,12 +333,13 @@ def data_path_body(rank, world):
     second = dist.new_group(backend="switchml", pg_options=swtorch.Options(
         wake_batch=0.5, multicast="off", check_tensors=True, threads=2, link_gbps=1,
         base_rtt=0.005, retransmit_timeout=0.02, min_retransmit_timeout=0.005,
-        max_retransmit_timeout=2.0))
+        max_retransmit_timeout=2.0, packet_numel=256))
 
     def fields(group):
         c = group.config
         return (c.transport, c.wake_batch, c.multicast, c.check_tensors, c.num_worker_threads,
-                c.link_gbps, c.base_rtt, c.timeout, c.min_timeout, c.max_timeout)
+                c.link_gbps, c.base_rtt, c.timeout, c.min_timeout, c.max_timeout,
+                c.packet_numel)
 
     return {"ok": exact_in_world_and(second, rank, world),
             "world": fields(dist.group.WORLD), "second": fields(second),
@@ -408,7 +410,9 @@ def peer_dies_body(rank, world):
 class TorchBackendTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.switch = switchml.Switch()
+        # The reference's packet sizes only (not the default, 2048 over udp): the bodies count
+        # packets of 256 elements, which the backend's automatic size chooses from such a switch.
+        cls.switch = switchml.Switch(max_packet_numel=256)
 
     @classmethod
     def tearDownClass(cls):
@@ -469,6 +473,8 @@ class TorchBackendTest(unittest.TestCase):
             # The default transport, auto, against the test's kernel UDP switch: udp, named so
             # in the groups' configs.
             self.assertEqual(out["transports"], ("udp", "udp"))
+            # The default packet size, auto, against a switch that takes 256 at most: 256.
+            self.assertEqual(out["packet_numels"], (256, 256))
             # 196 results of the int32 all-reduce at least, through the job's loopback
             # multicast group (on by default with a switch on this host).
             stats = out["world_stats"]
@@ -476,7 +482,7 @@ class TorchBackendTest(unittest.TestCase):
 
     def test_authenticated_data_plane_option(self):
         # A switch that refuses jobs without it: each group it serves asked for it.
-        strict = switchml.Switch(require_authenticated_data=True)
+        strict = switchml.Switch(require_authenticated_data=True, max_packet_numel=256)
         try:
             res = run_job(self, 2, auth_body, env={"SWITCHML_AUTH_DATA": "1"},
                           switch_port=strict.control_port)
@@ -524,7 +530,9 @@ class TorchBackendTest(unittest.TestCase):
     def test_shm_transport_and_data_path_options(self):
         # A switch on shared-memory rings, in a shm directory of the test's own (the workers
         # inherit SWITCHML_SHM_DIR), two processes with two groups; the transport left to its
-        # default, auto, which asks the switch and opens shm (the groups' configs say so).
+        # default, auto, which asks the switch and opens shm (the groups' configs say so). The
+        # switch's default packet sizes (up to 2048 over shm) and WORLD's default size, auto:
+        # 2048 (the second group asks for 256).
         with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None,
                                          prefix="switchml-torchtest-") as shm_dir, \
                 mock.patch.dict(os.environ, {"SWITCHML_SHM_DIR": shm_dir}):
@@ -541,17 +549,18 @@ class TorchBackendTest(unittest.TestCase):
             self.assertTrue(out["ok"])
             # The library's defaults where nothing was set.
             self.assertEqual(out["world"], ("shm", 0.25, "on", False, 1, 10.0, 0.1 * ms, 10 * ms,
-                                            10 * ms, 1000 * ms))
+                                            10 * ms, 1000 * ms, 2048))
             self.assertEqual(out["second"], ("shm", 0.5, "off", True, 2, 1.0, 5 * ms, 20 * ms,
-                                             5 * ms, 2000 * ms))
+                                             5 * ms, 2000 * ms, 256))
             # Twice 1 Gbit/s x 5 ms (625 KB) in packets of 1046 + 28 + 38 bytes on the wire:
             # 1124.1, rounded up to a multiple of 32 (above shm's floor, 1024).
             self.assertEqual(out["second_window"], 1152)
             stats = out["second_stats"]  # shm: every result its own datagram, no group
             self.assertGreaterEqual(stats["datagrams_received"], 196, stats)
             self.assertEqual(stats["group_datagrams_received"], 0, stats)
-        # Both groups' int32 all-reduces (196 packets each per rank) came through the rings.
-        self.assertGreaterEqual(counters["received"], 2 * 2 * 196)
+        # Both groups' int32 all-reduces (WORLD's 25 packets of 2048 and the second's 196 of 256
+        # per rank) came through the rings.
+        self.assertGreaterEqual(counters["received"], 2 * (25 + 196))
 
     def test_bad_options_raise_value_error(self):
         with self.assertRaisesRegex(ValueError, "early_retransmit=-1"):
@@ -610,6 +619,15 @@ class TorchBackendTest(unittest.TestCase):
         self.assertEqual(resolve()["transport"], "auto")
         self.assertEqual(resolve(SWITCHML_TRANSPORT="udp")["transport"], "udp")
         self.assertEqual(resolve(swtorch.Options(transport="shm"))["transport"], "shm")
+        # So is the packet size's: auto (0 in switchml.Config), unlike switchml.Config's 256.
+        self.assertEqual(swtorch.DEFAULT_PACKET_NUMEL, "auto")
+        self.assertEqual(resolve()["packet_numel"], 0)
+        self.assertEqual(resolve(SWITCHML_PACKET_NUMEL="auto")["packet_numel"], 0)
+        self.assertEqual(resolve(SWITCHML_PACKET_NUMEL="2048")["packet_numel"], 2048)
+        self.assertEqual(resolve(swtorch.Options(packet_numel="auto"))["packet_numel"], 0)
+        self.assertEqual(resolve(swtorch.Options(packet_numel=64))["packet_numel"], 64)
+        with self.assertRaisesRegex(ValueError, "SWITCHML_PACKET_NUMEL='big' is not valid"):
+            resolve(SWITCHML_PACKET_NUMEL="big")
         self.assertIsNone(resolve()["authenticate_data"])
         self.assertIsNone(resolve()["early_retransmit_after"])
         self.assertEqual(resolve(swtorch.Options(early_retransmit=0))["early_retransmit_after"], 0)
