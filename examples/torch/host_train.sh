@@ -3,8 +3,10 @@
 # in one run, each with its own switch where it needs one; prints the median step of each and its
 # speed-up over gloo, and writes every run's JSON to --out-dir. Backends: gloo, udp and shm
 # (switchml with SWITCHML_TRANSPORT set so, against a switch of that transport), auto (switchml
-# with the backend's default transport against a shm switch, as a user who starts `switchml
-# switch --transport shm` and sets nothing gets it).
+# with the backend's defaults against a shm switch with its defaults, as a user who starts
+# `switchml switch --transport shm` and sets nothing gets it: transport and packet size auto, so
+# shm and 2048 elements per packet). The table names the transport and packet size each run
+# opened.
 #
 #   examples/torch/host_train.sh BUILD_DIR [--workers 2,4] [--script train_dnn.py]
 #       [--backends gloo,udp,shm] [--out-dir DIR] [-- TRAINING_ARGS...]
@@ -16,7 +18,7 @@
 # reaches the workers. Exit status: non-zero when any run failed, naming it.
 set -euo pipefail
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
 
 [[ $# -ge 1 ]] || { usage >&2; exit 2; }
 case "$1" in -h|--help) usage; exit 0 ;; esac
@@ -117,7 +119,7 @@ done
 import json, os, statistics, sys
 out_dir, workers, backends = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(",")
 print(f"{'workers':>7s} {'backend':>8s} {'median step':>12s} {'vs gloo':>8s} {'final loss':>11s} "
-      f"{'transport':>9s}")
+      f"{'transport':>9s} {'numel':>5s}")
 for w in workers:
     base = None
     for b in backends:
@@ -132,7 +134,8 @@ for w in workers:
         ratio = f"{base / med:7.2f}x" if base else "      -"
         loss = r.get("losses", [float("nan")])[-1]
         transport = r.get("switchml", {}).get("transport", "-")  # the one the backend opened
-        print(f"{w:>7s} {b:>8s} {med:11.4f}s {ratio:>8s} {loss:11.6g} {transport:>9s}")
+        numel = str(r.get("switchml", {}).get("packet_numel", "-"))  # and its packet size
+        print(f"{w:>7s} {b:>8s} {med:11.4f}s {ratio:>8s} {loss:11.6g} {transport:>9s} {numel:>5s}")
 print(f"(runs in {out_dir})")
 EOF
 exit $failed

@@ -25,8 +25,10 @@
 # LAN multicast, each result sent once to the job's group and replicated by the rack's bridge
 # (the switch is bound to the bridge's address, as bench.py's switchml-mcast); off: never.
 #
-# SWITCHML_PACKET_NUMEL in the environment (512, 1024 or 2048: jumbo packets, docs/protocol.md
-# 2.6) reaches the ranks, and the switches are started with --max-packet-numel to match.
+# Packet size: the switches take up to 2048 elements per packet (`switchml switch`'s default over
+# udp) and the ranks choose the largest the switch and the rack's MTU allow (the backend's
+# default, SWITCHML_PACKET_NUMEL=auto: 2048 with the rack's MTU of 9000; docs/protocol.md 2.6).
+# SWITCHML_PACKET_NUMEL in the environment (64, 256, 512, 1024 or 2048) reaches the ranks.
 #
 # --script: train_rec.py (default; the communication-bound recommendation model),
 # train_digits.py (the compute-bound MLP; e.g. `-- --hidden 2048 --epochs 1 --warmup 5`) or
@@ -47,25 +49,19 @@ if [ "${1:-}" = "--inside" ]; then
   switch_pids=()
   trap 'kill "${switch_pids[@]}" 2>/dev/null || true' EXIT
   switches=""
-  # Jumbo packets (SWITCHML_PACKET_NUMEL 512, 1024 or 2048, docs/protocol.md 2.6): the switches
-  # take them (the ranks read the variable themselves).
-  switch_numel=(--max-packet-numel 256)
-  case "${SWITCHML_PACKET_NUMEL:-}" in
-    512 | 1024 | 2048) switch_numel=(--max-packet-numel "$SWITCHML_PACKET_NUMEL") ;;
-  esac
   if [ "${RACK_SWITCH_HOSTS:-0}" -gt 0 ]; then
     # The server rack: a switch on each switch server, the job striped over them.
     read -r -a host_ips <<<"$RACK_SWITCH_HOST_IPS"
     read -r -a host_ns <<<"$RACK_SWITCH_HOST_NS"
     for ((j = 0; j < RACK_SWITCH_HOSTS; j++)); do
       ip netns exec "${host_ns[$j]}" "$build/tools/switchml" switch --bind "${host_ips[$j]}" \
-        "${switch_numel[@]}" --log-level warning >"$out/switch-$workers-$j.log" 2>&1 &
+        --log-level warning >"$out/switch-$workers-$j.log" 2>&1 &
       switch_pids+=($!)
       switches+="${switches:+,}${host_ips[$j]}:50099"
     done
   else
     ip netns exec "$RACK_SWITCH_NS" "$build/tools/switchml" switch --bind "$RACK_SWITCH_IP" \
-      "${switch_numel[@]}" --log-level warning >"$out/switch-$workers.log" 2>&1 &
+      --log-level warning >"$out/switch-$workers.log" 2>&1 &
     switch_pids+=($!)
     switches="$RACK_SWITCH_IP:50099"
   fi

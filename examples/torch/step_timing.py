@@ -172,14 +172,15 @@ def init_from_torchrun(backend):
 
 def finish(r, out, line):
     """The end of a training script's run: every rank's timings replaced by the slowest rank's
-    (gather_slowest) and, with the switchml backend, rank 0's transport, multicast mode and
-    datagram counters added (r["switchml"]); then on rank 0 line(r) printed and r written to
+    (gather_slowest) and, with the switchml backend, rank 0's transport, packet size, multicast
+    mode and datagram counters added (r["switchml"]); then on rank 0 line(r) printed and r written to
     `out` as JSON (when given); then the process group destroyed."""
     r = gather_slowest(r)
     group = dist.group.WORLD
     if hasattr(group, "stats"):  # the switchml backend: how this rank's results came
         stats, config = group.stats(), group.config
-        r["switchml"] = {"transport": config.transport, "multicast": config.multicast,
+        r["switchml"] = {"transport": config.transport, "packet_numel": config.packet_numel,
+                         "multicast": config.multicast,
                          "wake_batch": config.wake_batch,
                          **{k: stats[k] for k in ("datagrams_received",
                                                   "group_datagrams_received",
