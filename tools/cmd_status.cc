@@ -169,6 +169,11 @@ std::string Si(double v) {
   return buf;
 }
 
+// The largest packet size the switch takes (0, not said by a switch before the field: 256).
+uint32_t MaxPacketNumel(const switchml_proto::StatusResponse& s) {
+  return s.max_packet_numel() != 0 ? s.max_packet_numel() : 256;
+}
+
 std::string Duration(uint64_t ms) {
   uint64_t s = ms / 1000;
   std::ostringstream out;
@@ -196,12 +201,12 @@ void PrintText(const std::string& address, const switchml_proto::StatusResponse&
                const Rates& r) {
   std::printf(
       "switch %s: switchml %s, up %s, transport %s, data port%s %u%s, max %u jobs of %u "
-      "slots%s%s\n",
+      "slots, packets up to %u elements%s%s\n",
       address.c_str(), s.version().c_str(), Duration(s.uptime_ms()).c_str(), s.transport().c_str(),
       s.threads_size() > 1 ? "s" : "", s.data_port(),
       s.threads_size() > 1 ? ("-" + std::to_string(s.data_port() + s.threads_size() - 1)).c_str()
                            : "",
-      s.max_jobs(), s.slots_per_job(), s.upstream().empty() ? "" : ", upstream ",
+      s.max_jobs(), s.slots_per_job(), MaxPacketNumel(s), s.upstream().empty() ? "" : ", upstream ",
       s.upstream().c_str());
   std::printf("%-7s %-6s %12s %12s %7s %12s\n", "thread", "port", "received/s", "sent/s", "load",
               "dropped");
@@ -257,6 +262,7 @@ nlohmann::json ToJson(const std::string& address, const switchml_proto::StatusRe
   j["data_port"] = s.data_port();
   j["max_jobs"] = s.max_jobs();
   j["slots_per_job"] = s.slots_per_job();
+  j["max_packet_numel"] = MaxPacketNumel(s);
   j["upstream"] = s.upstream();
   j["rate_interval_s"] = r.seconds;
   const auto rate = [&](const auto& m, auto key) -> nlohmann::json {
