@@ -60,7 +60,7 @@ import dataclasses
 import datetime
 import numbers
 import os
-from typing import Optional
+from typing import Optional, Union
 
 import torch.distributed as dist
 
@@ -89,7 +89,7 @@ class Options:
     switch: Optional[str] = None  # "host[:port]", or "host[:port],host[:port],..." (striped)
     threads: Optional[int] = None
     window: Optional[int] = None
-    packet_numel: Optional[int] = None  # or "auto" (0 too): the default
+    packet_numel: Optional[Union[int, str]] = None  # an int, or "auto" (or 0): the default
     bind_address: Optional[str] = None
     transport: Optional[str] = None  # "auto" or one of switchml.TRANSPORTS
     busy_poll: Optional[bool] = None
