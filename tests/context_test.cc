@@ -408,10 +408,50 @@ TEST_F(ContextTest, TransportAutoPicksShmFromAShmSwitchOnThisHost) {
       << bad.Validate().message();
 }
 
+// Automatic threads (Config::num_worker_threads 0): as many as the switch's data-plane threads.
+
+// Given a switch with 2 data-plane threads, Expect workers with num_worker_threads 0 to choose 2
+// (Context::config() says so; one transport per thread, each sending to its own switch thread)
+// and their all-reduces exact; and Expect a fixed window too small for the choice refused at
+// setup, naming both numbers.
+TEST_F(ContextTest, AutomaticThreadsFollowTheSwitchsDataPlaneThreads) {
+  runtime::SwitchDaemonOptions o;
+  o.bind_address = "127.0.0.1";
+  o.data_port = 0;
+  o.control_port = 0;
+  o.threads = 2;
+  auto two = runtime::SwitchDaemon::Start(o);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  Config c0 = MakeConfig(0, 2, 25), c1 = MakeConfig(1, 2, 25);
+  c0.control_port = c1.control_port = (*two)->control_port();
+  c0.num_worker_threads = c1.num_worker_threads = 0;
+  ASSERT_TRUE(c0.Validate().ok()) << c0.Validate().ToString();
+  auto ctx = CreateAll({c0, c1});
+  ASSERT_TRUE(ctx[0] && ctx[1]);
+  for (const auto& c : ctx) EXPECT_EQ(c->config().num_worker_threads, 2u);
+  const size_t count = 64 * 256 + 17;
+  AllReduceInPlaceOnBoth(ctx, testing::Pattern{5, 0, 2, 256, DataType::kInt32}, count);
+  const std::vector<runtime::DaemonCounters> shards = (*two)->shard_counters();
+  ASSERT_EQ(shards.size(), 2u);
+  for (const auto& s : shards) EXPECT_GT(s.received, 0u);  // both switch threads carried data
+
+  Config lone = MakeConfig(0, 1, 26);
+  lone.control_port = (*two)->control_port();
+  lone.num_worker_threads = 0;
+  lone.max_outstanding_packets = 1;
+  ASSERT_TRUE(lone.Validate().ok());
+  const auto refused = Context::Create(lone);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("must be at least num_worker_threads (2)"),
+            std::string::npos)
+      << refused.status().ToString();
+}
+
 // Given a switch whose control plane does not answer Monitor.Status (a reference switch: the
 // call is UNIMPLEMENTED), Expect transport "auto" to fall back to udp, the reference's, and to
-// say why in one log line; setup goes on as with a reference switch (no data plane here: the
-// job is not run).
+// say why in one log line, and automatic threads to choose 1; setup goes on as with a reference
+// switch (no data plane here: the job is not run).
 TEST(ContextFallbackTest, TransportAutoFallsBackToUdpWhenTheSwitchDoesNotSay) {
   std::unique_ptr<testing::ReferenceLikeControl> reference = testing::ReferenceLikeControl::Start();
   ASSERT_NE(reference, nullptr);
@@ -434,11 +474,13 @@ TEST(ContextFallbackTest, TransportAutoFallsBackToUdpWhenTheSwitchDoesNotSay) {
   c.session_id = 24;
   c.setup_timeout = std::chrono::seconds(10);
   c.transport = "auto";
+  c.num_worker_threads = 0;
   auto ctx = Context::Create(c, std::make_shared<Alone>());
   SetLogLevel(level);
   SetLogSink(nullptr);
   ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
   EXPECT_EQ((*ctx)->config().transport, "udp");
+  EXPECT_EQ((*ctx)->config().num_worker_threads, 1u);
   EXPECT_EQ(reference->udp_sessions(), 1);
   int chose = 0;
   for (const std::string& m : lines) {

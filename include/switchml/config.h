@@ -38,8 +38,12 @@ struct SWITCHML_EXPORT Config {
   // fine for one job at a time).
   uint64_t session_id = 0;
   // Worker threads, each with its own UDP port, slots and window; every worker of a job must
-  // use the same value.
+  // use the same value. 0: automatic, as many as the switch's data-plane threads (asked at setup
+  // through its status, as transport "auto"; the least common multiple over several switch
+  // hosts, at most kMaxAutoThreads; 1 from a switch that does not say, as a reference switch):
+  // Context::config() then holds the number chosen. The PyTorch backend's default.
   uint32_t num_worker_threads = 1;
+  static constexpr uint32_t kMaxAutoThreads = 64;
   // Packets in flight per worker (all threads together) = slots used on the switch; every
   // worker of a job must use the same value. 0: from the bandwidth-delay product of link_gbps
   // and base_rtt, at least kMinShmAutoWindow over shm (OutstandingPackets(),

@@ -393,6 +393,7 @@ Result<ServedDataPlane> ControlClient::DataPlane(const std::string& job_secret) 
   served.transport = resp.transport();
   served.data_port = static_cast<uint16_t>(resp.data_port());
   served.max_packet_numel = resp.max_packet_numel();
+  served.threads = static_cast<uint32_t>(resp.threads_size());
   return served;
 }
 

@@ -118,6 +118,7 @@ struct ServedDataPlane {
   // The largest packet_numel its jobs may use (0: not said; a switch from before the field,
   // which takes 256).
   uint32_t max_packet_numel = 0;
+  uint32_t threads = 0;    // its data-plane threads, one port each (0: not said)
 };
 
 class ControlClient {

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <numeric>
 #include <vector>
 
 #include "base/affinity.h"
@@ -103,7 +104,7 @@ Status Config::Validate() const {
                                 "packets, where the switch enables them: docs/protocol.md 2.6), "
                                 "or 0 (automatic)");
   }
-  if (num_worker_threads == 0) return InvalidArgumentError("num_worker_threads must be at least 1");
+  // (num_worker_threads 0: automatic, chosen at setup; the checks below hold for it too.)
   if (max_outstanding_packets == 0) {  // the automatic window
     if (!(link_gbps > 0 && link_gbps <= 1e6)) {
       return InvalidArgumentError(
@@ -188,7 +189,7 @@ uint32_t Config::OutstandingPackets() const {
   const double wire_bytes = proto::DatagramBytes(size) + kIpUdpHeaderBytes + kEthernetFrameBytes;
   const double bdp = link_gbps * 1e9 / 8 * std::chrono::duration<double>(base_rtt).count();
   uint64_t w = static_cast<uint64_t>(std::ceil(kWindowSafety * bdp / wire_bytes));
-  const uint64_t threads = num_worker_threads;
+  const uint64_t threads = std::max<uint32_t>(num_worker_threads, 1);  // automatic: 1 until chosen
   const uint64_t granule = proto::SameBytesInPackets(32, numel);
   w = (w + granule - 1) / granule * granule;
   w = (w + threads - 1) / threads * threads;
@@ -472,6 +473,7 @@ class [[gnu::visibility("hidden")]] Context::Impl {
     std::string why;
   };
   SizeChoice ChoosePacketNumel(uint32_t bind_ip) const;
+  Status ChooseThreads();
   Status AgreeSessionId();
   Status AgreePacketNumel(const SizeChoice& own);
   Result<Transports> OpenDataTransports(uint32_t bind_ip) const;
@@ -536,6 +538,7 @@ Status Context::Impl::Setup() {
   RETURN_IF_ERROR(ConnectSwitches());
   RETURN_IF_ERROR(AskSwitches());
   RETURN_IF_ERROR(ChooseTransport());
+  RETURN_IF_ERROR(ChooseThreads());
   uint32_t bind_ip = 0;
   if (!ParseIpv4(config.bind_address, &bind_ip)) {
     return InvalidArgumentError("bind_address '" + config.bind_address +
@@ -563,14 +566,17 @@ Status Context::Impl::Setup() {
   return Status();
 }
 
-// Transport "auto" and packet_numel auto need what each switch host serves: asked of each
-// (Monitor.Status) once. A host that does not answer the call (a reference switch:
+// Transport "auto", packet_numel auto and automatic threads need what each switch host serves:
+// asked of each (Monitor.Status) once. A host that does not answer the call (a reference switch:
 // UNIMPLEMENTED; one that requires a job secret, without one) is noted as such; one that cannot
 // be reached fails setup as the registration would.
 Status Context::Impl::AskSwitches() {
   const bool auto_transport = config.transport == transport::kAutoTransport;
-  if (!auto_transport && config.packet_numel != Config::kAutoPacketNumel) return Status();
-  const std::string what = auto_transport ? "transport auto" : "packet_numel auto";
+  const bool auto_size = config.packet_numel == Config::kAutoPacketNumel;
+  if (!auto_transport && !auto_size && config.num_worker_threads != 0) return Status();
+  const std::string what = auto_transport ? "transport auto"
+                           : auto_size    ? "packet_numel auto"
+                                          : "automatic threads";
   for (const auto& h : hosts) {
     Served s;
     Result<control::ServedDataPlane> plane = h->client->DataPlane(config.job_secret);
@@ -692,6 +698,31 @@ Status Context::Impl::AgreePacketNumel(const SizeChoice& own_choice) {
                        << (chosen == own ? " (" + why + ")" : " (rank 0's choice)");
   config.packet_numel = chosen;
   return Status();
+
+}
+
+// Automatic threads (Config::num_worker_threads 0): as many as the switch's data-plane threads,
+// asked of each host (Monitor.Status), so that each worker thread has a switch thread of its
+// own; over several hosts the least common multiple (a multiple of each host's), at most
+// Config::kMaxAutoThreads. A host that does not say (a reference switch) counts as one thread.
+// Every worker, asking the same switches, chooses the same number; a fixed window too small for
+// it (a slot per thread) is refused by the Validate after it.
+Status Context::Impl::ChooseThreads() {
+  if (config.num_worker_threads != 0) return Status();
+  uint64_t chosen = 1;
+  std::string because;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    const Served& s = served[i];
+    const bool said = s.answered && s.plane.threads > 0;
+    chosen = std::min<uint64_t>(std::lcm(chosen, uint64_t{said ? s.plane.threads : 1u}),
+                                Config::kMaxAutoThreads);
+    because += (because.empty() ? "" : ", ") + hosts[i]->name + " " +
+               (said ? std::to_string(s.plane.threads) : std::string("did not say (1)"));
+  }
+  config.num_worker_threads = static_cast<uint32_t>(chosen);
+  LOG(kInfo, kRuntime) << "rank " << config.rank << ": automatic threads chose " << chosen
+                       << " (switch data-plane threads: " << because << ")";
+  return config.Validate();
 }
 
 Result<Context::Impl::Transports> Context::Impl::OpenDataTransports(uint32_t bind_ip) const {

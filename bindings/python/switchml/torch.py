@@ -12,7 +12,8 @@ from the environment (switchml worker's flag in brackets):
     SWITCHML_SWITCH=host[:port]    the switch's control plane (default 127.0.0.1:50099); a
                                    comma-separated list stripes the job over several switch
                                    hosts (the same list on every process; docs/deployment.md)
-    SWITCHML_THREADS=N             worker threads (UDP ports) per process (default 1) [--threads]
+    SWITCHML_THREADS=N             worker threads (UDP ports) per process (default 0: as many as
+                                   the switch's data-plane threads) [--threads]
     SWITCHML_WINDOW=N              packets in flight per process (default: from the link rate and
                                    base round trip) [--window]
     SWITCHML_LINK_GBPS=G           link rate the automatic window is sized for (10) [--link-gbps]
@@ -233,8 +234,11 @@ def _resolve(options, group_timeout):
             lambda x: 0.001 <= x <= 86400, "seconds in [0.001, 86400]")),
         session_id=int(session_id),
         # None: switchml::Config's default.
-        num_worker_threads=pick("threads", "SWITCHML_THREADS", None, int,
-                                lambda x: 1 <= x <= 64, "use 1..64"),
+        # 0 by default, unlike switchml::Config (1): as many as the switch's data-plane
+        # threads, asked at setup (docs/python.md, "DDP steps on one host").
+        num_worker_threads=pick("threads", "SWITCHML_THREADS", 0, int,
+                                lambda x: 0 <= x <= 64,
+                                "use 1..64, or 0 for as many as the switch's data-plane threads"),
         max_outstanding_packets=pick("window", "SWITCHML_WINDOW", None, int,
                                      lambda x: 0 <= x <= 16384,
                                      "use 1..16384 packets (0: automatic)"),
