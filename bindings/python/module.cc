@@ -395,7 +395,8 @@ void BindConfigJob(PyConfig& config) {
                        "order on every worker; replaces switch_host (docs/deployment.md)");
   config.def_readwrite("session_id", &Config::session_id,
                        "the job's id on the switch (0: rank 0 picks one)");
-  config.def_readwrite("num_worker_threads", &Config::num_worker_threads, "worker threads");
+  config.def_readwrite("num_worker_threads", &Config::num_worker_threads,
+                       "worker threads (0: as many as the switch's data-plane threads)");
   config.def_readwrite(
       "max_outstanding_packets", &Config::max_outstanding_packets,
       "packets in flight per worker (switch slots); 0: from link_gbps and base_rtt");
