@@ -37,7 +37,6 @@ expect "--slots must be in 1..16384, not 4294967297" "${sw[@]}" --slots 42949672
 expect "--max-workers must be in 1..256, not 4294967298" "${sw[@]}" --max-workers 4294967298
 expect "--stats-interval must be >= 0" "${sw[@]}" --stats-interval -5
 expect "--nap-us must be in 0..10000" "${sw[@]}" --nap-us 20000
-expect "--threads must be in 0..64 (0: automatic)" "${sw[@]}" --threads 65
 expect "--nap-us and --busy-poll contradict each other" "${sw[@]}" --nap-us 100 --busy-poll
 expect "--switch-threads must be 0 (automatic) or in 1..64" run --switch-threads 4294967297
 expect "--warmup must be in 0..1000000" run --warmup 4294967296

@@ -42,7 +42,7 @@ struct SwitchFlags {
   int64_t max_packet_numel = 0;  // auto: runtime::LargestMaxPacketNumel(transport)
   double loss = 0;
   int64_t seed = 1;
-  int64_t threads = 0;
+  int64_t threads = 1;
   std::string transport = transport::kDefaultTransportKind;
   bool busy_poll = false;
   bool pin_threads = false;
@@ -82,10 +82,8 @@ void DefineSwitchFlags(Flags* flags, SwitchFlags* f) {
   flags->Add("seed", &f->seed, "seed of the loss simulator (0..2^63-1)");
   flags->Add("threads", &f->threads,
              "data-plane threads, each on its own UDP port from --data-port up (workers should "
-             "use a multiple of this many --threads; the PyTorch backend's default asks the "
-             "switch and does); 0: automatic, " +
-                 std::to_string(kShmRunThreads) + " over shm on a host with at least " +
-                 std::to_string(kShmRunThreads) + " cores (as `switchml run`), else 1");
+             "use a multiple of this many --threads; the PyTorch backend's workers take as many "
+             "by default)");
   flags->Add("transport", &f->transport, TransportHelp());
   flags->Add("busy-poll", &f->busy_poll,
              "poll the data port without sleeping (lower latency, a busy core)");
@@ -195,11 +193,11 @@ int ReadDataPlaneFlags(const SwitchFlags& flags, runtime::SwitchDaemonOptions* o
     return 2;
   }
   const int64_t threads = flags.threads;
-  if (threads < 0 || threads > 64) {
-    std::cerr << "switchml switch: --threads must be in 0..64 (0: automatic)\n";
+  if (threads < 1 || threads > 64) {
+    std::cerr << "switchml switch: --threads must be in 1..64\n";
     return 2;
   }
-  o.threads = threads == 0 ? AutomaticThreads(o.transport) : static_cast<uint32_t>(threads);
+  o.threads = static_cast<uint32_t>(threads);
   o.busy_poll = flags.busy_poll;
   o.pin_threads = flags.pin_threads;
   const int64_t nap = flags.nap_us;

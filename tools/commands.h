@@ -149,10 +149,7 @@ Status ReadJobFlags(const JobFlags& flags, JobOptions* out);
 // that many cores (else 1; over the other transports 1): the switch's data-plane work then
 // spreads over the cores too (`run`'s switch gets as many threads; docs/benchmarks.md).
 inline constexpr uint32_t kShmRunThreads = 2;
-// The automatic thread count of `run`, `worker` and `switch` (--threads 0): kShmRunThreads over
-// a host-local transport (shm) on a host with at least that many cores, else 1.
-uint32_t AutomaticThreads(const std::string& transport);
-// Resolves --threads 0 (`run`: AutomaticThreads),
+// Resolves --threads 0 (`run`: kShmRunThreads over shm where the host has the cores, else 1),
 // --pin-threads auto (on over shm where the threads equal the CPUs this process may use) and
 // --window 0 (Config::OutstandingPackets() for o->transport and o->threads) in *o.
 void ResolveAutomaticJobOptions(JobOptions* o);

@@ -176,17 +176,11 @@ Status ReadSeed(int64_t v, uint64_t* out) {
   return Status();
 }
 
-uint32_t AutomaticThreads(const std::string& transport) {
-  return transport::CapabilitiesOf(transport).host_local &&
-                 std::thread::hardware_concurrency() >= kShmRunThreads
-             ? kShmRunThreads
-             : 1;
-}
-
 void ResolveAutomaticJobOptions(JobOptions* o) {
   const bool host_local = transport::CapabilitiesOf(o->transport).host_local;
   if (o->threads_automatic) {
-    o->threads = AutomaticThreads(o->transport);
+    o->threads =
+        host_local && std::thread::hardware_concurrency() >= kShmRunThreads ? kShmRunThreads : 1;
     if (!o->window_automatic) o->threads = std::min(o->threads, o->window);  // a slot each
   }
   if (o->pin_threads_automatic) {
