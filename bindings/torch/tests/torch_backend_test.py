@@ -274,6 +274,8 @@ def options_body(rank, world):
             "second": (second.early_retransmit_after, second.window),
             "transports": (dist.group.WORLD.config.transport, second.config.transport),
             "packet_numels": (dist.group.WORLD.config.packet_numel, second.config.packet_numel),
+            "threads": (dist.group.WORLD.config.num_worker_threads,
+                        second.config.num_worker_threads),
             "world_stats": dist.group.WORLD.stats()}
 
 
@@ -475,6 +477,8 @@ class TorchBackendTest(unittest.TestCase):
             self.assertEqual(out["transports"], ("udp", "udp"))
             # The default packet size, auto, against a switch that takes 256 at most: 256.
             self.assertEqual(out["packet_numels"], (256, 256))
+            # The default threads, as many as the switch's data-plane threads: its one.
+            self.assertEqual(out["threads"], (1, 1))
             # 196 results of the int32 all-reduce at least, through the job's loopback
             # multicast group (on by default with a switch on this host).
             stats = out["world_stats"]
@@ -582,7 +586,8 @@ class TorchBackendTest(unittest.TestCase):
             (dict(multicast="yes"), "multicast='yes' is not valid: use auto"),
             (dict(multicast="on", authenticate_data=True),
              "lan_multicast_required .multicast 'on'. cannot go with authenticate_data"),
-            (dict(threads=0), "threads=0 is not valid: use 1..64"),
+            (dict(threads=65), "threads=65 is not valid: use 1..64, or 0 for as many as the "
+             "switch.s data-plane threads"),
             (dict(packet_numel=128), "packet_numel=128 is not valid: use 64 or 256"),
             (dict(retransmit_timeout=0), "retransmit_timeout=0 is not valid"),
             (dict(min_retransmit_timeout=2.0), "max_timeout must be at least min_timeout"),
@@ -626,6 +631,9 @@ class TorchBackendTest(unittest.TestCase):
         self.assertEqual(resolve(SWITCHML_PACKET_NUMEL="2048")["packet_numel"], 2048)
         self.assertEqual(resolve(swtorch.Options(packet_numel="auto"))["packet_numel"], 0)
         self.assertEqual(resolve(swtorch.Options(packet_numel=64))["packet_numel"], 64)
+        # And the threads': 0, as many as the switch's data-plane threads (the library's is 1).
+        self.assertEqual(resolve()["num_worker_threads"], 0)
+        self.assertEqual(resolve(SWITCHML_THREADS="2")["num_worker_threads"], 2)
         with self.assertRaisesRegex(ValueError, "SWITCHML_PACKET_NUMEL='big' is not valid"):
             resolve(SWITCHML_PACKET_NUMEL="big")
         self.assertIsNone(resolve()["authenticate_data"])
