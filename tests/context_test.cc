@@ -450,9 +450,10 @@ TEST_F(ContextTest, AutomaticThreadsFollowTheSwitchsDataPlaneThreads) {
 
 // Given a switch whose control plane does not answer Monitor.Status (a reference switch: the
 // call is UNIMPLEMENTED), Expect transport "auto" to fall back to udp, the reference's, and to
-// say why in one log line, and automatic threads to choose 1; setup goes on as with a reference
-// switch (no data plane here: the job is not run).
-TEST(ContextFallbackTest, TransportAutoFallsBackToUdpWhenTheSwitchDoesNotSay) {
+// say why in one log line, packet_numel auto to take the reference's 256 and automatic threads
+// to choose 1; setup goes on as with a reference switch, registering once (no data plane here:
+// the job is not run).
+TEST(ContextFallbackTest, AutomaticChoicesFallBackToTheReferencesWhenTheSwitchDoesNotSay) {
   std::unique_ptr<testing::ReferenceLikeControl> reference = testing::ReferenceLikeControl::Start();
   ASSERT_NE(reference, nullptr);
   // One worker meets no one: a rendezvous of its own instead of the switch's Sync service.
@@ -475,12 +476,14 @@ TEST(ContextFallbackTest, TransportAutoFallsBackToUdpWhenTheSwitchDoesNotSay) {
   c.setup_timeout = std::chrono::seconds(10);
   c.transport = "auto";
   c.num_worker_threads = 0;
+  c.packet_numel = Config::kAutoPacketNumel;
   auto ctx = Context::Create(c, std::make_shared<Alone>());
   SetLogLevel(level);
   SetLogSink(nullptr);
   ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
   EXPECT_EQ((*ctx)->config().transport, "udp");
   EXPECT_EQ((*ctx)->config().num_worker_threads, 1u);
+  EXPECT_EQ((*ctx)->config().packet_numel, 256u);
   EXPECT_EQ(reference->udp_sessions(), 1);
   int chose = 0;
   for (const std::string& m : lines) {
@@ -557,22 +560,6 @@ TEST_F(ContextTest, PacketNumelAutoRefusesRankZerosLargerChoice) {
   EXPECT_NE(refused.status().message().find("set packet_numel 256 on every worker"),
             std::string::npos)
       << refused.status().ToString();
-}
-
-// Given a switch whose control plane does not answer Monitor.Status (a reference switch),
-// Expect packet_numel auto to take the reference's 256 and register with it.
-TEST(ContextFallbackTest, PacketNumelAutoTakes256WhenTheSwitchDoesNotSay) {
-  std::unique_ptr<testing::ReferenceLikeControl> reference = testing::ReferenceLikeControl::Start();
-  ASSERT_NE(reference, nullptr);
-  Config c;
-  c.control_port = reference->port();
-  c.session_id = 25;
-  c.setup_timeout = std::chrono::seconds(10);
-  c.packet_numel = Config::kAutoPacketNumel;
-  auto ctx = Context::Create(c, std::make_shared<RankZeroSays>(0));  // one worker: no broadcast
-  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
-  EXPECT_EQ((*ctx)->config().packet_numel, 256u);
-  EXPECT_EQ(reference->udp_sessions(), 1);
 }
 
 // Given a switch that coalesces receives (SwitchDaemonOptions::nap), Expect exact int32 sums and
