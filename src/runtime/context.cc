@@ -252,13 +252,6 @@ Endpoint MulticastGroupOf(uint64_t job_id, uint16_t control_port, uint32_t num_p
 
 using transport::NetInterface;
 
-// Joins every worker thread's transport to the session's result group (Config::
-// loopback_multicast, Config::lan_multicast): on the loopback interface when the switch is on
-// this host (a loopback address), else, with lan_multicast, on the interface toward the switch.
-// A striped job has one group for all its switch hosts (each sends its slots' results there;
-// switch_ip and control_port are the first host's).
-// Sets *group (0: none) and *via. A group that cannot be joined is only logged (results then
-// come one per worker), unless it is a LAN group the user required (lan_multicast_required).
 // The largest datagram this worker sends with packets of numel elements: the packet, and with
 // the authenticated data plane the tag's room behind it (transport/auth.h).
 size_t WorkerDatagramBytes(const Config& config, uint32_t numel) {
@@ -309,6 +302,13 @@ Status CheckPacketFits(const Config& config, uint32_t bind_ip, uint32_t switch_i
       std::to_string(wire));
 }
 
+// Joins every worker thread's transport to the session's result group (Config::
+// loopback_multicast, Config::lan_multicast): on the loopback interface when the switch is on
+// this host (a loopback address), else, with lan_multicast, on the interface toward the switch.
+// A striped job has one group for all its switch hosts (each sends its slots' results there;
+// switch_ip and control_port are the first host's).
+// Sets *group (0: none) and *via. A group that cannot be joined is only logged (results then
+// come one per worker), unless it is a LAN group the user required (lan_multicast_required).
 Status JoinResultGroup(const Config& config, uint32_t switch_ip, uint16_t control_port,
                        uint32_t bind_ip, uint64_t job_id,
                        std::vector<std::unique_ptr<transport::Transport>>& transports,
@@ -698,7 +698,6 @@ Status Context::Impl::AgreePacketNumel(const SizeChoice& own_choice) {
                        << (chosen == own ? " (" + why + ")" : " (rank 0's choice)");
   config.packet_numel = chosen;
   return Status();
-
 }
 
 // Automatic threads (Config::num_worker_threads 0): as many as the switch's data-plane threads,

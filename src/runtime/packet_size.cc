@@ -1,6 +1,7 @@
 #include "runtime/packet_size.h"
 
 #include "proto/wire.h"
+#include "switchml/config.h"
 #include "transport/auth.h"
 #include "transport/factory.h"
 
@@ -8,7 +9,6 @@ namespace switchml::runtime {
 namespace {
 
 constexpr uint32_t kSizes[] = {2048, 1024, 512, 256};  // largest first
-constexpr size_t kIpUdpHeaderBytes = 28;               // as Config::kIpUdpHeaderBytes
 
 bool Carries(size_t most, size_t bytes) { return most == 0 || bytes <= most; }
 
@@ -29,7 +29,7 @@ uint32_t ChooseAutoPacketNumel(const PacketSizeLimits& limits, std::string* why)
   uint32_t chosen = static_cast<uint32_t>(proto::kReferenceMaxNumel);
   for (const uint32_t numel : kSizes) {
     const size_t datagram = proto::DatagramBytesForNumel(numel) + limits.extra_bytes;
-    const size_t ip = datagram + kIpUdpHeaderBytes;
+    const size_t ip = datagram + Config::kIpUdpHeaderBytes;
     if (numel > limits.switch_max) {
       bound = "the switch takes at most " + std::to_string(limits.switch_max);
     } else if (!Carries(limits.transport_max_datagram, datagram)) {
