@@ -26,13 +26,19 @@
 namespace switchml {
 namespace {
 
+// A switch on 127.0.0.1 with free data and control ports; the tests set the rest.
+runtime::SwitchDaemonOptions LocalSwitch() {
+  runtime::SwitchDaemonOptions o;
+  o.bind_address = "127.0.0.1";
+  o.data_port = 0;
+  o.control_port = 0;
+  return o;
+}
+
 class ContextTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    runtime::SwitchDaemonOptions o;
-    o.bind_address = "127.0.0.1";
-    o.data_port = 0;
-    o.control_port = 0;
+    runtime::SwitchDaemonOptions o = LocalSwitch();
     auto d = runtime::SwitchDaemon::Start(o);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     daemon_ = std::move(d).value();
@@ -292,10 +298,7 @@ TEST_F(ContextTest, JumboPacketsWhereTheSwitchEnablesThem) {
             std::string::npos)
       << refused.status().ToString();
 
-  runtime::SwitchDaemonOptions o;
-  o.bind_address = "127.0.0.1";
-  o.data_port = 0;
-  o.control_port = 0;
+  runtime::SwitchDaemonOptions o = LocalSwitch();
   o.switch_config.max_packet_numel = 2048;
   auto jumbo = runtime::SwitchDaemon::Start(o);
   ASSERT_TRUE(jumbo.ok()) << jumbo.status().ToString();
@@ -327,10 +330,7 @@ TEST_F(ContextTest, JumboPacketsWhereTheSwitchEnablesThem) {
 // its own switch's results only: exact sums, and no datagram from the other switch (a shared
 // group would deliver each switch's results to both workers, which drop the foreign ones).
 TEST_F(ContextTest, SameSessionOnTwoSwitchesOfOneHostUsesTwoLoopbackGroups) {
-  runtime::SwitchDaemonOptions o;
-  o.bind_address = "127.0.0.1";
-  o.data_port = 0;
-  o.control_port = 0;
+  runtime::SwitchDaemonOptions o = LocalSwitch();
   auto other = runtime::SwitchDaemon::Start(o);
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   Config c0 = MakeConfig(0, 1, 9), c1 = MakeConfig(0, 1, 9);
@@ -379,10 +379,7 @@ TEST_F(ContextTest, TransportAutoPicksShmFromAShmSwitchOnThisHost) {
   const std::string dir = tmpl;
   ::setenv("SWITCHML_SHM_DIR", dir.c_str(), 1);
   {
-    runtime::SwitchDaemonOptions o;
-    o.bind_address = "127.0.0.1";
-    o.data_port = 0;
-    o.control_port = 0;
+    runtime::SwitchDaemonOptions o = LocalSwitch();
     o.transport = "shm";
     auto shm_switch = runtime::SwitchDaemon::Start(o);
     ASSERT_TRUE(shm_switch.ok()) << shm_switch.status().ToString();
@@ -415,10 +412,7 @@ TEST_F(ContextTest, TransportAutoPicksShmFromAShmSwitchOnThisHost) {
 // and their all-reduces exact; and Expect a fixed window too small for the choice refused at
 // setup, naming both numbers.
 TEST_F(ContextTest, AutomaticThreadsFollowTheSwitchsDataPlaneThreads) {
-  runtime::SwitchDaemonOptions o;
-  o.bind_address = "127.0.0.1";
-  o.data_port = 0;
-  o.control_port = 0;
+  runtime::SwitchDaemonOptions o = LocalSwitch();
   o.threads = 2;
   auto two = runtime::SwitchDaemon::Start(o);
   ASSERT_TRUE(two.ok()) << two.status().ToString();
@@ -502,10 +496,7 @@ TEST(ContextFallbackTest, AutomaticChoicesFallBackToTheReferencesWhenTheSwitchDo
 // 2048-element packets (config says so; the window in packets of that size) and their int32
 // all-reduce exact; given the fixture's switch (the library's default, 256), Expect 256.
 TEST_F(ContextTest, PacketNumelAutoTakesTheLargestTheSwitchTakes) {
-  runtime::SwitchDaemonOptions o;
-  o.bind_address = "127.0.0.1";
-  o.data_port = 0;
-  o.control_port = 0;
+  runtime::SwitchDaemonOptions o = LocalSwitch();
   o.switch_config.max_packet_numel = 2048;
   auto jumbo = runtime::SwitchDaemon::Start(o);
   ASSERT_TRUE(jumbo.ok()) << jumbo.status().ToString();
@@ -566,10 +557,7 @@ TEST_F(ContextTest, PacketNumelAutoRefusesRankZerosLargerChoice) {
 // float32 within the bound, as without, and the naps counted; Expect a nap out of range, or with
 // busy polling, refused at setup.
 TEST_F(ContextTest, ReceiveCoalescingAtTheSwitchKeepsResultsExact) {
-  runtime::SwitchDaemonOptions o;
-  o.bind_address = "127.0.0.1";
-  o.data_port = 0;
-  o.control_port = 0;
+  runtime::SwitchDaemonOptions o = LocalSwitch();
   o.nap = std::chrono::microseconds(300);
   auto coalescing = runtime::SwitchDaemon::Start(o);
   ASSERT_TRUE(coalescing.ok()) << coalescing.status().ToString();
@@ -619,10 +607,7 @@ int ThreadsPinnedTo(int cpu) {
 TEST_F(ContextTest, PinnedThreadsRunOnTheirCpus) {
   Result<std::vector<int>> cpus = AllowedCpus();
   ASSERT_TRUE(cpus.ok()) << cpus.status().ToString();
-  runtime::SwitchDaemonOptions o;
-  o.bind_address = "127.0.0.1";
-  o.data_port = 0;
-  o.control_port = 0;
+  runtime::SwitchDaemonOptions o = LocalSwitch();
   o.threads = 2;
   o.pin_threads = true;
   auto pinned = runtime::SwitchDaemon::Start(o);
